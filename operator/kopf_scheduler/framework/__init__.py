@@ -1,0 +1,70 @@
+"""The scheduling framework: extension-point interfaces, Status, CycleState, runtime and builder.
+
+Plugin authors import from here. This package knows nothing of kopf or HTTP (import-linter enforces it).
+"""
+
+from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.extension_points import ExtensionPoint
+from kopf_scheduler.framework.interface import (
+    MAX_NODE_SCORE,
+    MIN_NODE_SCORE,
+    APIClient,
+    APIError,
+    BindPlugin,
+    FilterPlugin,
+    FilterResult,
+    Handle,
+    NodeFilterPlugin,
+    NodeScorePlugin,
+    NodeToStatus,
+    PermitPlugin,
+    Plugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterExtensions,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    QueuedPod,
+    QueueSortPlugin,
+    ReservePlugin,
+    ScorePlugin,
+)
+from kopf_scheduler.framework.status import SUCCESS, Code, Status
+
+__all__ = [
+    "MAX_NODE_SCORE",
+    "MIN_NODE_SCORE",
+    "SUCCESS",
+    "APIClient",
+    "APIError",
+    "BindPlugin",
+    "Code",
+    "CycleState",
+    "ExtensionPoint",
+    "FilterPlugin",
+    "FilterResult",
+    "Handle",
+    "NodeFilterPlugin",
+    "NodeScorePlugin",
+    "NodeToStatus",
+    "PermitPlugin",
+    "Plugin",
+    "PostBindPlugin",
+    "PostFilterPlugin",
+    "PostFilterResult",
+    "PreBindPlugin",
+    "PreEnqueuePlugin",
+    "PreFilterExtensions",
+    "PreFilterPlugin",
+    "PreFilterResult",
+    "PreScorePlugin",
+    "QueueSortPlugin",
+    "QueuedPod",
+    "ReservePlugin",
+    "ScorePlugin",
+    "Status",
+]

@@ -1,0 +1,45 @@
+"""CycleState: per-scheduling-cycle scratch space that plugins share between their extension points.
+
+A plugin computes something in PreFilter (pod-side data, per-domain counts) and reads it back in Filter;
+the state lives exactly one cycle. ``clone`` exists for preemption dry runs, which mutate a copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+class CycleState:
+    """A dict keyed by plugin-chosen strings; values should implement ``clone()`` if they are mutable."""
+
+    __slots__ = ("_data", "skip_filter_plugins", "skip_score_plugins")
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+        #: Plugins whose PreFilter returned Skip: their Filter is not called this cycle.
+        self.skip_filter_plugins: set[str] = set()
+        #: Plugins whose PreScore returned Skip: their Score is not called this cycle.
+        self.skip_score_plugins: set[str] = set()
+
+    def write(self, key: str, value: Any) -> None:
+        self._data[key] = value
+
+    def read(self, key: str) -> Any:
+        """The value stored under ``key``; ``KeyError`` names the key when a PreX step did not run."""
+        try:
+            return self._data[key]
+        except KeyError:
+            raise KeyError(f"no cycle state for {key!r}: its PreFilter/PreScore did not run") from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def clone(self) -> CycleState:
+        other = CycleState()
+        for key, value in self._data.items():
+            clone = getattr(value, "clone", None)
+            other._data[key] = clone() if callable(clone) else copy.copy(value)
+        other.skip_filter_plugins = set(self.skip_filter_plugins)
+        other.skip_score_plugins = set(self.skip_score_plugins)
+        return other

@@ -1,0 +1,31 @@
+"""The extension points of the scheduling framework, named as in KubeSchedulerConfiguration ``plugins``."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ExtensionPoint(StrEnum):
+    """One extension point; the value is its key under a profile's ``plugins`` (camelCase, as upstream)."""
+
+    PRE_ENQUEUE = "preEnqueue"
+    QUEUE_SORT = "queueSort"
+    PRE_FILTER = "preFilter"
+    FILTER = "filter"
+    POST_FILTER = "postFilter"
+    PRE_SCORE = "preScore"
+    SCORE = "score"
+    RESERVE = "reserve"
+    PERMIT = "permit"
+    PRE_BIND = "preBind"
+    BIND = "bind"
+    POST_BIND = "postBind"
+
+    @property
+    def title(self) -> str:
+        """The upstream Go interface name (``PreFilter``, ``Score`` …) used in error messages."""
+        return self.value[0].upper() + self.value[1:]
+
+
+#: The order in which extension points appear in upstream's configuration types.
+ALL_EXTENSION_POINTS: tuple[ExtensionPoint, ...] = tuple(ExtensionPoint)

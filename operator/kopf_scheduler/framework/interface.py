@@ -1,0 +1,317 @@
+"""One small interface per extension point, as upstream's ``framework/interface.go``.
+
+A plugin is a class deriving from :class:`Plugin` and from the interfaces of the extension points it
+implements; the registry reads which ones from the class (``issubclass``), so a profile can only enable
+a plugin where it can run.
+
+The hot interfaces are *vectorised*: Filter, PreScore and Score receive ``nodes``, an int64 array of node
+table slots (see :mod:`kopf_scheduler.state.node_table`), and answer for all of them at once. Filter answers
+with a :class:`FilterResult` (which nodes fail, with which Status); Score with an int64 array aligned with
+``nodes``. Plugins that are simpler to write one node at a time derive from :class:`NodeFilterPlugin` /
+:class:`NodeScorePlugin` and the adapter loops for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import numpy as np
+from pydantic import BaseModel
+
+from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.extension_points import ExtensionPoint
+from kopf_scheduler.framework.status import SUCCESS, Status
+
+if TYPE_CHECKING:
+    from kopf_scheduler.state.cache import NodeInfo, Snapshot
+    from kopf_scheduler.state.pod_info import PodInfo
+
+#: Upstream score bounds: every Score plugin's output, after NormalizeScore, is in [0, 100].
+MAX_NODE_SCORE = 100
+MIN_NODE_SCORE = 0
+
+
+# -- what plugins get from the runtime -----------------------------------------------------------------
+class APIClient(Protocol):
+    """The narrow I/O seam plugins may use (implemented in ``kopf_scheduler.kube``; fakes in tests)."""
+
+    async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
+        """POST ``pods/<name>/binding``; raises :class:`APIError` on a non-2xx answer."""
+        ...
+
+
+class APIError(Exception):
+    """An API server answer that is not a success; ``status`` is the HTTP code."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Handle(Protocol):
+    """What the framework hands every plugin at construction (upstream ``framework.Handle``)."""
+
+    @property
+    def profile_name(self) -> str: ...
+
+    @property
+    def client(self) -> APIClient | None: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+
+# -- results -------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    """Which of the candidate nodes a Filter plugin rejects, and why.
+
+    ``rejected`` is a bool mask aligned with the ``nodes`` the plugin was given. ``statuses`` is a small
+    palette of verdicts and ``status_index`` picks one per node (aligned with ``nodes``; only rejected
+    positions matter). With a single status ``status_index`` may be ``None``.
+    """
+
+    rejected: np.ndarray
+    statuses: tuple[Status, ...]
+    status_index: np.ndarray | None = None
+
+    @classmethod
+    def uniform(cls, rejected: np.ndarray, status: Status) -> FilterResult:
+        return cls(rejected, (status,), None)
+
+    def status_at(self, position: int) -> Status:
+        if self.status_index is None:
+            return self.statuses[0]
+        return self.statuses[int(self.status_index[position])]
+
+
+@dataclass(frozen=True, slots=True)
+class PreFilterResult:
+    """Upstream ``PreFilterResult``: ``node_names`` None means all nodes; otherwise only these."""
+
+    node_names: frozenset[str] | None = None
+
+    @property
+    def all_nodes(self) -> bool:
+        return self.node_names is None
+
+    def merge(self, other: PreFilterResult | None) -> PreFilterResult:
+        if other is None or other.all_nodes:
+            return self
+        if self.all_nodes:
+            return other
+        assert self.node_names is not None
+        assert other.node_names is not None
+        return PreFilterResult(self.node_names & other.node_names)
+
+
+@dataclass(frozen=True, slots=True)
+class PostFilterResult:
+    """What a PostFilter plugin (preemption) proposes: a node to nominate, or nothing."""
+
+    nominated_node_name: str | None = None
+
+
+#: Node name → the Status that rejected it; what PostFilter plugins read (upstream ``NodeToStatus``).
+NodeToStatus = Mapping[str, Status]
+
+
+# -- plugins -------------------------------------------------------------------------------------------
+class Plugin:
+    """Base of every plugin. ``name`` is the registry/config name; ``args_model`` the pydantic args type."""
+
+    name: ClassVar[str]
+    args_model: ClassVar[type[BaseModel] | None] = None
+
+    def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:
+        self.handle = handle
+        self.args = args
+
+    @classmethod
+    def extension_points(cls) -> frozenset[ExtensionPoint]:
+        """The extension points this class implements, read off its interface bases."""
+        return frozenset(point for point, iface in INTERFACES.items() if issubclass(cls, iface))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class PreEnqueuePlugin(Plugin):
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        raise NotImplementedError
+
+
+class QueueSortPlugin(Plugin):
+    def less(self, a: QueuedPod, b: QueuedPod) -> bool:
+        """True if ``a`` should be popped before ``b``."""
+        raise NotImplementedError
+
+
+class QueuedPod(Protocol):
+    """What QueueSort compares: the pod and when it (re)entered the queue."""
+
+    @property
+    def pod(self) -> PodInfo: ...
+
+    @property
+    def timestamp(self) -> float: ...
+
+
+class PreFilterExtensions(Protocol):
+    """Incremental updates of PreFilter state for nominated pods and preemption dry runs."""
+
+    def add_pod(self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo) -> Status: ...
+
+    def remove_pod(self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo) -> Status: ...
+
+
+class PreFilterPlugin(Plugin):
+    def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
+        raise NotImplementedError
+
+    def pre_filter_extensions(self) -> PreFilterExtensions | None:
+        return None
+
+
+class FilterPlugin(Plugin):
+    def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
+        """Judge every node in ``nodes`` (slots); ``None`` means all pass."""
+        raise NotImplementedError
+
+
+class NodeFilterPlugin(FilterPlugin):
+    """A Filter written one node at a time; the vectorised ``filter`` loops over ``filter_node``."""
+
+    def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        raise NotImplementedError
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
+        rejected = np.zeros(len(nodes), dtype=bool)
+        palette: dict[Status, int] = {}
+        index = np.zeros(len(nodes), dtype=np.int64)
+        for position, slot in enumerate(nodes):
+            status = self.filter_node(state, pod, snapshot.node_info(int(slot)))
+            if not status.is_success:
+                rejected[position] = True
+                index[position] = palette.setdefault(status, len(palette))
+        if not palette:
+            return None
+        return FilterResult(rejected, tuple(palette), index)
+
+
+class PostFilterPlugin(Plugin):
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
+    ) -> tuple[PostFilterResult | None, Status]:
+        raise NotImplementedError
+
+
+class PreScorePlugin(Plugin):
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> Status:
+        """``nodes`` are the feasible nodes; return Skip to have this plugin's Score skipped."""
+        raise NotImplementedError
+
+
+class ScorePlugin(Plugin):
+    def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
+        """int64 scores aligned with ``nodes``."""
+        raise NotImplementedError
+
+    #: Upstream ``ScoreExtensions() != nil``: only then is :meth:`normalize_score` called.
+    has_normalize: ClassVar[bool] = False
+
+    def normalize_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        return scores
+
+
+class NodeScorePlugin(ScorePlugin):
+    """A Score written one node at a time."""
+
+    def score_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> int:
+        raise NotImplementedError
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
+        return np.fromiter(
+            (self.score_node(state, pod, snapshot.node_info(int(slot))) for slot in nodes),
+            dtype=np.int64,
+            count=len(nodes),
+        )
+
+
+class ReservePlugin(Plugin):
+    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        raise NotImplementedError
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        raise NotImplementedError
+
+
+class PermitPlugin(Plugin):
+    def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
+        """(status, timeout seconds); a Wait status parks the pod until allowed or timed out."""
+        raise NotImplementedError
+
+
+class PreBindPlugin(Plugin):
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        raise NotImplementedError
+
+
+class BindPlugin(Plugin):
+    async def bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Bind the pod; return Skip to let the next Bind plugin try."""
+        raise NotImplementedError
+
+
+class PostBindPlugin(Plugin):
+    def post_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        raise NotImplementedError
+
+
+INTERFACES: dict[ExtensionPoint, type[Plugin]] = {
+    ExtensionPoint.PRE_ENQUEUE: PreEnqueuePlugin,
+    ExtensionPoint.QUEUE_SORT: QueueSortPlugin,
+    ExtensionPoint.PRE_FILTER: PreFilterPlugin,
+    ExtensionPoint.FILTER: FilterPlugin,
+    ExtensionPoint.POST_FILTER: PostFilterPlugin,
+    ExtensionPoint.PRE_SCORE: PreScorePlugin,
+    ExtensionPoint.SCORE: ScorePlugin,
+    ExtensionPoint.RESERVE: ReservePlugin,
+    ExtensionPoint.PERMIT: PermitPlugin,
+    ExtensionPoint.PRE_BIND: PreBindPlugin,
+    ExtensionPoint.BIND: BindPlugin,
+    ExtensionPoint.POST_BIND: PostBindPlugin,
+}
+
+__all__ = [
+    "MAX_NODE_SCORE",
+    "MIN_NODE_SCORE",
+    "SUCCESS",
+    "APIClient",
+    "APIError",
+    "BindPlugin",
+    "CycleState",
+    "FilterPlugin",
+    "FilterResult",
+    "Handle",
+    "NodeFilterPlugin",
+    "NodeScorePlugin",
+    "NodeToStatus",
+    "PermitPlugin",
+    "Plugin",
+    "PostBindPlugin",
+    "PostFilterPlugin",
+    "PostFilterResult",
+    "PreBindPlugin",
+    "PreEnqueuePlugin",
+    "PreFilterExtensions",
+    "PreFilterPlugin",
+    "PreFilterResult",
+    "PreScorePlugin",
+    "QueueSortPlugin",
+    "QueuedPod",
+    "ReservePlugin",
+    "ScorePlugin",
+    "Status",
+]

@@ -1,0 +1,355 @@
+"""ClusterCache: every node and every assigned, non-terminal pod, kept current from watch events.
+
+Upstream's scheduler cache, restated: NodeInfo per node (its pods, used host ports, images), pods that
+are *assumed* on a node the moment a cycle picks it (so the next cycle already sees the resources gone)
+and *forgotten* if binding fails, plus the node tree that interleaves zones. Unlike upstream there is no
+copying snapshot: the scheduling cycle runs synchronously between events, so :meth:`snapshot` is a cheap
+view that only caches the node order. Numbers the plugins compare live in :class:`NodeTable` columns.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kopf_scheduler.state.node_table import NodeTable
+from kopf_scheduler.state.pod_info import HostPort, PodInfo
+from kopf_scheduler.state.quantity import resource_value
+from kopf_scheduler.state.selectors import LabelSelector
+from kopf_scheduler.state.tolerations import Taint, parse_taints
+
+ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
+REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region")
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def zone_key(labels: Mapping[str, str]) -> str:
+    """Upstream ``GetZoneKey``: region and zone joined; nodes with neither share the key ""."""
+    zone = next((labels[k] for k in ZONE_LABELS if labels.get(k)), "")
+    region = next((labels[k] for k in REGION_LABELS if labels.get(k)), "")
+    if not zone and not region:
+        return ""
+    return f"{region}:\x00:{zone}"
+
+
+@dataclass(slots=True, eq=False)
+class NodeInfo:
+    """One node and what runs on it (bound and assumed pods)."""
+
+    name: str
+    slot: int
+    obj: dict[str, Any]
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+    unschedulable: bool
+    allocatable: dict[str, int]
+    #: Image name → size in bytes, for every name each image is known by.
+    images: dict[str, int]
+    pods: dict[str, PodInfo] = field(default_factory=dict)
+    pods_with_affinity: dict[str, PodInfo] = field(default_factory=dict)
+    pods_with_required_anti_affinity: dict[str, PodInfo] = field(default_factory=dict)
+    used_ports: Counter[HostPort] = field(default_factory=Counter)
+
+
+class ClusterCache:
+    """Nodes, assigned pods and the few other objects plugins read (workload selectors, namespaces)."""
+
+    def __init__(self) -> None:
+        self.table = NodeTable()
+        self._nodes: dict[str, NodeInfo] = {}
+        self._by_slot: dict[int, NodeInfo] = {}
+        self._pods: dict[str, PodInfo] = {}
+        self._assumed: set[str] = set()
+        #: Pods bound to nodes the cache has not seen yet (upstream keeps node-less NodeInfos for them).
+        self._orphans: dict[str, dict[str, PodInfo]] = {}
+        #: namespace → uid → assigned pod; and namespace → label key → value → uids (selector lookups).
+        self._pods_by_namespace: dict[str, dict[str, PodInfo]] = {}
+        self._label_index: dict[str, dict[str, dict[str, set[str]]]] = {}
+        #: Image name → {slot: size}; ImageLocality's spread is the number of nodes holding the image.
+        self.image_nodes: dict[str, dict[int, int]] = {}
+        #: Zones in order of first appearance → node names in insertion order (upstream node tree).
+        self._zones: dict[str, list[str]] = {}
+        self._order: np.ndarray | None = None
+        #: (kind, namespace, name) → selector of Services, ReplicationControllers, ReplicaSets, StatefulSets.
+        self.workload_selectors: dict[tuple[str, str, str], LabelSelector] = {}
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        self.generation = 0
+
+    # -- nodes ---------------------------------------------------------------------------------------
+    def add_or_update_node(self, obj: dict[str, Any]) -> NodeInfo:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        name = meta["name"]
+        labels = dict(meta.get("labels") or {})
+        allocatable = {k: resource_value(k, v) for k, v in (status.get("allocatable") or {}).items()}
+        images: dict[str, int] = {}
+        for image in status.get("images") or ():
+            for image_name in image.get("names") or ():
+                images[image_name] = int(image.get("sizeBytes") or 0)
+        info = self._nodes.get(name)
+        if info is None:
+            slot = self.table.allocate(name)
+            info = NodeInfo(name, slot, obj, labels, (), False, allocatable, images)
+            self._nodes[name] = info
+            self._by_slot[slot] = info
+            self._zones.setdefault(zone_key(labels), []).append(name)
+            self._order = None
+            for pod in self._orphans.pop(name, {}).values():
+                self._attach(pod, info)
+        else:
+            old_zone, new_zone = zone_key(info.labels), zone_key(labels)
+            if old_zone != new_zone:
+                self._remove_from_zone(old_zone, name)
+                self._zones.setdefault(new_zone, []).append(name)
+                self._order = None
+            self._set_images(info, {})
+            info.obj, info.labels, info.allocatable = obj, labels, allocatable
+        info.taints = parse_taints(spec.get("taints"))
+        info.unschedulable = bool(spec.get("unschedulable"))
+        slot = info.slot
+        self.table.set_allocatable(slot, allocatable)
+        self.table.set_labels(slot, labels)
+        self.table.set_taints(slot, info.taints)
+        self.table.unschedulable[slot] = info.unschedulable
+        self._set_images(info, images)
+        self.generation += 1
+        return info
+
+    def remove_node(self, name: str) -> None:
+        info = self._nodes.pop(name, None)
+        if info is None:
+            return
+        self._set_images(info, {})
+        del self._by_slot[info.slot]
+        self._remove_from_zone(zone_key(info.labels), name)
+        self._order = None
+        # Pods still bound to a deleted node stay accounted for until their own delete events arrive.
+        if info.pods:
+            self._orphans[name] = dict(info.pods)
+        self.table.release(info.slot)
+        self.generation += 1
+
+    def _remove_from_zone(self, key: str, name: str) -> None:
+        names = self._zones.get(key)
+        if names is not None and name in names:
+            names.remove(name)
+            if not names:
+                del self._zones[key]
+
+    def _set_images(self, info: NodeInfo, images: dict[str, int]) -> None:
+        for image_name in info.images:
+            holders = self.image_nodes.get(image_name)
+            if holders is not None:
+                holders.pop(info.slot, None)
+                if not holders:
+                    del self.image_nodes[image_name]
+        info.images = images
+        for image_name, size in images.items():
+            self.image_nodes.setdefault(image_name, {})[info.slot] = size
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self._nodes.get(name)
+
+    def node_at(self, slot: int) -> NodeInfo:
+        return self._by_slot[slot]
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self._nodes)
+
+    def node_names(self) -> Iterator[str]:
+        return iter(self._nodes)
+
+    def node_order(self) -> np.ndarray:
+        """Slots in upstream node-tree order: the 1st node of each zone, then the 2nd of each, …"""
+        if self._order is None:
+            zones = list(self._zones.values())
+            order: list[int] = []
+            depth = 0
+            while True:
+                row = [names[depth] for names in zones if depth < len(names)]
+                if not row:
+                    break
+                order.extend(self._nodes[n].slot for n in row)
+                depth += 1
+            self._order = np.asarray(order, dtype=np.int64)
+        return self._order
+
+    # -- pods ----------------------------------------------------------------------------------------
+    def add_or_update_pod(self, obj: dict[str, Any]) -> PodInfo | None:
+        """Account an assigned pod (or drop it when it turned terminal). Unassigned pods are ignored."""
+        pod = PodInfo.from_obj(obj)
+        old = self._pods.get(pod.uid)
+        if old is not None:
+            self._detach(old)
+            self._assumed.discard(pod.uid)
+        if not pod.node_name or pod.phase in TERMINAL_PHASES:
+            return None
+        self._add(pod)
+        return pod
+
+    def remove_pod(self, uid: str) -> None:
+        pod = self._pods.get(uid)
+        if pod is not None:
+            self._detach(pod)
+            self._assumed.discard(uid)
+
+    def assume(self, pod: PodInfo, node_name: str) -> PodInfo:
+        """Account ``pod`` on ``node_name`` before the Binding lands (upstream ``AssumePod``)."""
+        if pod.uid in self._pods:
+            raise ValueError(f"pod {pod.key} is already in the cache")
+        obj = {**pod.obj, "spec": {**(pod.obj.get("spec") or {}), "nodeName": node_name}}
+        assumed = PodInfo.from_obj(obj)
+        assumed.memo.update(pod.memo)
+        self._add(assumed)
+        self._assumed.add(assumed.uid)
+        return assumed
+
+    def forget(self, uid: str) -> None:
+        """Undo :meth:`assume` after a failed bind; a pod already confirmed by a watch event stays."""
+        if uid in self._assumed:
+            self.remove_pod(uid)
+
+    def is_assumed(self, uid: str) -> bool:
+        return uid in self._assumed
+
+    def pod(self, uid: str) -> PodInfo | None:
+        return self._pods.get(uid)
+
+    def pods(self) -> Iterator[PodInfo]:
+        return iter(self._pods.values())
+
+    def _add(self, pod: PodInfo) -> None:
+        self._pods[pod.uid] = pod
+        by_ns = self._pods_by_namespace.setdefault(pod.namespace, {})
+        by_ns[pod.uid] = pod
+        index = self._label_index.setdefault(pod.namespace, {})
+        for key, value in pod.labels.items():
+            index.setdefault(key, {}).setdefault(value, set()).add(pod.uid)
+        info = self._nodes.get(pod.node_name)
+        if info is None:
+            self._orphans.setdefault(pod.node_name, {})[pod.uid] = pod
+        else:
+            self._attach(pod, info)
+        self.generation += 1
+
+    def _attach(self, pod: PodInfo, info: NodeInfo) -> None:
+        info.pods[pod.uid] = pod
+        if pod.has_pod_affinity_terms:
+            info.pods_with_affinity[pod.uid] = pod
+        if pod.has_required_anti_affinity:
+            info.pods_with_required_anti_affinity[pod.uid] = pod
+        info.used_ports.update(pod.host_ports)
+        slot = info.slot
+        self.table.add_requests(slot, pod.requests, +1)
+        self.table.non_zero_requested[slot, 0] += pod.non_zero_cpu
+        self.table.non_zero_requested[slot, 1] += pod.non_zero_memory
+        self.table.pod_count[slot] += 1
+
+    def _detach(self, pod: PodInfo) -> None:
+        del self._pods[pod.uid]
+        by_ns = self._pods_by_namespace.get(pod.namespace, {})
+        by_ns.pop(pod.uid, None)
+        index = self._label_index.get(pod.namespace, {})
+        for key, value in pod.labels.items():
+            uids = index.get(key, {}).get(value)
+            if uids is not None:
+                uids.discard(pod.uid)
+                if not uids:
+                    del index[key][value]
+                    if not index[key]:
+                        del index[key]
+        orphans = self._orphans.get(pod.node_name)
+        if orphans is not None and pod.uid in orphans:
+            del orphans[pod.uid]
+            if not orphans:
+                del self._orphans[pod.node_name]
+        info = self._nodes.get(pod.node_name)
+        if info is not None and info.pods.pop(pod.uid, None) is not None:
+            info.pods_with_affinity.pop(pod.uid, None)
+            info.pods_with_required_anti_affinity.pop(pod.uid, None)
+            info.used_ports.subtract(pod.host_ports)
+            info.used_ports += Counter()  # drop zero counts
+            slot = info.slot
+            self.table.add_requests(slot, pod.requests, -1)
+            self.table.non_zero_requested[slot, 0] -= pod.non_zero_cpu
+            self.table.non_zero_requested[slot, 1] -= pod.non_zero_memory
+            self.table.pod_count[slot] -= 1
+        self.generation += 1
+
+    # -- selector lookups ----------------------------------------------------------------------------
+    def pods_in_namespace(self, namespace: str) -> Iterable[PodInfo]:
+        return self._pods_by_namespace.get(namespace, {}).values()
+
+    def matching_pods(self, namespace: str, selector: LabelSelector) -> list[PodInfo]:
+        """Assigned pods of ``namespace`` whose labels match ``selector``, narrowed through the label index."""
+        if selector.matches_nothing:
+            return []
+        pods = self._pods_by_namespace.get(namespace)
+        if not pods:
+            return []
+        index = self._label_index.get(namespace, {})
+        candidates: set[str] | None = None
+        for req in selector.requirements:
+            if req.operator == "In":
+                values = index.get(req.key, {})
+                found = set().union(*(values.get(v, ()) for v in req.values)) if req.values else set()
+            elif req.operator == "Exists":
+                found = set().union(*index.get(req.key, {}).values())
+            else:
+                continue
+            candidates = found if candidates is None else candidates & found
+            if not candidates:
+                return []
+        if candidates is None:
+            return [p for p in pods.values() if selector.matches(p.labels)]
+        return [pods[uid] for uid in candidates if selector.matches(pods[uid].labels)]
+
+    # -- other objects plugins read ------------------------------------------------------------------
+    def set_workload_selector(self, kind: str, namespace: str, name: str, selector: LabelSelector | None) -> None:
+        key = (kind, namespace, name)
+        if selector is None:
+            self.workload_selectors.pop(key, None)
+        else:
+            self.workload_selectors[key] = selector
+
+    def set_namespace_labels(self, name: str, labels: dict[str, str] | None) -> None:
+        if labels is None:
+            self.namespace_labels.pop(name, None)
+        else:
+            self.namespace_labels[name] = dict(labels)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self)
+
+
+class Snapshot:
+    """The view one scheduling cycle works on: the cache plus the node order, frozen for the cycle."""
+
+    __slots__ = ("cache", "order", "table")
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.table = cache.table
+        #: All nodes as table slots, in node-tree order.
+        self.order = cache.node_order()
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.order)
+
+    def node_info(self, slot: int) -> NodeInfo:
+        return self.cache.node_at(slot)
+
+    def node_infos(self, slots: Iterable[int] | None = None) -> Iterator[NodeInfo]:
+        for slot in self.order if slots is None else slots:
+            yield self.cache.node_at(int(slot))
+
+    def slot_of(self, node_name: str) -> int | None:
+        info = self.cache.node(node_name)
+        return None if info is None else info.slot
