@@ -1,0 +1,108 @@
+"""Builders for nodes, pods and caches in unit tests: API-shaped dicts, so tests read like manifests."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from kopf_scheduler.framework import CycleState
+from kopf_scheduler.state.cache import ClusterCache, Snapshot
+from kopf_scheduler.state.pod_info import PodInfo
+
+_uids = itertools.count()
+
+
+def make_node(
+    name: str,
+    *,
+    cpu: str | int = "4",
+    memory: str | int = "32Gi",
+    pods: int = 110,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, Any]] | None = None,
+    unschedulable: bool = False,
+    extra: dict[str, str | int] | None = None,
+    images: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    allocatable: dict[str, str | int] = {"cpu": cpu, "memory": memory, "pods": pods, **(extra or {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints or [], "unschedulable": unschedulable},
+        "status": {"allocatable": allocatable, "capacity": dict(allocatable), "images": images or []},
+    }
+
+
+def make_pod(
+    name: str = "pod",
+    *,
+    namespace: str = "default",
+    requests: dict[str, str | int] | None = None,
+    node_name: str = "",
+    labels: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
+    if requests:
+        container["resources"] = {"requests": dict(requests)}
+    body: dict[str, Any] = {"containers": [container], "schedulerName": "default-scheduler"}
+    if node_name:
+        body["nodeName"] = node_name
+    body.update(spec or {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or f"uid-{name}-{next(_uids)}",
+            "labels": dict(labels or {}),
+        },
+        "spec": body,
+        "status": {"phase": "Running" if node_name else "Pending"},
+    }
+
+
+def make_cache(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = ()) -> ClusterCache:  # type: ignore[assignment]
+    cache = ClusterCache()
+    for node in nodes:
+        cache.add_or_update_node(node)
+    for pod in pods:
+        cache.add_or_update_pod(pod)
+    return cache
+
+
+def pod_info(obj: dict[str, Any]) -> PodInfo:
+    return PodInfo.from_obj(obj)
+
+
+def slots(snapshot: Snapshot, names: list[str] | None = None) -> np.ndarray:
+    """Node table slots for ``names`` (all nodes in node-tree order when omitted)."""
+    if names is None:
+        return snapshot.order
+    found = [snapshot.slot_of(n) for n in names]
+    return np.asarray(found, dtype=np.int64)
+
+
+class FakeHandle:
+    """The Handle plugins get in unit tests: a cache-backed snapshot, no API client."""
+
+    def __init__(self, cache: ClusterCache | None = None, *, profile_name: str = "default-scheduler") -> None:
+        self.cache = cache or ClusterCache()
+        self._profile_name = profile_name
+        self.client = None
+
+    @property
+    def profile_name(self) -> str:
+        return self._profile_name
+
+    def snapshot(self) -> Snapshot:
+        return self.cache.snapshot()
+
+
+def new_state() -> CycleState:
+    return CycleState()
