@@ -1,0 +1,11 @@
+"""The only package that talks HTTP to the API server: Bindings, pod status patches, Events, LISTs.
+
+Everything here is async (aiohttp on kopf's event loop), so a slow API call never stalls the watches or
+the scheduling loop. The rest of the operator sees :class:`KubeClient`'s small methods, and tests replace
+it with a fake of the same shape.
+"""
+
+from kopf_scheduler.kube.client import KubeClient
+from kopf_scheduler.kube.events import event_body
+
+__all__ = ["KubeClient", "event_body"]

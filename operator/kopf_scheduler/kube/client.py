@@ -1,0 +1,127 @@
+"""KubeClient: the handful of API calls the scheduler makes, over one aiohttp session.
+
+Credentials come from kopf's login (``kopf.ConnectionInfo``), so the operator authenticates exactly as
+kopf does (service account in-cluster, kubeconfig outside). Errors surface as
+:class:`kopf_scheduler.framework.APIError` with the HTTP status, which is what callers branch on
+(409 = already bound, 404 = gone).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+
+from kopf_scheduler.framework import APIError
+
+JSON = dict[str, Any]
+
+
+class KubeClient:
+    """Async API calls. One instance per operator process; ``close()`` on shutdown."""
+
+    def __init__(
+        self,
+        *,
+        server: str,
+        headers: Mapping[str, str] | None = None,
+        ssl_context: ssl.SSLContext | bool | None = None,
+        session: aiohttp.ClientSession | None = None,  # injected in tests
+        timeout: float = 30.0,
+        connection_limit: int = 100,
+    ) -> None:
+        self.server = server.rstrip("/")
+        self._headers = dict(headers or {})
+        self._ssl = ssl_context
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session = session
+        self._connection_limit = connection_limit
+
+    @classmethod
+    def from_connection_info(cls, info: Any, **kwargs: Any) -> KubeClient:
+        """Build from a ``kopf.ConnectionInfo`` (kept untyped so this module does not import kopf)."""
+        headers = dict(info.as_http_headers())
+        ssl_context: ssl.SSLContext | bool = info.as_ssl_context()
+        if info.insecure:
+            ssl_context = False
+        return cls(server=info.server, headers=headers, ssl_context=ssl_context, **kwargs)
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._connection_limit, ssl=self._ssl)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers, timeout=self._timeout, json_serialize=json.dumps
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: JSON | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> JSON:
+        url = self.server + path + ("?" + urlencode(params) if params else "")
+        data = None if body is None else json.dumps(body)
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        async with self._get_session().request(method, url, data=data, headers=headers) as response:
+            text = await response.text()
+            if response.status >= 400:
+                raise APIError(response.status, _error_message(text, response.status))
+            return json.loads(text) if text else {}
+
+    # -- the calls the scheduler makes ---------------------------------------------------------------
+    async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
+        """POST a Binding (what DefaultBinder does); 409 means the pod is already bound."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+        }
+        await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body=body)
+
+    async def patch_pod_status(self, *, namespace: str, name: str, patch: JSON) -> JSON:
+        """Strategic-merge patch of ``pods/status`` (conditions merge by type, as kube-scheduler's do)."""
+        return await self.request(
+            "PATCH",
+            f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/status",
+            body=patch,
+            content_type="application/strategic-merge-patch+json",
+        )
+
+    async def create_event(self, *, namespace: str, body: JSON) -> JSON:
+        """Create an events.k8s.io/v1 Event."""
+        return await self.request("POST", f"/apis/events.k8s.io/v1/namespaces/{quote(namespace)}/events", body=body)
+
+    async def patch_merge(self, path: str, patch: JSON) -> JSON:
+        return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    async def list_all(self, path: str, *, params: Mapping[str, str] | None = None, limit: int = 500) -> list[JSON]:
+        """A paginated LIST (authoritative: served from etcd-consistent reads by default)."""
+        items: list[JSON] = []
+        query = {"limit": str(limit), **(params or {})}
+        while True:
+            page = await self.request("GET", path, params=query)
+            items.extend(page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            query = {**query, "continue": token}
+
+
+def _error_message(text: str, status: int) -> str:
+    try:
+        return str(json.loads(text).get("message") or text)
+    except (ValueError, AttributeError):
+        return text or f"HTTP {status}"

@@ -1,0 +1,94 @@
+"""Run settings of ``kopf-scheduler run``: defaults, a versioned config file, and flags on top.
+
+As with kube-scheduler, ``--config FILE`` loads every run setting from a versioned YAML document
+(``apiVersion: kopf-scheduler.io/v1alpha1``, ``kind: KopfSchedulerConfiguration``), explicit flags override
+it, and ``--write-config-to FILE`` writes the effective result. Bad values fail fast with a message that
+names the setting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+CONFIG_API_VERSION = "kopf-scheduler.io/v1alpha1"
+CONFIG_KIND = "KopfSchedulerConfiguration"
+
+
+class SettingsError(ValueError):
+    """A bad flag or config file; the message names the setting."""
+
+
+class RunSettings(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_assignment=True)
+
+    namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces whose pods are scheduled; empty means cluster-wide."
+    )
+    peering_name: str = Field(default="kopf-scheduler", min_length=1, description="ClusterKopfPeering name.")
+    peering_priority: int = Field(default=0, description="This replica's peering priority; unique per replica.")
+    peering_lifetime: int = Field(default=15, ge=2, le=3600, description="Seconds a silent peer stays alive.")
+    metrics_port: int = Field(default=10259, ge=0, le=65535, description="Port of /metrics; 0 disables it.")
+    health_port: int = Field(default=10260, ge=0, le=65535, description="Port of /healthz; 0 disables it.")
+    bind_address: str = Field(default="0.0.0.0", description="Address the metrics and health servers bind to.")
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    pod_initial_backoff_seconds: float = Field(default=1.0, gt=0)
+    pod_max_backoff_seconds: float = Field(default=10.0, gt=0)
+    pod_max_in_unschedulable_pods_duration: float = Field(default=300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _backoffs_ordered(self) -> RunSettings:
+        if self.pod_max_backoff_seconds < self.pod_initial_backoff_seconds:
+            raise ValueError(
+                "podMaxBackoffSeconds: Invalid value: must be greater than or equal to podInitialBackoffSeconds"
+            )
+        return self
+
+
+def _format_error(error: ValidationError, source: str) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(root)"
+        parts.append(f"{where}: {item['msg']}")
+    return f"invalid {source}: " + "; ".join(parts)
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """The settings a config file sets (camelCase keys), after checking apiVersion and kind."""
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SettingsError(f"cannot read config file {path}: {e}") from e
+    if not isinstance(document, dict):
+        raise SettingsError(f"config file {path}: expected a mapping at the top level")
+    api_version, kind = document.pop("apiVersion", None), document.pop("kind", None)
+    if api_version != CONFIG_API_VERSION or kind != CONFIG_KIND:
+        raise SettingsError(
+            f"config file {path}: apiVersion/kind must be {CONFIG_API_VERSION}/{CONFIG_KIND}, got {api_version}/{kind}"
+        )
+    return document
+
+
+def resolve_settings(*, config_file: str | Path | None, overrides: dict[str, Any]) -> RunSettings:
+    """Defaults ← config file ← explicit flags (``overrides`` uses the Python field names)."""
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            values = RunSettings.model_validate(load_config_file(config_file)).model_dump()
+        except ValidationError as e:
+            raise SettingsError(_format_error(e, f"config file {config_file}")) from e
+    values.update(overrides)
+    try:
+        return RunSettings.model_validate(values)
+    except ValidationError as e:
+        raise SettingsError(_format_error(e, "settings")) from e
+
+
+def dump_settings(settings: RunSettings) -> str:
+    document = {"apiVersion": CONFIG_API_VERSION, "kind": CONFIG_KIND, **settings.model_dump(by_alias=True)}
+    return yaml.safe_dump(document, sort_keys=False)
