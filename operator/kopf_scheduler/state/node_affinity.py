@@ -1,0 +1,319 @@
+"""Node selectors and node affinity, parsed once per pod with upstream's rules, matched over node arrays.
+
+Upstream's ``component-helpers/scheduling/corev1/nodeaffinity`` turns a pod's ``nodeSelector`` and
+``requiredDuringSchedulingIgnoredDuringExecution`` into a ``RequiredNodeAffinity`` and its preferred terms
+into ``PreferredSchedulingTerms``. The parsing rules decide verdicts, so they are restated here exactly:
+
+- a term with neither matchExpressions nor matchFields matches nothing;
+- a term whose requirements fail ``labels.NewRequirement`` validation (bad key, a value that is not a
+  label value, In/NotIn without values, Exists with values, Gt/Lt without exactly one integer) matches
+  nothing in the *required* selector (parse errors are ignored "for backwards compatibility"), while in
+  *preferred* terms or a scheduler-enforced (``addedAffinity``) selector it is an error;
+- matchFields know only ``metadata.name``, operators In/NotIn with exactly one value;
+- Gt/Lt compare Go ``strconv.ParseInt`` integers (no float rounding, no ``_`` separators).
+
+NodeAffinity (Filter/Score) and PodTopologySpread (``nodeAffinityPolicy: Honor``) share
+:func:`required_node_affinity_mask`. Label requirements are matched with :mod:`kopf_scheduler.state.selectors`
+over the node table's interned label columns; Gt/Lt are judged once per distinct label value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kopf_scheduler.state.selectors import Requirement, node_requirement_mask
+
+if TYPE_CHECKING:
+    from kopf_scheduler.state.node_table import NodeTable
+    from kopf_scheduler.state.pod_info import PodInfo
+
+#: The only field a node selector may name.
+OBJECT_NAME_FIELD = "metadata.name"
+
+_LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_GO_DECIMAL = re.compile(r"^[+-]?[0-9]+$")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+#: PodInfo.memo key of the parsed required node affinity (shared by every plugin that asks).
+_MEMO_REQUIRED = "state.RequiredNodeAffinity"
+
+
+class NodeSelectorParseError(ValueError):
+    """A node selector term that upstream's parser rejects."""
+
+
+# -- validation (apimachinery's IsQualifiedName / IsValidLabelValue / strconv.ParseInt) ------------------
+def parse_go_int64(text: str) -> int | None:
+    """``strconv.ParseInt(text, 10, 64)``: optional sign, ASCII digits, int64 range; None on error."""
+    if not _GO_DECIMAL.match(text):
+        return None
+    value = int(text)
+    return value if _INT64_MIN <= value <= _INT64_MAX else None
+
+
+def is_qualified_name(key: str) -> bool:
+    """A label key: ``[prefix/]name``, name ≤ 63 chars, prefix a DNS-1123 subdomain ≤ 253 chars."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+
+
+def _label_requirement(expr: Mapping[str, Any]) -> tuple[Requirement | None, list[str]]:
+    """One matchExpressions entry as ``labels.NewRequirement`` would build it, or the reasons it cannot."""
+    key = expr.get("key") or ""
+    op = expr.get("operator") or ""
+    values = tuple(expr.get("values") or ())
+    if op not in _LABEL_OPERATORS:
+        return None, [f"operator {op!r} not supported"]
+    errors: list[str] = []
+    if not is_qualified_name(key):
+        errors.append(f"invalid label key {key!r}")
+    if op in ("In", "NotIn") and not values:
+        errors.append("for 'in', 'notin' operators, values set can't be empty")
+    if op in ("Exists", "DoesNotExist") and values:
+        errors.append("values set must be empty for exists and does not exist")
+    if op in ("Gt", "Lt"):
+        if len(values) != 1:
+            errors.append("for 'Gt', 'Lt' operators, exactly one value is required")
+        errors.extend(
+            "for 'Gt', 'Lt' operators, the value must be an integer" for v in values if parse_go_int64(v) is None
+        )
+    errors.extend(f"invalid label value {v!r}" for v in values if not is_label_value(v))
+    return (None if errors else Requirement(key, op, values)), errors
+
+
+# -- matching ------------------------------------------------------------------------------------------
+def _numeric_mask(table: NodeTable, nodes: np.ndarray, req: Requirement) -> np.ndarray:
+    """Gt/Lt with Go integer semantics, judged once per distinct label value present on ``nodes``."""
+    column = table.label_column(req.key)
+    if column is None:
+        return np.zeros(len(nodes), dtype=bool)
+    want = parse_go_int64(req.values[0])
+    assert want is not None  # validated at parse time
+    ids = column.ids[nodes]
+    lookup = np.zeros(len(column.values) + 1, dtype=bool)  # last entry: label absent (id −1)
+    for value_id in np.unique(ids[ids >= 0]).tolist():
+        have = parse_go_int64(column.values[value_id])
+        if have is not None:
+            lookup[value_id] = have > want if req.operator == "Gt" else have < want
+    return lookup[ids]
+
+
+def _label_mask(table: NodeTable, nodes: np.ndarray, req: Requirement) -> np.ndarray:
+    if req.operator in ("Gt", "Lt"):
+        return _numeric_mask(table, nodes, req)
+    return node_requirement_mask(table, nodes, req)
+
+
+def _name_mask(table: NodeTable, nodes: np.ndarray, name: str) -> np.ndarray:
+    names = table.names
+    return np.fromiter((names[slot] == name for slot in nodes.tolist()), dtype=bool, count=len(nodes))
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRequirement:
+    """A matchFields entry: ``metadata.name`` In/NotIn one value."""
+
+    key: str
+    operator: str
+    value: str
+
+    def mask(self, table: NodeTable, nodes: np.ndarray) -> np.ndarray:
+        if self.key == OBJECT_NAME_FIELD:
+            hit = _name_mask(table, nodes, self.value)
+        else:
+            # A node's field set holds only metadata.name; any other field reads as "".
+            hit = np.full(len(nodes), self.value == "", dtype=bool)
+        return hit if self.operator == "In" else ~hit
+
+
+def _field_requirement(expr: Mapping[str, Any]) -> tuple[FieldRequirement | None, list[str]]:
+    op = expr.get("operator") or ""
+    values = list(expr.get("values") or ())
+    if op not in ("In", "NotIn"):
+        return None, [f"operator {op!r} not supported for fields"]
+    if len(values) != 1:
+        return None, ["must have one element"]
+    return FieldRequirement(expr.get("key") or "", op, values[0]), []
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """A parsed ``NodeSelectorTerm``: its label and field requirements ANDed.
+
+    ``labels``/``fields`` are None when the term names none (upstream's nil selectors); ``errors`` holds
+    parse errors, with which the term matches nothing.
+    """
+
+    labels: tuple[Requirement, ...] | None
+    fields: tuple[FieldRequirement, ...] | None
+    errors: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> NodeSelectorTerm:
+        errors: list[str] = []
+        labels: tuple[Requirement, ...] | None = None
+        fields: tuple[FieldRequirement, ...] | None = None
+        expressions = raw.get("matchExpressions") or ()
+        if expressions:
+            parsed = []
+            for expr in expressions:
+                req, errs = _label_requirement(expr)
+                errors.extend(errs)
+                if req is not None:
+                    parsed.append(req)
+            labels = tuple(parsed)
+        match_fields = raw.get("matchFields") or ()
+        if match_fields:
+            parsed_fields = []
+            for expr in match_fields:
+                field_req, errs = _field_requirement(expr)
+                errors.extend(errs)
+                if field_req is not None:
+                    parsed_fields.append(field_req)
+            fields = tuple(parsed_fields)
+        return cls(labels, fields, tuple(errors))
+
+    @property
+    def is_empty(self) -> bool:
+        return self.labels is None and self.fields is None
+
+    def mask(self, table: NodeTable, nodes: np.ndarray) -> np.ndarray:
+        if self.is_empty or self.errors:
+            return np.zeros(len(nodes), dtype=bool)
+        mask = np.ones(len(nodes), dtype=bool)
+        for req in self.labels or ():
+            mask &= _label_mask(table, nodes, req)
+        for field_req in self.fields or ():
+            mask &= field_req.mask(table, nodes)
+        return mask
+
+
+def _is_empty_term(raw: Mapping[str, Any]) -> bool:
+    return not raw.get("matchExpressions") and not raw.get("matchFields")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelector:
+    """A parsed ``v1.NodeSelector``: non-empty terms ORed. No terms → matches nothing."""
+
+    terms: tuple[NodeSelectorTerm, ...]
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], *, strict: bool = False) -> NodeSelector:
+        """Empty terms are dropped. ``strict`` (upstream ``NewNodeSelector``) raises on a term that does not
+        parse; otherwise (``NewLazyErrorNodeSelector``) such a term is kept and simply matches nothing."""
+        terms = tuple(NodeSelectorTerm.parse(t) for t in raw.get("nodeSelectorTerms") or () if not _is_empty_term(t))
+        if strict:
+            errors = [e for term in terms for e in term.errors]
+            if errors:
+                raise NodeSelectorParseError("; ".join(errors))
+        return cls(terms)
+
+    def mask(self, table: NodeTable, nodes: np.ndarray) -> np.ndarray:
+        mask = np.zeros(len(nodes), dtype=bool)
+        for term in self.terms:
+            mask |= term.mask(table, nodes)
+        return mask
+
+
+@dataclass(frozen=True, slots=True)
+class RequiredNodeAffinity:
+    """Upstream ``RequiredNodeAffinity``: ``spec.nodeSelector`` (every pair equal) AND the required selector."""
+
+    node_selector: tuple[tuple[str, str], ...]
+    #: None when the pod has no ``requiredDuringSchedulingIgnoredDuringExecution``.
+    required: NodeSelector | None
+
+    @classmethod
+    def from_pod(cls, pod: PodInfo) -> RequiredNodeAffinity:
+        """Parsed once per pod and kept in ``pod.memo``."""
+        found = pod.memo.get(_MEMO_REQUIRED)
+        if found is None:
+            raw = required_node_selector_raw(pod)
+            found = cls(
+                tuple(sorted(pod.node_selector.items())),
+                None if raw is None else NodeSelector.parse(raw),
+            )
+            pod.memo[_MEMO_REQUIRED] = found
+        return found
+
+    @property
+    def matches_all(self) -> bool:
+        return not self.node_selector and self.required is None
+
+    def mask(self, table: NodeTable, nodes: np.ndarray) -> np.ndarray:
+        mask = np.ones(len(nodes), dtype=bool)
+        for key, value in self.node_selector:
+            column = table.label_column(key)
+            value_id = None if column is None else column.value_ids.get(value)
+            if column is None or value_id is None:
+                return np.zeros(len(nodes), dtype=bool)
+            mask &= column.ids[nodes] == value_id
+        if self.required is not None:
+            mask &= self.required.mask(table, nodes)
+        return mask
+
+
+def required_node_selector_raw(pod: PodInfo) -> Mapping[str, Any] | None:
+    """The pod's raw ``nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`` (None if unset)."""
+    node_affinity = pod.affinity.get("nodeAffinity") or {}
+    return node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+
+
+def required_node_affinity_mask(table: NodeTable, nodes: np.ndarray, pod: PodInfo) -> np.ndarray:
+    """Bool mask aligned with ``nodes``: the node satisfies the pod's nodeSelector and required node affinity.
+
+    This is upstream ``GetRequiredNodeAffinity(pod).Match(node)`` with parse errors ignored, as both
+    NodeAffinity's Filter and PodTopologySpread's node inclusion policy use it.
+    """
+    affinity = RequiredNodeAffinity.from_pod(pod)
+    if affinity.matches_all:
+        return np.ones(len(nodes), dtype=bool)
+    return affinity.mask(table, nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredSchedulingTerms:
+    """Upstream ``PreferredSchedulingTerms``: (weight, term) pairs; terms of weight 0 or empty are dropped."""
+
+    terms: tuple[tuple[int, NodeSelectorTerm], ...]
+
+    @classmethod
+    def parse(cls, raw: Sequence[Mapping[str, Any]] | None) -> PreferredSchedulingTerms:
+        """Raises :class:`NodeSelectorParseError` on any term that does not parse (upstream returns an error)."""
+        terms: list[tuple[int, NodeSelectorTerm]] = []
+        errors: list[str] = []
+        for item in raw or ():
+            weight = int(item.get("weight") or 0)
+            preference = item.get("preference") or {}
+            if weight == 0 or _is_empty_term(preference):
+                continue
+            term = NodeSelectorTerm.parse(preference)
+            if term.errors:
+                errors.extend(term.errors)
+                continue
+            terms.append((weight, term))
+        if errors:
+            raise NodeSelectorParseError("; ".join(errors))
+        return cls(tuple(terms))
+
+    def score(self, table: NodeTable, nodes: np.ndarray) -> np.ndarray:
+        """int64 aligned with ``nodes``: the sum of the weights of the terms each node matches."""
+        total = np.zeros(len(nodes), dtype=np.int64)
+        for weight, term in self.terms:
+            total += weight * term.mask(table, nodes)
+        return total
