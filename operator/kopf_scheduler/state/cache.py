@@ -77,6 +77,10 @@ class ClusterCache:
         #: (kind, namespace, name) → selector of Services, ReplicationControllers, ReplicaSets, StatefulSets.
         self.workload_selectors: dict[tuple[str, str, str], LabelSelector] = {}
         self.namespace_labels: dict[str, dict[str, str]] = {}
+        #: Cluster-wide views of the per-node dicts of the same names (pods on known nodes only), so that
+        #: InterPodAffinity visits the few pods with affinity without walking every NodeInfo each cycle.
+        self.pods_with_affinity: dict[str, PodInfo] = {}
+        self.pods_with_required_anti_affinity: dict[str, PodInfo] = {}
         self.generation = 0
 
     # -- nodes ---------------------------------------------------------------------------------------
@@ -131,6 +135,9 @@ class ClusterCache:
         # Pods still bound to a deleted node stay accounted for until their own delete events arrive.
         if info.pods:
             self._orphans[name] = dict(info.pods)
+            for uid in info.pods:
+                self.pods_with_affinity.pop(uid, None)
+                self.pods_with_required_anti_affinity.pop(uid, None)
         self.table.release(info.slot)
         self.generation += 1
 
@@ -242,8 +249,10 @@ class ClusterCache:
         info.pods[pod.uid] = pod
         if pod.has_pod_affinity_terms:
             info.pods_with_affinity[pod.uid] = pod
+            self.pods_with_affinity[pod.uid] = pod
         if pod.has_required_anti_affinity:
             info.pods_with_required_anti_affinity[pod.uid] = pod
+            self.pods_with_required_anti_affinity[pod.uid] = pod
         info.used_ports.update(pod.host_ports)
         slot = info.slot
         self.table.add_requests(slot, pod.requests, +1)
@@ -273,6 +282,8 @@ class ClusterCache:
         if info is not None and info.pods.pop(pod.uid, None) is not None:
             info.pods_with_affinity.pop(pod.uid, None)
             info.pods_with_required_anti_affinity.pop(pod.uid, None)
+            self.pods_with_affinity.pop(pod.uid, None)
+            self.pods_with_required_anti_affinity.pop(pod.uid, None)
             info.used_ports.subtract(pod.host_ports)
             info.used_ports += Counter()  # drop zero counts
             slot = info.slot
@@ -283,6 +294,10 @@ class ClusterCache:
         self.generation += 1
 
     # -- selector lookups ----------------------------------------------------------------------------
+    def pod_namespaces(self) -> Iterable[str]:
+        """Namespaces that hold (or held) assigned pods: what an all-namespaces affinity term walks."""
+        return self._pods_by_namespace.keys()
+
     def pods_in_namespace(self, namespace: str) -> Iterable[PodInfo]:
         return self._pods_by_namespace.get(namespace, {}).values()
 
