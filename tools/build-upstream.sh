@@ -7,6 +7,7 @@
 # A throwaway main module that requires the upstream module and replaces each staging module with its
 # published v0.Y.Z tag builds the exact release. Nothing built here is ever committed.
 #
+# Also writes kwok-stages.yaml (kwok's default Stage objects, from the same pinned kwok module) next to them.
 # Skips every binary that is already present, so warm runs cost nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -87,6 +88,24 @@ if ! have_all kwok; then
   GOBIN="$src/kwok-bin" go install -trimpath -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
   mv "$src/kwok-bin/kwok" "$bin/kwok"
   log "kwok took $(( $(date +%s) - start ))s"
+fi
+
+# --- kwok stages ------------------------------------------------------------------------------------
+# kwok >= 0.8 has no built-in default stages when run on its own ("no stages found"); kwokctl writes them
+# into the config it generates. Do the same: concatenate the stages kwokctl's binary runtime uses
+# (node-initialize, node-heartbeat-with-lease, pod-ready/complete/delete) from the pinned kwok module.
+if [ ! -f "$bin/kwok-stages.yaml" ]; then
+  kwok_dir=$(cd "$src" && go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')
+  stages=$kwok_dir/kustomize/stage
+  {
+    for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+             pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+      echo "---"
+      cat "$stages/$f"
+    done
+  } >"$bin/kwok-stages.yaml.tmp"
+  mv "$bin/kwok-stages.yaml.tmp" "$bin/kwok-stages.yaml"
+  log "kwok stages written to $bin/kwok-stages.yaml"
 fi
 
 log "binaries ready in $bin"
