@@ -1,0 +1,34 @@
+"""The console script is installed and answers --version (the package and its entry point are wired)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kopf_scheduler._version import __version__
+from tools.localcluster import kube_version
+
+
+def _console_script() -> str:
+    # Prefer the script next to the running interpreter (the venv), then PATH.
+    candidate = Path(sys.executable).with_name("kopf-scheduler")
+    found = str(candidate) if candidate.exists() else shutil.which("kopf-scheduler")
+    assert found, "the kopf-scheduler console script is not installed (pip install -e .)"
+    return found
+
+
+def test_version_via_console_script() -> None:
+    result = subprocess.run([_console_script(), "--version"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"kopf-scheduler {__version__}")
+    # The targeted kube-scheduler release must be the one pinned in tools/versions.env.
+    assert f"v{kube_version()}" in result.stdout
+
+
+def test_version_via_module() -> None:
+    code = "import sys; from kopf_scheduler.cli import main; sys.exit(main(['--version']))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert __version__ in result.stdout
