@@ -81,6 +81,9 @@ class ClusterCache:
         #: InterPodAffinity visits the few pods with affinity without walking every NodeInfo each cycle.
         self.pods_with_affinity: dict[str, PodInfo] = {}
         self.pods_with_required_anti_affinity: dict[str, PodInfo] = {}
+        #: (protocol, host port) → slot → host IP → count: the used host ports of every node, indexed so that
+        #: NodePorts finds the few nodes using a wanted port without visiting every NodeInfo.
+        self.host_port_users: dict[tuple[str, int], dict[int, Counter[str]]] = {}
         self.generation = 0
 
     # -- nodes ---------------------------------------------------------------------------------------
@@ -138,6 +141,8 @@ class ClusterCache:
             for uid in info.pods:
                 self.pods_with_affinity.pop(uid, None)
                 self.pods_with_required_anti_affinity.pop(uid, None)
+        for port in info.used_ports:
+            self._unindex_host_port(port, info.slot, drop_slot=True)
         self.table.release(info.slot)
         self.generation += 1
 
@@ -255,6 +260,10 @@ class ClusterCache:
             self.pods_with_required_anti_affinity[pod.uid] = pod
         info.used_ports.update(pod.host_ports)
         slot = info.slot
+        for port in pod.host_ports:
+            self.host_port_users.setdefault((port.protocol, port.port), {}).setdefault(slot, Counter())[
+                port.host_ip
+            ] += 1
         self.table.add_requests(slot, pod.requests, +1)
         self.table.non_zero_requested[slot, 0] += pod.non_zero_cpu
         self.table.non_zero_requested[slot, 1] += pod.non_zero_memory
@@ -287,11 +296,28 @@ class ClusterCache:
             info.used_ports.subtract(pod.host_ports)
             info.used_ports += Counter()  # drop zero counts
             slot = info.slot
+            for port in pod.host_ports:
+                self._unindex_host_port(port, slot)
             self.table.add_requests(slot, pod.requests, -1)
             self.table.non_zero_requested[slot, 0] -= pod.non_zero_cpu
             self.table.non_zero_requested[slot, 1] -= pod.non_zero_memory
             self.table.pod_count[slot] -= 1
         self.generation += 1
+
+    def _unindex_host_port(self, port: HostPort, slot: int, *, drop_slot: bool = False) -> None:
+        users = self.host_port_users.get((port.protocol, port.port))
+        if users is None or slot not in users:
+            return
+        ips = users[slot]
+        if not drop_slot:
+            ips[port.host_ip] -= 1
+            if ips[port.host_ip] > 0:
+                return
+            del ips[port.host_ip]
+        if drop_slot or not ips:
+            del users[slot]
+        if not users:
+            del self.host_port_users[(port.protocol, port.port)]
 
     # -- selector lookups ----------------------------------------------------------------------------
     def pod_namespaces(self) -> Iterable[str]:
