@@ -36,10 +36,11 @@ if TYPE_CHECKING:
 OBJECT_NAME_FIELD = "metadata.name"
 
 _LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_GO_DECIMAL = re.compile(r"^[+-]?[0-9]+$")
+# Matched with fullmatch: Python's ``$`` would also accept a trailing newline, Go's does not.
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_GO_DECIMAL = re.compile(r"[+-]?[0-9]+")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 #: PodInfo.memo key of the parsed required node affinity (shared by every plugin that asks).
@@ -53,7 +54,7 @@ class NodeSelectorParseError(ValueError):
 # -- validation (apimachinery's IsQualifiedName / IsValidLabelValue / strconv.ParseInt) ------------------
 def parse_go_int64(text: str) -> int | None:
     """``strconv.ParseInt(text, 10, 64)``: optional sign, ASCII digits, int64 range; None on error."""
-    if not _GO_DECIMAL.match(text):
+    if not _GO_DECIMAL.fullmatch(text):
         return None
     value = int(text)
     return value if _INT64_MIN <= value <= _INT64_MAX else None
@@ -62,13 +63,13 @@ def parse_go_int64(text: str) -> int | None:
 def is_qualified_name(key: str) -> bool:
     """A label key: ``[prefix/]name``, name ≤ 63 chars, prefix a DNS-1123 subdomain ≤ 253 chars."""
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
         return False
-    return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
+    return 0 < len(name) <= 63 and bool(_QUALIFIED_NAME.fullmatch(name))
 
 
 def is_label_value(value: str) -> bool:
-    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+    return len(value) <= 63 and bool(_LABEL_VALUE.fullmatch(value))
 
 
 def _label_requirement(expr: Mapping[str, Any]) -> tuple[Requirement | None, list[str]]:

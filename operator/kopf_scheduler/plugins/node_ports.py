@@ -1,0 +1,72 @@
+"""NodePorts: a pod asking for host ports only fits nodes where those ports are free (§2.7).
+
+Upstream ``plugins/nodeports``, v1.36. The wanted ports are the ``hostPort > 0`` ports of the regular
+containers and of restartable (sidecar) init containers, with protocol defaulting to TCP and host IP to
+0.0.0.0 (:attr:`PodInfo.host_ports`). PreFilter is skipped for pods without any. A wanted port conflicts
+with a port in use on the node when protocol and port are equal and either IP is 0.0.0.0 or both IPs are
+equal; such nodes fail with Unschedulable (preemption may free the port).
+
+Most nodes use no host port at all, and a wanted port can only clash with the same (protocol, port), so
+instead of visiting every candidate's NodeInfo the Filter looks the wanted ports up in the cache's
+``host_port_users`` index, kept in step with ``NodeInfo.used_ports`` by the cache (bound, assumed and, during
+the nominated-pods pass, temporarily assumed pods alike), and marks the few nodes it names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from kopf_scheduler.framework import SUCCESS, CycleState, FilterPlugin, FilterResult, PreFilterPlugin, Status
+from kopf_scheduler.framework.interface import PreFilterResult
+
+if TYPE_CHECKING:
+    from kopf_scheduler.state.cache import Snapshot
+    from kopf_scheduler.state.pod_info import HostPort, PodInfo
+
+NAME = "NodePorts"
+ERR_REASON = "node(s) didn't have free ports for the requested pod ports"
+PRE_FILTER_STATE_KEY = "PreFilter" + NAME
+
+#: The wildcard host IP (upstream ``DefaultBindAllHostIP``).
+BIND_ALL_HOST_IP = "0.0.0.0"
+
+
+def conflicting_slots(snapshot: Snapshot, wanted: tuple[HostPort, ...]) -> set[int]:
+    """Slots of the nodes where at least one of ``wanted`` is already in use (upstream ``CheckConflict``)."""
+    index = snapshot.cache.host_port_users
+    slots: set[int] = set()
+    for port in wanted:
+        users = index.get((port.protocol, port.port))
+        if not users:
+            continue
+        if port.host_ip == BIND_ALL_HOST_IP:
+            # Wanting every address clashes with the port on any address.
+            slots.update(users)
+        else:
+            slots.update(slot for slot, ips in users.items() if port.host_ip in ips or BIND_ALL_HOST_IP in ips)
+    return slots
+
+
+class NodePorts(PreFilterPlugin, FilterPlugin):
+    name: ClassVar[str] = NAME
+
+    _rejection = Status.unschedulable(ERR_REASON, plugin=NAME)
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
+        if not pod.host_ports:
+            return None, Status.skip(plugin=NAME)
+        state.write(PRE_FILTER_STATE_KEY, pod.host_ports)
+        return None, SUCCESS
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
+        # Upstream returns an Error status when PreFilter did not run; read() raises likewise.
+        wanted: tuple[HostPort, ...] = state.read(PRE_FILTER_STATE_KEY)
+        slots = conflicting_slots(snapshot, wanted)
+        if not slots:
+            return None
+        rejected = np.isin(nodes, np.fromiter(slots, dtype=np.int64, count=len(slots)))
+        if not rejected.any():
+            return None
+        return FilterResult.uniform(rejected, self._rejection)
