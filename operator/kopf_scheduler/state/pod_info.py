@@ -1,18 +1,23 @@
 """PodInfo: a pod parsed once into what the scheduler needs, with upstream's resource accounting.
 
 Parsing a pod's requests, ports and tolerations is the same work every cycle; upstream caches it in its
-own PodInfo and so do we. ``requests`` and ``non_zero_requests`` follow component-helpers'
-``PodRequests`` (reference §3): containers summed, init containers walked with restartable sidecars
-accumulating, the element-wise max of the two, pod-level resources replacing the aggregate, overhead on top.
+own PodInfo and so do we. ``requests``, ``non_zero_cpu`` and ``non_zero_memory`` follow component-helpers'
+``PodRequests`` and the scheduler's ``PodInfo.CalculateResource`` of v1.36 (reference §3): containers summed,
+init containers walked with restartable sidecars accumulating, the element-wise max of the two, pod-level
+resources replacing the aggregate, overhead on top, and containers being resized in place counted at the
+largest of desired, actuated and allocated requests.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
-from kopf_scheduler.state.quantity import resource_value
+from kopf_scheduler.state.quantity import parse_quantity
 from kopf_scheduler.state.tolerations import Toleration, parse_tolerations
 
 #: Upstream's defaults for containers that name no CPU/memory request (used only for scoring).
@@ -90,7 +95,7 @@ class PodInfo:
         status = obj.get("status") or {}
         containers = spec.get("containers") or []
         init_containers = spec.get("initContainers") or []
-        requests, non_zero = pod_requests(spec)
+        requests, non_zero_cpu, non_zero_memory = pod_resources(obj)
         return cls(
             obj=obj,
             uid=meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}",
@@ -111,13 +116,9 @@ class PodInfo:
             images=tuple(c.get("image", "") for c in (*init_containers, *containers)),
             num_containers=len(containers) + len(init_containers),
             requests=requests,
-            non_zero_cpu=non_zero.get("cpu", 0),
-            non_zero_memory=non_zero.get("memory", 0),
+            non_zero_cpu=non_zero_cpu,
+            non_zero_memory=non_zero_memory,
         )
-
-
-def _is_sidecar(container: Mapping[str, Any]) -> bool:
-    return container.get("restartPolicy") == "Always"
 
 
 def _host_ports(containers: list[dict[str, Any]], init_containers: list[dict[str, Any]]) -> tuple[HostPort, ...]:
@@ -130,51 +131,241 @@ def _host_ports(containers: list[dict[str, Any]], init_containers: list[dict[str
     return tuple(ports)
 
 
-def _container_requests(container: Mapping[str, Any], *, non_zero: bool) -> Resources:
-    raw = (container.get("resources") or {}).get("requests") or {}
-    result = {name: resource_value(name, value) for name, value in raw.items()}
-    if non_zero:
-        result.setdefault("cpu", DEFAULT_MILLI_CPU_REQUEST)
-        result.setdefault("memory", DEFAULT_MEMORY_REQUEST)
-    return result
+# -- resource accounting (component-helpers ``resource.PodRequests``, scheduler ``PodInfo.CalculateResource``) --
+#
+# Quantities are summed exactly (as ``resource.Quantity`` does) and only turned into the scheduler's integers at
+# the end, rounding up (``MilliValue`` for cpu, ``Value`` otherwise): two containers asking for 0.5m cpu each
+# make 1m, not 2m. Feature gates are those of v1.36 defaults: PodLevelResources (beta, on),
+# InPlacePodVerticalScaling (GA), InPlacePodLevelResourcesVerticalScaling (beta, on), SidecarContainers (GA),
+# DRANodeAllocatableResources (alpha, off).
+
+#: An exact resource list, as upstream's ``v1.ResourceList`` (name → quantity).
+ResourceList = dict[str, Fraction]
+
+_CPU, _MEMORY, _EPHEMERAL_STORAGE = "cpu", "memory", "ephemeral-storage"
+_HUGEPAGES_PREFIX = "hugepages-"
+_ATTACHABLE_VOLUMES_PREFIX = "attachable-volumes-"
+_NATIVE_PREFIX = "kubernetes.io/"
+_QUOTA_REQUESTS_PREFIX = "requests."
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_NON_MISSING_DEFAULTS: ResourceList = {
+    _CPU: Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000),
+    _MEMORY: Fraction(DEFAULT_MEMORY_REQUEST),
+}
 
 
-def _add(into: Resources, other: Mapping[str, int]) -> None:
+def _is_qualified_name(value: str) -> bool:
+    """apimachinery ``IsQualifiedName``: ``[dns-subdomain/]name`` with a ≤63-character name part."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return False
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix):
+            return False
+    name = parts[-1]
+    return 0 < len(name) <= 63 and _QUALIFIED_NAME_PART.fullmatch(name) is not None
+
+
+def is_prefixed_native_resource(name: str) -> bool:
+    """v1helper ``IsPrefixedNativeResource``: the name lies in the ``*kubernetes.io/`` namespace."""
+    return _NATIVE_PREFIX in name
+
+
+def is_native_resource(name: str) -> bool:
+    """v1helper ``IsNativeResource``: unprefixed names are implicitly native too."""
+    return "/" not in name or is_prefixed_native_resource(name)
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """v1helper ``IsExtendedResourceName``: a non-native, domain-prefixed name (``example.com/gpu``).
+
+    Only these honour NodeResourcesFit's ``ignoredResources`` / ``ignoredResourceGroups``.
+    """
+    if is_native_resource(name) or name.startswith(_QUOTA_REQUESTS_PREFIX):
+        return False
+    return _is_qualified_name(_QUOTA_REQUESTS_PREFIX + name)
+
+
+def is_scalar_resource_name(name: str) -> bool:
+    """scheduler util ``IsScalarResourceName``: extended, hugepages, prefixed native or attachable volumes.
+
+    These are the names (besides cpu, memory and ephemeral-storage) the scheduler's ``Resource`` keeps; any
+    other name in a pod's requests or a node's allocatable is invisible to NodeResourcesFit.
+    """
+    return (
+        is_extended_resource_name(name)
+        or name.startswith(_HUGEPAGES_PREFIX)
+        or is_prefixed_native_resource(name)
+        or name.startswith(_ATTACHABLE_VOLUMES_PREFIX)
+    )
+
+
+def scheduler_value(name: str, quantity: Fraction) -> int:
+    """The integer the scheduler compares: ``MilliValue`` for cpu, ``Value`` otherwise, both rounded up."""
+    return math.ceil(quantity * 1000) if name == _CPU else math.ceil(quantity)
+
+
+def _resource_list(raw: Mapping[str, Any] | None) -> ResourceList:
+    return {name: parse_quantity(value) for name, value in (raw or {}).items()}
+
+
+def _add_list(into: ResourceList, other: Mapping[str, Fraction]) -> None:
     for name, value in other.items():
         into[name] = into.get(name, 0) + value
 
 
-def _max(into: Resources, other: Mapping[str, int]) -> None:
+def _max_list(into: ResourceList, other: Mapping[str, Fraction]) -> None:
     for name, value in other.items():
-        if value > into.get(name, 0):
+        if name not in into or value > into[name]:
             into[name] = value
 
 
-def _aggregate(spec: Mapping[str, Any], *, non_zero: bool) -> Resources:
-    total: Resources = {}
+def _max_of(first: ResourceList | None, *others: ResourceList | None) -> ResourceList:
+    result = dict(first or {})
+    for other in others:
+        _max_list(result, other or {})
+    return result
+
+
+def _is_sidecar(container: Mapping[str, Any]) -> bool:
+    return container.get("restartPolicy") == "Always"
+
+
+def _resize_infeasible(status: Mapping[str, Any]) -> bool:
+    """component-helpers ``IsPodResizeInfeasible``: the first PodResizePending condition says Infeasible."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodResizePending":
+            return condition.get("reason") == "Infeasible"
+    return False
+
+
+def _effective_requests(
+    spec: ResourceList, actuated: ResourceList | None, allocated: ResourceList | None, *, infeasible: bool
+) -> ResourceList:
+    """``determineEffectiveRequests``: during an in-place resize the largest of desired, actuated, allocated."""
+    if infeasible:
+        return _max_of(actuated, allocated)
+    return _max_of(spec, actuated, allocated)
+
+
+def is_pod_level_requests_set(spec: Mapping[str, Any]) -> bool:
+    """``IsPodLevelRequestsSet``: ``spec.resources.requests`` names cpu, memory or a hugepages size."""
+    requests = (spec.get("resources") or {}).get("requests") or {}
+    return any(name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX) for name in requests)
+
+
+def pod_request_list(obj: Mapping[str, Any], *, non_missing: Mapping[str, Fraction] | None = None) -> ResourceList:
+    """component-helpers ``PodRequests`` with the options kube-scheduler 1.36 uses, as exact quantities.
+
+    Containers are summed; init containers are walked in order, restartable (sidecar) ones accumulating, and
+    the element-wise max of the two taken; pod-level ``spec.resources.requests`` replace the aggregate for
+    cpu/memory/hugepages; ``spec.overhead`` is added. A container being resized in place counts with the
+    largest of its desired, actuated and allocated requests (from ``status``); a pending pod has no status,
+    so this is only visible for pods already on a node. ``non_missing`` fills in cpu/memory a container
+    does not name at all (an explicit 0 stays 0), as ``NonMissingContainerRequests``.
+    """
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    infeasible = _resize_infeasible(status)
+    statuses: dict[str, Mapping[str, Any]] = {}
+    for container_status in (*(status.get("containerStatuses") or ()), *(status.get("initContainerStatuses") or ())):
+        statuses[container_status.get("name", "")] = container_status
+
+    def container_requests(container: Mapping[str, Any], *, resizable: bool) -> ResourceList:
+        requests = _resource_list((container.get("resources") or {}).get("requests"))
+        container_status = statuses.get(container.get("name", "")) if resizable else None
+        if container_status is not None and container_status.get("resources") is not None:
+            actuated = _resource_list((container_status.get("resources") or {}).get("requests"))
+            allocated = _resource_list(container_status.get("allocatedResources"))
+            requests = _effective_requests(requests, actuated, allocated, infeasible=infeasible)
+        if non_missing:
+            for name, value in non_missing.items():
+                requests.setdefault(name, value)
+        return requests
+
+    total: ResourceList = {}
     for container in spec.get("containers") or ():
-        _add(total, _container_requests(container, non_zero=non_zero))
-    init_max: Resources = {}
-    sidecars: Resources = {}
+        _add_list(total, container_requests(container, resizable=True))
+    init_max: ResourceList = {}
+    sidecars: ResourceList = {}
     for container in spec.get("initContainers") or ():
-        requests = _container_requests(container, non_zero=non_zero)
-        if _is_sidecar(container):
-            _add(total, requests)
-            _add(sidecars, requests)
+        sidecar = _is_sidecar(container)
+        requests = container_requests(container, resizable=sidecar)
+        if sidecar:
+            _add_list(total, requests)
+            _add_list(sidecars, requests)
             candidate = dict(sidecars)
         else:
             candidate = dict(requests)
-            _add(candidate, sidecars)
-        _max(init_max, candidate)
-    _max(total, init_max)
-    pod_level = (spec.get("resources") or {}).get("requests") or {}
-    for name, value in pod_level.items():
-        if name in _POD_LEVEL_RESOURCES or name.startswith("hugepages-"):
-            total[name] = resource_value(name, value)
-    _add(total, {name: resource_value(name, value) for name, value in (spec.get("overhead") or {}).items()})
+            _add_list(candidate, sidecars)
+        _max_list(init_max, candidate)
+    _max_list(total, init_max)
+
+    if is_pod_level_requests_set(spec):
+        pod_level = _resource_list((spec.get("resources") or {}).get("requests"))
+        effective: ResourceList | None = None
+        pod_status_resources = status.get("resources")
+        if pod_status_resources is not None:
+            effective = _effective_requests(
+                pod_level,
+                _resource_list(pod_status_resources.get("requests")),
+                _resource_list(status.get("allocatedResources")),
+                infeasible=infeasible,
+            )
+        for name, value in pod_level.items():
+            if name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX):
+                total[name] = value if effective is None else effective.get(name, Fraction(0))
+
+    _add_list(total, _resource_list(spec.get("overhead")))
     return total
 
 
-def pod_requests(spec: Mapping[str, Any]) -> tuple[Resources, Resources]:
-    """(real requests, requests with non-zero CPU/memory defaults) of a pod spec."""
-    return _aggregate(spec, non_zero=False), _aggregate(spec, non_zero=True)
+def scheduler_resources(requests: Mapping[str, Fraction]) -> Resources:
+    """framework ``Resource.Add``: the integers of cpu, memory, ephemeral-storage and scalar resources only."""
+    return {
+        name: scheduler_value(name, value)
+        for name, value in requests.items()
+        if name in (_CPU, _MEMORY, _EPHEMERAL_STORAGE) or is_scalar_resource_name(name)
+    }
+
+
+def pod_resources(obj: Mapping[str, Any]) -> tuple[Resources, int, int]:
+    """(requests, non-zero cpu, non-zero memory) of a pod as NodeInfo accounts it (``CalculateResource``).
+
+    The non-zero variant gives containers that name no cpu/memory request 100m / 200Mi. With pod-level
+    requests set, the defaults apply only to cpu/memory absent from the pod's whole request list.
+    """
+    spec = obj.get("spec") or {}
+    requests = pod_request_list(obj)
+    if is_pod_level_requests_set(spec):
+        non_missing = {name: value for name, value in _NON_MISSING_DEFAULTS.items() if name not in requests}
+    else:
+        non_missing = _NON_MISSING_DEFAULTS
+    non_zero = pod_request_list(obj, non_missing=non_missing) if non_missing else requests
+    return (
+        scheduler_resources(requests),
+        scheduler_value(_CPU, non_zero.get(_CPU, Fraction(0))),
+        scheduler_value(_MEMORY, non_zero.get(_MEMORY, Fraction(0))),
+    )
+
+
+def scoring_non_zero_requests(obj: Mapping[str, Any]) -> tuple[int, int]:
+    """(cpu millicores, memory bytes) of the pod to schedule as Least/Most/RequestedToCapacityRatio see it.
+
+    Upstream's ``resourceAllocationScorer`` always fills in the 100m / 200Mi defaults for containers that
+    name no request, even when pod-level requests are set; only then (with an overhead naming cpu/memory)
+    can this differ from :attr:`PodInfo.non_zero_cpu` / :attr:`PodInfo.non_zero_memory`.
+    """
+    requests = pod_request_list(obj, non_missing=_NON_MISSING_DEFAULTS)
+    return (
+        scheduler_value(_CPU, requests.get(_CPU, Fraction(0))),
+        scheduler_value(_MEMORY, requests.get(_MEMORY, Fraction(0))),
+    )
+
+
+def pod_requests(spec: Mapping[str, Any], status: Mapping[str, Any] | None = None) -> tuple[Resources, Resources]:
+    """(real requests, requests with the non-zero cpu/memory defaults) of a pod spec (and status)."""
+    requests, non_zero_cpu, non_zero_memory = pod_resources({"spec": spec, "status": status or {}})
+    return requests, {**requests, _CPU: non_zero_cpu, _MEMORY: non_zero_memory}
