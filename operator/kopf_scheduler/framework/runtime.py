@@ -1,0 +1,1081 @@
+"""The framework runtime: one profile's plugins, run at each extension point with upstream's rules.
+
+This restates upstream's ``frameworkImpl`` (``framework/runtime/framework.go``): one plugin instance per
+name, shared by every extension point it is enabled at; PreFilter results intersected; Skip statuses
+recorded in the CycleState; Filter stopping at the first failing plugin for a node; scores normalised,
+range-checked and weighted; Reserve undone in reverse; Bind by the first plugin that does not Skip. Error
+texts are upstream's, because they end up in events and pod conditions.
+
+The difference is the shape of the hot path. Upstream calls every Filter plugin once per node; here a
+Filter plugin judges an array of node-table slots at once, and the runtime runs plugins in profile order on
+the *shrinking* set of still-feasible nodes. Each node therefore meets plugins in upstream's order and
+stops at the first that rejects it, which is exactly upstream's first-failing-plugin attribution, at the
+cost of one call per plugin instead of one per node and plugin. Rejections are kept as the arrays the
+plugins returned (:class:`FilterStatuses`) and only turned into per-node ``Status`` objects when someone
+asks (PostFilter, explanations); the FailedScheduling histogram is counted straight from the arrays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel
+
+from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.extension_points import ExtensionPoint
+from kopf_scheduler.framework.interface import (
+    INTERFACES,
+    MAX_NODE_SCORE,
+    MIN_NODE_SCORE,
+    BindPlugin,
+    FilterPlugin,
+    FilterResult,
+    Handle,
+    PermitPlugin,
+    Plugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    QueuedPod,
+    QueueSortPlugin,
+    ReservePlugin,
+    ScorePlugin,
+)
+from kopf_scheduler.framework.profile import ResolvedProfile
+from kopf_scheduler.framework.registry import Registry
+from kopf_scheduler.framework.status import SUCCESS, Code, Status
+
+if TYPE_CHECKING:
+    from kopf_scheduler.state.cache import NodeInfo, Snapshot
+    from kopf_scheduler.state.pod_info import PodInfo
+
+logger = logging.getLogger(__name__)
+
+#: Upstream's ``MaxTotalScore`` (math.MaxInt64): the weighted maximum of all Score plugins must fit in it.
+MAX_TOTAL_SCORE = 2**63 - 1
+#: Upstream caps any Permit wait at 15 minutes.
+MAX_PERMIT_TIMEOUT = 15 * 60.0
+
+_REJECTED_CODES = (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+_EMPTY_SLOTS = np.zeros(0, dtype=np.int64)
+
+
+class FrameworkError(Exception):
+    """A profile cannot be turned into a working framework (unknown plugin, wrong extension point …)."""
+
+
+def _type_name(point: ExtensionPoint) -> str:
+    """Upstream prints the Go interface type: ``FilterPlugin``, ``QueueSortPlugin`` …"""
+    return f"{point.title}Plugin"
+
+
+def _error_text(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
+def _wrapped_error(prefix: str, status_or_error: Status | BaseException) -> Status:
+    """Upstream's ``AsStatus(fmt.Errorf("<prefix>: %w", err))``: an Error status with a prefixed message."""
+    if isinstance(status_or_error, BaseException):
+        message, cause = _error_text(status_or_error), status_or_error
+    else:
+        message, cause = status_or_error.message, status_or_error.error
+    error = RuntimeError(f"{prefix}: {message}")
+    if cause is not None:
+        error.__cause__ = cause
+    return Status.as_error(error)
+
+
+# -- nominated pods ------------------------------------------------------------------------------------
+class Nominator(Protocol):
+    """Pods nominated onto nodes by preemption (upstream ``PodNominator``), seen by Filter as if running.
+
+    The scheduling queue implements it once preemption exists; until then :class:`NoNominator` answers
+    that nothing is nominated and the Filter step takes its single vectorised pass.
+    """
+
+    def nodes_with_nominated_pods(self) -> Collection[str]:
+        """Names of nodes with at least one nominated pod (cheap: checked every cycle)."""
+        ...
+
+    def nominated_pods_for_node(self, node_name: str) -> Sequence[PodInfo]: ...
+
+    def delete_nominated_pod_if_exists(self, pod: PodInfo) -> None: ...
+
+
+class NoNominator:
+    """The empty nominator: no pod is nominated anywhere."""
+
+    def nodes_with_nominated_pods(self) -> Collection[str]:
+        return ()
+
+    def nominated_pods_for_node(self, node_name: str) -> Sequence[PodInfo]:
+        return ()
+
+    def delete_nominated_pod_if_exists(self, pod: PodInfo) -> None:
+        return None
+
+
+# -- filter verdicts -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Rejections:
+    """The nodes one Filter plugin rejected in one call, as the arrays it returned."""
+
+    plugin: str
+    slots: np.ndarray
+    #: Processing positions of those nodes (−1 for a node evaluated outside the ordered search).
+    positions: np.ndarray
+    #: Palette of statuses, already stamped with the plugin name; ``index`` picks one per node (None: the only one).
+    statuses: tuple[Status, ...]
+    index: np.ndarray | None
+
+    def status_at(self, i: int) -> Status:
+        return self.statuses[0] if self.index is None else self.statuses[int(self.index[i])]
+
+
+class FilterStatuses:
+    """Node-table slot → the Status that rejected it: upstream's explicit ``NodeToStatus`` entries.
+
+    Stored as per-plugin arrays; a ``dict`` is built only on demand. Entries at processing positions at
+    or past :attr:`limit` do not count (nodes judged beyond the sampling cut-off, see :meth:`truncate`).
+    When the same node was judged twice (the nominated node first, then again in the full search), the
+    later verdict wins, as with upstream's map.
+    """
+
+    __slots__ = ("_chunks", "_dict", "_may_overlap", "limit")
+
+    def __init__(self) -> None:
+        self._chunks: list[_Rejections] = []
+        self._dict: dict[int, Status] | None = None
+        self._may_overlap = False
+        self.limit: int | None = None
+
+    # building
+    def add(
+        self,
+        plugin: str,
+        slots: np.ndarray,
+        positions: np.ndarray,
+        statuses: tuple[Status, ...],
+        index: np.ndarray | None,
+    ) -> None:
+        if len(slots):
+            self._chunks.append(_Rejections(plugin, slots, positions, statuses, index))
+            self._dict = None
+
+    def set(self, slot: int, status: Status, *, position: int = -1) -> None:
+        """Record one node's verdict (Reserve/Permit rejections, the nominated node)."""
+        self.add(
+            status.plugin,
+            np.asarray([slot], dtype=np.int64),
+            np.asarray([position], dtype=np.int64),
+            (status,),
+            None,
+        )
+        self._may_overlap = True
+
+    def mark_overlapping(self) -> None:
+        """Entries added from now on may repeat slots already present (later wins)."""
+        self._may_overlap = True
+
+    def truncate(self, limit: int) -> None:
+        """Forget nodes at processing positions ≥ ``limit`` (judged after the search had found enough)."""
+        self.limit = limit if self.limit is None else min(self.limit, limit)
+        self._dict = None
+
+    # reading
+    def _kept(self, chunk: _Rejections) -> np.ndarray | None:
+        """Mask of the chunk's entries that count, or None when all do."""
+        if self.limit is None or int(chunk.positions.max()) < self.limit:
+            return None
+        return chunk.positions < self.limit
+
+    def _iter_entries(self) -> Iterator[tuple[int, Status]]:
+        for chunk in self._chunks:
+            kept = self._kept(chunk)
+            for i in range(len(chunk.slots)):
+                if kept is None or kept[i]:
+                    yield int(chunk.slots[i]), chunk.status_at(i)
+
+    def as_dict(self) -> dict[int, Status]:
+        if self._dict is None:
+            self._dict = dict(self._iter_entries())
+        return self._dict
+
+    def __len__(self) -> int:
+        if self._may_overlap:
+            return len(self.as_dict())
+        total = 0
+        for chunk in self._chunks:
+            kept = self._kept(chunk)
+            total += len(chunk.slots) if kept is None else int(np.count_nonzero(kept))
+        return total
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __contains__(self, slot: object) -> bool:
+        return slot in self.as_dict()
+
+    def get(self, slot: int) -> Status | None:
+        return self.as_dict().get(slot)
+
+    def items(self) -> Iterator[tuple[int, Status]]:
+        return iter(self.as_dict().items())
+
+    def slots(self) -> np.ndarray:
+        return np.fromiter(self.as_dict(), dtype=np.int64)
+
+    def plugins(self) -> set[str]:
+        """Plugins that rejected at least one counted node (upstream ``Diagnosis.UnschedulablePlugins``)."""
+        if self._may_overlap:
+            return {status.plugin for status in self.as_dict().values() if status.plugin}
+        found: set[str] = set()
+        for chunk in self._chunks:
+            kept = self._kept(chunk)
+            if chunk.plugin and (kept is None or kept.any()):
+                found.add(chunk.plugin)
+        return found
+
+    def reason_counts(self) -> dict[str, int]:
+        """How many counted nodes carry each reason: the FailedScheduling histogram, from the arrays."""
+        counts: dict[str, int] = {}
+        if self._may_overlap:
+            for status in self.as_dict().values():
+                for reason in status.reasons:
+                    counts[reason] = counts.get(reason, 0) + 1
+            return counts
+        for chunk in self._chunks:
+            kept = self._kept(chunk)
+            if chunk.index is None:
+                per_status = [len(chunk.slots) if kept is None else int(np.count_nonzero(kept))]
+            else:
+                index = chunk.index if kept is None else chunk.index[kept]
+                per_status = np.bincount(index, minlength=len(chunk.statuses)).tolist()
+            for status, count in zip(chunk.statuses, per_status, strict=False):
+                if count:
+                    for reason in status.reasons:
+                        counts[reason] = counts.get(reason, 0) + count
+        return counts
+
+
+class NodeToStatusMap(Mapping[str, Status]):
+    """Node name → rejecting Status, plus the status of nodes not in the map (upstream ``NodeToStatus``).
+
+    This is what PostFilter plugins receive. ``absent_nodes_status`` applies to every node of the snapshot
+    that has no explicit entry: nodes a PreFilterResult excluded, or all nodes when PreFilter rejected.
+    Names are read from the node table when first needed, so read the map within the cycle.
+    """
+
+    def __init__(
+        self, statuses: FilterStatuses, names: Sequence[str | None], absent_nodes_status: Status | None = None
+    ) -> None:
+        self.statuses = statuses
+        self._names = names
+        self.absent_nodes_status = absent_nodes_status or Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        self._by_name: dict[str, Status] | None = None
+
+    def _map(self) -> dict[str, Status]:
+        if self._by_name is None:
+            names = self._names
+            self._by_name = {str(names[slot]): status for slot, status in self.statuses.items()}
+        return self._by_name
+
+    def __getitem__(self, name: str) -> Status:
+        return self._map()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map())
+
+    def __len__(self) -> int:
+        return len(self.statuses)
+
+    def status_of(self, name: str) -> Status:
+        """The node's explicit status, or the absent-nodes status (upstream ``NodeToStatus.Get``)."""
+        return self._map().get(name, self.absent_nodes_status)
+
+    def nodes_with_code(self, code: Code, all_names: Collection[str]) -> list[str]:
+        """Names among ``all_names`` whose status has ``code`` (upstream ``NodesForStatusCode``)."""
+        return [name for name in all_names if self.status_of(name).code is code]
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """What :meth:`Framework.run_filter_plugins` found for the nodes it was given."""
+
+    #: Slots of the nodes that passed every filter, in the order they were given.
+    feasible: np.ndarray
+    #: Processing positions of those nodes, aligned with ``feasible`` (ascending).
+    feasible_positions: np.ndarray
+    #: Verdicts of the nodes that failed (shared with the caller when it passed its own).
+    statuses: FilterStatuses
+    #: A plugin error (not a rejection): the cycle must stop with a scheduling error.
+    error: Status | None = None
+
+
+# -- scores --------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class ScoreOutcome:
+    """Weighted scores per plugin for the feasible nodes, and their totals (upstream ``NodePluginScores``)."""
+
+    nodes: np.ndarray
+    plugins: tuple[str, ...]
+    weights: tuple[int, ...]
+    #: One int64 array per plugin, aligned with ``nodes``: normalised score × weight.
+    scores: tuple[np.ndarray, ...]
+    totals: np.ndarray
+
+    def breakdown(self, position: int) -> dict[str, int]:
+        """Plugin → weighted score of the node at ``position`` (why it won, or lost)."""
+        return {name: int(scores[position]) for name, scores in zip(self.plugins, self.scores, strict=True)}
+
+    def top(self, k: int = 3) -> list[tuple[int, int]]:
+        """The ``k`` best (position, total score) pairs, best first."""
+        k = min(k, len(self.totals))
+        if k <= 0:
+            return []
+        best = np.argpartition(-self.totals, k - 1)[:k]
+        best = best[np.argsort(-self.totals[best], kind="stable")]
+        return [(int(i), int(self.totals[i])) for i in best]
+
+
+# -- Permit's waiting pods -----------------------------------------------------------------------------
+def go_duration(seconds: float) -> str:
+    """Format like Go's ``time.Duration.String`` (``10s``, ``1m30s``, ``1.5s``, ``250ms``) for messages."""
+    nanos = round(seconds * 1e9)
+    if nanos == 0:
+        return "0s"
+    sign = "-" if nanos < 0 else ""
+    nanos = abs(nanos)
+    if nanos < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if nanos >= size:
+                return sign + _trim(nanos / size) + unit
+    hours, rest = divmod(nanos, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    text = _trim(rest / 1e9) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{sign}{minutes}m{text}"
+    return sign + text
+
+
+def _trim(value: float) -> str:
+    return f"{value:.9f}".rstrip("0").rstrip(".")
+
+
+class WaitingPod:
+    """A pod a Permit plugin asked to wait: bound once every waiting plugin allows, unless one rejects."""
+
+    def __init__(self, pod: PodInfo, plugin_timeouts: Mapping[str, float]) -> None:
+        self.pod = pod
+        now = time.monotonic()
+        self._timeouts = dict(plugin_timeouts)
+        self._deadlines = {plugin: now + timeout for plugin, timeout in plugin_timeouts.items()}
+        self._result: Status | None = None
+        self._done = asyncio.Event()
+
+    @property
+    def pending_plugins(self) -> list[str]:
+        return list(self._deadlines)
+
+    def allow(self, plugin: str) -> None:
+        self._deadlines.pop(plugin, None)
+        if not self._deadlines:
+            self._resolve(SUCCESS)
+
+    def reject(self, plugin: str, message: str) -> None:
+        self._resolve(Status.unschedulable(message, plugin=plugin))
+
+    def _resolve(self, status: Status) -> None:
+        if self._result is None:
+            self._result = status
+            self._done.set()
+
+    async def wait(self) -> Status:
+        while self._result is None:
+            plugin, deadline = min(self._deadlines.items(), key=lambda item: item[1])
+            try:
+                await asyncio.wait_for(self._done.wait(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                if self._result is None and plugin in self._deadlines:
+                    waited = go_duration(self._timeouts[plugin])
+                    self.reject(plugin, f"rejected due to timeout after waiting {waited} at plugin {plugin}")
+        return self._result
+
+
+# -- the framework -------------------------------------------------------------------------------------
+#: Upstream checks extension points in this order when building (so the first error reported matches).
+_BUILD_ORDER = (
+    ExtensionPoint.PRE_FILTER,
+    ExtensionPoint.FILTER,
+    ExtensionPoint.POST_FILTER,
+    ExtensionPoint.RESERVE,
+    ExtensionPoint.PRE_SCORE,
+    ExtensionPoint.SCORE,
+    ExtensionPoint.PRE_BIND,
+    ExtensionPoint.BIND,
+    ExtensionPoint.POST_BIND,
+    ExtensionPoint.PERMIT,
+    ExtensionPoint.PRE_ENQUEUE,
+    ExtensionPoint.QUEUE_SORT,
+)
+
+
+class Framework:
+    """One profile's pipeline: plugin instances per extension point and the ``run_*`` methods over them."""
+
+    def __init__(
+        self,
+        profile: ResolvedProfile,
+        registry: Registry,
+        handle: Handle,
+        *,
+        nominator: Nominator | None = None,
+    ) -> None:
+        self.profile = profile
+        self.profile_name = profile.scheduler_name
+        self.percentage_of_nodes_to_score = profile.percentage_of_nodes_to_score
+        self.handle = handle
+        self.nominator: Nominator = nominator or NoNominator()
+        #: Round-robin start of the Filter search over the node list (upstream ``nextStartNodeIndex``).
+        self.next_start_node_index = 0
+        self.waiting_pods: dict[str, WaitingPod] = {}
+
+        self.plugins: dict[str, Plugin] = {}
+        for name in profile.plugin_names():
+            cls = registry.get(name)
+            if cls is None:
+                continue  # reported below with upstream's per-extension-point text
+            args = _plugin_args(cls, profile.plugin_args.get(name))
+            try:
+                self.plugins[name] = cls(handle=handle, args=args)
+            except Exception as exc:
+                raise FrameworkError(f"initializing plugin {name!r}: {_error_text(exc)}") from exc
+
+        by_point: dict[ExtensionPoint, list[tuple[str, Any]]] = {}
+        for point in _BUILD_ORDER:
+            iface = INTERFACES[point]
+            seen: set[str] = set()
+            entries = by_point[point] = []
+            for ref in profile.enabled(point):
+                plugin = self.plugins.get(ref.name)
+                if plugin is None:
+                    raise FrameworkError(f"{_type_name(point)} {_go_quote(ref.name)} does not exist")
+                if not isinstance(plugin, iface):
+                    raise FrameworkError(f"plugin {_go_quote(ref.name)} does not extend {_type_name(point)} plugin")
+                if ref.name in seen:
+                    raise FrameworkError(
+                        f"plugin {_go_quote(ref.name)} already registered as {_go_quote(_type_name(point))}"
+                    )
+                seen.add(ref.name)
+                entries.append((ref.name, plugin))
+
+        queue_sort = by_point[ExtensionPoint.QUEUE_SORT]
+        if len(queue_sort) != 1:
+            raise FrameworkError(
+                "only one queue sort plugin required for profile with scheduler name "
+                f"{_go_quote(self.profile_name)}, but got {len(queue_sort)}"
+            )
+        if not by_point[ExtensionPoint.BIND]:
+            raise FrameworkError(
+                f"at least one bind plugin is needed for profile with scheduler name {_go_quote(self.profile_name)}"
+            )
+
+        self.score_weights: dict[str, int] = {}
+        total = 0
+        for ref in profile.enabled(ExtensionPoint.SCORE):
+            weight = ref.weight or 1  # 0 (unset) means 1, as upstream
+            if weight * MAX_NODE_SCORE > MAX_TOTAL_SCORE - total:
+                raise FrameworkError("total score of Score plugins could overflow")
+            total += weight * MAX_NODE_SCORE
+            self.score_weights[ref.name] = weight
+
+        self.pre_enqueue_plugins: tuple[tuple[str, PreEnqueuePlugin], ...] = tuple(by_point[ExtensionPoint.PRE_ENQUEUE])
+        self.queue_sort_plugin: QueueSortPlugin = queue_sort[0][1]
+        self.pre_filter_plugins: tuple[tuple[str, PreFilterPlugin], ...] = tuple(by_point[ExtensionPoint.PRE_FILTER])
+        self.filter_plugins: tuple[tuple[str, FilterPlugin], ...] = tuple(by_point[ExtensionPoint.FILTER])
+        self.post_filter_plugins: tuple[tuple[str, PostFilterPlugin], ...] = tuple(by_point[ExtensionPoint.POST_FILTER])
+        self.pre_score_plugins: tuple[tuple[str, PreScorePlugin], ...] = tuple(by_point[ExtensionPoint.PRE_SCORE])
+        self.score_plugins: tuple[tuple[str, ScorePlugin], ...] = tuple(by_point[ExtensionPoint.SCORE])
+        self.reserve_plugins: tuple[tuple[str, ReservePlugin], ...] = tuple(by_point[ExtensionPoint.RESERVE])
+        self.permit_plugins: tuple[tuple[str, PermitPlugin], ...] = tuple(by_point[ExtensionPoint.PERMIT])
+        self.pre_bind_plugins: tuple[tuple[str, PreBindPlugin], ...] = tuple(by_point[ExtensionPoint.PRE_BIND])
+        self.bind_plugins: tuple[tuple[str, BindPlugin], ...] = tuple(by_point[ExtensionPoint.BIND])
+        self.post_bind_plugins: tuple[tuple[str, PostBindPlugin], ...] = tuple(by_point[ExtensionPoint.POST_BIND])
+
+    def __repr__(self) -> str:
+        return f"<Framework {self.profile_name}>"
+
+    # -- introspection ---------------------------------------------------------------------------------
+    @property
+    def has_filter_plugins(self) -> bool:
+        return bool(self.filter_plugins)
+
+    @property
+    def has_post_filter_plugins(self) -> bool:
+        return bool(self.post_filter_plugins)
+
+    @property
+    def has_score_plugins(self) -> bool:
+        return bool(self.score_plugins)
+
+    def list_plugins(self) -> dict[ExtensionPoint, list[str]]:
+        """Effective plugin names per extension point, in run order (for the profile's status)."""
+        lists = {
+            ExtensionPoint.PRE_ENQUEUE: self.pre_enqueue_plugins,
+            ExtensionPoint.QUEUE_SORT: (("", self.queue_sort_plugin),),
+            ExtensionPoint.PRE_FILTER: self.pre_filter_plugins,
+            ExtensionPoint.FILTER: self.filter_plugins,
+            ExtensionPoint.POST_FILTER: self.post_filter_plugins,
+            ExtensionPoint.PRE_SCORE: self.pre_score_plugins,
+            ExtensionPoint.SCORE: self.score_plugins,
+            ExtensionPoint.RESERVE: self.reserve_plugins,
+            ExtensionPoint.PERMIT: self.permit_plugins,
+            ExtensionPoint.PRE_BIND: self.pre_bind_plugins,
+            ExtensionPoint.BIND: self.bind_plugins,
+            ExtensionPoint.POST_BIND: self.post_bind_plugins,
+        }
+        result = {point: [name or plugin.name for name, plugin in entries] for point, entries in lists.items()}
+        return {point: names for point, names in result.items() if names}
+
+    # -- queue -----------------------------------------------------------------------------------------
+    def run_pre_enqueue_plugins(self, pod: PodInfo) -> Status:
+        """First non-success verdict (stamped with its plugin) keeps the pod out of the active queue."""
+        for name, plugin in self.pre_enqueue_plugins:
+            try:
+                status = plugin.pre_enqueue(pod)
+            except Exception as exc:
+                return _wrapped_error(f"running PreEnqueue plugin {_go_quote(name)}", exc).with_plugin(name)
+            if not status.is_success:
+                if status.is_rejected:
+                    return status.with_plugin(name)
+                return _wrapped_error(f"running PreEnqueue plugin {_go_quote(name)}", status).with_plugin(name)
+        return SUCCESS
+
+    def queue_sort_less(self, a: QueuedPod, b: QueuedPod) -> bool:
+        return self.queue_sort_plugin.less(a, b)
+
+    # -- PreFilter -------------------------------------------------------------------------------------
+    def run_pre_filter_plugins(
+        self, state: CycleState, pod: PodInfo, snapshot: Snapshot
+    ) -> tuple[PreFilterResult | None, Status, set[str]]:
+        """Run every PreFilter; returns (merged node restriction, status, plugins that restricted nodes).
+
+        UUR aborts at once; U is remembered while the rest still run (preemption needs their state);
+        Skip puts the plugin in ``state.skip_filter_plugins``; node-name results are intersected and an
+        empty intersection is a UUR naming the plugins that restricted the set.
+        """
+        skip: set[str] = set()
+        result: PreFilterResult | None = None
+        plugins_with_nodes: set[str] = set()
+        returned = SUCCESS
+        try:
+            for name, plugin in self.pre_filter_plugins:
+                try:
+                    restriction, status = plugin.pre_filter(state, pod, snapshot)
+                except Exception as exc:
+                    return (
+                        None,
+                        _wrapped_error(f"running PreFilter plugin {_go_quote(name)}", exc).with_plugin(name),
+                        set(),
+                    )
+                if status.is_skip:
+                    skip.add(name)
+                    continue
+                if not status.is_success:
+                    status = status.with_plugin(name)
+                    if status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                        return None, status, set()
+                    if status.code is Code.UNSCHEDULABLE:
+                        returned = status
+                        continue
+                    return (
+                        None,
+                        _wrapped_error(f"running PreFilter plugin {_go_quote(name)}", status).with_plugin(name),
+                        set(),
+                    )
+                if restriction is not None and restriction.node_names is not None:
+                    plugins_with_nodes.add(name)
+                result = _merge_pre_filter_results(result, restriction)
+                if result is not None and result.node_names is not None and not result.node_names:
+                    if len(plugins_with_nodes) == 1:
+                        message = f"node(s) didn't satisfy plugin {next(iter(plugins_with_nodes))}"
+                    else:
+                        message = (
+                            f"node(s) didn't satisfy plugin(s) {go_string_list(plugins_with_nodes)} simultaneously"
+                        )
+                    return result, Status.unschedulable(message, unresolvable=True), plugins_with_nodes
+            return result, returned, plugins_with_nodes
+        finally:
+            state.skip_filter_plugins = skip
+
+    def run_pre_filter_extension_add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
+    ) -> Status:
+        return self._run_pre_filter_extension("AddPod", state, pod, pod_to_add, node)
+
+    def run_pre_filter_extension_remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
+    ) -> Status:
+        return self._run_pre_filter_extension("RemovePod", state, pod, pod_to_remove, node)
+
+    def _run_pre_filter_extension(
+        self, operation: str, state: CycleState, pod: PodInfo, other: PodInfo, node: NodeInfo
+    ) -> Status:
+        skip = state.skip_filter_plugins
+        for name, plugin in self.pre_filter_plugins:
+            if name in skip:
+                continue
+            extensions = plugin.pre_filter_extensions()
+            if extensions is None:
+                continue
+            try:
+                if operation == "AddPod":
+                    status = extensions.add_pod(state, pod, other, node)
+                else:
+                    status = extensions.remove_pod(state, pod, other, node)
+            except Exception as exc:
+                status = Status.as_error(exc)
+            if not status.is_success:
+                return _wrapped_error(f"running {operation} on PreFilter plugin {_go_quote(name)}", status)
+        return SUCCESS
+
+    # -- Filter ----------------------------------------------------------------------------------------
+    def run_filter_plugins(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: np.ndarray,
+        snapshot: Snapshot,
+        *,
+        positions: np.ndarray | None = None,
+        statuses: FilterStatuses | None = None,
+    ) -> FilterOutcome:
+        """Run Filter plugins in order on the shrinking set of still-feasible ``nodes``.
+
+        ``positions`` are the nodes' processing positions (default ``0..len-1``), kept in the verdicts so
+        the caller can cut the search after enough feasible nodes. Rejections are appended to ``statuses``
+        (a new :class:`FilterStatuses` by default). A status that is neither success nor a rejection is a
+        plugin error: the outcome then carries ``error`` and the cycle stops.
+        """
+        if statuses is None:
+            statuses = FilterStatuses()
+        if positions is None:
+            positions = np.arange(len(nodes), dtype=np.int64)
+        remaining = nodes
+        skip = state.skip_filter_plugins
+        for name, plugin in self.filter_plugins:
+            if not len(remaining):
+                break
+            if skip and name in skip:
+                continue
+            try:
+                result = plugin.filter(state, pod, remaining, snapshot)
+            except Exception as exc:
+                error = _wrapped_error(f"running {_go_quote(name)} filter plugin", exc).with_plugin(name)
+                return FilterOutcome(_EMPTY_SLOTS, _EMPTY_SLOTS, statuses, error)
+            if result is None:
+                continue
+            rejected = np.asarray(result.rejected, dtype=bool)
+            if not rejected.any():
+                continue
+            error = _filter_error(name, result, rejected)
+            if error is not None:
+                return FilterOutcome(_EMPTY_SLOTS, _EMPTY_SLOTS, statuses, error)
+            index = None if result.status_index is None else np.asarray(result.status_index)[rejected]
+            palette = tuple(status.with_plugin(name) for status in result.statuses)
+            statuses.add(name, remaining[rejected], positions[rejected], palette, index)
+            keep = ~rejected
+            remaining = remaining[keep]
+            positions = positions[keep]
+        return FilterOutcome(remaining, positions, statuses)
+
+    def run_filter_plugins_with_nominated_pods(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: np.ndarray,
+        snapshot: Snapshot,
+        *,
+        positions: np.ndarray | None = None,
+        statuses: FilterStatuses | None = None,
+    ) -> FilterOutcome:
+        """Filter, treating pods nominated onto a node (priority ≥ the pod's) as running there.
+
+        Upstream's two passes: with the nominated pods added (resources, anti-affinity are stricter), then
+        without them (pod affinity may need them absent); a node must pass both. Only nodes that have such
+        pods take this per-node path; all others go through one vectorised pass.
+        """
+        if positions is None:
+            positions = np.arange(len(nodes), dtype=np.int64)
+        nominated = self._nominated_slots(pod, nodes, snapshot)
+        if not nominated:
+            return self.run_filter_plugins(state, pod, nodes, snapshot, positions=positions, statuses=statuses)
+        if statuses is None:
+            statuses = FilterStatuses()
+        special = np.isin(nodes, np.fromiter(nominated, dtype=np.int64))
+        plain = self.run_filter_plugins(
+            state, pod, nodes[~special], snapshot, positions=positions[~special], statuses=statuses
+        )
+        if plain.error is not None:
+            return plain
+        feasible, feasible_positions = [plain.feasible], [plain.feasible_positions]
+        for i in np.flatnonzero(special):
+            slot, position = int(nodes[i]), int(positions[i])
+            outcome = self._filter_node_with_nominated_pods(
+                state, pod, slot, position, nominated[slot], snapshot, statuses
+            )
+            if outcome.error is not None:
+                return outcome
+            feasible.append(outcome.feasible)
+            feasible_positions.append(outcome.feasible_positions)
+        all_positions = np.concatenate(feasible_positions)
+        order = np.argsort(all_positions, kind="stable")
+        return FilterOutcome(np.concatenate(feasible)[order], all_positions[order], statuses)
+
+    def _nominated_slots(self, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> dict[int, list[PodInfo]]:
+        names = self.nominator.nodes_with_nominated_pods()
+        if not names:
+            return {}
+        found: dict[int, list[PodInfo]] = {}
+        for name in names:
+            slot = snapshot.slot_of(name)
+            if slot is None:
+                continue
+            pods = [
+                p
+                for p in self.nominator.nominated_pods_for_node(name)
+                if p.priority >= pod.priority and p.uid != pod.uid
+            ]
+            if pods:
+                found[slot] = pods
+        if found:
+            present = set(np.asarray(nodes)[np.isin(nodes, np.fromiter(found, dtype=np.int64))].tolist())
+            found = {slot: pods for slot, pods in found.items() if slot in present}
+        return found
+
+    def _filter_node_with_nominated_pods(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        slot: int,
+        position: int,
+        nominated: list[PodInfo],
+        snapshot: Snapshot,
+        statuses: FilterStatuses,
+    ) -> FilterOutcome:
+        node = snapshot.node_info(slot)
+        cache = snapshot.cache
+        one = np.asarray([slot], dtype=np.int64)
+        at = np.asarray([position], dtype=np.int64)
+        state_with = state.clone()
+        added: list[PodInfo] = []
+        # Pass 1 with the nominated pods accounted on the node: the node-table columns are what plugins
+        # read, so the pods are assumed into the cache for the duration of this one-node pass.
+        scratch = FilterStatuses()
+        try:
+            for nominated_pod in nominated:
+                if cache.pod(nominated_pod.uid) is not None:
+                    continue
+                assumed = cache.assume(nominated_pod, node.name)
+                added.append(assumed)
+                status = self.run_pre_filter_extension_add_pod(state_with, pod, assumed, node)
+                if not status.is_success:
+                    return FilterOutcome(_EMPTY_SLOTS, _EMPTY_SLOTS, statuses, status)
+            first = self.run_filter_plugins(state_with, pod, one, snapshot, positions=at, statuses=scratch)
+        finally:
+            for assumed in added:
+                cache.forget(assumed.uid)
+        if first.error is not None or not len(first.feasible_positions) or not added:
+            _copy_statuses(scratch, statuses)
+            return FilterOutcome(first.feasible, first.feasible_positions, statuses, first.error)
+        second = self.run_filter_plugins(state, pod, one, snapshot, positions=at, statuses=statuses)
+        return second
+
+    # -- PostFilter ------------------------------------------------------------------------------------
+    def run_post_filter_plugins(
+        self, state: CycleState, pod: PodInfo, filtered: NodeToStatusMap
+    ) -> tuple[PostFilterResult | None, Status]:
+        """Until the first Success, UUR or Error; otherwise U with all plugins' reasons (joined by ", ")."""
+        result: PostFilterResult | None = None
+        reasons: list[str] = []
+        rejector = ""
+        for name, plugin in self.post_filter_plugins:
+            try:
+                outcome, status = plugin.post_filter(state, pod, filtered)
+            except Exception as exc:
+                return None, Status.as_error(exc, plugin=name)
+            if status.is_success:
+                return outcome, status
+            if status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                return outcome, status.with_plugin(name)
+            if not status.is_rejected:
+                return None, Status(Code.ERROR, status.reasons, name, status.error)
+            if outcome is not None and outcome.nominated_node_name is not None:
+                result = outcome
+            reasons.extend(status.reasons)
+            rejector = rejector or name
+        return result, Status(Code.UNSCHEDULABLE, tuple(reasons), rejector)
+
+    # -- PreScore / Score ------------------------------------------------------------------------------
+    def run_pre_score_plugins(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> Status:
+        skip: set[str] = set()
+        try:
+            for name, plugin in self.pre_score_plugins:
+                try:
+                    status = plugin.pre_score(state, pod, nodes, snapshot)
+                except Exception as exc:
+                    return _wrapped_error(f"running PreScore plugin {_go_quote(name)}", exc)
+                if status.is_skip:
+                    skip.add(name)
+                    continue
+                if not status.is_success:
+                    return _wrapped_error(f"running PreScore plugin {_go_quote(name)}", status)
+            return SUCCESS
+        finally:
+            state.skip_score_plugins = skip
+
+    def run_score_plugins(
+        self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
+    ) -> tuple[ScoreOutcome | None, Status]:
+        """Score, NormalizeScore (when the plugin has it), range check, weight; totals as int64."""
+        skip = state.skip_score_plugins
+        count = len(nodes)
+        names: list[str] = []
+        raw: list[np.ndarray] = []
+        for name, plugin in self.score_plugins:
+            if skip and name in skip:
+                continue
+            try:
+                scores = np.asarray(plugin.score(state, pod, nodes, snapshot), dtype=np.int64)
+                if scores.shape != (count,):
+                    raise ValueError(f"returned {scores.shape[0] if scores.ndim else 0} scores for {count} nodes")
+            except Exception as exc:
+                return None, _wrapped_error(
+                    "running Score plugins", RuntimeError(f"plugin {_go_quote(name)} failed with: {_error_text(exc)}")
+                )
+            names.append(name)
+            raw.append(scores)
+        for i, name in enumerate(names):
+            plugin = self.plugins[name]
+            assert isinstance(plugin, ScorePlugin)
+            if not plugin.has_normalize:
+                continue
+            try:
+                normalized = np.asarray(plugin.normalize_score(state, pod, nodes, raw[i]), dtype=np.int64)
+                if normalized.shape != (count,):
+                    raise ValueError(
+                        f"normalized {normalized.shape[0] if normalized.ndim else 0} scores for {count} nodes"
+                    )
+            except Exception as exc:
+                return None, _wrapped_error(
+                    "running Normalize on Score plugins",
+                    RuntimeError(f"plugin {_go_quote(name)} failed with: {_error_text(exc)}"),
+                )
+            raw[i] = normalized
+        if raw:
+            stacked = np.vstack(raw)
+            invalid = (stacked > MAX_NODE_SCORE) | (stacked < MIN_NODE_SCORE)
+            if invalid.any():
+                # Report the first offending node in node order, and its first offending plugin.
+                node_index = int(np.flatnonzero(invalid.any(axis=0))[0])
+                plugin_index = int(np.flatnonzero(invalid[:, node_index])[0])
+                message = (
+                    f"plugin {_go_quote(names[plugin_index])} returns an invalid score "
+                    f"{int(stacked[plugin_index, node_index])}, it should in the range of "
+                    f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
+                )
+                return None, _wrapped_error("applying score defaultWeights on Score plugins", RuntimeError(message))
+            weights = tuple(self.score_weights.get(name, 1) for name in names)
+            weighted = tuple(scores * weight for scores, weight in zip(raw, weights, strict=True))
+            totals = np.sum(weighted, axis=0, dtype=np.int64)
+        else:
+            weights, weighted = (), ()
+            totals = np.zeros(count, dtype=np.int64)
+        return ScoreOutcome(nodes, tuple(names), weights, weighted, totals), SUCCESS
+
+    # -- Reserve / Permit ------------------------------------------------------------------------------
+    def run_reserve_plugins_reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        for name, plugin in self.reserve_plugins:
+            try:
+                status = plugin.reserve(state, pod, node_name)
+            except Exception as exc:
+                return _wrapped_error(f"running Reserve plugin {_go_quote(name)}", exc)
+            if not status.is_success:
+                if status.is_rejected:
+                    return status.with_plugin(name)
+                return _wrapped_error(f"running Reserve plugin {_go_quote(name)}", status)
+        return SUCCESS
+
+    def run_reserve_plugins_unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        """Every Reserve plugin's Unreserve, in reverse order; failures are logged, never raised."""
+        for name, plugin in reversed(self.reserve_plugins):
+            try:
+                plugin.unreserve(state, pod, node_name)
+            except Exception:
+                logger.exception("Unreserve of plugin %s failed for pod %s", name, pod.key)
+
+    def run_permit_plugins(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Rejection or error stops at once; Wait from any plugin parks the pod as a :class:`WaitingPod`."""
+        waits: dict[str, float] = {}
+        for name, plugin in self.permit_plugins:
+            try:
+                status, timeout = plugin.permit(state, pod, node_name)
+            except Exception as exc:
+                return _wrapped_error(f"running Permit plugin {_go_quote(name)}", exc).with_plugin(name)
+            if status.is_success:
+                continue
+            if status.is_rejected:
+                return status.with_plugin(name)
+            if status.code is Code.WAIT:
+                waits[name] = min(float(timeout), MAX_PERMIT_TIMEOUT)
+                continue
+            return _wrapped_error(f"running Permit plugin {_go_quote(name)}", status).with_plugin(name)
+        if waits:
+            self.waiting_pods[pod.uid] = WaitingPod(pod, waits)
+            return Status(
+                Code.WAIT, (f"one or more plugins asked to wait and no plugin rejected pod {_go_quote(pod.name)}",)
+            )
+        return SUCCESS
+
+    def will_wait_on_permit(self, pod: PodInfo) -> bool:
+        return pod.uid in self.waiting_pods
+
+    def get_waiting_pod(self, uid: str) -> WaitingPod | None:
+        return self.waiting_pods.get(uid)
+
+    def reject_waiting_pod(self, uid: str) -> bool:
+        waiting = self.waiting_pods.get(uid)
+        if waiting is None:
+            return False
+        waiting.reject("", "removed")
+        return True
+
+    async def wait_on_permit(self, pod: PodInfo) -> Status:
+        waiting = self.waiting_pods.get(pod.uid)
+        if waiting is None:
+            return SUCCESS
+        try:
+            status = await waiting.wait()
+        finally:
+            self.waiting_pods.pop(pod.uid, None)
+        if status.is_success or status.is_rejected:
+            return status
+        return _wrapped_error("waiting on permit for pod", status).with_plugin(status.plugin)
+
+    # -- binding cycle ---------------------------------------------------------------------------------
+    async def run_pre_bind_plugins(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        for name, plugin in self.pre_bind_plugins:
+            try:
+                status = await plugin.pre_bind(state, pod, node_name)
+            except Exception as exc:
+                return _wrapped_error(f"running PreBind plugin {_go_quote(name)}", exc)
+            if not status.is_success:
+                if status.is_rejected:
+                    return status.with_plugin(name)
+                return _wrapped_error(f"running PreBind plugin {_go_quote(name)}", status)
+        return SUCCESS
+
+    async def run_bind_plugins(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Bind plugins in order until one does not Skip; its verdict is the result."""
+        status = Status.skip()
+        for name, plugin in self.bind_plugins:
+            try:
+                status = await plugin.bind(state, pod, node_name)
+            except Exception as exc:
+                return _wrapped_error(f"running Bind plugin {_go_quote(name)}", exc)
+            if status.is_skip:
+                continue
+            if status.is_success:
+                return status
+            if status.is_rejected:
+                return status.with_plugin(name)
+            return _wrapped_error(f"running Bind plugin {_go_quote(name)}", status)
+        return status
+
+    def run_post_bind_plugins(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        for name, plugin in self.post_bind_plugins:
+            try:
+                plugin.post_bind(state, pod, node_name)
+            except Exception:
+                logger.exception("PostBind of plugin %s failed for pod %s", name, pod.key)
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+def _go_quote(text: str) -> str:
+    """Go's ``%q`` for the plain names that appear in these messages."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def go_string_list(items: Collection[str]) -> str:
+    """Go's ``%v`` of a sorted ``[]string``: ``[A B]``."""
+    return "[" + " ".join(sorted(items)) + "]"
+
+
+def _merge_pre_filter_results(current: PreFilterResult | None, new: PreFilterResult | None) -> PreFilterResult | None:
+    """Upstream ``PreFilterResult.Merge`` where nil (None) and a nil node set both mean "all nodes"."""
+    if new is None or new.node_names is None:
+        return current
+    if current is None or current.node_names is None:
+        return new
+    return PreFilterResult(current.node_names & new.node_names)
+
+
+def _filter_error(name: str, result: FilterResult, rejected: np.ndarray) -> Status | None:
+    """An Error (or any non-rejection) status among the rejected nodes becomes the cycle's error."""
+    bad = [i for i, status in enumerate(result.statuses) if status.code not in _REJECTED_CODES]
+    if not bad:
+        return None
+    if result.status_index is None:
+        status = result.statuses[0]
+    else:
+        used = np.asarray(result.status_index)[rejected]
+        hits = np.isin(used, bad)
+        if not hits.any():
+            return None
+        status = result.statuses[int(used[int(np.argmax(hits))])]
+    return _wrapped_error(f"running {_go_quote(name)} filter plugin", status).with_plugin(name)
+
+
+def _copy_statuses(source: FilterStatuses, target: FilterStatuses) -> None:
+    for chunk in source._chunks:
+        target.add(chunk.plugin, chunk.slots, chunk.positions, chunk.statuses, chunk.index)
+
+
+def _plugin_args(cls: type[Plugin], raw: BaseModel | dict[str, Any] | None) -> Any:
+    """Typed args for the plugin: validate a raw dict against its ``args_model``, pass models through."""
+    if raw is None or isinstance(raw, BaseModel) or cls.args_model is None:
+        return raw
+    try:
+        return cls.args_model.model_validate(raw)
+    except Exception as exc:
+        raise FrameworkError(f"initializing plugin {cls.name!r}: {_error_text(exc)}") from exc
+
+
+__all__ = [
+    "MAX_PERMIT_TIMEOUT",
+    "MAX_TOTAL_SCORE",
+    "FilterOutcome",
+    "FilterStatuses",
+    "Framework",
+    "FrameworkError",
+    "NoNominator",
+    "NodeToStatusMap",
+    "Nominator",
+    "ScoreOutcome",
+    "WaitingPod",
+    "go_duration",
+    "go_string_list",
+]

@@ -1,0 +1,460 @@
+"""The scheduling cycle for one pod, as upstream's ``schedule_one.go`` (reference §4), minus the I/O.
+
+:func:`schedule_pod` is the pure part: PreFilter, the nominated-node fast path, the sampled Filter search
+from a round-robin start, PreScore/Score and host selection, over one framework and one snapshot. It returns
+a :class:`ScheduleResult` or raises :class:`FitError` whose ``message`` is upstream's FailedScheduling text
+byte for byte. :func:`run_post_filter` adds PostFilter's verdict to a FitError. :func:`assume_and_reserve`
+and :func:`bind_pod` are the rest of scheduleOne: assume in the cache, Reserve, Permit, then the async
+binding cycle. The queue, events, status patches and kopf live elsewhere and call these.
+
+Sampling is upstream's with the race taken out. Upstream checks nodes in parallel from ``nextStartNodeIndex``
+and cancels once it has ``numFeasibleNodesToFind`` feasible nodes, so which nodes it saw is racy; here the
+nodes are judged in rotated order, the first K feasible win, nodes after the K-th feasible one do not count
+as evaluated, and the start index advances by the number of nodes that do (upstream's formula, fed with
+the deterministic count). Filters run on a window of the rotated list a bit larger than K first and on the
+rest only when the window did not yield K feasible nodes, so a big healthy cluster costs about K nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.interface import PostFilterResult
+from kopf_scheduler.framework.runtime import (
+    FilterStatuses,
+    Framework,
+    NodeToStatusMap,
+    ScoreOutcome,
+    go_string_list,
+)
+from kopf_scheduler.framework.status import SUCCESS, Code, Status
+from kopf_scheduler.state.cache import ClusterCache, Snapshot
+from kopf_scheduler.state.pod_info import PodInfo
+
+logger = logging.getLogger(__name__)
+
+#: Upstream's floor on how many feasible nodes a cycle looks for (all of them below this many nodes).
+MIN_FEASIBLE_NODES_TO_FIND = 100
+#: Upstream's floor on the adaptive percentage of nodes to score.
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+#: Upstream's ``ErrNoNodesAvailable`` text.
+NO_NODES_AVAILABLE = "no nodes available to schedule pods"
+
+#: The first Filter window is K·(1 + 1/2) + 16 nodes: enough that a mostly-feasible cluster needs one pass.
+_WINDOW_SLACK_DIVISOR = 2
+_WINDOW_SLACK_MIN = 16
+
+_DEFAULT_RNG = random.Random()
+
+
+def num_feasible_nodes_to_find(percentage_of_nodes_to_score: int | None, num_all_nodes: int) -> int:
+    """How many feasible nodes the Filter search stops at (upstream ``numFeasibleNodesToFind``).
+
+    All nodes below 100; otherwise the profile's percentage, or when that is unset or 0 the adaptive
+    ``50 − n/125`` percent floored at 5; never fewer than 100 nodes.
+    """
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    percentage = percentage_of_nodes_to_score or 0
+    if percentage == 0:
+        percentage = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    found = num_all_nodes * percentage // 100
+    return max(found, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+# -- diagnosis and errors ------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Diagnosis:
+    """Why nodes were rejected in one cycle (upstream ``framework.Diagnosis``).
+
+    ``statuses`` holds the explicit per-node verdicts (node-table slot → Status stamped with its plugin);
+    every other node of the snapshot has ``absent_nodes_status``. ``node_to_status`` is the by-name view
+    PostFilter plugins and explanations read.
+    """
+
+    names: Sequence[str | None]
+    statuses: FilterStatuses = field(default_factory=FilterStatuses)
+    absent_nodes_status: Status = field(default_factory=lambda: Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+    #: Plugins that returned Unschedulable(AndUnresolvable) (the queue requeues on their events).
+    unschedulable_plugins: set[str] = field(default_factory=set)
+    pending_plugins: set[str] = field(default_factory=set)
+    pre_filter_msg: str = ""
+    post_filter_msg: str = ""
+    _view: NodeToStatusMap | None = None
+
+    @property
+    def node_to_status(self) -> NodeToStatusMap:
+        if self._view is None or self._view.absent_nodes_status is not self.absent_nodes_status:
+            self._view = NodeToStatusMap(self.statuses, self.names, self.absent_nodes_status)
+        return self._view
+
+    def add_plugin_status(self, status: Status) -> None:
+        if not status.plugin:
+            return
+        if status.is_rejected:
+            self.unschedulable_plugins.add(status.plugin)
+        if status.code is Code.PENDING:
+            self.pending_plugins.add(status.plugin)
+
+    def all_unschedulable_plugins(self) -> set[str]:
+        """Plugins that rejected the pod anywhere in the cycle (PreFilter and Filter)."""
+        return self.unschedulable_plugins | self.statuses.plugins()
+
+
+class SchedulingError(Exception):
+    """The cycle failed with an Error status (not a fit problem): the pod goes to backoff, SchedulerError."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+
+class FitError(Exception):
+    """No node fits the pod; ``message`` is upstream's ``FitError.Error()`` text."""
+
+    def __init__(self, pod: PodInfo, num_all_nodes: int, diagnosis: Diagnosis) -> None:
+        super().__init__()
+        self.pod = pod
+        self.num_all_nodes = num_all_nodes
+        self.diagnosis = diagnosis
+
+    @property
+    def message(self) -> str:
+        diagnosis = self.diagnosis
+        text = f"0/{self.num_all_nodes} nodes are available:"
+        if diagnosis.pre_filter_msg:
+            # PreFilter rejected the pod: every node has that status, so the histogram would only repeat it.
+            text += f" {diagnosis.pre_filter_msg}."
+        else:
+            counts = diagnosis.statuses.reason_counts()
+            explicit = len(diagnosis.statuses)
+            if explicit < self.num_all_nodes:
+                for reason in diagnosis.absent_nodes_status.reasons:
+                    counts[reason] = counts.get(reason, 0) + self.num_all_nodes - explicit
+            # Go's sort.Strings on "<count> <reason>": a plain string sort, so "10 X" sorts before "2 Y".
+            histogram = sorted(f"{count} {reason}" for reason, count in counts.items())
+            if histogram:
+                text += " " + ", ".join(histogram) + "."
+        if diagnosis.post_filter_msg:
+            text += " " + diagnosis.post_filter_msg
+        return text
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def status(self) -> Status:
+        """How the failure handler sees it: Unschedulable with this message."""
+        return Status(Code.UNSCHEDULABLE, (self.message,))
+
+
+class NoNodesAvailableError(FitError):
+    """The snapshot has no nodes at all (upstream ``ErrNoNodesAvailable``; UUR, no PostFilter)."""
+
+    @property
+    def message(self) -> str:
+        return NO_NODES_AVAILABLE
+
+    @property
+    def status(self) -> Status:
+        return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_NODES_AVAILABLE,))
+
+
+# -- results -------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class ScheduleResult:
+    """The chosen node and how much of the cluster was looked at (upstream ``ScheduleResult``)."""
+
+    suggested_host: str
+    evaluated_nodes: int
+    feasible_nodes: int
+    #: Node-table slot of ``suggested_host``.
+    slot: int
+    #: Verdicts of the nodes that were rejected on the way (explanations per node and plugin).
+    diagnosis: Diagnosis
+    #: Per-plugin weighted scores of the feasible nodes; None when scoring did not run (1 feasible node,
+    #: the nominated node, or no Score plugins).
+    scores: ScoreOutcome | None = None
+
+    def plugin_scores(self) -> dict[str, int]:
+        """Plugin → weighted score of the chosen node (empty when scoring did not run)."""
+        if self.scores is None:
+            return {}
+        position = int(np.flatnonzero(self.scores.nodes == self.slot)[0])
+        return self.scores.breakdown(position)
+
+    def top_nodes(self, names: Sequence[str | None], k: int = 3) -> list[tuple[str, int]]:
+        """The ``k`` best-scoring feasible nodes as (name, total score), best first."""
+        if self.scores is None:
+            return [(self.suggested_host, 0)]
+        return [(str(names[int(self.scores.nodes[i])]), total) for i, total in self.scores.top(k)]
+
+
+# -- the cycle -----------------------------------------------------------------------------------------
+def schedule_pod(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    snapshot: Snapshot,
+    *,
+    rng: random.Random | None = None,
+) -> ScheduleResult:
+    """Pick a node for ``pod`` (upstream ``schedulePod``); raises FitError, or SchedulingError on plugin errors."""
+    all_nodes = snapshot.order
+    num_all_nodes = len(all_nodes)
+    diagnosis = Diagnosis(snapshot.table.names)
+    if num_all_nodes == 0:
+        raise NoNodesAvailableError(pod, 0, diagnosis)
+
+    pre_filter_result, status, plugins_with_nodes = framework.run_pre_filter_plugins(state, pod, snapshot)
+    diagnosis.unschedulable_plugins = set(plugins_with_nodes)
+    if not status.is_success:
+        if not status.is_rejected:
+            raise SchedulingError(status)
+        diagnosis.absent_nodes_status = status
+        diagnosis.pre_filter_msg = status.message
+        diagnosis.add_plugin_status(status)
+        raise FitError(pod, num_all_nodes, diagnosis)
+
+    # A node nominated by an earlier preemption is likely the only one that fits: try it alone first.
+    nominated_node = ((pod.obj.get("status") or {}).get("nominatedNodeName")) or ""
+    if nominated_node:
+        slot = snapshot.slot_of(nominated_node)
+        if slot is None:
+            logger.info("Nominated node %s of pod %s is not in the snapshot", nominated_node, pod.key)
+        else:
+            diagnosis.statuses.mark_overlapping()
+            outcome = framework.run_filter_plugins_with_nominated_pods(
+                state,
+                pod,
+                np.asarray([slot], dtype=np.int64),
+                snapshot,
+                positions=np.asarray([-1], dtype=np.int64),
+                statuses=diagnosis.statuses,
+            )
+            if outcome.error is not None:
+                logger.error(
+                    "Evaluation failed on nominated node %s for pod %s: %s",
+                    nominated_node,
+                    pod.key,
+                    outcome.error.message,
+                )
+            elif len(outcome.feasible):
+                return ScheduleResult(nominated_node, 1 + len(diagnosis.statuses), 1, slot, diagnosis)
+
+    nodes = all_nodes
+    if pre_filter_result is not None and pre_filter_result.node_names is not None:
+        # Names that are not in the snapshot are dropped; the others keep node-tree order.
+        wanted = [s for s in map(snapshot.slot_of, pre_filter_result.node_names) if s is not None]
+        nodes = all_nodes[np.isin(all_nodes, np.asarray(wanted, dtype=np.int64))]
+        diagnosis.absent_nodes_status = Status.unschedulable(
+            f"node(s) didn't satisfy plugin(s) {go_string_list(plugins_with_nodes)}", unresolvable=True
+        )
+
+    feasible, error = _find_nodes_that_pass_filters(framework, state, pod, diagnosis, nodes, snapshot)
+    processed = len(feasible) + len(diagnosis.statuses)
+    framework.next_start_node_index = (framework.next_start_node_index + processed) % num_all_nodes
+    if error is not None:
+        raise SchedulingError(error)
+    diagnosis.unschedulable_plugins |= diagnosis.statuses.plugins()
+
+    if len(feasible) == 0:
+        raise FitError(pod, num_all_nodes, diagnosis)
+    names = snapshot.table.names
+    if len(feasible) == 1:
+        slot = int(feasible[0])
+        return ScheduleResult(str(names[slot]), 1 + len(diagnosis.statuses), 1, slot, diagnosis)
+
+    scores = _prioritize_nodes(framework, state, pod, feasible, snapshot)
+    totals = scores.totals if scores is not None else None
+    position = select_host(totals, rng) if totals is not None else (rng or _DEFAULT_RNG).randrange(len(feasible))
+    slot = int(feasible[position])
+    return ScheduleResult(
+        str(names[slot]), len(feasible) + len(diagnosis.statuses), len(feasible), slot, diagnosis, scores
+    )
+
+
+def _find_nodes_that_pass_filters(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    diagnosis: Diagnosis,
+    nodes: np.ndarray,
+    snapshot: Snapshot,
+) -> tuple[np.ndarray, Status | None]:
+    """The first K feasible nodes in round-robin order from ``next_start_node_index``; rejections go to diagnosis."""
+    count = len(nodes)
+    if count == 0:
+        return nodes, None
+    to_find = num_feasible_nodes_to_find(framework.percentage_of_nodes_to_score, count)
+    if not framework.has_score_plugins:
+        to_find = 1  # no scoring (and no extenders): any feasible node will do
+    start = framework.next_start_node_index % count
+    if not framework.has_filter_plugins:
+        return nodes[(start + np.arange(to_find)) % count], None
+
+    rotated = np.concatenate((nodes[start:], nodes[:start])) if start else nodes
+    statuses = diagnosis.statuses
+    found: list[np.ndarray] = []
+    found_positions: list[np.ndarray] = []
+    total = 0
+    begin = 0
+    size = min(count, to_find + max(to_find // _WINDOW_SLACK_DIVISOR, _WINDOW_SLACK_MIN))
+    while begin < count:
+        outcome = framework.run_filter_plugins_with_nominated_pods(
+            state,
+            pod,
+            rotated[begin : begin + size],
+            snapshot,
+            positions=np.arange(begin, begin + min(size, count - begin), dtype=np.int64),
+            statuses=statuses,
+        )
+        if outcome.error is not None:
+            return nodes[:0], outcome.error
+        found.append(outcome.feasible)
+        found_positions.append(outcome.feasible_positions)
+        total += len(outcome.feasible)
+        if total >= to_find:
+            break
+        begin += size
+        size = count - begin
+    feasible = found[0] if len(found) == 1 else np.concatenate(found)
+    if len(feasible) >= to_find:
+        positions = found_positions[0] if len(found_positions) == 1 else np.concatenate(found_positions)
+        # Nodes after the K-th feasible one were judged only because we work in windows: forget them.
+        statuses.truncate(int(positions[to_find - 1]) + 1)
+        feasible = feasible[:to_find]
+    return feasible, None
+
+
+def _prioritize_nodes(
+    framework: Framework, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
+) -> ScoreOutcome | None:
+    """PreScore and Score over the feasible nodes; None when the profile has no Score plugins (all tie)."""
+    if not framework.has_score_plugins:
+        return None
+    status = framework.run_pre_score_plugins(state, pod, nodes, snapshot)
+    if not status.is_success:
+        raise SchedulingError(status)
+    scores, status = framework.run_score_plugins(state, pod, nodes, snapshot)
+    if not status.is_success or scores is None:
+        raise SchedulingError(status)
+    return scores
+
+
+def select_host(totals: np.ndarray, rng: random.Random | None = None) -> int:
+    """Position of a node with the highest total, chosen uniformly at random among ties (seedable)."""
+    best = np.flatnonzero(totals == totals.max())
+    if len(best) == 1:
+        return int(best[0])
+    return int(best[(rng or _DEFAULT_RNG).randrange(len(best))])
+
+
+def run_post_filter(framework: Framework, state: CycleState, pod: PodInfo, error: FitError) -> PostFilterResult | None:
+    """Run PostFilter (preemption) after a FitError and record its message in the error's diagnosis.
+
+    Returns the nomination PostFilter proposes, if any. Nothing runs for :class:`NoNodesAvailableError` or
+    a profile without PostFilter plugins (upstream then clears the nominated node).
+    """
+    if isinstance(error, NoNodesAvailableError) or not framework.has_post_filter_plugins:
+        return None
+    result, status = framework.run_post_filter_plugins(state, pod, error.diagnosis.node_to_status)
+    error.diagnosis.post_filter_msg = status.message
+    if status.code is Code.ERROR:
+        logger.error("PostFilter failed for pod %s: %s", pod.key, status.message)
+    return result
+
+
+# -- assume, reserve, permit ---------------------------------------------------------------------------
+def assume_and_reserve(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    result: ScheduleResult,
+    cache: ClusterCache,
+) -> PodInfo:
+    """Assume the pod on the chosen node, then run Reserve and Permit; returns the assumed PodInfo.
+
+    On a Reserve or Permit rejection the assumption is undone and a FitError over that one node is raised
+    (upstream reports such failures as ``0/1 nodes are available``); on errors a SchedulingError. A Permit
+    Wait is not a failure: the binding cycle waits for it.
+    """
+    host = result.suggested_host
+    try:
+        assumed = cache.assume(pod, host)
+    except Exception as exc:
+        raise SchedulingError(Status.as_error(exc)) from exc
+    framework.nominator.delete_nominated_pod_if_exists(pod)
+
+    status = framework.run_reserve_plugins_reserve(state, assumed, host)
+    if status.is_success:
+        status = framework.run_permit_plugins(state, assumed, host)
+        if status.code is Code.WAIT:
+            return assumed
+    if status.is_success:
+        return assumed
+    framework.run_reserve_plugins_unreserve(state, assumed, host)
+    cache.forget(assumed.uid)
+    if status.is_rejected:
+        raise _single_node_fit_error(pod, result.slot, status, result.diagnosis.names)
+    raise SchedulingError(status)
+
+
+def _single_node_fit_error(pod: PodInfo, slot: int, status: Status, names: Sequence[str | None]) -> FitError:
+    diagnosis = Diagnosis(names)
+    diagnosis.statuses.set(slot, status)
+    diagnosis.add_plugin_status(status)
+    return FitError(pod, 1, diagnosis)
+
+
+async def bind_pod(
+    framework: Framework,
+    state: CycleState,
+    assumed: PodInfo,
+    result: ScheduleResult,
+    cache: ClusterCache,
+) -> Status:
+    """The binding cycle: WaitOnPermit → PreBind → Bind → PostBind; on failure Unreserve and forget.
+
+    Returns SUCCESS, or the failing status (a Permit rejection comes back as Unschedulable with the
+    FitError text in its message, as upstream's failure handler would print it).
+    """
+    host = result.suggested_host
+    status = await framework.wait_on_permit(assumed)
+    if status.is_rejected:
+        fit_error = _single_node_fit_error(assumed, result.slot, status, result.diagnosis.names)
+        status = Status(status.code, (fit_error.message,), status.plugin)
+    if status.is_success:
+        status = await framework.run_pre_bind_plugins(state, assumed, host)
+    if status.is_success:
+        status = await framework.run_bind_plugins(state, assumed, host)
+    if status.is_success:
+        framework.run_post_bind_plugins(state, assumed, host)
+        return SUCCESS
+    framework.run_reserve_plugins_unreserve(state, assumed, host)
+    cache.forget(assumed.uid)
+    return status
+
+
+__all__ = [
+    "MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND",
+    "MIN_FEASIBLE_NODES_TO_FIND",
+    "NO_NODES_AVAILABLE",
+    "Diagnosis",
+    "FitError",
+    "NoNodesAvailableError",
+    "ScheduleResult",
+    "SchedulingError",
+    "assume_and_reserve",
+    "bind_pod",
+    "num_feasible_nodes_to_find",
+    "run_post_filter",
+    "schedule_pod",
+    "select_host",
+]
