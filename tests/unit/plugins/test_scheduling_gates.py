@@ -1,0 +1,30 @@
+"""SchedulingGates (reference §2.2): gated pods are UUR at PreEnqueue with Go's slice formatting."""
+
+from __future__ import annotations
+
+import pytest
+
+from kopf_scheduler.framework import Code
+from kopf_scheduler.plugins.scheduling_gates import SchedulingGates
+from tests.unit.factories import FakeHandle, make_pod, pod_info
+
+
+@pytest.mark.parametrize(
+    ("gates", "message"),
+    [
+        pytest.param(["example.com/foo"], "waiting for scheduling gates: [example.com/foo]", id="one"),
+        pytest.param(["a", "b"], "waiting for scheduling gates: [a b]", id="two-in-spec-order"),
+        pytest.param(["z", "a", "m"], "waiting for scheduling gates: [z a m]", id="not-sorted"),
+    ],
+)
+def test_gated_pod_is_unschedulable_and_unresolvable(gates: list[str], message: str) -> None:
+    pod = pod_info(make_pod(spec={"schedulingGates": [{"name": g} for g in gates]}))
+    status = SchedulingGates(handle=FakeHandle()).pre_enqueue(pod)
+    assert status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert status.reasons == (message,)
+    assert status.plugin == "SchedulingGates"
+
+
+@pytest.mark.parametrize("spec", [pytest.param({}, id="no-field"), pytest.param({"schedulingGates": []}, id="empty")])
+def test_ungated_pod_passes(spec: dict[str, object]) -> None:
+    assert SchedulingGates(handle=FakeHandle()).pre_enqueue(pod_info(make_pod(spec=spec))).is_success
