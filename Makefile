@@ -55,7 +55,7 @@ demo: $(VENV_STAMP) binaries
 	$(VENV)/bin/python -m tools.demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .cluster build dist operator/*.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .import_linter_cache .cluster build dist operator/*.egg-info
 	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 clean-binaries:
