@@ -9,6 +9,7 @@ view that only caches the node order. Numbers the plugins compare live in :class
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -55,6 +56,58 @@ class NodeInfo:
     used_ports: Counter[HostPort] = field(default_factory=Counter)
 
 
+def affinity_signature(pod: PodInfo) -> str:
+    """What makes two pods' pod (anti-)affinity terms identical: namespace and the two specs, canonicalised."""
+    affinity = pod.affinity
+    return json.dumps(
+        [pod.namespace, affinity.get("podAffinity"), affinity.get("podAntiAffinity")],
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+@dataclass(slots=True, eq=False)
+class AffinityGroup:
+    """Assigned pods (on known nodes) of one namespace with identical pod (anti-)affinity specs.
+
+    Their parsed terms are identical, so InterPodAffinity matches a group's terms against the incoming pod
+    once and adds the group's per-node pod counts with numpy, instead of visiting every such pod per cycle.
+    """
+
+    pods: dict[str, PodInfo] = field(default_factory=dict)
+    #: Node slot → member pods on that node.
+    slots: Counter[int] = field(default_factory=Counter)
+    has_required_anti_affinity: bool = False
+    _arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def sample(self) -> PodInfo:
+        """Any member: all of them parse to the same terms."""
+        return next(iter(self.pods.values()))
+
+    def add(self, pod: PodInfo, slot: int) -> None:
+        self.pods[pod.uid] = pod
+        self.slots[slot] += 1
+        self._arrays = None
+
+    def remove(self, pod: PodInfo, slot: int) -> None:
+        if self.pods.pop(pod.uid, None) is None:
+            return
+        self.slots[slot] -= 1
+        if self.slots[slot] <= 0:
+            del self.slots[slot]
+        self._arrays = None
+
+    def slot_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, member pods per slot) as int64 arrays; rebuilt only after the group changed."""
+        if self._arrays is None:
+            self._arrays = (
+                np.fromiter(self.slots.keys(), dtype=np.int64, count=len(self.slots)),
+                np.fromiter(self.slots.values(), dtype=np.int64, count=len(self.slots)),
+            )
+        return self._arrays
+
+
 class ClusterCache:
     """Nodes, assigned pods and the few other objects plugins read (workload selectors, namespaces)."""
 
@@ -77,10 +130,9 @@ class ClusterCache:
         #: (kind, namespace, name) → selector of Services, ReplicationControllers, ReplicaSets, StatefulSets.
         self.workload_selectors: dict[tuple[str, str, str], LabelSelector] = {}
         self.namespace_labels: dict[str, dict[str, str]] = {}
-        #: Cluster-wide views of the per-node dicts of the same names (pods on known nodes only), so that
-        #: InterPodAffinity visits the few pods with affinity without walking every NodeInfo each cycle.
-        self.pods_with_affinity: dict[str, PodInfo] = {}
-        self.pods_with_required_anti_affinity: dict[str, PodInfo] = {}
+        #: Pods with pod (anti-)affinity on known nodes, grouped by :func:`affinity_signature`, so that
+        #: InterPodAffinity visits a few groups instead of every NodeInfo or every such pod each cycle.
+        self.affinity_groups: dict[str, AffinityGroup] = {}
         #: (protocol, host port) → slot → host IP → count: the used host ports of every node, indexed so that
         #: NodePorts finds the few nodes using a wanted port without visiting every NodeInfo.
         self.host_port_users: dict[tuple[str, int], dict[int, Counter[str]]] = {}
@@ -138,9 +190,8 @@ class ClusterCache:
         # Pods still bound to a deleted node stay accounted for until their own delete events arrive.
         if info.pods:
             self._orphans[name] = dict(info.pods)
-            for uid in info.pods:
-                self.pods_with_affinity.pop(uid, None)
-                self.pods_with_required_anti_affinity.pop(uid, None)
+            for pod in info.pods_with_affinity.values():
+                self._ungroup_affinity(pod, info.slot)
         for port in info.used_ports:
             self._unindex_host_port(port, info.slot, drop_slot=True)
         self.table.release(info.slot)
@@ -254,10 +305,14 @@ class ClusterCache:
         info.pods[pod.uid] = pod
         if pod.has_pod_affinity_terms:
             info.pods_with_affinity[pod.uid] = pod
-            self.pods_with_affinity[pod.uid] = pod
+            signature = affinity_signature(pod)
+            group = self.affinity_groups.get(signature)
+            if group is None:
+                group = AffinityGroup(has_required_anti_affinity=pod.has_required_anti_affinity)
+                self.affinity_groups[signature] = group
+            group.add(pod, info.slot)
         if pod.has_required_anti_affinity:
             info.pods_with_required_anti_affinity[pod.uid] = pod
-            self.pods_with_required_anti_affinity[pod.uid] = pod
         info.used_ports.update(pod.host_ports)
         slot = info.slot
         for port in pod.host_ports:
@@ -289,10 +344,9 @@ class ClusterCache:
                 del self._orphans[pod.node_name]
         info = self._nodes.get(pod.node_name)
         if info is not None and info.pods.pop(pod.uid, None) is not None:
-            info.pods_with_affinity.pop(pod.uid, None)
+            if info.pods_with_affinity.pop(pod.uid, None) is not None:
+                self._ungroup_affinity(pod, info.slot)
             info.pods_with_required_anti_affinity.pop(pod.uid, None)
-            self.pods_with_affinity.pop(pod.uid, None)
-            self.pods_with_required_anti_affinity.pop(pod.uid, None)
             info.used_ports.subtract(pod.host_ports)
             info.used_ports += Counter()  # drop zero counts
             slot = info.slot
@@ -303,6 +357,14 @@ class ClusterCache:
             self.table.non_zero_requested[slot, 1] -= pod.non_zero_memory
             self.table.pod_count[slot] -= 1
         self.generation += 1
+
+    def _ungroup_affinity(self, pod: PodInfo, slot: int) -> None:
+        signature = affinity_signature(pod)
+        group = self.affinity_groups.get(signature)
+        if group is not None:
+            group.remove(pod, slot)
+            if not group.pods:
+                del self.affinity_groups[signature]
 
     def _unindex_host_port(self, port: HostPort, slot: int, *, drop_slot: bool = False) -> None:
         users = self.host_port_users.get((port.protocol, port.port))
