@@ -1,0 +1,733 @@
+"""NodeResourcesFit (reference §2.8, upstream v1.36 ``noderesources/fit.go`` and the scoring strategies)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kopf_scheduler.api.args import (
+    NodeResourcesFitArgs,
+    RequestedToCapacityRatioParam,
+    ResourceSpec,
+    ScoringStrategy,
+    UtilizationShapePoint,
+)
+from kopf_scheduler.framework.status import Code, Status
+from kopf_scheduler.plugins.node_resources_fit import (
+    PRE_FILTER_STATE_KEY,
+    PRE_SCORE_STATE_KEY,
+    REASON_INSUFFICIENT_CPU,
+    REASON_INSUFFICIENT_EPHEMERAL_STORAGE,
+    REASON_INSUFFICIENT_MEMORY,
+    REASON_TOO_MANY_PODS,
+    NodeResourcesFit,
+)
+from kopf_scheduler.plugins.resource_allocation import broken_linear, round_half_away, trunc_div
+from kopf_scheduler.state.cache import ClusterCache
+from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, new_state, pod_info, slots
+
+U = Code.UNSCHEDULABLE
+UUR = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+GPU = "example.com/gpu"
+
+
+def plugin_for(cache: ClusterCache, args: NodeResourcesFitArgs | None = None) -> NodeResourcesFit:
+    return NodeResourcesFit(handle=FakeHandle(cache), args=args)
+
+
+def run_filter(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    pod: dict[str, Any],
+    args: NodeResourcesFitArgs | None = None,
+) -> dict[str, Status | None]:
+    """Node name → the rejecting Status, or None when the node fits."""
+    cache = make_cache(nodes, pods)
+    plugin = plugin_for(cache, args)
+    snapshot = cache.snapshot()
+    state = new_state()
+    info = pod_info(pod)
+    _, status = plugin.pre_filter(state, info, snapshot)
+    assert status.is_success
+    names = [node["metadata"]["name"] for node in nodes]
+    result = plugin.filter(state, info, slots(snapshot, names), snapshot)
+    if result is None:
+        return dict.fromkeys(names)
+    return {name: result.status_at(i) if result.rejected[i] else None for i, name in enumerate(names)}
+
+
+def verdict(status: Status | None) -> tuple[Code, tuple[str, ...]] | None:
+    return None if status is None else (status.code, status.reasons)
+
+
+def containers(*requests: dict[str, Any], init: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "containers": [{"name": f"c{i}", "image": "img", "resources": {"requests": r}} for i, r in enumerate(requests)]
+    }
+    if init is not None:
+        body["initContainers"] = [
+            {"name": f"i{i}", "image": "img", "resources": {"requests": r}} for i, r in enumerate(init)
+        ]
+    body.update(spec)
+    return body
+
+
+# -- Filter -------------------------------------------------------------------------------------------------
+FILTER_CASES = [
+    pytest.param(
+        make_node("n", cpu="1", memory="1Gi"),
+        [make_pod("e", node_name="n", requests={"cpu": "1", "memory": "1Gi"})],
+        make_pod(),
+        None,
+        None,
+        id="no-requests-always-fits",
+    ),
+    pytest.param(
+        make_node("n", cpu="4", memory="8Gi"),
+        [make_pod("e", node_name="n", requests={"cpu": "2", "memory": "4Gi"})],
+        make_pod(requests={"cpu": "2", "memory": "4Gi"}),
+        None,
+        None,
+        id="equal-edge-fits",
+    ),
+    pytest.param(
+        make_node("n", pods=1),
+        [make_pod("e", node_name="n")],
+        make_pod(),
+        None,
+        (U, (REASON_TOO_MANY_PODS,)),
+        id="too-many-pods-even-without-requests",
+    ),
+    pytest.param(
+        make_node("n", cpu="4"),
+        [make_pod("e", node_name="n", requests={"cpu": "3"})],
+        make_pod(requests={"cpu": "2"}),
+        None,
+        (U, (REASON_INSUFFICIENT_CPU,)),
+        id="insufficient-cpu",
+    ),
+    pytest.param(
+        make_node("n", cpu="4"),
+        [],
+        make_pod(requests={"cpu": "4001m"}),
+        None,
+        (UUR, (REASON_INSUFFICIENT_CPU,)),
+        id="cpu-beyond-total-allocatable-unresolvable",
+    ),
+    pytest.param(
+        make_node("n", memory="1Gi"),
+        [make_pod("e", node_name="n", requests={"memory": "512Mi"})],
+        make_pod(requests={"memory": "513Mi"}),
+        None,
+        (U, (REASON_INSUFFICIENT_MEMORY,)),
+        id="insufficient-memory",
+    ),
+    pytest.param(
+        make_node("n", cpu="4", memory="1Gi"),
+        [make_pod("e", node_name="n", requests={"cpu": "3", "memory": "1Gi"})],
+        make_pod(requests={"cpu": "2", "memory": "2Gi"}),
+        None,
+        (UUR, (REASON_INSUFFICIENT_CPU, REASON_INSUFFICIENT_MEMORY)),
+        id="cpu-and-memory-one-unresolvable",
+    ),
+    pytest.param(
+        make_node("n", pods=1, cpu="4"),
+        [make_pod("e", node_name="n", requests={"cpu": "3"})],
+        make_pod(requests={"cpu": "2"}),
+        None,
+        (U, (REASON_TOO_MANY_PODS, REASON_INSUFFICIENT_CPU)),
+        id="too-many-pods-never-unresolvable",
+    ),
+    pytest.param(
+        make_node("n", pods=1, cpu="4"),
+        [make_pod("e", node_name="n")],
+        make_pod(requests={"cpu": "5"}),
+        None,
+        (UUR, (REASON_TOO_MANY_PODS, REASON_INSUFFICIENT_CPU)),
+        id="too-many-pods-and-cpu-beyond-total",
+    ),
+    pytest.param(
+        make_node("n", extra={"ephemeral-storage": "10Gi"}),
+        [make_pod("e", node_name="n", requests={"ephemeral-storage": "6Gi"})],
+        make_pod(requests={"ephemeral-storage": "5Gi"}),
+        None,
+        (U, (REASON_INSUFFICIENT_EPHEMERAL_STORAGE,)),
+        id="insufficient-ephemeral-storage",
+    ),
+    pytest.param(
+        make_node("n"),
+        [],
+        make_pod(requests={"ephemeral-storage": "1"}),
+        None,
+        (UUR, (REASON_INSUFFICIENT_EPHEMERAL_STORAGE,)),
+        id="ephemeral-storage-not-advertised",
+    ),
+    pytest.param(
+        make_node("n", extra={GPU: 5}),
+        [make_pod("e", node_name="n", requests={GPU: 2})],
+        make_pod(requests={GPU: 3}),
+        None,
+        None,
+        id="extended-fits",
+    ),
+    pytest.param(
+        make_node("n", extra={GPU: 5}),
+        [make_pod("e", node_name="n", requests={GPU: 2})],
+        make_pod(requests={GPU: 4}),
+        None,
+        (U, (f"Insufficient {GPU}",)),
+        id="extended-insufficient",
+    ),
+    pytest.param(
+        make_node("n", extra={GPU: 5}),
+        [],
+        make_pod(requests={GPU: 10}),
+        None,
+        (UUR, (f"Insufficient {GPU}",)),
+        id="extended-beyond-total",
+    ),
+    pytest.param(
+        make_node("n"),
+        [],
+        make_pod(requests={"example.com/unknown": 1}),
+        None,
+        (UUR, ("Insufficient example.com/unknown",)),
+        id="extended-nobody-has",
+    ),
+    pytest.param(
+        make_node("n"),
+        [],
+        make_pod(requests={"example.com/unknown": 0, "cpu": "1"}),
+        None,
+        None,
+        id="zero-extended-request-skipped",
+    ),
+    pytest.param(
+        make_node("n", extra={"hugepages-2Mi": "10Mi"}),
+        [],
+        make_pod(requests={"hugepages-2Mi": "12Mi"}),
+        None,
+        (UUR, ("Insufficient hugepages-2Mi",)),
+        id="hugepages-beyond-total",
+    ),
+    pytest.param(
+        make_node("n"),
+        [],
+        make_pod(requests={"kubernetes.io/something": 1}),
+        None,
+        (UUR, ("Insufficient kubernetes.io/something",)),
+        id="prefixed-native-checked",
+    ),
+    pytest.param(
+        make_node("n"),
+        [],
+        make_pod(requests={GPU: 1}),
+        NodeResourcesFitArgs(ignored_resources=[GPU]),
+        None,
+        id="ignored-resources",
+    ),
+    pytest.param(
+        make_node("n"),
+        [],
+        make_pod(requests={GPU: 1, "example.org/fpga": 1}),
+        NodeResourcesFitArgs(ignored_resource_groups=["example.com"]),
+        (UUR, ("Insufficient example.org/fpga",)),
+        id="ignored-resource-groups-by-prefix",
+    ),
+    pytest.param(
+        make_node("n"),
+        [],
+        make_pod(requests={"kubernetes.io/something": 1, "hugepages-2Mi": "2Mi"}),
+        NodeResourcesFitArgs(
+            ignored_resources=["kubernetes.io/something", "hugepages-2Mi"], ignored_resource_groups=["kubernetes.io"]
+        ),
+        (UUR, ("Insufficient hugepages-2Mi", "Insufficient kubernetes.io/something")),
+        id="ignore-lists-apply-to-extended-only",
+    ),
+    pytest.param(
+        make_node("n", cpu="8", memory="8Gi", extra={"example.com/b": 1, "example.com/a": 1}),
+        [],
+        make_pod(requests={"example.com/b": 2, "memory": "9Gi", "example.com/a": 2, "cpu": "1"}),
+        None,
+        (UUR, (REASON_INSUFFICIENT_MEMORY, "Insufficient example.com/a", "Insufficient example.com/b")),
+        id="reason-order-base-then-scalars-sorted",
+    ),
+    pytest.param(
+        make_node("n", cpu="4"),
+        [],
+        make_pod(spec=containers({"cpu": "1"}, init=[{"cpu": "5"}])),
+        None,
+        (UUR, (REASON_INSUFFICIENT_CPU,)),
+        id="init-container-counts",
+    ),
+    pytest.param(
+        make_node("n", cpu="4"),
+        [],
+        make_pod(spec=containers({"cpu": "2"}, {"cpu": "1"}, init=[{"cpu": "3"}])),
+        None,
+        None,
+        id="init-container-max-not-sum",
+    ),
+    pytest.param(
+        make_node("n", memory="1Gi"),
+        [],
+        make_pod(spec=containers({"memory": "1000Mi"}, overhead={"memory": "100Mi"})),
+        None,
+        (UUR, (REASON_INSUFFICIENT_MEMORY,)),
+        id="overhead-counts",
+    ),
+    pytest.param(
+        make_node("n", cpu="4"),
+        [make_pod("e", node_name="n", requests={"cpu": "1"})],
+        make_pod(spec=containers({"cpu": "1"}, resources={"requests": {"cpu": "3500m"}})),
+        None,
+        (U, (REASON_INSUFFICIENT_CPU,)),
+        id="pod-level-requests",
+    ),
+]
+
+
+@pytest.mark.parametrize(("node", "existing", "pod", "args", "want"), FILTER_CASES)
+def test_filter(
+    node: dict[str, Any],
+    existing: list[dict[str, Any]],
+    pod: dict[str, Any],
+    args: NodeResourcesFitArgs | None,
+    want: tuple[Code, tuple[str, ...]] | None,
+) -> None:
+    assert verdict(run_filter([node], existing, pod, args)["n"]) == want
+
+
+def test_filter_palette_over_many_nodes() -> None:
+    nodes = [
+        make_node("fits", cpu="8", memory="8Gi"),
+        make_node("cpu-a", cpu="2", memory="8Gi"),
+        make_node("cpu-b", cpu="2", memory="8Gi"),
+        make_node("busy", cpu="8", memory="8Gi"),
+        make_node("full", cpu="8", memory="8Gi", pods=1),
+    ]
+    pods = [make_pod("e1", node_name="busy", requests={"cpu": "6"}), make_pod("e2", node_name="full")]
+    got = run_filter(nodes, pods, make_pod(requests={"cpu": "3", "memory": "1Gi"}))
+    assert {name: verdict(status) for name, status in got.items()} == {
+        "fits": None,
+        "cpu-a": (UUR, (REASON_INSUFFICIENT_CPU,)),
+        "cpu-b": (UUR, (REASON_INSUFFICIENT_CPU,)),
+        "busy": (U, (REASON_INSUFFICIENT_CPU,)),
+        "full": (U, (REASON_TOO_MANY_PODS,)),
+    }
+    # Identical verdicts share one palette entry.
+    assert got["cpu-a"] is got["cpu-b"]
+    assert got["cpu-a"].plugin == "NodeResourcesFit"
+
+
+def test_filter_many_scalar_resources_beyond_packed_key() -> None:
+    names = [f"example.com/r{i:02d}" for i in range(70)]
+    node = make_node("n", extra={name: 1 for name in names[::2]})
+    got = run_filter([node], [], make_pod(requests=dict.fromkeys(names, 1)))["n"]
+    assert got is not None
+    assert got.code is UUR
+    assert got.reasons == tuple(f"Insufficient {name}" for name in names[1::2])
+
+
+def test_filter_counts_assumed_pods() -> None:
+    cache = make_cache([make_node("n", cpu="4")])
+    cache.assume(pod_info(make_pod("assumed", requests={"cpu": "3"})), "n")
+    plugin = plugin_for(cache)
+    snapshot = cache.snapshot()
+    state = new_state()
+    info = pod_info(make_pod(requests={"cpu": "2"}))
+    plugin.pre_filter(state, info, snapshot)
+    result = plugin.filter(state, info, slots(snapshot), snapshot)
+    assert result is not None
+    assert verdict(result.status_at(0)) == (U, (REASON_INSUFFICIENT_CPU,))
+
+
+def test_filter_without_pre_filter_computes_requests() -> None:
+    cache = make_cache([make_node("n", cpu="1")])
+    snapshot = cache.snapshot()
+    state = new_state()
+    result = plugin_for(cache).filter(state, pod_info(make_pod(requests={"cpu": "2"})), slots(snapshot), snapshot)
+    assert result is not None
+    assert verdict(result.status_at(0)) == (UUR, (REASON_INSUFFICIENT_CPU,))
+    assert PRE_FILTER_STATE_KEY not in state._data
+
+
+def test_pre_filter_state_clone_is_shared() -> None:
+    cache = make_cache([make_node("n")])
+    state = new_state()
+    plugin_for(cache).pre_filter(state, pod_info(make_pod(requests={"cpu": "1"})), cache.snapshot())
+    assert state.clone().read(PRE_FILTER_STATE_KEY) is state.read(PRE_FILTER_STATE_KEY)
+
+
+# -- Score --------------------------------------------------------------------------------------------------
+def run_score(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    pod: dict[str, Any],
+    args: NodeResourcesFitArgs | None = None,
+    *,
+    pre_score: bool = True,
+) -> list[int]:
+    cache = make_cache(nodes, pods)
+    plugin = plugin_for(cache, args)
+    snapshot = cache.snapshot()
+    state = new_state()
+    info = pod_info(pod)
+    names = [node["metadata"]["name"] for node in nodes]
+    if pre_score:
+        assert plugin.pre_score(state, info, slots(snapshot, names), snapshot).is_success
+    scores = plugin.score(state, info, slots(snapshot, names), snapshot)
+    assert scores.dtype == np.int64
+    return scores.tolist()
+
+
+def strategy(
+    kind: str, *resources: tuple[str, int], shape: list[tuple[int, int]] | None = None
+) -> NodeResourcesFitArgs:
+    specs = [ResourceSpec(name=name, weight=weight) for name, weight in resources] or None
+    ratio = None
+    if shape is not None:
+        points = [UtilizationShapePoint(utilization=u, score=s) for u, s in shape]
+        ratio = RequestedToCapacityRatioParam(shape=points)
+    body: dict[str, Any] = {"type": kind, "requested_to_capacity_ratio": ratio}
+    if specs:
+        body["resources"] = specs
+    return NodeResourcesFitArgs(scoring_strategy=ScoringStrategy(**body))
+
+
+def cores(name: str, cpu: str, memory: str, **extra: Any) -> dict[str, Any]:
+    """A node sized like upstream's test nodes (cpu in cores, memory in bytes)."""
+    return make_node(name, cpu=cpu, memory=memory, extra=extra or None)
+
+
+TWO_CONTAINERS = containers({"cpu": "1000", "memory": "2000"}, {"cpu": "2000", "memory": "3000"})
+EXT = "example.com/ext"
+EXTENDED_SET = (("cpu", 1), ("memory", 1), (EXT, 1))
+
+SCORE_CASES = [
+    # §2.8 worked example: (4000−1500)·100//4000 = 62 for cpu and 62 for memory → 62.
+    pytest.param(
+        [make_node("n", cpu="4", memory="8Gi")],
+        [make_pod("e", node_name="n", requests={"cpu": "1", "memory": "2Gi"})],
+        make_pod(requests={"cpu": "500m", "memory": "1Gi"}),
+        None,
+        [62],
+        id="least-worked-example",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "4000", "10000")],
+        [],
+        make_pod(),
+        strategy("LeastAllocated", ("cpu", 1), ("memory", 1)),
+        # The defaults (100m, 200Mi) exceed the 10000-byte memory: memory scores 0, cpu 99 → 49.
+        [49, 49],
+        id="least-best-effort-pod-counts-defaults",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "6000", "10000")],
+        [],
+        make_pod(spec=TWO_CONTAINERS),
+        None,
+        [37, 50],
+        id="least-differently-sized-nodes",
+    ),
+    pytest.param(
+        [cores("a", "10000", "20000"), cores("b", "10000", "20000")],
+        [
+            make_pod("e1", node_name="a", requests={"cpu": "3000", "memory": "0"}),
+            make_pod("e2", node_name="b", requests={"cpu": "3000", "memory": "5000"}),
+        ],
+        make_pod(spec=TWO_CONTAINERS),
+        None,
+        [57, 45],
+        id="least-with-existing-pods",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "4000", "10000")],
+        [
+            make_pod("e1", node_name="a", requests={"cpu": "3000", "memory": "0"}),
+            make_pod("e2", node_name="b", requests={"cpu": "3000", "memory": "5000"}),
+        ],
+        make_pod(requests={"cpu": "3000", "memory": "0"}),
+        None,
+        [50, 25],
+        id="least-over-capacity-scores-zero",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "6000", "10000")],
+        [],
+        make_pod(spec=TWO_CONTAINERS),
+        strategy("LeastAllocated", ("memory", 2), ("cpu", 1)),
+        [41, 50],
+        id="least-weights",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "6000", "10000")],
+        [],
+        make_pod(spec=TWO_CONTAINERS),
+        strategy("LeastAllocated", ("memory", 2), ("cpu", 0)),
+        # An unset (0) weight defaults to 1.
+        [41, 50],
+        id="least-zero-weight-defaults-to-one",
+    ),
+    pytest.param(
+        [cores("a", "6000", "10000"), cores("b", "6000", "10000", **{EXT: "4"})],
+        [],
+        make_pod(spec=TWO_CONTAINERS),
+        strategy("LeastAllocated", *EXTENDED_SET),
+        [50, 50],
+        id="least-extended-not-requested-is-bypassed",
+    ),
+    pytest.param(
+        [cores("a", "6000", "10000", **{EXT: "4"}), cores("b", "6000", "10000", **{EXT: "10"})],
+        [],
+        make_pod(requests={"cpu": "3000", "memory": "5000", EXT: "2"}),
+        strategy("LeastAllocated", *EXTENDED_SET),
+        [50, 60],
+        id="least-extended-requested-is-scored",
+    ),
+    pytest.param(
+        [cores("a", "6000", "10000"), cores("b", "6000", "10000", **{EXT: "4"})],
+        [],
+        make_pod(requests={"cpu": "3000", "memory": "4000"}),
+        strategy("LeastAllocated", (EXT, 2), ("cpu", 1), ("memory", 1)),
+        [55, 55],
+        id="least-node-without-resource",
+    ),
+    pytest.param(
+        [make_node("a", cpu="0", memory="0"), make_node("b", cpu="0", memory="0")],
+        [],
+        make_pod(requests={"cpu": "1", "memory": "1"}),
+        None,
+        [0, 0],
+        id="least-no-allocatable-scores-zero",
+    ),
+    pytest.param(
+        [make_node("a", extra={"ephemeral-storage": "100"})],
+        [make_pod("e", node_name="a", requests={"ephemeral-storage": "30"})],
+        make_pod(requests={"cpu": "1"}),
+        strategy("LeastAllocated", ("ephemeral-storage", 1)),
+        # ephemeral-storage is not a scalar resource: scored even though the pod does not request it.
+        [70],
+        id="least-ephemeral-storage-uses-real-requests",
+    ),
+    pytest.param(
+        [make_node("a")],
+        [],
+        make_pod(requests={"cpu": "1"}),
+        strategy("LeastAllocated", ("pods", 1), ("foo", 1)),
+        [0],
+        id="least-names-outside-the-resource-model-skipped",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "6000", "10000")],
+        [],
+        make_pod(spec=TWO_CONTAINERS),
+        strategy("MostAllocated"),
+        [62, 50],
+        id="most-differently-sized-nodes",
+    ),
+    pytest.param(
+        [cores("a", "10000", "20000"), cores("b", "10000", "20000")],
+        [
+            make_pod("e1", node_name="a", requests={"cpu": "3000", "memory": "0"}),
+            make_pod("e2", node_name="b", requests={"cpu": "3000", "memory": "5000"}),
+        ],
+        make_pod(spec=TWO_CONTAINERS),
+        strategy("MostAllocated"),
+        [42, 55],
+        id="most-with-existing-pods",
+    ),
+    pytest.param(
+        [cores("a", "5000", "10000"), cores("b", "10000", "9000")],
+        [],
+        make_pod(spec=containers({"cpu": "2000", "memory": "4000"}, {"cpu": "3000", "memory": "5000"})),
+        strategy("MostAllocated"),
+        [95, 75],
+        id="most-at-capacity",
+    ),
+    pytest.param(
+        [make_node("a", cpu="250m", memory="1000Mi"), make_node("b", cpu="250m", memory="1000Mi")],
+        [make_pod("e1", node_name="a"), make_pod("e2", node_name="a")],
+        make_pod(),
+        strategy("MostAllocated"),
+        # Defaults: a has 300m (capped at 250m) / 600Mi → (100 + 60) / 2; b has 100m / 200Mi → (40 + 20) / 2.
+        [80, 30],
+        id="most-non-zero-defaults",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "6000", "10000")],
+        [],
+        make_pod(spec=TWO_CONTAINERS),
+        strategy("MostAllocated", ("memory", 2), ("cpu", 1)),
+        [58, 50],
+        id="most-weights",
+    ),
+    pytest.param(
+        [cores("a", "6000", "10000", **{EXT: "4"}), cores("b", "6000", "10000", **{EXT: "10"})],
+        [],
+        make_pod(requests={"cpu": "3000", "memory": "5000", EXT: "2"}),
+        strategy("MostAllocated", *EXTENDED_SET),
+        [50, 40],
+        id="most-extended-requested",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "4000", "10000")],
+        [make_pod("e1", node_name="a"), make_pod("e2", node_name="a")],
+        make_pod(),
+        strategy("RequestedToCapacityRatio", ("cpu", 1), ("memory", 1), shape=[(0, 10), (100, 0)]),
+        # Memory is over capacity everywhere (defaults vs 10000 bytes) → f(100) = 0, left out; cpu ~0% → 100.
+        [100, 100],
+        id="rtcr-nothing-requested",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "6000", "10000")],
+        [],
+        make_pod(spec=TWO_CONTAINERS),
+        strategy("RequestedToCapacityRatio", ("cpu", 1), ("memory", 1), shape=[(0, 10), (100, 0)]),
+        # a: cpu 75% → 25, memory 50% → 50 → round(37.5) = 38; b: 50, 50 → 50.
+        [38, 50],
+        id="rtcr-rounds-half-away-from-zero",
+    ),
+    pytest.param(
+        [cores("a", "4000", "10000"), cores("b", "6000", "10000")],
+        [
+            make_pod("e1", node_name="a", requests={"cpu": "3000", "memory": "5000"}),
+            make_pod("e2", node_name="b", requests={"cpu": "3000", "memory": "5000"}),
+        ],
+        # A pod without containers requests nothing at all (no per-container defaults).
+        make_pod(spec={"containers": []}),
+        strategy("RequestedToCapacityRatio", ("cpu", 1), ("memory", 1), shape=[(0, 10), (100, 0)]),
+        [38, 50],
+        id="rtcr-existing-pods",
+    ),
+    pytest.param(
+        [cores("a", "1000", "1000")],
+        [],
+        make_pod(requests={"cpu": "400", "memory": "1000"}),
+        strategy("RequestedToCapacityRatio", ("cpu", 3), ("memory", 1), shape=[(0, 0), (100, 10)]),
+        # Bin packing: cpu 40% → 40 (w 3), memory 100% → 100 (w 1) → 220/4 = 55.
+        [55],
+        id="rtcr-bin-packing-weights",
+    ),
+    pytest.param(
+        [cores("a", "1000", "1000")],
+        [],
+        make_pod(requests={"cpu": "0", "memory": "500"}),
+        strategy("RequestedToCapacityRatio", ("cpu", 5), ("memory", 1), shape=[(0, 0), (100, 10)]),
+        # cpu scores 0 and is left out of the average (weight too): memory 50 alone → 50, not 50/6.
+        [50],
+        id="rtcr-zero-scores-left-out",
+    ),
+    pytest.param(
+        [cores("a", "1000", "1000")],
+        [],
+        make_pod(requests={"cpu": "150", "memory": "350"}),
+        strategy("RequestedToCapacityRatio", ("cpu", 1), ("memory", 2), shape=[(0, 0), (100, 10)]),
+        # cpu 15, memory 35 (w 2) → 85/3 = 28.33 → 28.
+        [28],
+        id="rtcr-rounds-down-below-half",
+    ),
+]
+
+
+@pytest.mark.parametrize(("nodes", "existing", "pod", "args", "want"), SCORE_CASES)
+def test_score(
+    nodes: list[dict[str, Any]],
+    existing: list[dict[str, Any]],
+    pod: dict[str, Any],
+    args: NodeResourcesFitArgs | None,
+    want: list[int],
+) -> None:
+    assert run_score(nodes, existing, pod, args) == want
+
+
+@pytest.mark.parametrize("args", [None, strategy("MostAllocated")], ids=["least", "most"])
+def test_score_without_pre_score(args: NodeResourcesFitArgs | None) -> None:
+    nodes = [cores("a", "10000", "20000"), cores("b", "10000", "20000")]
+    existing = [make_pod("e", node_name="b", requests={"cpu": "3000", "memory": "5000"})]
+    pod = make_pod(spec=TWO_CONTAINERS)
+    assert run_score(nodes, existing, pod, args, pre_score=False) == run_score(nodes, existing, pod, args)
+
+
+def test_pre_score_writes_pod_requests_in_configured_order() -> None:
+    cache = make_cache([make_node("n")])
+    plugin = plugin_for(cache, strategy("LeastAllocated", (GPU, 1), ("memory", 1), ("cpu", 1)))
+    state = new_state()
+    snapshot = cache.snapshot()
+    plugin.pre_score(state, pod_info(make_pod(requests={GPU: 2})), slots(snapshot), snapshot)
+    assert state.read(PRE_SCORE_STATE_KEY).pod_requests == (2, 200 * 1024 * 1024, 100)
+
+
+def test_score_pod_level_requests_with_overhead_uses_scoring_defaults() -> None:
+    # The scorer fills in container defaults even with pod-level requests: memory 200Mi + 10Mi overhead.
+    pod = make_pod(spec={"resources": {"requests": {"cpu": "1"}}, "overhead": {"memory": "10Mi"}})
+    got = run_score([make_node("n", cpu="4", memory="420Mi")], [], pod, strategy("MostAllocated", ("memory", 1)))
+    assert got == [50]
+
+
+def test_rtcr_requires_a_shape() -> None:
+    # Args validation rejects this first; the plugin still refuses to build a scorer without a shape.
+    strategy_without_shape = ScoringStrategy.model_construct(
+        type="RequestedToCapacityRatio", resources=[], requested_to_capacity_ratio=None
+    )
+    args = NodeResourcesFitArgs.model_construct(
+        ignored_resources=[], ignored_resource_groups=[], scoring_strategy=strategy_without_shape
+    )
+    with pytest.raises(ValueError, match="shape"):
+        NodeResourcesFit(handle=FakeHandle(), args=args)
+
+
+# -- helpers with Go semantics ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("shape", "points"),
+    [
+        pytest.param(
+            [(10, 1), (90, 9)],
+            [
+                (-10, 1),
+                (0, 1),
+                (9, 1),
+                (10, 1),
+                (15, 1),
+                (19, 1),
+                (20, 2),
+                (89, 8),
+                (90, 9),
+                (99, 9),
+                (100, 9),
+                (110, 9),
+            ],
+            id="rising",
+        ),
+        pytest.param(
+            [(0, 2), (40, 10), (100, 0)],
+            [(-10, 2), (0, 2), (20, 6), (30, 8), (40, 10), (70, 5), (100, 0), (110, 0)],
+            id="rising-then-falling",
+        ),
+        pytest.param(
+            [(0, 10), (100, 0)],
+            # Falling segments truncate toward zero: 10 + (−10·33)/100 = 10 − 3 = 7 (floor would give 6).
+            [(33, 7), (99, 1), (1, 10)],
+            id="falling-truncates-toward-zero",
+        ),
+    ],
+)
+def test_broken_linear(shape: list[tuple[int, int]], points: list[tuple[int, int]]) -> None:
+    utilization = np.asarray([p for p, _ in points], dtype=np.int64)
+    assert broken_linear(shape, utilization).tolist() == [want for _, want in points]
+
+
+def test_go_integer_helpers() -> None:
+    assert trunc_div(np.asarray([7, -7, 7, -7]), np.asarray([2, 2, -2, -2])).tolist() == [3, -3, -3, 3]
+    assert round_half_away(np.asarray([0.5, 1.5, 2.5, 37.5, 28.33, -2.5, 0.49999999999999994])).tolist() == [
+        1,
+        2,
+        3,
+        38,
+        28,
+        -3,
+        0,
+    ]
