@@ -1,0 +1,754 @@
+"""InterPodAffinity (reference §2.11): Filter verdicts, reasons, codes and order; Score and NormalizeScore math."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kopf_scheduler.api.args import InterPodAffinityArgs
+from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.status import Code, Status
+from kopf_scheduler.plugins.inter_pod_affinity import (
+    ERR_REASON_AFFINITY_RULES_NOT_MATCH,
+    ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
+    ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
+    InterPodAffinity,
+)
+from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.state.pod_info import PodInfo
+from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, pod_info, slots
+
+ZONE = "topology.kubernetes.io/zone"
+HOST = "kubernetes.io/hostname"
+UUR = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+U = Code.UNSCHEDULABLE
+AFF = (UUR, ERR_REASON_AFFINITY_RULES_NOT_MATCH)
+ANTI = (U, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH)
+EXISTING = (U, ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH)
+SKIP = "skip"
+_UNSET: Any = object()
+
+
+# -- builders ------------------------------------------------------------------------------------------
+def term(
+    match: dict[str, str] | None = _UNSET,
+    key: str = ZONE,
+    *,
+    namespaces: list[str] | None = None,
+    namespace_selector: dict[str, Any] | None = _UNSET,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A PodAffinityTerm; ``match`` → matchLabels (None → nil labelSelector)."""
+    out: dict[str, Any] = {"topologyKey": key, **extra}
+    if match is not _UNSET:
+        out["labelSelector"] = None if match is None else {"matchLabels": match}
+    if namespaces is not None:
+        out["namespaces"] = namespaces
+    if namespace_selector is not _UNSET:
+        out["namespaceSelector"] = namespace_selector
+    return out
+
+
+def weighted(weight: int, pod_term: dict[str, Any]) -> dict[str, Any]:
+    return {"weight": weight, "podAffinityTerm": pod_term}
+
+
+def affinity(
+    required: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    anti: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    preferred: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    preferred_anti: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    pod_affinity: dict[str, Any] = {}
+    pod_anti: dict[str, Any] = {}
+    if required:
+        pod_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = list(required)
+    if preferred:
+        pod_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = list(preferred)
+    if anti:
+        pod_anti["requiredDuringSchedulingIgnoredDuringExecution"] = list(anti)
+    if preferred_anti:
+        pod_anti["preferredDuringSchedulingIgnoredDuringExecution"] = list(preferred_anti)
+    if pod_affinity:
+        spec["podAffinity"] = pod_affinity
+    if pod_anti:
+        spec["podAntiAffinity"] = pod_anti
+    return {"affinity": spec}
+
+
+def node(name: str, zone: str | None = None, **labels: str) -> dict[str, Any]:
+    all_labels = dict(labels)
+    if zone is not None:
+        all_labels[ZONE] = zone
+    return make_node(name, labels=all_labels)
+
+
+def pod(
+    name: str,
+    on: str = "",
+    labels: dict[str, str] | None = None,
+    namespace: str = "default",
+    spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return make_pod(name, node_name=on, labels=labels, namespace=namespace, spec=spec)
+
+
+#: The default cluster: zone a has n1 and n2, zone b has n3, n4 has no zone label.
+NODES = [node("n1", "a"), node("n2", "a"), node("n3", "b"), node("n4")]
+NAMES = ["n1", "n2", "n3", "n4"]
+
+
+def build(
+    existing: list[dict[str, Any]],
+    nodes: list[dict[str, Any]] | None = None,
+    namespaces: dict[str, dict[str, str]] | None = None,
+) -> ClusterCache:
+    cache = make_cache(NODES if nodes is None else nodes, existing)
+    for name, labels in (namespaces or {}).items():
+        cache.set_namespace_labels(name, labels)
+    return cache
+
+
+def plugin(cache: ClusterCache, **args: Any) -> InterPodAffinity:
+    return InterPodAffinity(handle=FakeHandle(cache), args=InterPodAffinityArgs(**args) if args else None)
+
+
+def verdicts(pl: InterPodAffinity, state: CycleState, incoming: PodInfo, cache: ClusterCache) -> dict[str, Any]:
+    snapshot = cache.snapshot()
+    names = [n for n in NAMES if cache.node(n) is not None]
+    result = pl.filter(state, incoming, slots(snapshot, names), snapshot)
+    out: dict[str, Any] = {}
+    for position, name in enumerate(names):
+        if result is None or not result.rejected[position]:
+            out[name] = None
+        else:
+            status = result.status_at(position)
+            assert len(status.reasons) == 1
+            out[name] = (status.code, status.reasons[0])
+    return out
+
+
+def run_filter(cache: ClusterCache, incoming: dict[str, Any]) -> Any:
+    """PreFilter then Filter on every node: SKIP, or node name → None (pass) / (code, reason)."""
+    pl = plugin(cache)
+    state = CycleState()
+    info = pod_info(incoming)
+    result, status = pl.pre_filter(state, info, cache.snapshot())
+    assert result is None
+    if status.is_skip:
+        return SKIP
+    assert status.is_success
+    return verdicts(pl, state, info, cache)
+
+
+def passing(*failures: tuple[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = dict.fromkeys(NAMES)
+    out.update(dict(failures))
+    return out
+
+
+# -- Filter --------------------------------------------------------------------------------------------
+WEB = {"app": "web"}
+DB = {"app": "db"}
+
+FILTER_CASES = [
+    pytest.param([pod("p", "n1", WEB)], pod("in", labels=WEB), SKIP, id="no-terms-anywhere-skip"),
+    pytest.param(
+        [pod("p", "n1", WEB, spec=affinity(anti=[term(DB)]))],
+        pod("in", labels=WEB),
+        SKIP,
+        id="existing-anti-affinity-not-matching-skip",
+    ),
+    pytest.param(
+        [pod("p", "n1", WEB, spec=affinity(preferred_anti=[weighted(5, term(WEB))]))],
+        pod("in", labels=WEB),
+        SKIP,
+        id="only-preferred-terms-skip",
+    ),
+    # Required affinity.
+    pytest.param(
+        [pod("w", "n1", WEB)],
+        pod("in", spec=affinity(required=[term(WEB)])),
+        passing(("n3", AFF), ("n4", AFF)),
+        id="affinity-zone-domain",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB)],
+        pod("in", spec=affinity(required=[term(WEB, HOST)])),
+        passing(("n2", AFF), ("n3", AFF), ("n4", AFF)),
+        id="affinity-hostname-domain",
+    ),
+    pytest.param(
+        [],
+        pod("in", labels=WEB, spec=affinity(required=[term(WEB)])),
+        passing(("n4", AFF)),
+        id="first-pod-of-series-passes-where-keys-exist",
+    ),
+    pytest.param(
+        [],
+        pod("in", labels=DB, spec=affinity(required=[term(WEB)])),
+        passing(("n1", AFF), ("n2", AFF), ("n3", AFF), ("n4", AFF)),
+        id="first-pod-exception-needs-self-match",
+    ),
+    pytest.param(
+        [pod("w", "n3", WEB)],
+        pod("in", labels=WEB, spec=affinity(required=[term(WEB)])),
+        passing(("n1", AFF), ("n2", AFF), ("n4", AFF)),
+        id="first-pod-exception-off-once-any-pod-matches",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB)],
+        pod("in", labels=WEB, spec=affinity(required=[term(WEB), term(WEB, "rack")])),
+        passing(("n1", AFF), ("n2", AFF), ("n3", AFF), ("n4", AFF)),
+        id="affinity-node-must-carry-every-topology-key",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB), pod("f", "n2", {"tier": "fe"})],
+        pod("in", spec=affinity(required=[term(WEB), term({"tier": "fe"})])),
+        passing(("n1", AFF), ("n2", AFF), ("n3", AFF), ("n4", AFF)),
+        id="affinity-one-pod-must-match-all-terms",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB), pod("wf", "n3", {"app": "web", "tier": "fe"})],
+        pod("in", spec=affinity(required=[term(WEB), term({"tier": "fe"}, HOST)])),
+        passing(("n1", AFF), ("n2", AFF), ("n4", AFF)),
+        id="affinity-pod-matching-all-terms-counts-in-each-terms-domain",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB)],
+        pod("in", labels=WEB, spec=affinity(required=[term(None)])),
+        passing(("n1", AFF), ("n2", AFF), ("n3", AFF), ("n4", AFF)),
+        id="affinity-nil-label-selector-matches-nothing",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB)],
+        pod("in", spec=affinity(required=[{"topologyKey": ZONE, "labelSelector": {}}])),
+        passing(("n3", AFF), ("n4", AFF)),
+        id="affinity-empty-label-selector-matches-every-pod",
+    ),
+    pytest.param(
+        [pod("w", "ghost", WEB)],
+        pod("in", spec=affinity(required=[term(WEB)])),
+        passing(("n1", AFF), ("n2", AFF), ("n3", AFF), ("n4", AFF)),
+        id="pods-on-unknown-nodes-do-not-count",
+    ),
+    # Required anti-affinity of the incoming pod.
+    pytest.param(
+        [pod("d", "n1", DB)],
+        pod("in", spec=affinity(anti=[term(DB)])),
+        passing(("n1", ANTI), ("n2", ANTI)),
+        id="anti-affinity-zone-domain-node-without-key-passes",
+    ),
+    pytest.param(
+        [pod("d", "n1", DB)],
+        pod("in", spec=affinity(anti=[term(DB, HOST)])),
+        passing(("n1", ANTI)),
+        id="anti-affinity-hostname",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB)],
+        pod("in", spec=affinity(anti=[term(DB)])),
+        passing(),
+        id="anti-affinity-nothing-matches",
+    ),
+    # Existing pods' required anti-affinity (the symmetric check).
+    pytest.param(
+        [pod("e", "n1", DB, spec=affinity(anti=[term(WEB, HOST)]))],
+        pod("in", labels=WEB),
+        passing(("n1", EXISTING)),
+        id="existing-anti-affinity-hostname",
+    ),
+    pytest.param(
+        [pod("e", "n3", DB, spec=affinity(anti=[term(WEB)]))],
+        pod("in", labels=WEB),
+        passing(("n3", EXISTING)),
+        id="existing-anti-affinity-zone",
+    ),
+    pytest.param(
+        [pod("e", "n4", DB, spec=affinity(anti=[term(WEB)]))],
+        pod("in", labels=WEB),
+        SKIP,
+        id="existing-anti-affinity-key-missing-on-its-node-counts-nothing",
+    ),
+    pytest.param(
+        [pod("e", "n1", DB, spec=affinity(anti=[term(WEB, "rack")]))],
+        pod("in", labels=WEB),
+        SKIP,
+        id="existing-anti-affinity-key-on-no-node",
+    ),
+    # Which failure is reported: affinity, then anti-affinity, then existing anti-affinity.
+    pytest.param(
+        [pod("d", "n1", DB), pod("w", "n3", WEB)],
+        pod("in", spec=affinity(required=[term(WEB)], anti=[term(DB)])),
+        passing(("n1", AFF), ("n2", AFF), ("n4", AFF)),
+        id="order-affinity-before-anti-affinity",
+    ),
+    pytest.param(
+        [pod("d", "n1", DB), pod("e", "n2", {"app": "x"}, spec=affinity(anti=[term(WEB)]))],
+        pod("in", labels=WEB, spec=affinity(anti=[term(DB, HOST)])),
+        passing(("n1", ANTI), ("n2", EXISTING)),
+        id="order-anti-affinity-before-existing",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB), pod("e", "n3", DB, spec=affinity(anti=[term(WEB)]))],
+        pod("in", labels=WEB, spec=affinity(required=[term(WEB)])),
+        passing(("n3", AFF), ("n4", AFF)),
+        id="order-affinity-before-existing",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB), pod("e", "n1", DB, spec=affinity(anti=[term(WEB, HOST)]))],
+        pod("in", labels=WEB, spec=affinity(required=[term(WEB)])),
+        passing(("n1", EXISTING), ("n3", AFF), ("n4", AFF)),
+        id="affinity-satisfied-but-existing-anti-affinity-rejects",
+    ),
+]
+
+
+@pytest.mark.parametrize(("existing", "incoming", "expected"), FILTER_CASES)
+def test_filter(existing: list[dict[str, Any]], incoming: dict[str, Any], expected: Any) -> None:
+    assert run_filter(build(existing), incoming) == expected
+
+
+# -- namespaces ----------------------------------------------------------------------------------------
+NAMESPACES = {"default": {}, "team-a": {"team": "a"}, "team-b": {"team": "b"}, "other": {}}
+
+NAMESPACE_CASES = [
+    pytest.param(
+        [pod("d", "n1", DB, namespace="other")],
+        pod("in", spec=affinity(anti=[term(DB)])),
+        passing(),
+        id="default-own-namespace-only",
+    ),
+    pytest.param(
+        [pod("d", "n1", DB, namespace="other")],
+        pod("in", spec=affinity(anti=[term(DB, namespaces=["other"])])),
+        passing(("n1", ANTI), ("n2", ANTI)),
+        id="namespaces-list",
+    ),
+    pytest.param(
+        [pod("d", "n1", DB)],
+        pod("in", spec=affinity(anti=[term(DB, namespaces=["other"])])),
+        passing(),
+        id="namespaces-list-excludes-own",
+    ),
+    pytest.param(
+        [pod("d", "n3", DB, namespace="team-b")],
+        pod("in", spec=affinity(anti=[term(DB, namespace_selector={})])),
+        passing(("n3", ANTI)),
+        id="empty-namespace-selector-selects-all",
+    ),
+    pytest.param(
+        [pod("d", "n3", DB, namespace="nowhere")],
+        pod("in", spec=affinity(anti=[term(DB, namespace_selector={})])),
+        passing(("n3", ANTI)),
+        id="empty-namespace-selector-includes-namespaces-without-object",
+    ),
+    pytest.param(
+        [pod("d", "n1", DB, namespace="team-b")],
+        pod("in", spec=affinity(anti=[term(DB, namespace_selector=None)])),
+        passing(),
+        id="nil-namespace-selector-and-no-namespaces-means-own",
+    ),
+    pytest.param(
+        [pod("d", "n1", DB, namespace="team-a"), pod("d2", "n3", DB, namespace="team-b")],
+        pod("in", spec=affinity(anti=[term(DB, namespace_selector={"matchLabels": {"team": "a"}})])),
+        passing(("n1", ANTI), ("n2", ANTI)),
+        id="namespace-selector-by-labels",
+    ),
+    pytest.param(
+        [pod("d", "n1", DB, namespace="team-a"), pod("d2", "n3", DB, namespace="other"), pod("d3", "n4", DB)],
+        pod(
+            "in",
+            spec=affinity(
+                anti=[term(DB, HOST, namespaces=["other"], namespace_selector={"matchLabels": {"team": "a"}})]
+            ),
+        ),
+        passing(("n1", ANTI), ("n3", ANTI)),
+        id="namespace-selector-ored-with-namespaces",
+    ),
+    pytest.param(
+        [pod("w", "n1", WEB, namespace="team-a")],
+        pod("in", spec=affinity(required=[term(WEB, namespace_selector={"matchLabels": {"team": "a"}})])),
+        passing(("n3", AFF), ("n4", AFF)),
+        id="affinity-namespace-selector",
+    ),
+    pytest.param(
+        [],
+        pod("in", labels=WEB, spec=affinity(required=[term(WEB, namespaces=["other"])])),
+        passing(("n1", AFF), ("n2", AFF), ("n3", AFF), ("n4", AFF)),
+        id="first-pod-self-match-respects-namespaces",
+    ),
+    # Existing pods' terms: their namespaceSelector is matched against the incoming pod's namespace labels.
+    pytest.param(
+        [
+            pod(
+                "e",
+                "n1",
+                DB,
+                namespace="other",
+                spec=affinity(anti=[term(WEB, HOST, namespace_selector={"matchLabels": {"team": "a"}})]),
+            )
+        ],
+        pod("in", labels=WEB, namespace="team-a"),
+        passing(("n1", EXISTING)),
+        id="existing-anti-affinity-namespace-selector-matches-incoming-namespace",
+    ),
+    pytest.param(
+        [
+            pod(
+                "e",
+                "n1",
+                DB,
+                namespace="other",
+                spec=affinity(anti=[term(WEB, HOST, namespace_selector={"matchLabels": {"team": "a"}})]),
+            )
+        ],
+        pod("in", labels=WEB, namespace="team-b"),
+        SKIP,
+        id="existing-anti-affinity-namespace-selector-other-namespace",
+    ),
+    pytest.param(
+        [pod("e", "n1", DB, namespace="other", spec=affinity(anti=[term(WEB, HOST)]))],
+        pod("in", labels=WEB),
+        SKIP,
+        id="existing-anti-affinity-defaults-to-its-own-namespace",
+    ),
+    pytest.param(
+        [pod("e", "n1", DB, namespace="other", spec=affinity(anti=[term(WEB, HOST, namespace_selector={})]))],
+        pod("in", labels=WEB, namespace="unknown-ns"),
+        passing(("n1", EXISTING)),
+        id="existing-anti-affinity-all-namespaces",
+    ),
+]
+
+
+@pytest.mark.parametrize(("existing", "incoming", "expected"), NAMESPACE_CASES)
+def test_filter_namespaces(existing: list[dict[str, Any]], incoming: dict[str, Any], expected: Any) -> None:
+    assert run_filter(build(existing, namespaces=NAMESPACES), incoming) == expected
+
+
+def test_match_label_keys_are_not_read_by_the_scheduler() -> None:
+    """The API server merges matchLabelKeys into labelSelector at creation; the scheduler reads only the
+    selector, so an unmerged term (as here) behaves as its bare labelSelector."""
+    existing = [pod("d", "n1", {"app": "db", "version": "2"})]
+    incoming = pod("in", labels={"version": "1"}, spec=affinity(anti=[term(DB, HOST, matchLabelKeys=["version"])]))
+    assert run_filter(build(existing), incoming) == passing(("n1", ANTI))
+
+
+def test_filter_only_the_given_nodes() -> None:
+    cache = build([pod("d", "n1", DB)])
+    pl, state, info = plugin(cache), CycleState(), pod_info(pod("in", spec=affinity(anti=[term(DB)])))
+    pl.pre_filter(state, info, cache.snapshot())
+    snapshot = cache.snapshot()
+    result = pl.filter(state, info, slots(snapshot, ["n3", "n2"]), snapshot)
+    assert result is not None
+    assert result.rejected.tolist() == [False, True]
+    assert pl.filter(state, info, slots(snapshot, ["n3", "n4"]), snapshot) is None
+
+
+# -- AddPod / RemovePod --------------------------------------------------------------------------------
+def prefiltered(cache: ClusterCache, incoming: dict[str, Any]) -> tuple[InterPodAffinity, CycleState, PodInfo]:
+    pl, state, info = plugin(cache), CycleState(), pod_info(incoming)
+    _, status = pl.pre_filter(state, info, cache.snapshot())
+    assert status.is_success
+    return pl, state, info
+
+
+def test_add_and_remove_pod_update_anti_affinity_counts() -> None:
+    cache = build([pod("d", "n1", DB)])
+    pl, state, info = prefiltered(cache, pod("in", spec=affinity(anti=[term(DB)])))
+    extensions = pl.pre_filter_extensions()
+    nominated = pod_info(pod("nominated", "n3", DB))
+    assert extensions.add_pod(state, info, nominated, cache.node("n3")).is_success
+    assert verdicts(pl, state, info, cache) == passing(("n1", ANTI), ("n2", ANTI), ("n3", ANTI))
+    victim = cache.pod(next(p.uid for p in cache.pods() if p.name == "d"))
+    assert extensions.remove_pod(state, info, victim, cache.node("n1")).is_success
+    assert verdicts(pl, state, info, cache) == passing(("n3", ANTI))
+
+
+def test_remove_pod_reopens_the_first_pod_exception() -> None:
+    cache = build([pod("w", "n3", WEB)])
+    pl, state, info = prefiltered(cache, pod("in", labels=WEB, spec=affinity(required=[term(WEB)])))
+    assert verdicts(pl, state, info, cache) == passing(("n1", AFF), ("n2", AFF), ("n4", AFF))
+    only = next(iter(cache.pods()))
+    pl.remove_pod(state, info, only, cache.node("n3"))
+    assert verdicts(pl, state, info, cache) == passing(("n4", AFF))
+    pl.add_pod(state, info, pod_info(pod("w2", "n1", WEB)), cache.node("n1"))
+    assert verdicts(pl, state, info, cache) == passing(("n3", AFF), ("n4", AFF))
+
+
+def test_add_pod_with_anti_affinity_matching_the_incoming_pod() -> None:
+    cache = build([pod("w", "n1", WEB)])
+    pl, state, info = prefiltered(cache, pod("in", labels=WEB, spec=affinity(required=[term(WEB)])))
+    pl.add_pod(state, info, pod_info(pod("e", "n2", DB, spec=affinity(anti=[term(WEB, HOST)]))), cache.node("n2"))
+    assert verdicts(pl, state, info, cache) == passing(("n2", EXISTING), ("n3", AFF), ("n4", AFF))
+
+
+def test_clone_is_independent() -> None:
+    cache = build([pod("d", "n1", DB)])
+    pl, state, info = prefiltered(cache, pod("in", spec=affinity(anti=[term(DB)])))
+    copy = state.clone()
+    pl.add_pod(copy, info, pod_info(pod("x", "n3", DB)), cache.node("n3"))
+    assert verdicts(pl, state, info, cache) == passing(("n1", ANTI), ("n2", ANTI))
+    assert verdicts(pl, copy, info, cache) == passing(("n1", ANTI), ("n2", ANTI), ("n3", ANTI))
+
+
+def test_remove_one_of_identical_existing_anti_affinity_pods() -> None:
+    """Pods with identical specs are grouped in the cache; counts must still be per pod."""
+    spec = affinity(anti=[term(WEB)])
+    cache = build([pod("e1", "n1", DB, spec=spec), pod("e2", "n2", DB, spec=spec), pod("e3", "n3", DB, spec=spec)])
+    pl, state, info = prefiltered(cache, pod("in", labels=WEB))
+    assert verdicts(pl, state, info, cache) == passing(("n1", EXISTING), ("n2", EXISTING), ("n3", EXISTING))
+    by_name = {p.name: p for p in cache.pods()}
+    pl.remove_pod(state, info, by_name["e1"], cache.node("n1"))
+    assert verdicts(pl, state, info, cache) == passing(("n1", EXISTING), ("n2", EXISTING), ("n3", EXISTING))
+    pl.remove_pod(state, info, by_name["e2"], cache.node("n2"))
+    assert verdicts(pl, state, info, cache) == passing(("n3", EXISTING))
+
+
+def test_cache_changes_between_cycles() -> None:
+    spec = affinity(anti=[term(WEB, HOST)])
+    cache = build([pod("e1", "n1", DB, spec=spec), pod("e2", "n3", DB, spec=spec)])
+    incoming = pod("in", labels=WEB)
+    assert run_filter(cache, incoming) == passing(("n1", EXISTING), ("n3", EXISTING))
+    cache.remove_pod(next(p.uid for p in cache.pods() if p.name == "e1"))
+    assert run_filter(cache, incoming) == passing(("n3", EXISTING))
+    cache.remove_node("n3")
+    assert run_filter(cache, incoming) == SKIP
+    cache.add_or_update_node(node("n3", "b"))
+    assert run_filter(cache, incoming) == passing(("n3", EXISTING))
+
+
+def test_add_pod_without_pre_filter_state_is_an_error() -> None:
+    cache = build([])
+    status = plugin(cache).add_pod(CycleState(), pod_info(pod("in")), pod_info(pod("x", "n1")), cache.node("n1"))
+    assert status.code is Code.ERROR
+
+
+# -- Score ---------------------------------------------------------------------------------------------
+SCORE_NODES = [node("n1", "a"), node("n2", "a"), node("n3", "b"), node("n4", "c"), node("n5")]
+SCORE_NAMES = ["n1", "n2", "n3", "n4", "n5"]
+
+
+def run_score(existing: list[dict[str, Any]], incoming: dict[str, Any], **args: Any) -> Any:
+    """PreScore, Score, NormalizeScore on all nodes: SKIP or (raw scores, normalized scores) by node order."""
+    cache = build(existing, nodes=SCORE_NODES, namespaces=NAMESPACES)
+    pl, state, info = plugin(cache, **args), CycleState(), pod_info(incoming)
+    snapshot = cache.snapshot()
+    nodes = slots(snapshot, SCORE_NAMES)
+    status = pl.pre_score(state, info, nodes, snapshot)
+    if status.is_skip:
+        return SKIP
+    assert status == Status()
+    raw = pl.score(state, info, nodes, snapshot)
+    assert raw.dtype == np.int64
+    normalized = pl.normalize_score(state, info, nodes, raw.copy())
+    return raw.tolist(), normalized.tolist()
+
+
+SCORE_CASES = [
+    pytest.param([pod("w", "n1", WEB)], pod("in"), {}, SKIP, id="no-terms-skip"),
+    pytest.param(
+        [pod("w", "n1", WEB)],
+        pod("in", spec=affinity(preferred=[weighted(5, term(DB))])),
+        {},
+        SKIP,
+        id="nothing-matches-skip",
+    ),
+    pytest.param(
+        [pod("w1", "n1", WEB), pod("w2", "n2", WEB), pod("w3", "n3", WEB)],
+        pod("in", spec=affinity(preferred=[weighted(5, term(WEB))])),
+        {},
+        ([10, 10, 5, 0, 0], [100, 100, 50, 0, 0]),
+        id="preferred-affinity-zone",
+    ),
+    pytest.param(
+        [pod("w1", "n1", WEB), pod("w2", "n2", WEB), pod("w3", "n3", WEB)],
+        pod("in", spec=affinity(preferred_anti=[weighted(3, term(WEB))])),
+        {},
+        ([-6, -6, -3, 0, 0], [0, 0, 50, 100, 100]),
+        id="preferred-anti-affinity-negative-raw",
+    ),
+    pytest.param(
+        [pod("w1", "n1", WEB), pod("d1", "n3", DB), pod("d2", "n4", DB)],
+        pod(
+            "in", spec=affinity(preferred=[weighted(2, term(WEB, HOST))], preferred_anti=[weighted(1, term(DB, HOST))])
+        ),
+        {},
+        ([2, 0, -1, -1, 0], [100, 33, 0, 0, 33]),
+        id="mixed-signs-truncate",
+    ),
+    pytest.param(
+        [pod("a", "n1", {"app": "a"}), pod("b", "n2", {"app": "b"})],
+        pod(
+            "in",
+            spec=affinity(preferred=[weighted(100, term({"app": "a"}, HOST)), weighted(29, term({"app": "b"}, HOST))]),
+        ),
+        {},
+        ([100, 29, 0, 0, 0], [100, 28, 0, 0, 0]),
+        id="float-math-100-times-29-over-100-is-28",
+    ),
+    pytest.param(
+        [pod("w1", "n1", WEB), pod("w2", "n3", WEB), pod("w3", "n4", WEB), pod("w4", "n5", WEB)],
+        pod("in", spec=affinity(preferred=[weighted(7, term(WEB, HOST))])),
+        {},
+        ([7, 0, 7, 7, 7], [100, 0, 100, 100, 100]),
+        id="min-is-taken-over-scores",
+    ),
+    pytest.param(
+        [
+            pod("d0", "n1", DB),
+            pod("d1", "n1", DB),
+            pod("d2", "n2", DB),
+            pod("d3", "n3", DB),
+            pod("d4", "n4", DB),
+            pod("d5", "n5", DB),
+        ],
+        pod("in", spec=affinity(preferred_anti=[weighted(1, term(DB, HOST))])),
+        {},
+        ([-2, -1, -1, -1, -1], [0, 100, 100, 100, 100]),
+        id="all-negative-max-is-taken-over-scores",
+    ),
+    pytest.param(
+        [pod("w1", "n1", WEB), pod("w2", "n2", WEB), pod("w3", "n3", WEB), pod("w4", "n4", WEB), pod("w5", "n5", WEB)],
+        pod("in", spec=affinity(preferred=[weighted(7, term(WEB, HOST))])),
+        {},
+        ([7, 7, 7, 7, 7], [0, 0, 0, 0, 0]),
+        id="max-equals-min-all-zero",
+    ),
+    pytest.param(
+        [pod("w1", "n1", WEB), pod("d1", "n1", DB)],
+        pod(
+            "in", spec=affinity(preferred=[weighted(4, term(WEB, HOST))], preferred_anti=[weighted(4, term(DB, HOST))])
+        ),
+        {},
+        ([0, 0, 0, 0, 0], [0, 0, 0, 0, 0]),
+        id="contributions-cancel-not-skipped",
+    ),
+    pytest.param(
+        [pod("w1", "n5", WEB)],
+        pod("in", spec=affinity(preferred=[weighted(5, term(WEB))])),
+        {},
+        SKIP,
+        id="matching-pod-on-node-without-key-skip",
+    ),
+    # Existing pods' terms against the incoming pod.
+    pytest.param(
+        [pod("e", "n3", spec=affinity(required=[term(WEB)]))],
+        pod("in", labels=WEB),
+        {},
+        ([0, 0, 1, 0, 0], [0, 0, 100, 0, 0]),
+        id="existing-required-affinity-hard-weight-default-1",
+    ),
+    pytest.param(
+        [
+            pod("e", "n3", spec=affinity(required=[term(WEB)])),
+            pod("f", "n1", spec=affinity(preferred=[weighted(5, term(WEB))])),
+        ],
+        pod("in", labels=WEB),
+        {"hard_pod_affinity_weight": 10},
+        ([5, 5, 10, 0, 0], [50, 50, 100, 0, 0]),
+        id="existing-required-affinity-hard-weight-10",
+    ),
+    pytest.param(
+        [pod("e", "n3", spec=affinity(required=[term(WEB)]))],
+        pod("in", labels=WEB),
+        {"hard_pod_affinity_weight": 0},
+        SKIP,
+        id="hard-weight-0-ignores-required-terms",
+    ),
+    pytest.param(
+        [
+            pod("e", "n1", spec=affinity(preferred=[weighted(8, term(WEB))])),
+            pod("f", "n3", spec=affinity(preferred_anti=[weighted(2, term(WEB))])),
+        ],
+        pod("in", labels=WEB),
+        {},
+        ([8, 8, -2, 0, 0], [100, 100, 0, 20, 20]),
+        id="existing-preferred-affinity-and-anti-affinity",
+    ),
+    pytest.param(
+        [
+            pod("e1", "n1", spec=affinity(preferred=[weighted(3, term(WEB, HOST))])),
+            pod("e2", "n1", spec=affinity(preferred=[weighted(3, term(WEB, HOST))])),
+            pod("e3", "n2", spec=affinity(preferred=[weighted(3, term(WEB, HOST))])),
+            pod("e4", "n3", spec=affinity(preferred_anti=[weighted(3, term(WEB, HOST))])),
+        ],
+        pod("in", labels=WEB),
+        {},
+        ([6, 3, -3, 0, 0], [100, 66, 0, 33, 33]),
+        id="identical-existing-pods-count-each",
+    ),
+    pytest.param(
+        [pod("e", "n1", spec=affinity(preferred=[weighted(8, term(WEB))]))],
+        pod("in", labels=DB),
+        {},
+        SKIP,
+        id="existing-preferred-not-matching-skip",
+    ),
+    pytest.param(
+        [pod("e", "n1", spec=affinity(preferred=[weighted(8, term(WEB))]))],
+        pod("in", labels=WEB),
+        {"ignore_preferred_terms_of_existing_pods": True},
+        SKIP,
+        id="ignore-existing-preferred-terms-skip",
+    ),
+    pytest.param(
+        [pod("e", "n1", WEB, spec=affinity(preferred=[weighted(8, term(WEB))]))],
+        pod("in", labels=WEB, spec=affinity(preferred=[weighted(1, term(WEB, HOST))])),
+        {"ignore_preferred_terms_of_existing_pods": True},
+        ([9, 8, 0, 0, 0], [100, 88, 0, 0, 0]),
+        id="ignore-flag-inactive-when-incoming-has-preferred-terms",
+    ),
+    pytest.param(
+        [
+            pod(
+                "e",
+                "n1",
+                namespace="other",
+                spec=affinity(preferred=[weighted(6, term(WEB, namespace_selector={"matchLabels": {"team": "a"}}))]),
+            )
+        ],
+        pod("in", labels=WEB, namespace="team-a"),
+        {},
+        ([6, 6, 0, 0, 0], [100, 100, 0, 0, 0]),
+        id="existing-term-namespace-selector-vs-incoming-namespace",
+    ),
+    pytest.param(
+        [pod("e", "n1", namespace="other", spec=affinity(preferred=[weighted(6, term(WEB))]))],
+        pod("in", labels=WEB, namespace="team-a"),
+        {},
+        SKIP,
+        id="existing-term-defaults-to-its-own-namespace",
+    ),
+    pytest.param(
+        [pod("w", "n4", WEB, namespace="team-a"), pod("w2", "n3", WEB, namespace="team-b")],
+        pod("in", spec=affinity(preferred=[weighted(5, term(WEB, namespace_selector={"matchLabels": {"team": "a"}}))])),
+        {},
+        ([0, 0, 0, 5, 0], [0, 0, 0, 100, 0]),
+        id="incoming-preferred-namespace-selector",
+    ),
+]
+
+
+@pytest.mark.parametrize(("existing", "incoming", "args", "expected"), SCORE_CASES)
+def test_score(existing: list[dict[str, Any]], incoming: dict[str, Any], args: dict[str, Any], expected: Any) -> None:
+    assert run_score(existing, incoming, **args) == expected
+
+
+def test_normalize_uses_only_the_scored_nodes() -> None:
+    cache = build([pod("w1", "n1", WEB), pod("w2", "n3", WEB)], nodes=SCORE_NODES)
+    pl, state, info = (
+        plugin(cache),
+        CycleState(),
+        pod_info(pod("in", spec=affinity(preferred=[weighted(3, term(WEB))]))),
+    )
+    snapshot = cache.snapshot()
+    assert pl.pre_score(state, info, snapshot.order, snapshot).is_success
+    nodes = slots(snapshot, ["n1", "n3"])
+    raw = pl.score(state, info, nodes, snapshot)
+    assert raw.tolist() == [3, 3]
+    assert pl.normalize_score(state, info, nodes, raw).tolist() == [0, 0]
