@@ -237,17 +237,44 @@ def _num_values(table: NodeTable, key: str) -> int:
     return 0 if column is None else len(column.values)
 
 
+class _CountMemo:
+    """Per-node matching-pod counts by (namespace, selector), valid while the cache generation is unchanged.
+
+    PreFilter and PreScore of one cycle usually ask for the same selector, and so does every cycle that
+    finds the cluster unchanged (a pod retried, the pods of one workload in a row until one is assumed).
+    The arrays are shared, so they are made read-only.
+    """
+
+    __slots__ = ("_cache", "_entries", "_generation")
+
+    def __init__(self) -> None:
+        self._cache: ClusterCache | None = None
+        self._generation = -1
+        self._entries: dict[tuple[str, LabelSelector], np.ndarray] = {}
+
+    def get(self, cache: ClusterCache, namespace: str, constraint: SpreadConstraint) -> np.ndarray:
+        if cache is not self._cache or cache.generation != self._generation:
+            self._cache, self._generation = cache, cache.generation
+            self._entries = {}
+        key = (namespace, constraint.selector)
+        found = self._entries.get(key)
+        if found is None:
+            found = self._entries[key] = count_matching_per_node(cache, namespace, constraint)
+            found.flags.writeable = False
+        return found
+
+
 class _Counting:
     """Per-cycle helpers over all nodes: inclusion masks and matching-pod counts, each computed at most once."""
 
-    def __init__(self, pod: PodInfo, snapshot: Snapshot) -> None:
+    def __init__(self, pod: PodInfo, snapshot: Snapshot, memo: _CountMemo) -> None:
         self.pod = pod
         self.cache: ClusterCache = snapshot.cache
         self.table = snapshot.table
         self.all_nodes = snapshot.order
         self._affinity: np.ndarray | None = None
         self._taints: np.ndarray | None = None
-        self._per_node: dict[LabelSelector, np.ndarray] = {}
+        self._memo = memo
 
     def inclusion(self, constraint: SpreadConstraint) -> np.ndarray | None:
         """Upstream ``matchNodeInclusionPolicies`` over all nodes; None means every node passes."""
@@ -264,12 +291,7 @@ class _Counting:
 
     def matching_per_node(self, constraint: SpreadConstraint) -> np.ndarray:
         """int64 indexed by node slot: matching, non-terminating pods of the pod's namespace on each node."""
-        found = self._per_node.get(constraint.selector)
-        if found is None:
-            found = self._per_node[constraint.selector] = count_matching_per_node(
-                self.cache, self.pod.namespace, constraint
-            )
-        return found
+        return self._memo.get(self.cache, self.pod.namespace, constraint)
 
 
 def count_matching_per_node(cache: ClusterCache, namespace: str, constraint: SpreadConstraint) -> np.ndarray:
@@ -382,6 +404,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         )
         # Parsed once; each pod gets them with its own deduced selector (their matchLabelKeys are overwritten
         # by that selector upstream, so they are dropped here).
+        self._counts = _CountMemo()
         self._defaults = {
             action: parse_constraints(raw_defaults, {}, action) for action in (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY)
         }
@@ -405,7 +428,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         constraints = self.constraints(pod, DO_NOT_SCHEDULE, snapshot.cache)
         if not constraints:
             return None, Status.skip(plugin=NAME)
-        counting = _Counting(pod, snapshot)
+        counting = _Counting(pod, snapshot, self._counts)
         table, all_nodes = counting.table, counting.all_nodes
         has_keys = _all_keys_present(table, constraints, all_nodes)
         match_num: list[np.ndarray] = []
@@ -499,7 +522,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         constraints = self.constraints(pod, SCHEDULE_ANYWAY, snapshot.cache)
         if not constraints:
             return Status.skip(plugin=NAME)
-        counting = _Counting(pod, snapshot)
+        counting = _Counting(pod, snapshot, self._counts)
         table, all_nodes = counting.table, counting.all_nodes
         nodes = np.asarray(nodes, dtype=np.int64)
         if require_all:
