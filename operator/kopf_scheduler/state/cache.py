@@ -20,6 +20,7 @@ import numpy as np
 from kopf_scheduler.state.node_table import NodeTable
 from kopf_scheduler.state.pod_info import HostPort, PodInfo
 from kopf_scheduler.state.quantity import resource_value
+from kopf_scheduler.state.selector_counts import SelectorPodCounts
 from kopf_scheduler.state.selectors import LabelSelector
 from kopf_scheduler.state.tolerations import Taint, parse_taints
 
@@ -136,6 +137,8 @@ class ClusterCache:
         #: (protocol, host port) → slot → host IP → count: the used host ports of every node, indexed so that
         #: NodePorts finds the few nodes using a wanted port without visiting every NodeInfo.
         self.host_port_users: dict[tuple[str, int], dict[int, Counter[str]]] = {}
+        #: Per-node counts of pods matching the recently asked (namespace, selector) pairs, kept current.
+        self._selector_counts = SelectorPodCounts()
         self.generation = 0
 
     # -- nodes ---------------------------------------------------------------------------------------
@@ -190,6 +193,8 @@ class ClusterCache:
         # Pods still bound to a deleted node stay accounted for until their own delete events arrive.
         if info.pods:
             self._orphans[name] = dict(info.pods)
+            for pod in info.pods.values():
+                self._selector_counts.update(pod, info.slot, -1)
             for pod in info.pods_with_affinity.values():
                 self._ungroup_affinity(pod, info.slot)
         for port in info.used_ports:
@@ -323,6 +328,7 @@ class ClusterCache:
         self.table.non_zero_requested[slot, 0] += pod.non_zero_cpu
         self.table.non_zero_requested[slot, 1] += pod.non_zero_memory
         self.table.pod_count[slot] += 1
+        self._selector_counts.update(pod, slot, +1)
 
     def _detach(self, pod: PodInfo) -> None:
         del self._pods[pod.uid]
@@ -344,6 +350,7 @@ class ClusterCache:
                 del self._orphans[pod.node_name]
         info = self._nodes.get(pod.node_name)
         if info is not None and info.pods.pop(pod.uid, None) is not None:
+            self._selector_counts.update(pod, info.slot, -1)
             if info.pods_with_affinity.pop(pod.uid, None) is not None:
                 self._ungroup_affinity(pod, info.slot)
             info.pods_with_required_anti_affinity.pop(pod.uid, None)
@@ -388,6 +395,14 @@ class ClusterCache:
 
     def pods_in_namespace(self, namespace: str) -> Iterable[PodInfo]:
         return self._pods_by_namespace.get(namespace, {}).values()
+
+    def matching_pod_counts(self, namespace: str, selector: LabelSelector) -> np.ndarray:
+        """int64 indexed by node slot: assigned, non-terminating pods of ``namespace`` matching ``selector``.
+
+        Built once per (namespace, selector) and then kept current by pod events (see
+        :mod:`kopf_scheduler.state.selector_counts`). Read-only; valid until the next cache change.
+        """
+        return self._selector_counts.get(self, namespace, selector)
 
     def matching_pods(self, namespace: str, selector: LabelSelector) -> list[PodInfo]:
         """Assigned pods of ``namespace`` whose labels match ``selector``, narrowed through the label index."""
