@@ -752,3 +752,231 @@ def test_normalize_uses_only_the_scored_nodes() -> None:
     raw = pl.score(state, info, nodes, snapshot)
     assert raw.tolist() == [3, 3]
     assert pl.normalize_score(state, info, nodes, raw).tolist() == [0, 0]
+
+
+# -- randomized cross-check against a literal, per-node, per-pod restatement of upstream ---------------
+def _literal_upstream(cache: ClusterCache, incoming: PodInfo, hard_weight: int, ignore_preferred: bool) -> Any:
+    """Upstream's loops, restated naively: topology-pair dicts filled pod by pod, node by node."""
+    from kopf_scheduler.plugins._affinity_terms import pod_affinity_terms
+
+    all_ns = cache.namespace_labels
+    ns_labels = all_ns.get(incoming.namespace) or {}
+    terms = pod_affinity_terms(incoming).with_namespaces_resolved(all_ns)
+    infos = [cache.node(n) for n in sorted(cache.node_names())]
+
+    def bump(counts: dict[tuple[str, str], int], key: str, labels: dict[str, str], value: int) -> None:
+        if key in labels:
+            counts[(key, labels[key])] = counts.get((key, labels[key]), 0) + value
+
+    existing: dict[tuple[str, str], int] = {}
+    affinity: dict[tuple[str, str], int] = {}
+    anti: dict[tuple[str, str], int] = {}
+    for info in infos:
+        for other in info.pods_with_required_anti_affinity.values():
+            for t in pod_affinity_terms(other).required_anti_affinity:
+                if t.matches(incoming, ns_labels):
+                    bump(existing, t.topology_key, info.labels, 1)
+        for other in info.pods.values():
+            req = terms.required_affinity
+            if req and all(t.matches(other, None) for t in req):
+                for t in req:
+                    bump(affinity, t.topology_key, info.labels, 1)
+            for t in terms.required_anti_affinity:
+                if t.matches(other, None):
+                    bump(anti, t.topology_key, info.labels, 1)
+    filter_out: Any
+    if not existing and not terms.required_affinity and not terms.required_anti_affinity:
+        filter_out = SKIP
+    else:
+        filter_out = {}
+        for info in infos:
+            labels = info.labels
+            verdict = None
+            exist, has_keys = True, True
+            for t in terms.required_affinity:
+                if t.topology_key not in labels:
+                    has_keys = False
+                elif affinity.get((t.topology_key, labels[t.topology_key]), 0) <= 0:
+                    exist = False
+            if terms.required_affinity and (
+                not has_keys
+                or (
+                    not exist and not (not affinity and all(t.matches(incoming, None) for t in terms.required_affinity))
+                )
+            ):
+                verdict = AFF
+            elif anti and any(
+                t.topology_key in labels and anti.get((t.topology_key, labels[t.topology_key]), 0) > 0
+                for t in terms.required_anti_affinity
+            ):
+                verdict = ANTI
+            elif existing and any(existing.get((k, v), 0) > 0 for k, v in labels.items()):
+                verdict = EXISTING
+            filter_out[info.name] = verdict
+
+    has_constraints = terms.has_preferred
+    score_out: Any
+    if ignore_preferred and not has_constraints:
+        return filter_out, SKIP
+    topo: dict[str, dict[str, int]] = {}
+    contributed = False
+
+    def process(t: Any, weight: int, target: PodInfo, labels_for_ns: Any, node_labels: dict[str, str]) -> bool:
+        if t.matches(target, labels_for_ns) and t.topology_key in node_labels:
+            per_key = topo.setdefault(t.topology_key, {})
+            value = node_labels[t.topology_key]
+            per_key[value] = per_key.get(value, 0) + weight
+            return True
+        return False
+
+    for info in infos:
+        pods = info.pods if has_constraints else info.pods_with_affinity
+        for other in pods.values():
+            if not info.labels:
+                continue
+            for w in terms.preferred_affinity:
+                contributed |= process(w.term, w.weight, other, None, info.labels)
+            for w in terms.preferred_anti_affinity:
+                contributed |= process(w.term, -w.weight, other, None, info.labels)
+            other_terms = pod_affinity_terms(other)
+            if hard_weight > 0:
+                for t in other_terms.required_affinity:
+                    contributed |= process(t, hard_weight, incoming, ns_labels, info.labels)
+            for w in other_terms.preferred_affinity:
+                contributed |= process(w.term, w.weight, incoming, ns_labels, info.labels)
+            for w in other_terms.preferred_anti_affinity:
+                contributed |= process(w.term, -w.weight, incoming, ns_labels, info.labels)
+    if not contributed:
+        return filter_out, SKIP
+    raw = [sum(values.get(info.labels[k], 0) for k, values in topo.items() if k in info.labels) for info in infos]
+    low, high = min(raw), max(raw)
+    normalized = [int(100.0 * ((r - low) / (high - low))) if high > low else 0 for r in raw]
+    score_out = (raw, normalized)
+    return filter_out, score_out
+
+
+def _random_term(rng: Any) -> dict[str, Any]:
+    selector = rng.choice(
+        [
+            {"matchLabels": {"app": "web"}},
+            {"matchLabels": {"app": "db"}},
+            {"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
+            {},
+            None,
+        ]
+    )
+    out: dict[str, Any] = {"topologyKey": rng.choice([HOST, ZONE, "rack"]), "labelSelector": selector}
+    choice = rng.randrange(4)
+    if choice == 1:
+        out["namespaces"] = ["team-a"]
+    elif choice == 2:
+        out["namespaceSelector"] = {}
+    elif choice == 3:
+        out["namespaceSelector"] = {"matchLabels": {"team": "a"}}
+        if rng.random() < 0.5:
+            out["namespaces"] = ["team-b"]
+    return out
+
+
+def _random_spec(rng: Any, p: float) -> dict[str, Any] | None:
+    if rng.random() > p:
+        return None
+    lists = [[_random_term(rng) for _ in range(rng.randrange(3) if rng.random() < 0.5 else 0)] for _ in range(2)]
+    prefs = [
+        [
+            weighted(rng.randrange(1, 101), _random_term(rng))
+            for _ in range(rng.randrange(3) if rng.random() < 0.5 else 0)
+        ]
+        for _ in range(2)
+    ]
+    return affinity(required=lists[0], anti=lists[1], preferred=prefs[0], preferred_anti=prefs[1])
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_randomized_against_literal_upstream(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(rng.randrange(1, 9)):
+        labels = {}
+        if rng.random() < 0.8:
+            labels[ZONE] = rng.choice("ab")
+        if rng.random() < 0.5:
+            labels["rack"] = rng.choice(["r1", "r2", "r3"])
+        nodes.append(make_node(f"n{i}", labels=labels))
+    names = [n["metadata"]["name"] for n in nodes] + ["ghost"]
+    namespaces = ["default", "team-a", "team-b", "loose"]
+    existing = []
+    for j in range(rng.randrange(25)):
+        labels = {}
+        if rng.random() < 0.7:
+            labels["app"] = rng.choice(["web", "db"])
+        if rng.random() < 0.3:
+            labels["tier"] = "fe"
+        existing.append(
+            make_pod(
+                f"p{j}",
+                namespace=rng.choice(namespaces),
+                node_name=rng.choice(names),
+                labels=labels,
+                spec=_random_spec(rng, 0.5),
+            )
+        )
+    cache = make_cache(nodes, existing)
+    cache.set_namespace_labels("default", {})
+    cache.set_namespace_labels("team-a", {"team": "a"})
+    cache.set_namespace_labels("team-b", {"team": "b"})
+    incoming_labels = {"app": rng.choice(["web", "db"])} if rng.random() < 0.8 else {}
+    incoming = pod_info(
+        make_pod("in", namespace=rng.choice(namespaces), labels=incoming_labels, spec=_random_spec(rng, 0.9))
+    )
+    hard_weight = rng.choice([0, 1, 5])
+    ignore = rng.random() < 0.3
+
+    pl = InterPodAffinity(
+        handle=FakeHandle(cache),
+        args=InterPodAffinityArgs(hard_pod_affinity_weight=hard_weight, ignore_preferred_terms_of_existing_pods=ignore),
+    )
+    snapshot = cache.snapshot()
+    order = sorted(cache.node_names())
+    node_slots = slots(snapshot, order)
+    state = CycleState()
+    _, status = pl.pre_filter(state, incoming, snapshot)
+    if status.is_skip:
+        got_filter: Any = SKIP
+    else:
+        result = pl.filter(state, incoming, node_slots, snapshot)
+        got_filter = {}
+        for position, name in enumerate(order):
+            if result is None or not result.rejected[position]:
+                got_filter[name] = None
+            else:
+                st = result.status_at(position)
+                got_filter[name] = (st.code, st.reasons[0])
+    if pl.pre_score(state, incoming, node_slots, snapshot).is_skip:
+        got_score: Any = SKIP
+    else:
+        raw = pl.score(state, incoming, node_slots, snapshot)
+        got_score = (raw.tolist(), pl.normalize_score(state, incoming, node_slots, raw).tolist())
+
+    assert (got_filter, got_score) == _literal_upstream(cache, incoming, hard_weight, ignore)
+
+    # RemovePod (preemption dry run) must leave the state as PreFilter on a cache without that pod would.
+    placed = [p for p in cache.pods() if cache.node(p.node_name) is not None]
+    if got_filter is SKIP or not placed:
+        return
+    victim = rng.choice(placed)
+    assert pl.remove_pod(state, incoming, victim, cache.node(victim.node_name)).is_success
+    cache.remove_pod(victim.uid)
+    expected, _ = _literal_upstream(cache, incoming, hard_weight, ignore)
+    if expected == SKIP:
+        expected = dict.fromkeys(order)
+    result = pl.filter(state, incoming, node_slots, snapshot)
+    after = {
+        name: None
+        if result is None or not result.rejected[i]
+        else (result.status_at(i).code, result.status_at(i).reasons[0])
+        for i, name in enumerate(order)
+    }
+    assert after == expected
