@@ -33,20 +33,21 @@ PRE_FILTER_STATE_KEY = "PreFilter" + NAME
 BIND_ALL_HOST_IP = "0.0.0.0"
 
 
-def conflicting_slots(snapshot: Snapshot, wanted: tuple[HostPort, ...]) -> set[int]:
-    """Slots of the nodes where at least one of ``wanted`` is already in use (upstream ``CheckConflict``)."""
+def conflicting_slots(snapshot: Snapshot, wanted: tuple[HostPort, ...]) -> np.ndarray:
+    """Slots (int64, possibly repeated) of the nodes where one of ``wanted`` is in use (``CheckConflict``)."""
     index = snapshot.cache.host_port_users
-    slots: set[int] = set()
+    found: list[np.ndarray] = []
     for port in wanted:
         users = index.get((port.protocol, port.port))
         if not users:
             continue
         if port.host_ip == BIND_ALL_HOST_IP:
             # Wanting every address clashes with the port on any address.
-            slots.update(users)
+            found.append(np.fromiter(users, dtype=np.int64, count=len(users)))
         else:
-            slots.update(slot for slot, ips in users.items() if port.host_ip in ips or BIND_ALL_HOST_IP in ips)
-    return slots
+            clashing = [slot for slot, ips in users.items() if port.host_ip in ips or BIND_ALL_HOST_IP in ips]
+            found.append(np.asarray(clashing, dtype=np.int64))
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
 class NodePorts(PreFilterPlugin, FilterPlugin):
@@ -64,9 +65,12 @@ class NodePorts(PreFilterPlugin, FilterPlugin):
         # Upstream returns an Error status when PreFilter did not run; read() raises likewise.
         wanted: tuple[HostPort, ...] = state.read(PRE_FILTER_STATE_KEY)
         slots = conflicting_slots(snapshot, wanted)
-        if not slots:
+        if not len(slots):
             return None
-        rejected = np.isin(nodes, np.fromiter(slots, dtype=np.int64, count=len(slots)))
+        # Mark the clashing slots in a table-wide mask and gather it for the candidates (cheaper than isin).
+        clashes = np.zeros(snapshot.table.capacity, dtype=bool)
+        clashes[slots] = True
+        rejected = clashes[nodes]
         if not rejected.any():
             return None
         return FilterResult.uniform(rejected, self._rejection)

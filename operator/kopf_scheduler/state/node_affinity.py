@@ -13,8 +13,9 @@ into ``PreferredSchedulingTerms``. The parsing rules decide verdicts, so they ar
 - Gt/Lt compare Go ``strconv.ParseInt`` integers (no float rounding, no ``_`` separators).
 
 NodeAffinity (Filter/Score) and PodTopologySpread (``nodeAffinityPolicy: Honor``) share
-:func:`required_node_affinity_mask`. Label requirements are matched with :mod:`kopf_scheduler.state.selectors`
-over the node table's interned label columns; Gt/Lt are judged once per distinct label value.
+:func:`required_node_affinity_mask`. Requirements are :class:`~kopf_scheduler.state.selectors.Requirement`
+objects matched over the node table's interned label columns by a verdict per distinct label value, gathered
+by the nodes' value ids (cheaper than ``np.isin``, and exact for Gt/Lt where the float column is not).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kopf_scheduler.state.selectors import Requirement, node_requirement_mask
+from kopf_scheduler.state.selectors import Requirement
 
 if TYPE_CHECKING:
     from kopf_scheduler.state.node_table import NodeTable
@@ -97,26 +98,66 @@ def _label_requirement(expr: Mapping[str, Any]) -> tuple[Requirement | None, lis
 
 
 # -- matching ------------------------------------------------------------------------------------------
-def _numeric_mask(table: NodeTable, nodes: np.ndarray, req: Requirement) -> np.ndarray:
-    """Gt/Lt with Go integer semantics, judged once per distinct label value present on ``nodes``."""
-    column = table.label_column(req.key)
-    if column is None:
-        return np.zeros(len(nodes), dtype=bool)
-    want = parse_go_int64(req.values[0])
-    assert want is not None  # validated at parse time
-    ids = column.ids[nodes]
-    lookup = np.zeros(len(column.values) + 1, dtype=bool)  # last entry: label absent (id −1)
-    for value_id in np.unique(ids[ids >= 0]).tolist():
-        have = parse_go_int64(column.values[value_id])
+#: (id of a label column's value list, operator, bound) → (that list, verdict per value id). Value ids are
+#: append-only, so a cached verdict table only ever needs extending; holding the list pins its id.
+_NUMERIC_VERDICTS: dict[tuple[int, str, int], tuple[list[str], np.ndarray]] = {}
+_NUMERIC_VERDICTS_MAX = 1024
+
+
+def _numeric_verdicts(values: list[str], operator: str, bound: int) -> np.ndarray:
+    """Gt/Lt verdict for every interned value of a label column, with Go ``ParseInt`` semantics.
+
+    Judged once per distinct value and cached, so a label holding many distinct numbers (a per-node
+    counter, say) is not re-parsed every cycle.
+    """
+    key = (id(values), operator, bound)
+    cached = _NUMERIC_VERDICTS.get(key)
+    previous = cached[1] if cached is not None and cached[0] is values else None
+    if previous is not None and len(previous) == len(values):
+        return previous
+    done = 0 if previous is None else len(previous)
+    verdicts = np.zeros(len(values), dtype=bool)
+    if previous is not None:
+        verdicts[:done] = previous
+    for value_id in range(done, len(values)):
+        have = parse_go_int64(values[value_id])
         if have is not None:
-            lookup[value_id] = have > want if req.operator == "Gt" else have < want
-    return lookup[ids]
+            verdicts[value_id] = have > bound if operator == "Gt" else have < bound
+    if len(_NUMERIC_VERDICTS) >= _NUMERIC_VERDICTS_MAX:
+        _NUMERIC_VERDICTS.clear()
+    _NUMERIC_VERDICTS[key] = (values, verdicts)
+    return verdicts
 
 
 def _label_mask(table: NodeTable, nodes: np.ndarray, req: Requirement) -> np.ndarray:
-    if req.operator in ("Gt", "Lt"):
-        return _numeric_mask(table, nodes, req)
-    return node_requirement_mask(table, nodes, req)
+    """One validated label requirement over ``nodes`` (``labels.Requirement.Matches``).
+
+    A verdict is computed per interned label value and gathered by the nodes' value ids: one small table
+    and one fancy-index, whatever the operator. The table has one extra last entry, for "label absent"
+    (id −1 indexes it).
+    """
+    op = req.operator
+    column = table.label_column(req.key)
+    if column is None:  # no node has the label
+        return np.full(len(nodes), op in ("NotIn", "DoesNotExist"), dtype=bool)
+    ids = column.ids[nodes]
+    if op == "Exists":
+        return ids >= 0
+    if op == "DoesNotExist":
+        return ids < 0
+    verdicts = np.zeros(len(column.values) + 1, dtype=bool)
+    if op in ("In", "NotIn"):
+        for value in req.values:
+            value_id = column.value_ids.get(value)
+            if value_id is not None:
+                verdicts[value_id] = True
+        if op == "NotIn":
+            verdicts = ~verdicts  # absent (last entry) becomes True too, as upstream
+    else:  # Gt / Lt: absent stays False
+        bound = parse_go_int64(req.values[0])
+        assert bound is not None  # validated at parse time
+        verdicts[:-1] = _numeric_verdicts(column.values, op, bound)
+    return verdicts[ids]
 
 
 def _name_mask(table: NodeTable, nodes: np.ndarray, name: str) -> np.ndarray:

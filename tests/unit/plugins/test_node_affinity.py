@@ -457,3 +457,16 @@ def test_label_key_validation(key: str, valid: bool) -> None:
 @pytest.mark.parametrize(("value", "valid"), [("", True), ("a-b_c.d", True), ("a b", False), ("-a", False)])
 def test_label_value_validation(value: str, valid: bool) -> None:
     assert is_label_value(value) is valid
+
+
+def test_gt_verdicts_follow_label_values_added_later() -> None:
+    # Gt/Lt verdicts are cached per interned label value; values interned after a first match must be judged too.
+    cache = make_cache([make_node("a", labels={"gen": "3"}), make_node("b", labels={"gen": "7"})])
+    pod = pod_info(pod_with(required_terms=[term(expr("gen", "Gt", "5"))]))
+    snapshot = cache.snapshot()
+    assert required_node_affinity_mask(snapshot.table, slots(snapshot, ["a", "b"]), pod).tolist() == [False, True]
+    cache.add_or_update_node(make_node("c", labels={"gen": "12"}))
+    cache.add_or_update_node(make_node("a", labels={"gen": "6"}))
+    snapshot = cache.snapshot()
+    mask = required_node_affinity_mask(snapshot.table, slots(snapshot, ["a", "b", "c"]), pod)
+    assert mask.tolist() == [True, True, True]
