@@ -1,0 +1,405 @@
+"""The scheduling cycle: sampling, round-robin start, scoring shortcuts, host selection, reserve and bind."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kopf_scheduler.framework import Code, CycleState, ExtensionPoint, Status
+from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.scheduler import (
+    FitError,
+    NoNodesAvailableError,
+    ScheduleResult,
+    SchedulingError,
+    assume_and_reserve,
+    bind_pod,
+    num_feasible_nodes_to_find,
+    schedule_pod,
+    select_host,
+)
+from kopf_scheduler.state.cache import ClusterCache
+from tests.unit.factories import make_cache, make_node, make_pod, pod_info
+from tests.unit.test_runtime import (  # shared fakes
+    CALLS,
+    _reset_calls,  # noqa: F401  (autouse fixture clearing the call log)
+    build,
+    calls,
+    lifecycle,
+    node_filter,
+    prefilter,
+    scorer,
+)
+
+E = ExtensionPoint
+U = Status.unschedulable
+
+
+# -- numFeasibleNodesToFind ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("percentage", "nodes", "expected"),
+    [
+        # The reference's examples (§4.6, §2.22), adaptive percentage.
+        (None, 150, 100),
+        (None, 250, 120),
+        (None, 500, 230),
+        (None, 1000, 420),
+        (None, 2000, 680),
+        (None, 3000, 780),
+        (None, 5000, 500),
+        (None, 6000, 300),
+        # ≥ 5625 nodes the adaptive percentage bottoms out at 5 %.
+        (None, 5625, 281),
+        (None, 10000, 500),
+        # Below 100 nodes every node is a candidate, whatever the percentage.
+        (None, 0, 0),
+        (None, 1, 1),
+        (None, 99, 99),
+        (10, 99, 99),
+        (None, 100, 100),
+        # 0 means adaptive, like unset.
+        (0, 1000, 420),
+        # An explicit percentage, still floored at 100 nodes.
+        (30, 1000, 300),
+        (1, 1000, 100),
+        (100, 5000, 5000),
+        (50, 333, 166),
+    ],
+)
+def test_num_feasible_nodes_to_find(percentage: int | None, nodes: int, expected: int) -> None:
+    assert num_feasible_nodes_to_find(percentage, nodes) == expected
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+def cluster(count: int, **node_kwargs: Any) -> ClusterCache:
+    return make_cache([make_node(f"n{i:04d}", **node_kwargs) for i in range(count)])
+
+
+def index_of(name: str) -> int:
+    return int(name[1:])
+
+
+def every_kth_fails(k: int) -> Any:
+    return node_filter("EveryKth", lambda n: U("rejected") if index_of(n) % k == 0 else None)
+
+
+def flat_scores(count: int) -> Any:
+    return scorer("Flat", {f"n{i:04d}": 50 for i in range(count)})
+
+
+def schedule(framework: Framework, pod: Any = None, **kwargs: Any) -> ScheduleResult:
+    return schedule_pod(framework, CycleState(), pod or pod_info(make_pod()), framework.handle.snapshot(), **kwargs)
+
+
+def filter_calls_nodes() -> list[list[str]]:
+    return [detail for _, detail in calls("filter")]
+
+
+# -- sampling and the round-robin start ----------------------------------------------------------------
+def test_first_k_feasible_nodes_from_the_start_index_and_rotation() -> None:
+    count = 200  # → 100 feasible nodes wanted per cycle
+    cache = cluster(count)
+    framework = build(
+        [every_kth_fails(4), flat_scores(count)], {E.FILTER: ("EveryKth",), E.SCORE: ("Flat",)}, cache=cache
+    )
+    result = schedule(framework, rng=random.Random(1))
+    # Every 4th node fails, so the 100th feasible node is n0133: 134 nodes judged, 34 of them rejected.
+    assert result.feasible_nodes == 100
+    assert result.evaluated_nodes == 134
+    assert len(result.diagnosis.statuses) == 34
+    assert framework.next_start_node_index == 134
+    assert result.scores is not None
+    scored = sorted(index_of(str(cache.table.names[int(s)])) for s in result.scores.nodes)
+    assert scored == [i for i in range(134) if i % 4]
+
+    # The second cycle starts at n0134 and wraps around the end of the node list.
+    result = schedule(framework, rng=random.Random(1))
+    assert result.scores is not None
+    scored = [index_of(str(cache.table.names[int(s)])) for s in result.scores.nodes]
+    expected = [i % count for i in range(134, 134 + count) if (i % count) % 4][:100]
+    assert scored == expected
+    assert expected[:3] == [134, 135, 137]
+    assert expected[-1] == 66
+    processed = (expected[-1] - 134) % count + 1
+    assert result.evaluated_nodes == processed == 133
+    assert framework.next_start_node_index == (134 + processed) % count == 67
+
+
+def test_rejections_after_the_kth_feasible_node_do_not_count() -> None:
+    count = 400  # 400·(50−3)% = 188 feasible nodes wanted; the first window covers 188 + 94 nodes
+    cache = cluster(count)
+    framework = build(
+        [every_kth_fails(2), flat_scores(count)], {E.FILTER: ("EveryKth",), E.SCORE: ("Flat",)}, cache=cache
+    )
+    result = schedule(framework, rng=random.Random(0))
+    assert num_feasible_nodes_to_find(None, count) == 188
+    # The 188th feasible node is n0375 (odd indices); 188 rejected even nodes precede it.
+    assert result.feasible_nodes == 188
+    assert len(result.diagnosis.statuses) == 188
+    assert result.evaluated_nodes == 376
+    assert framework.next_start_node_index == 376
+    # Two windows were needed (the first one held only ~141 feasible nodes).
+    assert [len(nodes) for nodes in filter_calls_nodes()] == [282, 118]
+
+
+def test_without_score_plugins_one_feasible_node_is_enough() -> None:
+    cache = cluster(10)
+    framework = build([every_kth_fails(3)], {E.FILTER: ("EveryKth",)}, cache=cache)
+    names = [schedule(framework).suggested_host for _ in range(5)]
+    # n0000 fails → n0001; next start 2 → n0002; start 3 fails → n0004; start 5 → n0005; start 6 fails → n0007.
+    assert names == ["n0001", "n0002", "n0004", "n0005", "n0007"]
+    assert framework.next_start_node_index == 8
+
+
+def test_without_filter_plugins_nodes_are_taken_in_rotation() -> None:
+    count = 150
+    cache = cluster(count)
+    framework = build([flat_scores(count)], {E.SCORE: ("Flat",)}, cache=cache)
+    framework.next_start_node_index = 120
+    result = schedule(framework, rng=random.Random(3))
+    assert result.feasible_nodes == 100
+    assert result.scores is not None
+    assert [index_of(str(cache.table.names[int(s)])) for s in result.scores.nodes] == [
+        i % count for i in range(120, 220)
+    ]
+    assert framework.next_start_node_index == (120 + 100) % count
+
+
+def test_pre_filter_result_restricts_the_search() -> None:
+    cache = cluster(6)
+    framework = build(
+        [prefilter("Pin", nodes=["n0001", "n0004", "ghost"]), flat_scores(6)],
+        {E.PRE_FILTER: ("Pin",), E.SCORE: ("Flat",)},
+        cache=cache,
+    )
+    framework.next_start_node_index = 5  # 5 mod 2 restricted nodes → starts at the second one
+    result = schedule(framework, rng=random.Random(0))
+    assert result.feasible_nodes == 2
+    assert result.scores is not None
+    assert [cache.table.names[int(s)] for s in result.scores.nodes] == ["n0004", "n0001"]
+    # Upstream advances modulo the number of *all* nodes.
+    assert framework.next_start_node_index == (5 + 2) % 6
+
+
+# -- scoring shortcuts ---------------------------------------------------------------------------------
+def test_exactly_one_feasible_node_skips_scoring() -> None:
+    cache = cluster(4)
+    framework = build(
+        [node_filter("OnlyTwo", lambda n: None if n == "n0002" else U("no")), flat_scores(4)],
+        {E.FILTER: ("OnlyTwo",), E.SCORE: ("Flat",)},
+        cache=cache,
+    )
+    result = schedule(framework)
+    assert (result.suggested_host, result.feasible_nodes, result.evaluated_nodes) == ("n0002", 1, 4)
+    assert result.scores is None
+    assert calls("score") == []
+    assert result.plugin_scores() == {}
+
+
+def test_highest_total_wins_and_explanations_are_kept() -> None:
+    cache = cluster(4)
+    framework = build(
+        [
+            scorer("A", {"n0000": 10, "n0001": 90, "n0002": 50, "n0003": 0}),
+            scorer("B", {"n0000": 100, "n0001": 0, "n0002": 40, "n0003": 0}, pre_score=Status()),
+        ],
+        {E.PRE_SCORE: ("B",), E.SCORE: (("A", 1), ("B", 2))},
+        cache=cache,
+    )
+    result = schedule(framework)
+    assert result.suggested_host == "n0000"  # 10 + 200 beats 90 and 50 + 80
+    assert result.plugin_scores() == {"A": 10, "B": 200}
+    assert result.top_nodes(cache.table.names) == [("n0000", 210), ("n0002", 130), ("n0001", 90)]
+
+
+def test_ties_are_broken_uniformly_and_reproducibly() -> None:
+    totals = np.asarray([5, 9, 9, 1, 9], dtype=np.int64)
+    rng = random.Random(42)
+    picks = Counter(select_host(totals, rng) for _ in range(3000))
+    assert set(picks) == {1, 2, 4}
+    for count in picks.values():
+        assert 850 < count < 1150
+    first = [select_host(totals, random.Random(7)) for _ in range(5)]
+    again = [select_host(totals, random.Random(7)) for _ in range(5)]
+    assert first == again
+    assert select_host(np.asarray([1, 3, 2]), random.Random(0)) == 1
+
+
+def test_schedule_pod_tie_break_is_seedable() -> None:
+    cache = cluster(20)
+    framework = build([flat_scores(20)], {E.SCORE: ("Flat",)}, cache=cache)
+    hosts = [schedule(framework, rng=random.Random(s)).suggested_host for s in range(40)]
+    again = [schedule(framework, rng=random.Random(s)).suggested_host for s in range(40)]
+    assert hosts == again
+    assert len(set(hosts)) > 10
+
+
+# -- nominated node ------------------------------------------------------------------------------------
+def nominated_pod(node: str) -> Any:
+    obj = make_pod("preemptor")
+    obj["status"]["nominatedNodeName"] = node
+    return pod_info(obj)
+
+
+def test_nominated_node_is_tried_first_and_taken_without_scoring() -> None:
+    cache = cluster(5)
+    framework = build([node_filter("Any", {}), flat_scores(5)], {E.FILTER: ("Any",), E.SCORE: ("Flat",)}, cache=cache)
+    result = schedule(framework, nominated_pod("n0003"))
+    assert (result.suggested_host, result.evaluated_nodes, result.feasible_nodes) == ("n0003", 1, 1)
+    assert filter_calls_nodes() == [["n0003"]]
+    assert calls("score") == []
+    assert framework.next_start_node_index == 0
+
+
+def test_failing_nominated_node_falls_back_to_the_full_search() -> None:
+    cache = cluster(5)
+    framework = build(
+        [node_filter("NotThree", {"n0003": U("taken")}), flat_scores(5)],
+        {E.FILTER: ("NotThree",), E.SCORE: ("Flat",)},
+        cache=cache,
+    )
+    result = schedule(framework, nominated_pod("n0003"), rng=random.Random(0))
+    assert result.suggested_host != "n0003"
+    assert filter_calls_nodes() == [["n0003"], ["n0000", "n0001", "n0002", "n0003", "n0004"]]
+    # n0003 was judged twice but counts once, as in upstream's map.
+    assert len(result.diagnosis.statuses) == 1
+    assert result.evaluated_nodes == 5
+    assert framework.next_start_node_index == 0
+
+
+def test_unknown_nominated_node_is_ignored() -> None:
+    cache = cluster(3)
+    framework = build([node_filter("Any", {})], {E.FILTER: ("Any",)}, cache=cache)
+    assert schedule(framework, nominated_pod("gone")).suggested_host == "n0000"
+
+
+# -- errors --------------------------------------------------------------------------------------------
+def test_no_nodes() -> None:
+    framework = build([], {}, cache=ClusterCache())
+    with pytest.raises(NoNodesAvailableError) as info:
+        schedule(framework)
+    assert info.value.message == "no nodes available to schedule pods"
+    assert info.value.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+
+
+def test_filter_error_is_a_scheduling_error() -> None:
+    cache = cluster(5)
+    framework = build(
+        [node_filter("Bad", lambda n: Status.as_error(RuntimeError("io")) if n == "n0002" else None)],
+        {E.FILTER: ("Bad",)},
+        cache=cache,
+    )
+    framework.next_start_node_index = 2
+    with pytest.raises(SchedulingError) as info:
+        schedule(framework)
+    assert info.value.status.message == 'running "Bad" filter plugin: io'
+
+
+def test_score_error_is_a_scheduling_error() -> None:
+    cache = cluster(3)
+    framework = build([scorer("Wild", {"n0000": 1, "n0001": 500, "n0002": 3})], {E.SCORE: ("Wild",)}, cache=cache)
+    with pytest.raises(SchedulingError, match='plugin "Wild" returns an invalid score 500'):
+        schedule(framework)
+
+
+def test_pre_filter_error_is_a_scheduling_error() -> None:
+    framework = build([prefilter("Crash", raises=True)], {E.PRE_FILTER: ("Crash",)}, cache=cluster(2))
+    with pytest.raises(SchedulingError, match='running PreFilter plugin "Crash": kaboom'):
+        schedule(framework)
+
+
+# -- assume, reserve, permit, bind ---------------------------------------------------------------------
+def scheduled(framework: Framework, pod: Any) -> ScheduleResult:
+    return schedule_pod(framework, CycleState(), pod, framework.handle.snapshot())
+
+
+def test_assume_and_reserve_then_bind() -> None:
+    cache = cluster(1)
+    framework = build(
+        [lifecycle("L")],
+        {E.RESERVE: ("L",), E.PERMIT: ("L",), E.PRE_BIND: ("L",), E.BIND: ("L",), E.POST_BIND: ("L",)},
+        cache=cache,
+    )
+    pod = pod_info(make_pod("web"))
+    state = CycleState()
+    result = scheduled(framework, pod)
+    assumed = assume_and_reserve(framework, state, pod, result, cache)
+    assert cache.is_assumed(pod.uid)
+    assert assumed.node_name == "n0000"
+    assert int(cache.table.pod_count[result.slot]) == 1
+    status = asyncio.run(bind_pod(framework, state, assumed, result, cache))
+    assert status.is_success
+    assert [method for _, method, _ in CALLS] == [
+        "reserve",
+        "permit",
+        "pre_bind",
+        "bind",
+        "post_bind",
+    ]
+    assert cache.is_assumed(pod.uid)
+
+
+def test_reserve_rejection_undoes_the_assumption_with_a_one_node_fit_error() -> None:
+    cache = cluster(3)
+    framework = build([lifecycle("Quota", reserve=U("quota exceeded"))], {E.RESERVE: ("Quota",)}, cache=cache)
+    pod = pod_info(make_pod())
+    result = scheduled(framework, pod)
+    with pytest.raises(FitError) as info:
+        assume_and_reserve(framework, CycleState(), pod, result, cache)
+    assert info.value.message == "0/1 nodes are available: 1 quota exceeded."
+    assert info.value.diagnosis.all_unschedulable_plugins() == {"Quota"}
+    assert cache.pod(pod.uid) is None
+    assert int(cache.table.pod_count.sum()) == 0
+    assert [name for name, _ in calls("unreserve")] == ["Quota"]
+
+
+def test_permit_error_is_a_scheduling_error() -> None:
+    cache = cluster(1)
+    framework = build(
+        [lifecycle("P", permit=(Status.as_error(RuntimeError("denied")), 0.0))],
+        {E.RESERVE: ("P",), E.PERMIT: ("P",)},
+        cache=cache,
+    )
+    pod = pod_info(make_pod())
+    with pytest.raises(SchedulingError, match='running Permit plugin "P": denied'):
+        assume_and_reserve(framework, CycleState(), pod, scheduled(framework, pod), cache)
+    assert cache.pod(pod.uid) is None
+    assert [name for name, _ in calls("unreserve")] == ["P"]
+
+
+def test_bind_failure_unreserves_and_forgets() -> None:
+    cache = cluster(1)
+    framework = build(
+        [lifecycle("B", bind=Status.as_error(RuntimeError("conflict")))],
+        {E.RESERVE: ("B",), E.BIND: ("B",), E.POST_BIND: ("B",)},
+        cache=cache,
+    )
+    pod = pod_info(make_pod())
+    state = CycleState()
+    result = scheduled(framework, pod)
+    assumed = assume_and_reserve(framework, state, pod, result, cache)
+    status = asyncio.run(bind_pod(framework, state, assumed, result, cache))
+    assert (status.code, status.message) == (Code.ERROR, 'running Bind plugin "B": conflict')
+    assert cache.pod(pod.uid) is None
+    assert [name for name, _ in calls("unreserve")] == ["B"]
+    assert calls("post_bind") == []
+
+
+def test_permit_wait_rejected_in_the_binding_cycle() -> None:
+    cache = cluster(1)
+    framework = build(
+        [lifecycle("Gang", permit=(Status(Code.WAIT), 0.01))], {E.RESERVE: ("Gang",), E.PERMIT: ("Gang",)}, cache=cache
+    )
+    pod = pod_info(make_pod())
+    state = CycleState()
+    result = scheduled(framework, pod)
+    assumed = assume_and_reserve(framework, state, pod, result, cache)
+    status = asyncio.run(bind_pod(framework, state, assumed, result, cache))
+    assert status.code is Code.UNSCHEDULABLE
+    assert status.message == "0/1 nodes are available: 1 rejected due to timeout after waiting 10ms at plugin Gang."
+    assert cache.pod(pod.uid) is None
