@@ -15,10 +15,10 @@ Restated from v1.36 ``plugins/podtopologyspread/{common,filtering,scoring,plugin
 - A node is counted for a constraint when it carries every constraint's topology key and passes that
   constraint's inclusion policies (nodeAffinityPolicy Honor by default, nodeTaintsPolicy Ignore).
 
-Speed: instead of upstream's walk over every pod of every node, matching pods are found through the
-cache's per-namespace label index (:meth:`ClusterCache.matching_pods`), turned into per-node counts with one
-``np.bincount`` over node slots, and folded into per-domain counts with a second ``np.bincount`` over the
-topology key's interned value ids (:class:`LabelColumn`). Domains are value ids, so Filter and Score look
+Speed: instead of upstream's walk over every pod of every node, per-node counts of matching pods come from
+the cache (:meth:`ClusterCache.matching_pod_counts`: built once per namespace and selector from the label
+index, then kept current by pod events), and are folded into per-domain counts with one ``np.bincount``
+over the topology key's interned value ids (:class:`LabelColumn`). Domains are value ids, so Filter and Score look
 counts up by indexing; nothing loops over nodes in Python.
 """
 
@@ -237,44 +237,16 @@ def _num_values(table: NodeTable, key: str) -> int:
     return 0 if column is None else len(column.values)
 
 
-class _CountMemo:
-    """Per-node matching-pod counts by (namespace, selector), valid while the cache generation is unchanged.
-
-    PreFilter and PreScore of one cycle usually ask for the same selector, and so does every cycle that
-    finds the cluster unchanged (a pod retried, the pods of one workload in a row until one is assumed).
-    The arrays are shared, so they are made read-only.
-    """
-
-    __slots__ = ("_cache", "_entries", "_generation")
-
-    def __init__(self) -> None:
-        self._cache: ClusterCache | None = None
-        self._generation = -1
-        self._entries: dict[tuple[str, LabelSelector], np.ndarray] = {}
-
-    def get(self, cache: ClusterCache, namespace: str, constraint: SpreadConstraint) -> np.ndarray:
-        if cache is not self._cache or cache.generation != self._generation:
-            self._cache, self._generation = cache, cache.generation
-            self._entries = {}
-        key = (namespace, constraint.selector)
-        found = self._entries.get(key)
-        if found is None:
-            found = self._entries[key] = count_matching_per_node(cache, namespace, constraint)
-            found.flags.writeable = False
-        return found
-
-
 class _Counting:
     """Per-cycle helpers over all nodes: inclusion masks and matching-pod counts, each computed at most once."""
 
-    def __init__(self, pod: PodInfo, snapshot: Snapshot, memo: _CountMemo) -> None:
+    def __init__(self, pod: PodInfo, snapshot: Snapshot) -> None:
         self.pod = pod
         self.cache: ClusterCache = snapshot.cache
         self.table = snapshot.table
         self.all_nodes = snapshot.order
         self._affinity: np.ndarray | None = None
         self._taints: np.ndarray | None = None
-        self._memo = memo
 
     def inclusion(self, constraint: SpreadConstraint) -> np.ndarray | None:
         """Upstream ``matchNodeInclusionPolicies`` over all nodes; None means every node passes."""
@@ -291,22 +263,9 @@ class _Counting:
 
     def matching_per_node(self, constraint: SpreadConstraint) -> np.ndarray:
         """int64 indexed by node slot: matching, non-terminating pods of the pod's namespace on each node."""
-        return self._memo.get(self.cache, self.pod.namespace, constraint)
-
-
-def count_matching_per_node(cache: ClusterCache, namespace: str, constraint: SpreadConstraint) -> np.ndarray:
-    """Per node slot, how many pods of ``namespace`` match the constraint's selector (terminating ones excluded)."""
-    capacity = cache.table.capacity
-    if constraint.counts_nothing:
-        return np.zeros(capacity, dtype=np.int64)
-    slots: list[int] = []
-    for other in cache.matching_pods(namespace, constraint.selector):
-        if other.terminating:
-            continue
-        info = cache.node(other.node_name)
-        if info is not None:
-            slots.append(info.slot)
-    return np.bincount(np.asarray(slots, dtype=np.int64), minlength=capacity).astype(np.int64)
+        if constraint.counts_nothing:
+            return np.zeros(self.table.capacity, dtype=np.int64)
+        return self.cache.matching_pod_counts(self.pod.namespace, constraint.selector)
 
 
 def _all_keys_present(table: NodeTable, constraints: Sequence[SpreadConstraint], slots: np.ndarray) -> np.ndarray:
@@ -404,7 +363,6 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         )
         # Parsed once; each pod gets them with its own deduced selector (their matchLabelKeys are overwritten
         # by that selector upstream, so they are dropped here).
-        self._counts = _CountMemo()
         self._defaults = {
             action: parse_constraints(raw_defaults, {}, action) for action in (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY)
         }
@@ -428,7 +386,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         constraints = self.constraints(pod, DO_NOT_SCHEDULE, snapshot.cache)
         if not constraints:
             return None, Status.skip(plugin=NAME)
-        counting = _Counting(pod, snapshot, self._counts)
+        counting = _Counting(pod, snapshot)
         table, all_nodes = counting.table, counting.all_nodes
         has_keys = _all_keys_present(table, constraints, all_nodes)
         match_num: list[np.ndarray] = []
@@ -522,7 +480,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         constraints = self.constraints(pod, SCHEDULE_ANYWAY, snapshot.cache)
         if not constraints:
             return Status.skip(plugin=NAME)
-        counting = _Counting(pod, snapshot, self._counts)
+        counting = _Counting(pod, snapshot)
         table, all_nodes = counting.table, counting.all_nodes
         nodes = np.asarray(nodes, dtype=np.int64)
         if require_all:
@@ -538,7 +496,8 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
             if key == LABEL_HOSTNAME:
                 # Per-node counts, read in Score for the node itself (no inclusion policies, as upstream).
                 weights.append(math.log(int(np.count_nonzero(kept)) + 2))
-                counts.append(counting.matching_per_node(constraint))
+                # A copy: the cache's array follows later pod events, the state must not.
+                counts.append(counting.matching_per_node(constraint).copy())
                 continue
             # Domains are the values (absent label read as "") of the filtered, non-ignored nodes; pods are
             # counted over all nodes passing the inclusion policies, but only in those domains.
