@@ -55,7 +55,6 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
             args if isinstance(args, NodeResourcesBalancedAllocationArgs) else NodeResourcesBalancedAllocationArgs()
         )
         self.resources = scored_resources(balanced_args.resources)
-        self.weights = np.asarray([resource.weight for resource in self.resources], dtype=np.int64)
 
     def pod_requests(self, pod: PodInfo) -> tuple[int, ...]:
         return tuple(pod.requests.get(resource.name, 0) for resource in self.resources)
@@ -75,4 +74,4 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
             # Upstream's Score without PreScore: a best-effort pod scores 0.
             return np.zeros(len(nodes), dtype=np.int64)
         allocation = calculate_allocation(snapshot.table, nodes, self.resources, pod_requests, use_requested=True)
-        return balanced_allocation(allocation, self.weights)
+        return balanced_allocation(allocation)

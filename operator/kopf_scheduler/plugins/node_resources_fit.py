@@ -117,6 +117,10 @@ class PreScoreState:
         return self
 
 
+def _bits(value: int, width: int) -> tuple[bool, ...]:
+    return tuple(bool(value >> bit & 1) for bit in range(width))
+
+
 class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
     """Filter on free resources; score by the configured allocation strategy."""
 
@@ -131,7 +135,6 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         strategy = fit_args.scoring_strategy
         self.strategy = strategy.type
         self.resources = scored_resources(strategy.resources)
-        self.weights = np.asarray([resource.weight for resource in self.resources], dtype=np.int64)
         if strategy.type == "RequestedToCapacityRatio":
             shape = strategy.requested_to_capacity_ratio.shape if strategy.requested_to_capacity_ratio else []
             self.scorer = requested_to_capacity_ratio(shape)
@@ -164,38 +167,49 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if pre is None:
             pre = self.compute_pre_filter_state(pod)
         table = snapshot.table
-        # Row 0: the pod count; then one row per check. Row order is reason order.
-        failed = np.empty((len(pre.checks) + 1, len(nodes)), dtype=bool)
-        failed[0] = table.pod_count[nodes] + 1 > table.allocatable[nodes, PODS]
-        unresolvable = np.zeros(len(nodes), dtype=bool)
-        for row, check in enumerate(pre.checks, start=1):
+        count = len(nodes)
+        # Failure key per node: bit 0 = too many pods, bit r = check r failed (reason order); the top bit marks
+        # "unresolvable". Distinct keys become the Status palette.
+        failed = [table.pod_count[nodes] + 1 > table.allocatable[:, PODS][nodes]]
+        unresolvable = np.zeros(count, dtype=bool)
+        for check in pre.checks:
             column = table.resource_column(check.name)
             if column is None:
                 # No node advertises it and no pod uses it: nothing is free anywhere, and the request exceeds
                 # every node's (zero) allocatable.
-                failed[row] = True
+                failed.append(np.ones(count, dtype=bool))
                 unresolvable[:] = True
                 continue
-            allocatable = table.allocatable[nodes, column]
-            failed[row] = check.request > allocatable - table.requested[nodes, column]
-            unresolvable |= failed[row] & (check.request > allocatable)
-        rejected = failed.any(axis=0)
-        if not rejected.any():
-            return None
-        # One key per rejected node: its failing rows plus the unresolvable flag; distinct keys become the palette.
-        bits = np.vstack([failed[:, rejected], unresolvable[rejected]])
-        if len(bits) <= _MAX_PACKED_BITS:
-            # Pack the bits into one int64 per node: np.unique on a 1-D array is much cheaper than on rows.
-            weights = np.left_shift(np.int64(1), np.arange(len(bits), dtype=np.int64))
-            packed, inverse = np.unique(weights @ bits.astype(np.int64), return_inverse=True)
-            keys = [tuple(bool(value >> row & 1) for row in range(len(bits))) for value in packed.tolist()]
+            allocatable = table.allocatable[:, column][nodes]
+            fails = check.request > allocatable - table.requested[:, column][nodes]
+            failed.append(fails)
+            # Beyond the node's total allocatable: no preemption can make room.
+            unresolvable |= fails & (check.request > allocatable)
+        failed.append(unresolvable)
+        if len(failed) <= _MAX_PACKED_BITS:
+            key = np.zeros(count, dtype=np.int64)
+            for bit, fails in enumerate(failed):
+                key |= fails.astype(np.int64) << bit
+            rejected = key != 0
+            if not rejected.any():
+                return None
+            keys = key[rejected]
+            first = int(keys[0])
+            if (keys == first).all():
+                # The usual case: every rejected node fails the same way.
+                return FilterResult(rejected, (self._status(pre, _bits(first, len(failed))),), None)
+            packed, inverse = np.unique(keys, return_inverse=True)
+            palette = [_bits(int(value), len(failed)) for value in packed]
         else:
-            rows, inverse = np.unique(bits.T, axis=0, return_inverse=True)
-            keys = [tuple(bool(bit) for bit in row) for row in rows]
-        statuses = tuple(self._status(pre, key) for key in keys)
-        status_index = np.zeros(len(nodes), dtype=np.int64)
+            matrix = np.vstack(failed)
+            rejected = matrix.any(axis=0)
+            if not rejected.any():
+                return None
+            rows, inverse = np.unique(matrix[:, rejected].T, axis=0, return_inverse=True)
+            palette = [tuple(bool(bit) for bit in row) for row in rows]
+        status_index = np.zeros(count, dtype=np.int64)
         status_index[rejected] = inverse.reshape(-1)
-        return FilterResult(rejected, statuses, status_index)
+        return FilterResult(rejected, tuple(self._status(pre, key) for key in palette), status_index)
 
     def _status(self, pre: PreFilterState, key: tuple[bool, ...]) -> Status:
         status = pre.statuses.get(key)
@@ -240,4 +254,4 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         pre: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
         pod_requests = pre.pod_requests if pre is not None else self.pod_requests(pod)
         allocation = calculate_allocation(snapshot.table, nodes, self.resources, pod_requests, use_requested=False)
-        return self.scorer(allocation, self.weights)
+        return self.scorer(allocation)

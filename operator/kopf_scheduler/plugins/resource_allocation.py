@@ -71,12 +71,31 @@ def round_half_away(values: np.ndarray) -> np.ndarray:
 
 # -- gathering requested / allocated / allocatable ----------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class Allocation:
-    """``(resources, nodes)`` matrices; a left-out resource has 0 allocatable (and 0 elsewhere) on that node."""
+class ResourceRow:
+    """One scored resource over the candidate nodes (all int64 arrays aligned with ``nodes``).
 
-    requested: np.ndarray
-    allocated: np.ndarray
+    ``requested`` is ``allocated`` plus the pod's request. ``present`` marks nodes with allocatable ≠ 0 (only
+    those score this resource); ``None`` means every node has it, the common case, which skips the masking.
+    """
+
+    weight: int
     allocatable: np.ndarray
+    allocated: np.ndarray
+    requested: np.ndarray
+    present: np.ndarray | None
+
+    @property
+    def divisor(self) -> np.ndarray:
+        """``allocatable`` with 0 replaced by 1, so divisions are safe where the result is masked anyway."""
+        return self.allocatable if self.present is None else np.where(self.present, self.allocatable, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The resources that score on at least one candidate node, in configured order."""
+
+    rows: tuple[ResourceRow, ...]
+    count: int
 
 
 def node_allocatable_request(
@@ -88,20 +107,21 @@ def node_allocatable_request(
     ephemeral-storage and scalar resources always use the real requests. Other names (``pods``, unknown ones)
     are not part of the scheduler's resource model and are left out, as upstream.
     """
+    # Column views first, then one 1-D gather each: cheaper than 2-D fancy indexing.
     if name == "cpu":
-        allocated = table.requested[nodes, CPU] if use_requested else table.non_zero_requested[nodes, 0]
-        return table.allocatable[nodes, CPU], allocated
+        allocated = table.requested[:, CPU] if use_requested else table.non_zero_requested[:, 0]
+        return table.allocatable[:, CPU][nodes], allocated[nodes]
     if name == "memory":
-        allocated = table.requested[nodes, MEMORY] if use_requested else table.non_zero_requested[nodes, 1]
-        return table.allocatable[nodes, MEMORY], allocated
+        allocated = table.requested[:, MEMORY] if use_requested else table.non_zero_requested[:, 1]
+        return table.allocatable[:, MEMORY][nodes], allocated[nodes]
     if name == "ephemeral-storage":
-        return table.allocatable[nodes, EPHEMERAL_STORAGE], table.requested[nodes, EPHEMERAL_STORAGE]
+        return table.allocatable[:, EPHEMERAL_STORAGE][nodes], table.requested[:, EPHEMERAL_STORAGE][nodes]
     if not is_scalar_resource_name(name):
         return None
     column = table.resource_column(name)
     if column is None:
         return None
-    return table.allocatable[nodes, column], table.requested[nodes, column]
+    return table.allocatable[:, column][nodes], table.requested[:, column][nodes]
 
 
 def calculate_allocation(
@@ -113,53 +133,77 @@ def calculate_allocation(
     use_requested: bool,
 ) -> Allocation:
     """Upstream ``calculateNodeAllocatableRequest`` for every node at once."""
-    shape = (len(resources), len(nodes))
-    requested = np.zeros(shape, dtype=np.int64)
-    allocated = np.zeros(shape, dtype=np.int64)
-    allocatable = np.zeros(shape, dtype=np.int64)
-    for i, (resource, pod_request) in enumerate(zip(resources, pod_requests, strict=True)):
+    rows: list[ResourceRow] = []
+    for resource, pod_request in zip(resources, pod_requests, strict=True):
         # A scalar resource the pod does not ask for would only reward nodes for not having it.
         if pod_request == 0 and is_scalar_resource_name(resource.name):
             continue
         found = node_allocatable_request(table, nodes, resource.name, use_requested=use_requested)
         if found is None:
             continue
-        node_allocatable, node_allocated = found
-        present = node_allocatable != 0
-        allocatable[i] = node_allocatable
-        allocated[i] = np.where(present, node_allocated, 0)
-        requested[i] = np.where(present, node_allocated + pod_request, 0)
-    return Allocation(requested, allocated, allocatable)
+        allocatable, allocated = found
+        present = allocatable != 0
+        if present.all():
+            rows.append(ResourceRow(resource.weight, allocatable, allocated, allocated + pod_request, None))
+        elif present.any():
+            allocated = np.where(present, allocated, 0)
+            requested = np.where(present, allocated + pod_request, 0)
+            rows.append(ResourceRow(resource.weight, allocatable, allocated, requested, present))
+    return Allocation(tuple(rows), len(nodes))
 
 
 # -- strategies ---------------------------------------------------------------------------------------------
-#: A strategy: (allocation, weights) → int64 scores per node.
-Scorer = Callable[[Allocation, np.ndarray], np.ndarray]
+#: A strategy: allocation → int64 scores per node.
+Scorer = Callable[[Allocation], np.ndarray]
 
 
-def _weighted_average(per_resource: np.ndarray, included: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Σ(s·w) // Σw over the included resources; 0 where nothing is included (integer, non-negative)."""
-    node_score = np.where(included, per_resource * weights[:, None], 0).sum(axis=0)
-    weight_sum = np.where(included, weights[:, None], 0).sum(axis=0)
-    return np.where(weight_sum == 0, 0, node_score // np.maximum(weight_sum, 1))
+class _WeightedSum:
+    """Σ(s·w) and Σw per node, kept as a scalar weight sum while every row covers every node."""
+
+    __slots__ = ("scalar_weight", "total", "weight")
+
+    def __init__(self, count: int) -> None:
+        self.total = np.zeros(count, dtype=np.int64)
+        self.scalar_weight = 0
+        self.weight: np.ndarray | None = None
+
+    def add(self, scores: np.ndarray, weight: int, included: np.ndarray | None) -> None:
+        if included is None:
+            self.total += scores * weight
+            self.scalar_weight += weight
+            return
+        self.total += np.where(included, scores * weight, 0)
+        contribution = included * np.int64(weight)
+        self.weight = contribution if self.weight is None else self.weight + contribution
+
+    def weights(self) -> np.ndarray | int:
+        return self.scalar_weight if self.weight is None else self.weight + self.scalar_weight
+
+    def integer_average(self) -> np.ndarray:
+        """Σ(s·w) / Σw with Go division (all terms ≥ 0), 0 where Σw is 0."""
+        weights = self.weights()
+        if isinstance(weights, int):
+            return self.total // weights if weights else np.zeros_like(self.total)
+        return np.where(weights == 0, 0, self.total // np.maximum(weights, 1))
 
 
-def least_allocated(allocation: Allocation, weights: np.ndarray) -> np.ndarray:
+def least_allocated(allocation: Allocation) -> np.ndarray:
     """LeastAllocated: (allocatable − requested)·100 // allocatable, 0 when over capacity."""
-    requested, allocatable = allocation.requested, allocation.allocatable
-    included = allocatable != 0
-    safe = np.where(included, allocatable, 1)
-    per_resource = np.where(requested > allocatable, 0, (allocatable - requested) * MAX_NODE_SCORE // safe)
-    return _weighted_average(per_resource, included, weights)
+    acc = _WeightedSum(allocation.count)
+    for row in allocation.rows:
+        divisor = row.divisor
+        scores = (divisor - row.requested) * MAX_NODE_SCORE // divisor
+        acc.add(np.where(row.requested > row.allocatable, 0, scores), row.weight, row.present)
+    return acc.integer_average()
 
 
-def most_allocated(allocation: Allocation, weights: np.ndarray) -> np.ndarray:
+def most_allocated(allocation: Allocation) -> np.ndarray:
     """MostAllocated: min(requested, allocatable)·100 // allocatable."""
-    requested, allocatable = allocation.requested, allocation.allocatable
-    included = allocatable != 0
-    safe = np.where(included, allocatable, 1)
-    per_resource = np.minimum(requested, allocatable) * MAX_NODE_SCORE // safe
-    return _weighted_average(per_resource, included, weights)
+    acc = _WeightedSum(allocation.count)
+    for row in allocation.rows:
+        divisor = row.divisor
+        acc.add(np.minimum(row.requested, divisor) * MAX_NODE_SCORE // divisor, row.weight, row.present)
+    return acc.integer_average()
 
 
 def broken_linear(shape: Sequence[tuple[int, int]], utilization: np.ndarray) -> np.ndarray:
@@ -173,11 +217,10 @@ def broken_linear(shape: Sequence[tuple[int, int]], utilization: np.ndarray) -> 
     for k in range(len(shape) - 1, -1, -1):
         at_or_below = utilization <= shape[k][0]
         if k == 0:
-            value = np.full(utilization.shape, shape[0][1], dtype=np.int64)
+            result = np.where(at_or_below, shape[0][1], result)
         else:
             (u0, s0), (u1, s1) = shape[k - 1], shape[k]
-            value = s0 + trunc_div((s1 - s0) * (utilization - u0), u1 - u0)
-        result = np.where(at_or_below, value, result)
+            result = np.where(at_or_below, s0 + trunc_div((s1 - s0) * (utilization - u0), u1 - u0), result)
     return result
 
 
@@ -190,63 +233,95 @@ def requested_to_capacity_ratio(points: Sequence[UtilizationShapePoint]) -> Scor
         raise ValueError("scoringStrategy.requestedToCapacityRatio.shape: Required value: at least one point")
     shape = tuple((int(p.utilization), int(p.score) * (MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE)) for p in points)
 
-    def scorer(allocation: Allocation, weights: np.ndarray) -> np.ndarray:
-        requested, allocatable = allocation.requested, allocation.allocatable
-        present = allocatable != 0
-        safe = np.where(present, allocatable, 1)
-        utilization = np.where(requested > allocatable, MAX_UTILIZATION, requested * MAX_UTILIZATION // safe)
-        per_resource = broken_linear(shape, utilization)
-        included = present & (per_resource > 0)
-        node_score = np.where(included, per_resource * weights[:, None], 0).sum(axis=0)
-        weight_sum = np.where(included, weights[:, None], 0).sum(axis=0)
-        average = node_score.astype(np.float64) / np.maximum(weight_sum, 1).astype(np.float64)
-        return np.where(weight_sum == 0, 0, round_half_away(average))
+    def scorer(allocation: Allocation) -> np.ndarray:
+        total = np.zeros(allocation.count, dtype=np.int64)
+        weights = np.zeros(allocation.count, dtype=np.int64)
+        for row in allocation.rows:
+            divisor = row.divisor
+            utilization = np.where(
+                row.requested > row.allocatable, MAX_UTILIZATION, row.requested * MAX_UTILIZATION // divisor
+            )
+            scores = broken_linear(shape, utilization)
+            included = scores > 0 if row.present is None else row.present & (scores > 0)
+            total += np.where(included, scores * row.weight, 0)
+            weights += included * np.int64(row.weight)
+        average = total / np.maximum(weights, 1)
+        return np.where(weights == 0, 0, round_half_away(average))
 
     return scorer
 
 
-def balanced_resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
+def balanced_resource_score(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray | None]], count: int) -> np.ndarray:
     """Upstream ``balancedResourceScore``: int((1 − std)·100) of the capped requested/allocatable fractions.
 
-    Floating point is evaluated in upstream's order (fractions summed resource by resource; two fractions
-    give |f1 − f2| / 2, more give the population standard deviation) so the truncation lands identically.
+    ``rows`` are (requested, divisor, present) per resource. Floating point is evaluated in upstream's order
+    (fractions summed resource by resource; two fractions give |f1 − f2| / 2, more give the population
+    standard deviation) so the truncation lands identically.
     """
-    count_resources, count_nodes = requested.shape
-    included = allocatable != 0
-    safe = np.where(included, allocatable, 1).astype(np.float64)
-    fractions = np.minimum(requested.astype(np.float64) / safe, 1.0)
-    count = np.zeros(count_nodes, dtype=np.int64)
-    total = np.zeros(count_nodes, dtype=np.float64)
-    first = np.zeros(count_nodes, dtype=np.float64)
-    second = np.zeros(count_nodes, dtype=np.float64)
-    for i in range(count_resources):
-        row = included[i]
-        first = np.where(row & (count == 0), fractions[i], first)
-        second = np.where(row & (count == 1), fractions[i], second)
-        total = np.where(row, total + fractions[i], total)
-        count += row
-    std = np.zeros(count_nodes, dtype=np.float64)
-    two = count == 2
-    std = np.where(two, np.abs((first - second) / 2), std)
-    many = count > 2
+    fractions = [np.minimum(requested / divisor, 1.0) for requested, divisor, _ in rows]
+    if all(present is None for _, _, present in rows):
+        # Every node includes every resource: the branch is the same for all of them.
+        if len(fractions) == 2:
+            std: np.ndarray | float = np.abs((fractions[0] - fractions[1]) / 2)
+        elif len(fractions) > 2:
+            total = fractions[0].copy()
+            for fraction in fractions[1:]:
+                total += fraction
+            mean = total / len(fractions)
+            squares = np.zeros(count, dtype=np.float64)
+            for fraction in fractions:
+                deviation = fraction - mean
+                squares += deviation * deviation
+            std = np.sqrt(squares / len(fractions))
+        else:
+            std = 0.0
+        if len(fractions) < 2:
+            return np.full(count, MAX_NODE_SCORE, dtype=np.int64)
+        return ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
+    included_count = np.zeros(count, dtype=np.int64)
+    total = np.zeros(count, dtype=np.float64)
+    first = np.zeros(count, dtype=np.float64)
+    second = np.zeros(count, dtype=np.float64)
+    for fraction, (_, _, present) in zip(fractions, rows, strict=True):
+        row = np.ones(count, dtype=bool) if present is None else present
+        first = np.where(row & (included_count == 0), fraction, first)
+        second = np.where(row & (included_count == 1), fraction, second)
+        total = np.where(row, total + fraction, total)
+        included_count += row
+    std = np.where(included_count == 2, np.abs((first - second) / 2), 0.0)
+    many = included_count > 2
     if many.any():
-        mean = total / np.where(many, count, 1)
-        squares = np.zeros(count_nodes, dtype=np.float64)
-        for i in range(count_resources):
-            deviation = fractions[i] - mean
-            squares = np.where(included[i], squares + deviation * deviation, squares)
-        std = np.where(many, np.sqrt(squares / np.where(many, count, 1)), std)
-    return np.trunc((1 - std) * MAX_NODE_SCORE).astype(np.int64)
+        divisor = np.where(many, included_count, 1)
+        mean = total / divisor
+        squares = np.zeros(count, dtype=np.float64)
+        for fraction, (_, _, present) in zip(fractions, rows, strict=True):
+            deviation = fraction - mean
+            squares = (
+                squares + deviation * deviation
+                if present is None
+                else np.where(present, squares + deviation * deviation, squares)
+            )
+        std = np.where(many, np.sqrt(squares / divisor), std)
+    # (1 − std) ≥ 0.5, so the int64 cast truncates as Go's int64() does.
+    return ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
 
 
-def balanced_allocation(allocation: Allocation, weights: np.ndarray) -> np.ndarray:
+def balanced_allocation(allocation: Allocation) -> np.ndarray:
     """Upstream 1.36 ``balancedResourceScorer``: how much placing the pod improves the node's balance.
 
     Both balances (with and without the pod) lie in [50, 100]; the result is
     50 + (50 + with − without) / 2 (Go division), in [50, 100] and 75 when the pod changes nothing.
+    Resource weights do not enter (BalancedAllocation validates them to be 1).
     """
-    del weights  # BalancedAllocation weights are validated to be 1 and do not enter the score.
-    with_pod = balanced_resource_score(allocation.requested, allocation.allocatable)
-    without_pod = balanced_resource_score(allocation.allocated, allocation.allocatable)
+    divisors = [row.divisor for row in allocation.rows]
+    with_pod = balanced_resource_score(
+        [(row.requested, divisor, row.present) for row, divisor in zip(allocation.rows, divisors, strict=True)],
+        allocation.count,
+    )
+    without_pod = balanced_resource_score(
+        [(row.allocated, divisor, row.present) for row, divisor in zip(allocation.rows, divisors, strict=True)],
+        allocation.count,
+    )
     half = MAX_NODE_SCORE // 2
-    return half + trunc_div(half + with_pod - without_pod, 2)
+    # 50 + with − without ≥ 0, so floor division is Go's truncation here.
+    return half + (half + with_pod - without_pod) // 2

@@ -40,6 +40,16 @@ def args_with(*names: str) -> NodeResourcesBalancedAllocationArgs:
     return NodeResourcesBalancedAllocationArgs(resources=[ResourceSpec(name=n, weight=1) for n in names])
 
 
+def balance(requested: list[list[int]], allocatable: list[list[int]]) -> np.ndarray:
+    """``balanced_resource_score`` over (resources × nodes) matrices, with 0 allocatable masked as upstream."""
+    rows = []
+    for req, alloc in zip(requested, allocatable, strict=True):
+        req_array, alloc_array = np.asarray(req, dtype=np.int64), np.asarray(alloc, dtype=np.int64)
+        present = alloc_array != 0
+        rows.append((req_array, np.where(present, alloc_array, 1), None if present.all() else present))
+    return balanced_resource_score(rows, len(requested[0]))
+
+
 def run(
     nodes: list[dict[str, Any]],
     existing: list[dict[str, Any]],
@@ -196,8 +206,8 @@ def test_worked_example_2_22() -> None:
     1.36 scores the improvement: without the pod 0.25/0.125 → 93, so 50 + (50 + 87 − 93) / 2 = 72.
     """
     gib = 2**30
-    with_pod = balanced_resource_score(np.array([[2000], [2 * gib]]), np.array([[4000], [8 * gib]]))
-    without_pod = balanced_resource_score(np.array([[1000], [gib]]), np.array([[4000], [8 * gib]]))
+    with_pod = balance([[2000], [2 * gib]], [[4000], [8 * gib]])
+    without_pod = balance([[1000], [gib]], [[4000], [8 * gib]])
     assert (with_pod.tolist(), without_pod.tolist()) == ([87], [93])
     existing = [pod_of(cpu_mem("1000m", "1Gi"), name="e", node_name="a")]
     assert run([node("a", 4000, 8 * gib)], existing, pod_of(cpu_mem("1000m", "1Gi"))) == [72]
@@ -216,8 +226,15 @@ def test_worked_example_2_22() -> None:
     ],
 )
 def test_balanced_resource_score(requested: list[list[int]], allocatable: list[list[int]], want: int) -> None:
-    got = balanced_resource_score(np.asarray(requested, dtype=np.int64), np.asarray(allocatable, dtype=np.int64))
-    assert got.tolist() == [want]
+    assert balance(requested, allocatable).tolist() == [want]
+
+
+def test_balanced_resource_score_mixed_nodes() -> None:
+    """Nodes including different resource sets in one call each take their own branch."""
+    # Node 0 has all three (population std), node 1 lacks the third (two: |f1 − f2| / 2), node 2 only one.
+    requested = [[1, 2, 3], [5, 1, 0], [9, 0, 0]]
+    allocatable = [[10, 4, 4], [10, 4, 0], [10, 0, 0]]
+    assert balance(requested, allocatable).tolist() == [67, 87, 100]
 
 
 def test_score_without_pre_score() -> None:
