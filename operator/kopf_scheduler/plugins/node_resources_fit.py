@@ -100,7 +100,7 @@ class PreFilterState:
     """The pod's checks, in reason order; ``statuses`` caches the palette per (failure mask, unresolvable)."""
 
     checks: tuple[ResourceCheck, ...]
-    statuses: dict[tuple[int, ...], Status] = field(default_factory=dict)
+    statuses: dict[tuple[bool, ...], Status] = field(default_factory=dict)
 
     def clone(self) -> PreFilterState:
         # Read-only after PreFilter (the status cache is derived data), so sharing is safe.

@@ -2,9 +2,9 @@
 
 Upstream's ``noderesources/resource_allocation.go`` gathers, per configured resource, the node's allocatable,
 what is already allocated on it and that plus the pod's request, then hands the three vectors to a strategy
-(LeastAllocated, MostAllocated, RequestedToCapacityRatio, balanced). Here the same three quantities are
-``(resources, nodes)`` int64 matrices built from NodeTable columns, and every strategy is a handful of numpy
-expressions over them, so one call scores all candidate nodes.
+(LeastAllocated, MostAllocated, RequestedToCapacityRatio, balanced). Here the same three quantities are int64
+arrays over the candidate nodes, one row per resource, gathered from NodeTable columns, and every strategy is
+a handful of numpy expressions over them, so one call scores all candidate nodes.
 
 Skip rules (upstream's, observable in scores): a scalar resource (extended, hugepages, …) the pod does not
 request is left out, and so is any resource a node has no allocatable of; a left-out resource contributes
@@ -41,13 +41,15 @@ class ScoredResource:
 
     name: str
     weight: int
+    #: Extended, hugepages, … (upstream ``IsScalarResourceName``): skipped when the pod does not request it.
+    scalar: bool = False
 
 
 def scored_resources(specs: Sequence[ResourceSpec] | None) -> tuple[ScoredResource, ...]:
     """v1 defaulting: no resources → cpu and memory with weight 1; an unset (0) weight → 1."""
     if not specs:
         return (ScoredResource("cpu", 1), ScoredResource("memory", 1))
-    return tuple(ScoredResource(spec.name, spec.weight or 1) for spec in specs)
+    return tuple(ScoredResource(spec.name, spec.weight or 1, is_scalar_resource_name(spec.name)) for spec in specs)
 
 
 # -- Go integer semantics ------------------------------------------------------------------------------------
@@ -136,7 +138,7 @@ def calculate_allocation(
     rows: list[ResourceRow] = []
     for resource, pod_request in zip(resources, pod_requests, strict=True):
         # A scalar resource the pod does not ask for would only reward nodes for not having it.
-        if pod_request == 0 and is_scalar_resource_name(resource.name):
+        if pod_request == 0 and resource.scalar:
             continue
         found = node_allocatable_request(table, nodes, resource.name, use_requested=use_requested)
         if found is None:

@@ -731,3 +731,9 @@ def test_go_integer_helpers() -> None:
         -3,
         0,
     ]
+
+
+def test_extension_points_and_no_normalize() -> None:
+    points = {point.value for point in NodeResourcesFit.extension_points()}
+    assert points == {"preFilter", "filter", "preScore", "score"}
+    assert NodeResourcesFit.has_normalize is False
