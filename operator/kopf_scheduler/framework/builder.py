@@ -250,7 +250,8 @@ def effective_plugins(profile: ResolvedProfile) -> EffectivePlugins:
 
 
 def _args_model(plugin: str, registry: Mapping[str, type[Plugin]]) -> type[BaseModel] | None:
-    """The args type of ``plugin``: the registered class's, else upstream's (for plugins we lack), else None."""
+    """The args type of ``plugin``: the registered class's; else upstream's, so that args of upstream plugins we
+    lack (or whose class declares none) are still validated; else None (raw args)."""
     cls = registry.get(plugin)
     model = cls.args_model if cls is not None else None
     return model or ARGS_MODELS_BY_PLUGIN.get(plugin)
