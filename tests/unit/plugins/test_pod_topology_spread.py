@@ -160,6 +160,14 @@ FILTER_CASES = [
     ),
     pytest.param(
         TWO_ZONES,
+        [*pods_on("a", 1), *pods_on("b", 1), *pods_on("x", 1)],
+        incoming([constraint(key=HOST)]),
+        None,
+        {"a": U, "b": U, "x": U, "y": OK},
+        id="hostname DoNotSchedule: one per node until every node has one",
+    ),
+    pytest.param(
+        TWO_ZONES,
         pods_on("a", 1),
         incoming([constraint(max_skew=2)]),
         None,
@@ -687,3 +695,54 @@ def test_plugin_wiring() -> None:
         ExtensionPoint.PRE_SCORE,
         ExtensionPoint.SCORE,
     }
+
+
+# -- cross-checked against upstream's own expectations (scoring_test.go, v1.36.3) ------------------------
+FOO = {"matchExpressions": [{"key": "foo", "operator": "Exists"}]}
+BAR = {"matchExpressions": [{"key": "bar", "operator": "Exists"}]}
+
+
+def test_upstream_vector_hostname_max_skew_3() -> None:
+    nodes = [make_node(n) for n in ("node-a", "node-b", "node-c", "node-d")]
+    pods = [
+        *pods_on("node-a", 4, labels={"foo": ""}),
+        *pods_on("node-b", 3, labels={"foo": ""}),
+        *pods_on("node-c", 2, labels={"foo": ""}),
+        *pods_on("node-d", 1, labels={"foo": ""}),
+    ]
+    pod = incoming([constraint(key=HOST, max_skew=3, when="ScheduleAnyway", selector=FOO)], labels={"foo": ""})
+    _, final = run_score(make_cache(nodes, pods), pod)
+    assert final == {"node-a": 44, "node-b": 66, "node-c": 77, "node-d": 100}
+
+
+def test_upstream_vector_system_defaults_service_nodes_without_zone() -> None:
+    """Same spread, no explicit constraints: a Service selects the pods; no node has a zone label."""
+    nodes = [make_node(n) for n in ("node-a", "node-b", "node-c", "node-d")]
+    pods = [
+        *pods_on("node-a", 4, labels={"foo": ""}),
+        *pods_on("node-b", 3, labels={"foo": ""}),
+        *pods_on("node-c", 2, labels={"foo": ""}),
+        *pods_on("node-d", 1, labels={"foo": ""}),
+    ]
+    cache = make_cache(nodes, pods)
+    cache.set_workload_selector("Service", "default", "svc", LabelSelector.parse({"matchLabels": {"foo": ""}}))
+    _, final = run_score(cache, incoming(labels={"foo": ""}))
+    assert final == {"node-a": 44, "node-b": 66, "node-c": 77, "node-d": 100}
+
+
+def test_upstream_vector_zone_and_hostname_with_different_selectors() -> None:
+    # zone1: node-a P{foo}, node-b P{foo, bar}; zone2: node-x -, node-y P{foo} P{bar}.
+    nodes = [zone_node("node-a", "zone1"), zone_node("node-b", "zone1"), zone_node("node-x", "zone2")]
+    nodes.append(zone_node("node-y", "zone2"))
+    pods = [
+        *pods_on("node-a", 1, labels={"foo": ""}),
+        *pods_on("node-b", 1, labels={"foo": "", "bar": ""}),
+        *pods_on("node-y", 1, labels={"foo": ""}),
+        *pods_on("node-y", 1, labels={"bar": ""}),
+    ]
+    pod = incoming(
+        [constraint(when="ScheduleAnyway", selector=FOO), constraint(key=HOST, when="ScheduleAnyway", selector=BAR)],
+        labels={"foo": "", "bar": ""},
+    )
+    _, final = run_score(make_cache(nodes, pods), pod)
+    assert final == {"node-a": 60, "node-b": 20, "node-x": 100, "node-y": 60}
