@@ -279,3 +279,22 @@ def test_per_node_score_plugin_is_a_score_plugin(install: Install) -> None:
         50,
         100,
     ]
+
+
+def test_example_plugin_through_the_profile_builder(install: Install) -> None:
+    from kopf_scheduler.api.profile import SchedulerProfileSpec
+    from kopf_scheduler.framework.builder import resolve_profile
+
+    install(EXAMPLE_ENTRIES, name="kopf-scheduler-example-plugins")
+    registry = discover()
+    spec = SchedulerProfileSpec.model_validate(
+        {
+            "plugins": {"filter": {"enabled": [{"name": "RequireNodeLabel"}]}},
+            "pluginConfig": [{"name": "RequireNodeLabel", "args": {"key": "pool", "values": ["gpu"]}}],
+        }
+    )
+    profile = resolve_profile("gpu-pool", spec, registry)
+    framework = Framework(profile, registry, FakeHandle())
+    plugin = framework.plugins["RequireNodeLabel"]
+    assert (plugin.key, plugin.values) == ("pool", ("gpu",))
+    assert "RequireNodeLabel" in framework.list_plugins()[ExtensionPoint.FILTER]

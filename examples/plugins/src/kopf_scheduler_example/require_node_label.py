@@ -26,7 +26,7 @@ class RequireNodeLabelArgs(BaseModel):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
-    key: str = Field(description="Label key every eligible node must carry.")
+    key: str = Field(default="", description="Label key every eligible node must carry (required).")
     values: list[str] = Field(default_factory=list, description="Allowed values; empty means any value.")
 
 
@@ -36,8 +36,9 @@ class RequireNodeLabel(FilterPlugin):
 
     def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:
         super().__init__(handle=handle, args=args)
-        if not isinstance(args, RequireNodeLabelArgs):
-            raise ValueError("RequireNodeLabel needs args with at least `key`")
+        if not isinstance(args, RequireNodeLabelArgs) or not args.key:
+            # Raised here, the profile is reported invalid (Ready=False) and the previous pipeline keeps serving.
+            raise ValueError("RequireNodeLabel needs args with a non-empty `key`")
         self.key = args.key
         self.values = tuple(args.values)
         wanted = f"{self.key}={'|'.join(self.values)}" if self.values else self.key
