@@ -403,3 +403,26 @@ def test_permit_wait_rejected_in_the_binding_cycle() -> None:
     assert status.code is Code.UNSCHEDULABLE
     assert status.message == "0/1 nodes are available: 1 rejected due to timeout after waiting 10ms at plugin Gang."
     assert cache.pod(pod.uid) is None
+
+
+def test_explain_summarises_the_decision() -> None:
+    cache = cluster(6)
+    framework = build(
+        [
+            node_filter("Cordon", {"n0000": U("cordoned")}),
+            node_filter("Fit", {"n0001": U("Insufficient cpu"), "n0002": U("Insufficient cpu")}),
+            scorer("A", {"n0003": 10, "n0004": 90, "n0005": 50}),
+        ],
+        {E.FILTER: ("Cordon", "Fit"), E.SCORE: (("A", 2),)},
+        cache=cache,
+    )
+    result = schedule(framework)
+    assert result.explain(cache.table.names, k=2) == {
+        "node": "n0004",
+        "evaluatedNodes": 6,
+        "feasibleNodes": 3,
+        "rejectedByPlugin": {"Cordon": 1, "Fit": 2},
+        "pluginScores": {"A": 180},
+        "topNodes": [("n0004", 180), ("n0005", 100)],
+    }
+    assert result.diagnosis.node_to_status["n0001"].plugin == "Fit"

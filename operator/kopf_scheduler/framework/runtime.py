@@ -247,6 +247,20 @@ class FilterStatuses:
                 found.add(chunk.plugin)
         return found
 
+    def counts_by_plugin(self) -> dict[str, int]:
+        """Plugin → how many counted nodes it rejected (which plugin is keeping the pod off the cluster)."""
+        counts: dict[str, int] = {}
+        if self._may_overlap:
+            for status in self.as_dict().values():
+                counts[status.plugin] = counts.get(status.plugin, 0) + 1
+            return counts
+        for chunk in self._chunks:
+            kept = self._kept(chunk)
+            count = len(chunk.slots) if kept is None else int(np.count_nonzero(kept))
+            if count:
+                counts[chunk.plugin] = counts.get(chunk.plugin, 0) + count
+        return counts
+
     def reason_counts(self) -> dict[str, int]:
         """How many counted nodes carry each reason: the FailedScheduling histogram, from the arrays."""
         counts: dict[str, int] = {}
