@@ -886,3 +886,15 @@ def test_pre_bind_and_post_bind() -> None:
     assert (status.code, status.message) == (Code.ERROR, 'running PreBind plugin "B": volume')
     framework.run_post_bind_plugins(CycleState(), pod_info(make_pod()), "n1")
     assert [name for name, _ in calls("post_bind")] == ["A", "B"]
+
+
+def test_filter_result_of_the_wrong_length_is_a_plugin_error() -> None:
+    class Sloppy(FilterPlugin):
+        name: ClassVar[str] = "Sloppy"
+
+        def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult:
+            return FilterResult.uniform(np.ones(len(nodes) + 1, dtype=bool), U("x"))
+
+    outcome = run_filters(build([Sloppy], {E.FILTER: ("Sloppy",)}))
+    assert outcome.error is not None
+    assert outcome.error.message == 'running "Sloppy" filter plugin: returned 6 verdicts for 5 nodes'

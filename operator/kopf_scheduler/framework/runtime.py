@@ -703,6 +703,12 @@ class Framework:
             if result is None:
                 continue
             rejected = np.asarray(result.rejected, dtype=bool)
+            if rejected.shape != remaining.shape:
+                error = _wrapped_error(
+                    f"running {_go_quote(name)} filter plugin",
+                    ValueError(f"returned {rejected.size} verdicts for {len(remaining)} nodes"),
+                ).with_plugin(name)
+                return FilterOutcome(_EMPTY_SLOTS, _EMPTY_SLOTS, statuses, error)
             if not rejected.any():
                 continue
             error = _filter_error(name, result, rejected)
