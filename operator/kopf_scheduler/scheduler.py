@@ -383,6 +383,34 @@ def run_post_filter(framework: Framework, state: CycleState, pod: PodInfo, error
     return result
 
 
+class Scheduler:
+    """One profile's scheduling algorithm: its framework and the random source that breaks score ties.
+
+    A thin object over the module functions, so the caller keeps one per profile (the round-robin start
+    index lives on the framework, as upstream keeps one per scheduler).
+    """
+
+    def __init__(self, framework: Framework, *, rng: random.Random | None = None) -> None:
+        self.framework = framework
+        self.rng = rng or random.Random()
+
+    def schedule_pod(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> ScheduleResult:
+        return schedule_pod(self.framework, state, pod, snapshot, rng=self.rng)
+
+    def run_post_filter(self, state: CycleState, pod: PodInfo, error: FitError) -> PostFilterResult | None:
+        return run_post_filter(self.framework, state, pod, error)
+
+    def assume_and_reserve(
+        self, state: CycleState, pod: PodInfo, result: ScheduleResult, cache: ClusterCache
+    ) -> PodInfo:
+        return assume_and_reserve(self.framework, state, pod, result, cache)
+
+    async def bind_pod(
+        self, state: CycleState, assumed: PodInfo, result: ScheduleResult, cache: ClusterCache
+    ) -> Status:
+        return await bind_pod(self.framework, state, assumed, result, cache)
+
+
 # -- assume, reserve, permit ---------------------------------------------------------------------------
 def assume_and_reserve(
     framework: Framework,
@@ -462,6 +490,7 @@ __all__ = [
     "FitError",
     "NoNodesAvailableError",
     "ScheduleResult",
+    "Scheduler",
     "SchedulingError",
     "assume_and_reserve",
     "bind_pod",

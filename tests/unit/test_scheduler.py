@@ -426,3 +426,22 @@ def test_explain_summarises_the_decision() -> None:
         "topNodes": [("n0004", 180), ("n0005", 100)],
     }
     assert result.diagnosis.node_to_status["n0001"].plugin == "Fit"
+
+
+def test_scheduler_object_and_api_error_stays_reachable() -> None:
+    from kopf_scheduler.framework import APIError
+    from kopf_scheduler.scheduler import Scheduler
+
+    cache = cluster(2)
+    conflict = APIError(409, "already bound")
+    framework = build([lifecycle("B", bind=Status.as_error(conflict))], {E.BIND: ("B",)}, cache=cache)
+    scheduler = Scheduler(framework, rng=random.Random(0))
+    pod = pod_info(make_pod())
+    state = CycleState()
+    result = scheduler.schedule_pod(state, pod, cache.snapshot())
+    assumed = scheduler.assume_and_reserve(state, pod, result, cache)
+    status = asyncio.run(scheduler.bind_pod(state, assumed, result, cache))
+    assert status.message == 'running Bind plugin "B": already bound'
+    # As with Go's %w, the plugin's original error is still there (e.g. to treat a 409 as already bound).
+    assert status.error is conflict
+    assert cache.pod(pod.uid) is None

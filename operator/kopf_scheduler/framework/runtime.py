@@ -85,15 +85,17 @@ def _error_text(error: BaseException) -> str:
 
 
 def _wrapped_error(prefix: str, status_or_error: Status | BaseException) -> Status:
-    """Upstream's ``AsStatus(fmt.Errorf("<prefix>: %w", err))``: an Error status with a prefixed message."""
+    """Upstream's ``AsStatus(fmt.Errorf("<prefix>: %w", err))``: an Error status with a prefixed message.
+
+    Like Go's ``%w``, the original exception stays reachable: it is the status's ``error`` (so a caller can
+    still see, say, the HTTP code of an ``APIError`` raised by a Bind plugin).
+    """
     if isinstance(status_or_error, BaseException):
         message, cause = _error_text(status_or_error), status_or_error
     else:
         message, cause = status_or_error.message, status_or_error.error
-    error = RuntimeError(f"{prefix}: {message}")
-    if cause is not None:
-        error.__cause__ = cause
-    return Status.as_error(error)
+    text = f"{prefix}: {message}"
+    return Status(Code.ERROR, (text,), "", cause if cause is not None else RuntimeError(text))
 
 
 # -- nominated pods ------------------------------------------------------------------------------------
