@@ -1,18 +1,41 @@
 """Command line entry point: ``kopf-scheduler``.
 
-Sub-commands are added as the operator grows; ``--version`` reports the package version and the
-upstream Kubernetes release whose kube-scheduler behaviour this build targets.
+``kopf-scheduler run`` starts the operator. As kube-scheduler does, ``--config FILE`` loads every run
+setting from a versioned YAML document, explicit flags override it, and ``--write-config-to FILE`` writes
+the effective settings and exits. Bad flags or a bad file fail fast with a message naming the setting.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 from kopf_scheduler._version import __version__
+from kopf_scheduler.settings import RunSettings, SettingsError, dump_settings, resolve_settings
 
 #: The kube-scheduler release whose verdicts, reasons and messages we reproduce (tools/versions.env).
 TARGET_KUBE_VERSION = "1.36.3"
+
+#: Flag dest → RunSettings field; only flags given explicitly override the config file.
+_SETTING_FLAGS = {
+    "namespace": "namespaces",
+    "peering_name": "peering_name",
+    "peering_priority": "peering_priority",
+    "peering_lifetime": "peering_lifetime",
+    "metrics_port": "metrics_port",
+    "health_port": "health_port",
+    "bind_address": "bind_address",
+    "log_format": "log_format",
+    "log_level": "log_level",
+    "pod_initial_backoff_seconds": "pod_initial_backoff_seconds",
+    "pod_max_backoff_seconds": "pod_max_backoff_seconds",
+    "pod_max_in_unschedulable_pods_duration": "pod_max_in_unschedulable_pods_duration",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,11 +48,97 @@ def build_parser() -> argparse.ArgumentParser:
         action="version",
         version=f"kopf-scheduler {__version__} (kube-scheduler behaviour v{TARGET_KUBE_VERSION})",
     )
+    commands = parser.add_subparsers(dest="command")
+    run = commands.add_parser("run", help="run the scheduler operator", argument_default=argparse.SUPPRESS)
+    run.add_argument("--config", help="load settings from this KopfSchedulerConfiguration YAML file")
+    run.add_argument("--write-config-to", help="write the effective settings to this file and exit")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    run.add_argument("--namespace", action="append", help="schedule pods of this namespace only (repeatable)")
+    run.add_argument("--peering-name", help="ClusterKopfPeering name (default kopf-scheduler)")
+    run.add_argument("--peering-priority", type=int, help="unique priority of this replica (default 0)")
+    run.add_argument("--peering-lifetime", type=int, help="seconds a silent peer counts as alive (default 15)")
+    run.add_argument("--metrics-port", type=int, help="port of /metrics, 0 disables (default 10259)")
+    run.add_argument("--health-port", type=int, help="port of /healthz, 0 disables (default 10260)")
+    run.add_argument("--bind-address", help="address of the metrics and health servers (default 0.0.0.0)")
+    run.add_argument("--log-format", choices=["text", "json"], help="log format (default text)")
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="(default info)")
+    run.add_argument("--pod-initial-backoff-seconds", type=float, help="initial backoff (default 1)")
+    run.add_argument("--pod-max-backoff-seconds", type=float, help="maximum backoff (default 10)")
+    run.add_argument(
+        "--pod-max-in-unschedulable-pods-duration", type=float, help="seconds before a parked pod is retried (300)"
+    )
     return parser
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _configure_logging(settings: RunSettings) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_format == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(settings.log_level.upper())
+    # kopf logs every handled watch event at INFO ("Handler 'pod_event' succeeded"): thousands per second
+    # under load. Its warnings and errors still come through.
+    logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
+
+
+def run(settings: RunSettings) -> int:
+    import kopf
+    from prometheus_client import disable_created_metrics
+
+    from kopf_scheduler import handlers  # noqa: F401 — importing registers the handlers
+    from kopf_scheduler.app import SchedulerApp
+
+    _configure_logging(settings)
+    disable_created_metrics()
+    app = SchedulerApp(settings=settings)
+    if settings.metrics_port:
+        app.metrics.serve(port=settings.metrics_port, address=settings.bind_address)
+    liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
+    kopf.run(
+        clusterwide=not settings.namespaces,
+        namespaces=settings.namespaces,
+        peering_name=settings.peering_name,
+        priority=settings.peering_priority,
+        standalone=False,
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(app=app),
+    )
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
+    args = vars(parser.parse_args(argv))
+    command = args.pop("command", None)
+    if command != "run":
+        parser.print_help()
+        return 0 if command is None else 2
+    if "kubeconfig" in args:
+        os.environ["KUBECONFIG"] = args.pop("kubeconfig")
+    overrides = {_SETTING_FLAGS[k]: v for k, v in args.items() if k in _SETTING_FLAGS}
+    try:
+        settings = resolve_settings(config_file=args.get("config"), overrides=overrides)
+    except SettingsError as e:
+        print(f"kopf-scheduler: {e}", file=sys.stderr)
+        return 2
+    if "write_config_to" in args:
+        with open(args["write_config_to"], "w") as f:
+            f.write(dump_settings(settings))
+        return 0
+    return run(settings)

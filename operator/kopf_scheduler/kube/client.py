@@ -107,6 +107,21 @@ class KubeClient:
     async def patch_merge(self, path: str, patch: JSON) -> JSON:
         return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
+    async def ensure_cluster_peering(self, name: str) -> bool:
+        """Create the ClusterKopfPeering object if it is missing; True if this call created it.
+
+        kopf pauses a replica whose mandatory peering object does not exist, and resumes when it appears;
+        creating it here saves users a manual step outside Helm (the chart also ships it).
+        """
+        body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+        try:
+            await self.request("POST", "/apis/kopf.dev/v1/clusterkopfpeerings", body=body)
+        except APIError as e:
+            if e.status == 409:
+                return False
+            raise
+        return True
+
     async def list_all(self, path: str, *, params: Mapping[str, str] | None = None, limit: int = 500) -> list[JSON]:
         """A paginated LIST (authoritative: served from etcd-consistent reads by default)."""
         items: list[JSON] = []

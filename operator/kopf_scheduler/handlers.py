@@ -1,0 +1,180 @@
+"""The only module that registers kopf handlers. Thin by design: kopf callbacks → SchedulerApp calls.
+
+kopf rules this module follows (reference kopf-and-peers.md, A1–A7):
+- Pods and nodes are watched with ``@kopf.on.event`` only, and every handler returns None: change
+  handlers, daemons or timers on pods would write annotations and finalizers onto every pod.
+- One ``@kopf.daemon`` per SchedulerProfile runs that profile's scheduling loop; peering stops daemons on
+  the standby replica and respawns them after a takeover, so only the active replica schedules.
+- API calls go through the app's async client; nothing here blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+import kopf
+
+from kopf_scheduler.app import ProfileOutcome, SchedulerApp
+from kopf_scheduler.kube import KubeClient, event_body
+
+GROUP, VERSION, PLURAL = "kopf-scheduler.io", "v1alpha1", "schedulerprofiles"
+FINALIZER = "kopf-scheduler.io/profile-cleanup"
+
+logger = logging.getLogger("kopf_scheduler.handlers")
+
+
+def _app(memo: Any) -> SchedulerApp:
+    return memo.app  # type: ignore[no-any-return]
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    run = _app(memo).settings
+    settings.peering.name = run.peering_name
+    settings.peering.mandatory = True
+    settings.peering.clusterwide = True
+    settings.peering.priority = run.peering_priority
+    settings.peering.lifetime = run.peering_lifetime
+    settings.peering.stealth = True
+    settings.persistence.finalizer = FINALIZER
+    # We post kube-scheduler-style events ourselves; kopf's per-handler events would be noise.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 300
+    settings.networking.error_backoffs = [0.5, 1, 2, 3, 5]
+
+
+@kopf.on.login()
+async def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    if info is not None:
+        app = _app(memo)
+        old = app.client
+        app.client = client = KubeClient.from_connection_info(info)
+        if isinstance(old, KubeClient):
+            await old.close()
+        else:
+            # First login: make sure the peering object exists, or every replica stays paused.
+            app.spawn(_ensure_peering(client, app.settings.peering_name))
+    return info
+
+
+async def _ensure_peering(client: KubeClient, name: str) -> None:
+    try:
+        if await client.ensure_cluster_peering(name):
+            logger.info("created ClusterKopfPeering %s", name)
+    except Exception as e:  # best effort: the chart creates it too
+        logger.warning("could not ensure ClusterKopfPeering %s: %s", name, e)
+
+
+@kopf.on.cleanup()
+async def close(memo: Any, **_: Any) -> None:
+    app = _app(memo)
+    await app.drain()
+    if isinstance(app.client, KubeClient):
+        await app.client.close()
+
+
+@kopf.on.probe(id="profiles")
+def profiles_probe(memo: Any, **_: Any) -> dict[str, int]:
+    app = _app(memo)
+    return {name: len(runtime.queue) for name, runtime in app.profiles.items()}
+
+
+# -- watched kinds feed the cache and the queues ------------------------------------------------------
+@kopf.on.event("", "v1", "nodes")
+def node_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_node_event(event.get("type"), event["object"])
+
+
+@kopf.on.event("", "v1", "pods")
+def pod_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_pod_event(event.get("type"), event["object"])
+
+
+@kopf.on.event("", "v1", "namespaces")
+def namespace_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_namespace_event(event.get("type"), event["object"])
+
+
+@kopf.on.event("", "v1", "services")
+def service_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_workload_event("Service", event.get("type"), event["object"])
+
+
+@kopf.on.event("", "v1", "replicationcontrollers")
+def replication_controller_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_workload_event("ReplicationController", event.get("type"), event["object"])
+
+
+@kopf.on.event("apps", "v1", "replicasets")
+def replica_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_workload_event("ReplicaSet", event.get("type"), event["object"])
+
+
+@kopf.on.event("apps", "v1", "statefulsets")
+def stateful_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_workload_event("StatefulSet", event.get("type"), event["object"])
+
+
+# -- SchedulerProfiles ----------------------------------------------------------------------------------
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def profile_changed(name: str, spec: Any, meta: Any, body: Any, patch: kopf.Patch, memo: Any, **_: Any) -> None:
+    app = _app(memo)
+    generation = int(meta.get("generation") or 0)
+    outcome = app.apply_profile(name=name, spec=dict(spec), generation=generation)
+    _write_status(patch, outcome, generation)
+    if not outcome.ready:
+        await _profile_event(app, body, "Warning", outcome.reason, outcome.message)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+def profile_deleted(name: str, memo: Any, **_: Any) -> None:
+    _app(memo).remove_profile(name)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_backoff=0.1, cancellation_timeout=10)
+async def scheduling_loop(name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any) -> None:
+    await _app(memo).run_profile(name, stopped=lambda: bool(stopped))
+
+
+def _write_status(patch: kopf.Patch, outcome: ProfileOutcome, generation: int) -> None:
+    patch.status["observedGeneration"] = generation
+    patch.status["conditions"] = [
+        {
+            "type": "Ready",
+            "status": "True" if outcome.ready else "False",
+            "reason": outcome.reason,
+            "message": outcome.message,
+            "observedGeneration": generation,
+            "lastTransitionTime": kopf_now(),
+        }
+    ]
+    if outcome.ready:
+        patch.status.update(outcome.pipeline_status)
+
+
+def kopf_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _profile_event(app: SchedulerApp, body: Any, event_type: str, reason: str, message: str) -> None:
+    if app.client is None:
+        return
+    obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SchedulerProfile", "metadata": dict(body.get("metadata", {}))}
+    event = event_body(
+        regarding=obj,
+        event_type=event_type,
+        reason=reason,
+        action="BuildPipeline",
+        note=message,
+        reporting_controller="kopf-scheduler",
+        reporting_instance=f"kopf-scheduler-{app.hostname}"[:128],
+    )
+    try:
+        await app.client.create_event(namespace="default", body=event)
+    except Exception as e:  # events are best effort
+        logger.warning("could not post %s event for profile %s: %s", reason, obj["metadata"].get("name"), e)
