@@ -1094,3 +1094,39 @@ def test_ten_thousand_unschedulable_pods_and_events() -> None:
     clock.advance(30)
     queue.node_added(big_node("big"))  # fits every NodeResourcesFit pod; the NodeAffinity ones need ssd
     assert queue.pending_pods() == {"active": 5_000, "backoff": 0, "unschedulable": 5_000, "gated": 0}
+
+
+# -- hot reload ------------------------------------------------------------------------------------------------
+def test_reconfigure_keeps_pods_and_applies_new_plugins() -> None:
+    queue, _ = new_queue()
+    gated = pod("gated", gates=["g"])
+    hungry = pod("hungry", requests=NEEDS_CPU)
+    queue.add(gated)
+    reject(queue, hungry, "NodeResourcesFit")
+    queue.add(pod("active"))
+    relabel = (big_node(), big_node(labels={"a": "b"}))
+    queue.node_updated(*relabel)
+    assert queue.location(hungry.uid) == "unschedulable"
+
+    # The new profile has no SchedulingGates and does not know NodeResourcesFit any more.
+    queue.reconfigure(pre_enqueue=lambda p: SUCCESS, plugin_events=events_to_register(["NodeAffinity"]))
+    assert queue.location(gated.uid) == "active"
+    assert queue.location("uid-active") == "active"
+    assert queue.location(hungry.uid) == "unschedulable"
+    queue.node_updated(*relabel)  # an unregistered rejector reacts to every event now
+    assert queue.location(hungry.uid) == "backoff"
+    assert len(queue) == 3
+
+
+def test_reconfigure_can_gate_pods_already_gated_by_another_plugin() -> None:
+    queue, _ = new_queue()
+    p = pod("p", gates=["g"])
+    queue.add(p)
+
+    def hold(x: PodInfo) -> Status:
+        return Status.unschedulable("held", plugin="Hold")
+
+    queue.reconfigure(pre_enqueue=hold, plugin_events=None)
+    entry = queue.get(p.uid)
+    assert entry is not None
+    assert (queue.location(p.uid), entry.gating_plugin, entry.gating_message) == ("gated", "Hold", "held")

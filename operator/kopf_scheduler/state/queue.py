@@ -33,7 +33,8 @@ so an event that lands during its cycle is never lost.
 
 Beyond upstream, to keep the operator simple: :meth:`~SchedulingQueue.add` of a pod the queue already holds is
 an update (never a duplicate); a pod deleted while in flight is not requeued by its failure; the failure path
-requeues the newest copy of the pod the queue was given while it was in flight (upstream re-reads its informer).
+requeues the newest copy of the pod the queue was given while it was in flight (upstream re-reads its informer);
+:meth:`~SchedulingQueue.reconfigure` swaps a profile's PreEnqueue and registrations without losing pods.
 
 Every public method is synchronous, O(log n) or amortised O(1) per pod moved, and thread-safe (a lock), so
 kopf handlers running in threads may call them; only :meth:`~SchedulingQueue.pop` awaits.
@@ -293,12 +294,11 @@ class SchedulingQueue:
         self._lock = threading.RLock()
 
         self._registrations: dict[str, list[ClusterEventWithHint]] = {}
-        for plugin, events in (plugin_events or {}).items():
-            self._registrations[plugin] = _with_node_taint_mitigation(events)
         #: Rejector names without registrations: they fall back to ALL_EVENTS.
         self._unknown_plugins: set[str] = set()
-        self._fallback_active = plugin_events is None
+        self._fallback_active = False
         self._interest_cache: dict[ClusterEvent, frozenset[str]] = {}
+        self._set_registrations(plugin_events)
 
         self._active: _LazyHeap[_ActiveEntry] = _LazyHeap()
         self._backoff: _LazyHeap[_BackoffEntry] = _LazyHeap()
@@ -585,6 +585,29 @@ class SchedulingQueue:
             if stale:
                 self._move_pods(stale, EVENT_UNSCHEDULABLE_TIMEOUT, None, None)
 
+    def reconfigure(
+        self,
+        *,
+        pre_enqueue: Callable[[PodInfo], Status],
+        plugin_events: Mapping[str, Sequence[ClusterEventWithHint]] | None,
+    ) -> None:
+        """The profile changed (hot reload): swap its PreEnqueue and registrations, keeping every pending pod.
+
+        Gated pods are judged again by the new PreEnqueue (a removed gate plugin releases them); rejected pods
+        keep waiting, now for the events the new registrations (or, for plugins no longer registered, any
+        event) allow. Upstream has no equivalent: it restarts on configuration changes.
+        """
+        with self._lock:
+            self._pre_enqueue = pre_enqueue
+            self._set_registrations(plugin_events)
+            for qpod in self._unschedulable.values():
+                self._note_plugins(qpod.unschedulable_plugins | qpod.pending_plugins)
+            woke = False
+            for qpod in [q for q in self._unschedulable.values() if q.gated]:
+                woke |= self._requeue(qpod, _Strategy.AFTER_BACKOFF, FORCE_ACTIVATE) != UNSCHEDULABLE_Q
+            if woke:
+                self._wake()
+
     def close(self) -> None:
         """Stop: pending and future :meth:`pop` calls raise :class:`QueueClosedError`; in-flight tracking ends."""
         with self._lock:
@@ -869,6 +892,14 @@ class SchedulingQueue:
             self._wake()
 
     # -- hints --------------------------------------------------------------------------------------------
+    def _set_registrations(self, plugin_events: Mapping[str, Sequence[ClusterEventWithHint]] | None) -> None:
+        self._registrations = {
+            plugin: _with_node_taint_mitigation(events) for plugin, events in (plugin_events or {}).items()
+        }
+        self._unknown_plugins = set()
+        self._fallback_active = plugin_events is None
+        self._interest_cache.clear()
+
     def _note_plugins(self, plugins: Iterable[str]) -> None:
         for plugin in plugins:
             if plugin not in self._registrations and plugin not in self._unknown_plugins:
