@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
 from kubernetes import client
 
 from tools.localcluster import (
@@ -29,10 +30,20 @@ ZONES = ("a", "b", "c")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+def _is_manifest(path: Path) -> bool:
+    """Every YAML document in the file is a Kubernetes object (other YAML, e.g. Helm values, is skipped)."""
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except (OSError, yaml.YAMLError):
+        return False
+    return bool(docs) and all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs)
+
+
 def _manifests(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+    candidates = sorted(p for p in directory.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+    return [p for p in candidates if _is_manifest(p)]
 
 
 def _kubectl(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
