@@ -86,12 +86,21 @@ class ProfileOutcome:
 
 @dataclass(slots=True, eq=False)
 class ProfileRuntime:
+    """One live profile: its pipeline (swapped on every valid change) and its queue (kept across changes)."""
+
     name: str
     framework: Framework
     resolved: ResolvedProfile
-    queue: SchedulingQueue
     scheduler: Scheduler
+    queue: SchedulingQueue = field(init=False)
     generation: int = 0
+
+    # The queue calls these; they read ``self.framework`` each time, so a hot reload takes effect at once.
+    def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
+        return self.framework.queue_sort_less(a, b)
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        return self.framework.run_pre_enqueue_plugins(pod)
 
 
 class _ProfileHandle:
@@ -189,7 +198,9 @@ class SchedulerApp:
             runtime.framework = framework
             runtime.resolved = resolved
             runtime.scheduler = Scheduler(framework, rng=self.rng)
-            # A new pipeline may accept pods the old one rejected: give every parked pod another try.
+            # New PreEnqueue and event registrations; and a new pipeline may accept pods the old one
+            # rejected, so every parked pod gets another try.
+            runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_profile(resolved))
             runtime.queue.move_all_to_active_or_backoff(PROFILE_CHANGED)
         runtime.generation = generation
         omitted = getattr(resolved, "omitted_defaults", ())
@@ -199,25 +210,16 @@ class SchedulerApp:
         )
 
     def _new_runtime(self, name: str, framework: Framework, resolved: ResolvedProfile) -> ProfileRuntime:
-        holder: dict[str, ProfileRuntime] = {}
-
-        def less(a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-            return holder["runtime"].framework.queue_sort_less(a, b)
-
-        def pre_enqueue(pod: PodInfo) -> Status:
-            return holder["runtime"].framework.run_pre_enqueue_plugins(pod)
-
-        queue = SchedulingQueue(
-            less=less,
-            pre_enqueue=pre_enqueue,
+        runtime = ProfileRuntime(name, framework, resolved, Scheduler(framework, rng=self.rng))
+        runtime.queue = SchedulingQueue(
+            less=runtime.less,
+            pre_enqueue=runtime.pre_enqueue,
             plugin_events=events_for_profile(resolved),
             initial_backoff=self.settings.pod_initial_backoff_seconds,
             max_backoff=self.settings.pod_max_backoff_seconds,
             max_in_unschedulable=self.settings.pod_max_in_unschedulable_pods_duration,
             clock=self.clock,
         )
-        runtime = ProfileRuntime(name, framework, resolved, queue, Scheduler(framework, rng=self.rng))
-        holder["runtime"] = runtime
         return runtime
 
     def remove_profile(self, name: str) -> None:
@@ -503,7 +505,9 @@ class SchedulerApp:
     ) -> None:
         """Upstream's handleSchedulingFailure: requeue, then report (event deduplicated, condition patched)."""
         uid = qpod.pod.uid
-        qpod.unschedulable_plugins = set(plugins) if reason == "Unschedulable" else set()
+        qpod.clear_rejector_plugins()
+        if reason == "Unschedulable":
+            qpod.unschedulable_plugins.update(plugins)
         qpod.last_failure_message = message
         if uid in self.unassigned:
             runtime.queue.add_unschedulable_if_not_present(qpod)

@@ -45,8 +45,22 @@ class FakeClient:
         return self.lists.get(path, [])
 
 
-def new_app(client: FakeClient | None = None) -> SchedulerApp:
-    return SchedulerApp(settings=RunSettings(), client=client or FakeClient(), rng=random.Random(1), hostname="test")
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def new_app(client: FakeClient | None = None, clock: FakeClock | None = None) -> SchedulerApp:
+    return SchedulerApp(
+        settings=RunSettings(),
+        client=client or FakeClient(),
+        rng=random.Random(1),
+        hostname="test",
+        clock=clock or FakeClock(),
+    )
 
 
 def pending(name: str, *, scheduler: str = "sp", **kwargs: Any) -> dict[str, Any]:
@@ -124,7 +138,8 @@ def test_unschedulable_pod_gets_upstream_text_condition_and_one_event() -> None:
 
 def test_freeing_capacity_schedules_the_parked_pod() -> None:
     client = FakeClient()
-    app = new_app(client)
+    clock = FakeClock()
+    app = new_app(client, clock)
     app.on_node_event(None, make_node("n1", cpu="2"))
     app.apply_profile(name="sp", spec={}, generation=1)
     blocker = make_pod("blocker", requests={"cpu": "2"}, node_name="n1")
@@ -135,8 +150,7 @@ def test_freeing_capacity_schedules_the_parked_pod() -> None:
     app.on_pod_event("DELETED", blocker)
     queue = app.profiles["sp"].queue
     assert queue.pending_pods()["unschedulable"] == 0  # moved by the AssignedPod delete event
-    app.clock = lambda: 10_000.0  # past any backoff
-    queue._clock = app.clock
+    clock.now += 60  # past any backoff
     queue.flush_backoff_completed()
     drive(app)
     assert client.bindings == [("default", "waiting", "n1")]
