@@ -1,0 +1,1 @@
+"""Benchmarks of kopf-scheduler: results go to ``bench/results/`` and are reported in ``docs/benchmarks.md``."""
