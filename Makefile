@@ -20,7 +20,7 @@ BIN_DIR := $(or $(KOPF_SCHEDULER_BIN_DIR),$(CACHE_DIR)/$(KUBE_VERSION)/bin)
 export PATH := $(BIN_DIR):$(CURDIR)/$(VENV)/bin:$(PATH)
 export KOPF_SCHEDULER_BIN_DIR := $(BIN_DIR)
 
-.PHONY: help test demo lint binaries pytest clean clean-binaries
+.PHONY: help test demo lint binaries pytest clean clean-binaries bench-algo
 
 help:
 	@echo "make test      venv + binaries + ruff + import contracts + the whole pytest suite"
@@ -28,6 +28,7 @@ help:
 	@echo "make lint      ruff and import-linter only"
 	@echo "make binaries  build/install the pinned upstream binaries and helm into $(BIN_DIR)"
 	@echo "make clean     remove the venv and caches in the tree (the binary cache stays)"
+	@echo "make bench-algo  algorithm benchmark, no API server: bench/results/algo.json + docs/benchmarks.md"
 
 $(VENV_STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +54,10 @@ test: $(VENV_STAMP) binaries lint
 
 demo: $(VENV_STAMP) binaries
 	$(VENV)/bin/python -m tools.demo
+
+# No cluster needed: synthetic nodes and pods straight into the cache (BENCH_ARGS, e.g. --repeat 3).
+bench-algo: $(VENV_STAMP)
+	$(VENV)/bin/python -m bench.algo $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .import_linter_cache .cluster build dist operator/*.egg-info
