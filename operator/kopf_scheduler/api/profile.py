@@ -250,8 +250,8 @@ class SchedulerProfileStatus(ApiModel):
     effective_plugins: EffectivePlugins = Field(
         default_factory=EffectivePlugins, description="The plugins of the pipeline that is serving."
     )
-    score_plugins: str | None = Field(
-        default=None,
+    score_plugins: str = Field(
+        default="",
         description="Summary of the score plugins and their weights (Plugin:weight, comma-separated), for kubectl get.",
     )
     omitted_default_plugins: list[str] = Field(
