@@ -20,12 +20,13 @@ BIN_DIR := $(or $(KOPF_SCHEDULER_BIN_DIR),$(CACHE_DIR)/$(KUBE_VERSION)/bin)
 export PATH := $(BIN_DIR):$(CURDIR)/$(VENV)/bin:$(PATH)
 export KOPF_SCHEDULER_BIN_DIR := $(BIN_DIR)
 
-.PHONY: help test demo lint binaries pytest clean clean-binaries bench-algo
+.PHONY: help test demo lint binaries pytest crds clean clean-binaries bench-algo
 
 help:
 	@echo "make test      venv + binaries + ruff + import contracts + the whole pytest suite"
 	@echo "make demo      venv + binaries, then a local cluster with 3 kwok nodes until Ctrl-C"
 	@echo "make lint      ruff and import-linter only"
+	@echo "make crds      regenerate crds/schedulerprofile.yaml from the models and copy the CRDs into the chart"
 	@echo "make binaries  build/install the pinned upstream binaries and helm into $(BIN_DIR)"
 	@echo "make clean     remove the venv and caches in the tree (the binary cache stays)"
 	@echo "make bench-algo  algorithm benchmark, no API server: bench/results/algo.json + docs/benchmarks.md"
@@ -58,6 +59,12 @@ demo: $(VENV_STAMP) binaries
 # No cluster needed: synthetic nodes and pods straight into the cache (BENCH_ARGS, e.g. --repeat 3).
 bench-algo: $(VENV_STAMP)
 	$(VENV)/bin/python -m bench.algo $(BENCH_ARGS)
+
+# The SchedulerProfile CRD is generated from the pydantic models; the chart ships copies of both CRD files
+# (tests/unit/test_crd.py and tests/unit/test_chart.py fail when either drifts).
+crds: $(VENV_STAMP)
+	$(VENV)/bin/python -m kopf_scheduler.api.crd > crds/schedulerprofile.yaml
+	cp crds/schedulerprofile.yaml crds/kopf-peering.yaml charts/kopf-scheduler/crds/
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .import_linter_cache .cluster build dist operator/*.egg-info
