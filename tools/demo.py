@@ -1,4 +1,4 @@
-"""``make demo``: a full local cluster with three kwok nodes, our CRDs and examples, until Ctrl-C.
+"""``make demo``: a full local cluster with six kwok nodes in three zones, kopf-scheduler and the examples.
 
 The cluster's files (kubeconfig, certs, component logs) live in ``.cluster/demo`` in the repository so the
 printed ``KUBECONFIG`` path is stable between runs and the logs survive for debugging after Ctrl-C.
@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -20,7 +20,9 @@ from kubernetes import client
 from tools.localcluster import (
     REPO_ROOT,
     LocalCluster,
+    child_preexec,
     create_kwok_nodes,
+    free_port,
     kube_version,
     kwok_node,
     wait_nodes_ready,
@@ -73,6 +75,62 @@ def _wait_crds_established(cluster: LocalCluster) -> None:
         print(f"!! CRDs not Established:\n{result.stderr}", file=sys.stderr)
 
 
+def _start_operator(cluster: LocalCluster) -> subprocess.Popen[bytes]:
+    """``kopf-scheduler run`` as a real process against the demo cluster; its log goes next to the others."""
+    log = (cluster.work_dir / "logs" / "kopf-scheduler.log").open("wb")
+    command = [
+        str(Path(sys.executable).with_name("kopf-scheduler")),
+        "run",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--metrics-port",
+        str(free_port()),
+        "--health-port",
+        str(free_port()),
+        "--bind-address",
+        "127.0.0.1",
+    ]
+    parent = os.getpid()
+    return subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: child_preexec(parent),  # dies with the demo, even on SIGKILL
+    )
+
+
+def _wait_for(what: str, condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.5)
+    print(f"!! timed out waiting for {what}", file=sys.stderr)
+    return False
+
+
+def _profiles_ready(cluster: LocalCluster) -> bool:
+    result = _kubectl(cluster, "get", "sp", "-o", "jsonpath={.items[*].status.conditions[0].status}")
+    statuses = result.stdout.split()
+    return result.returncode == 0 and bool(statuses) and all(s == "True" for s in statuses)
+
+
+def _workloads_settled(core: client.CoreV1Api) -> bool:
+    """Every example pod is either bound or has been explained by a FailedScheduling event."""
+    pods = core.list_namespaced_pod("default").items
+    explained = {
+        e.involved_object.name for e in core.list_namespaced_event("default").items if e.reason == "FailedScheduling"
+    }
+    return bool(pods) and all(p.spec.node_name or p.metadata.name in explained for p in pods)
+
+
+def _show(cluster: LocalCluster, title: str, *args: str) -> None:
+    print(f"\n$ kubectl {' '.join(args)}    # {title}", flush=True)
+    result = _kubectl(cluster, *args)
+    sys.stdout.write(result.stdout or result.stderr)
+
+
 def _instructions(cluster: LocalCluster) -> str:
     kubectl = cluster.kubectl
     # Only point at SchedulerProfiles once the CRD is part of the repository (crds/).
@@ -86,9 +144,13 @@ Component logs: {cluster.work_dir / "logs"}
 
 Try:
     {kubectl} get nodes -L topology.kubernetes.io/zone
-{crd_hint}    {kubectl} create deployment web --image=registry.invalid/pause --replicas=3
-    {kubectl} get pods -o wide          # Pending: no scheduler runs yet (the operator joins the demo later)
-    {kubectl} get events --sort-by=.lastTimestamp
+{crd_hint}    {kubectl} get pods -o wide --sort-by=.spec.nodeName
+    {kubectl} get events --field-selector reason=FailedScheduling
+    {kubectl} describe pod too-big
+    {kubectl} edit sp bin-packing          # change the profile: the next pods follow it, no restart
+    {kubectl} scale deployment batch --replicas=10
+
+The scheduler's own log: {cluster.work_dir / "logs" / "kopf-scheduler.log"}
 
 Press Ctrl-C to stop everything.
 """
@@ -107,25 +169,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         core = client.CoreV1Api(api)
         names = create_kwok_nodes(
             core,
-            [kwok_node(f"kwok-node-{zone}", labels={"topology.kubernetes.io/zone": zone}) for zone in ZONES],
+            [
+                kwok_node(
+                    f"node-{zone}{i}",
+                    cpu="4",
+                    memory="16Gi",
+                    labels={"topology.kubernetes.io/zone": f"zone-{zone}", "topology.kubernetes.io/region": "demo"},
+                )
+                for zone in ZONES
+                for i in (1, 2)
+            ],
         )
         wait_nodes_ready(core, names, timeout=60)
+        operator: subprocess.Popen[bytes] | None = None
         if not args.nodes_only:
             if _apply_dir(cluster, REPO_ROOT / "crds") and _manifests(REPO_ROOT / "crds"):
                 _wait_crds_established(cluster)
-            _apply_dir(cluster, REPO_ROOT / "examples")
-        print(f"ready in {time.monotonic() - started:.1f}s", flush=True)
+            print("starting kopf-scheduler ...", flush=True)
+            operator = _start_operator(cluster)
+            _apply_dir(cluster, REPO_ROOT / "examples" / "profiles")
+            _wait_for("SchedulerProfiles Ready", lambda: _profiles_ready(cluster), 60)
+            _apply_dir(cluster, REPO_ROOT / "examples" / "workloads")
+            _wait_for("the example pods to be scheduled or explained", lambda: _workloads_settled(core), 90)
+            _show(cluster, "the profiles, their score plugins and weights", "get", "sp")
+            _show(cluster, "where each profile put its pods", "get", "pods", "-o", "wide", "--sort-by=.spec.nodeName")
+            _show(cluster, "why the others wait", "get", "events", "--field-selector", "reason=FailedScheduling")
+        print(f"\nready in {time.monotonic() - started:.1f}s", flush=True)
         print(_instructions(cluster), flush=True)
         try:
             while True:
+                if operator is not None and operator.poll() is not None:
+                    print(f"!! kopf-scheduler exited ({operator.returncode}); see its log", file=sys.stderr)
+                    return 1
                 dead = cluster.dead_components()
                 if dead:
                     print(f"!! {', '.join(dead)} exited; tearing down\n{cluster.log_tails()}", file=sys.stderr)
                     return 1
                 time.sleep(1)
         except KeyboardInterrupt:
-            print("\nstopping the local control plane ...", flush=True)
+            print("\nstopping kopf-scheduler and the local control plane ...", flush=True)
         finally:
+            if operator is not None:
+                operator.terminate()
+                try:
+                    operator.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    operator.kill()
             api.close()
     print("stopped.", flush=True)
     return 0

@@ -123,7 +123,7 @@ except OSError:  # pragma: no cover - exotic libc
     _libc = None
 
 
-def _child_preexec(parent_pid: int) -> None:
+def child_preexec(parent_pid: int) -> None:
     """Runs in the forked child before exec: die with the parent, even if the parent is SIGKILLed.
 
     PR_SET_PDEATHSIG fires when the *thread* that forked us exits; clusters are started from the main
@@ -134,6 +134,9 @@ def _child_preexec(parent_pid: int) -> None:
         if os.getppid() != parent_pid:
             os._exit(1)
 
+
+#: Old private name, still used by tests/e2e/operator_process.py.
+_child_preexec = child_preexec
 
 _LIVE_CLUSTERS: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
 _HOOKS_INSTALLED = False
@@ -478,7 +481,7 @@ class LocalCluster:
             cwd=self.work_dir,
             env={**os.environ, **(env or {})},
             start_new_session=True,  # its own process group: the terminal's Ctrl-C does not hit it
-            preexec_fn=lambda: _child_preexec(parent),  # only a prctl call (see _child_preexec)
+            preexec_fn=lambda: child_preexec(parent),  # only a prctl call (see child_preexec)
         )
         component = Component(name, args, log_path, process, dict(ports or {}), log_file)
         self.components[name] = component
