@@ -1,0 +1,223 @@
+"""The operator schedules: pods of each profile are bound and reported as kube-scheduler reports them.
+
+Acceptance of the operator issue, first bullet: pods naming each profile are bound, each with a
+``Scheduled`` event; a pod asking for more than any node has stays Pending with upstream's
+``FailedScheduling`` text and a ``PodScheduled=False`` condition; freeing capacity (deleting a pod) or
+adding a node gets it scheduled within the backoff bounds, i.e. driven by the cluster event, not by the
+5-minute flush. Everything is observed from outside the operator process: the API server only.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from kubernetes import client
+
+from tests.conftest import Cluster, NodeFactory
+from tests.e2e.conftest import OperatorFactory, ProfileFactory
+from tests.e2e.operator_process import (
+    OperatorProcess,
+    create_pods,
+    pod_condition,
+    pod_events,
+    pod_manifest,
+    wait_for,
+    wait_pods_bound,
+    wait_profile_status,
+)
+
+#: Backoff settings for the requeue tests: small, so the bound asserted below is tight.
+INITIAL_BACKOFF = 0.5
+MAX_BACKOFF = 2.0
+#: The scheduling loop flushes completed backoffs once a second (app.run_profile), on top of the backoff.
+FLUSH_PERIOD = 1.0
+#: Watch delivery, the cycle, the Binding and our polling on a loaded 2-core machine.
+SLACK = 5.0
+
+
+def _unique_label() -> dict[str, str]:
+    return {"e2e-group": secrets.token_hex(4)}
+
+
+def _expected_insufficient(cluster: Cluster, mine: list[str], resource: str) -> str:
+    """Upstream's FitError text when each of ``mine`` lacks ``resource`` and the others miss the selector.
+
+    On the local cluster the test's nodes are the only ones; elsewhere the other nodes fail NodeAffinity
+    (the pods select the test's nodes by label), which comes first in the default filter order.
+    """
+    total = len(cluster.core.list_node().items)
+    reasons = [f"{len(mine)} Insufficient {resource}"]
+    if total > len(mine):
+        reasons.append(f"{total - len(mine)} node(s) didn't match Pod's node affinity/selector")
+    return f"0/{total} nodes are available: {', '.join(sorted(reasons))}."
+
+
+def test_pods_of_each_profile_are_bound_with_a_scheduled_event(
+    cluster: Cluster, kwok_nodes: NodeFactory, namespace: str, profiles: ProfileFactory, operator: OperatorProcess
+) -> None:
+    labels = _unique_label()
+    nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(3)]
+    names = [
+        profiles({}, suffix="default"),
+        profiles(
+            {
+                "plugins": {"score": {"disabled": [{"name": "*"}], "enabled": [{"name": "NodeResourcesFit"}]}},
+                "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}],
+            },
+            suffix="binpack",
+        ),
+        profiles({"plugins": {"score": {"disabled": [{"name": "NodeResourcesBalancedAllocation"}]}}}, suffix="nobal"),
+    ]
+    for name in names:
+        wait_profile_status(cluster.api, name, ready=True)
+    # A pod of a scheduler nobody hosts: the operator must leave it alone.
+    foreign = pod_manifest("foreign", "not-a-kopf-scheduler-profile", cpu="100m", node_selector=labels)
+    pods = [foreign] + [
+        pod_manifest(f"{name.rsplit('-', 1)[-1]}-{i}", name, cpu="100m", node_selector=labels)
+        for name in names
+        for i in range(3)
+    ]
+    create_pods(cluster.core, namespace, pods)
+    ours = {p["metadata"]["name"]: p["spec"]["schedulerName"] for p in pods[1:]}
+    bound = wait_pods_bound(cluster.core, namespace, ours, timeout=60)
+    assert set(bound.values()) <= set(nodes)
+
+    all_events = client.EventsV1Api(cluster.api).list_namespaced_event(namespace).items
+    for pod_name, profile in ours.items():
+        scheduled = pod_events(cluster.api, namespace, pod_name, reason="Scheduled", events=all_events)
+        assert len(scheduled) == 1, f"{pod_name}: {[(e.reason, e.note) for e in scheduled]}"
+        event = scheduled[0]
+        assert event.type == "Normal"
+        assert event.action == "Binding"
+        assert event.reporting_controller == profile
+        assert event.reporting_instance.startswith(f"{profile}-")
+        assert event.note == f"Successfully assigned {namespace}/{pod_name} to {bound[pod_name]}"
+        assert event.regarding.namespace == namespace
+        failed = pod_events(cluster.api, namespace, pod_name, reason="FailedScheduling", events=all_events)
+        assert failed == []
+        pod = cluster.core.read_namespaced_pod(pod_name, namespace)
+        condition = pod_condition(pod)
+        assert condition is not None
+        assert condition.status == "True"
+
+    # By now the operator has handled every pod created with the foreign one, in one burst.
+    foreign_pod = cluster.core.read_namespaced_pod("foreign", namespace)
+    assert foreign_pod.spec.node_name is None
+    assert pod_events(cluster.api, namespace, "foreign", events=all_events) == []
+    assert pod_condition(foreign_pod) is None
+    assert operator.scheduled_count() == len(ours)
+    for profile in names:
+        assert operator.scheduled_count(profile) == 3
+
+
+def _failed_scheduling(cluster: Cluster, namespace: str, pod: str) -> list[Any]:
+    return pod_events(cluster.api, namespace, pod, reason="FailedScheduling")
+
+
+def _wait_unschedulable(cluster: Cluster, namespace: str, pod_name: str, message: str, timeout: float = 30.0) -> None:
+    """Wait for a FailedScheduling event with ``message`` and the matching PodScheduled=False condition."""
+
+    def reported() -> bool:
+        pod = cluster.core.read_namespaced_pod(pod_name, namespace)
+        condition = pod_condition(pod)
+        return bool(_failed_scheduling(cluster, namespace, pod_name)) and condition is not None
+
+    wait_for(reported, timeout=timeout, message=f"{pod_name}: no FailedScheduling event and condition")
+    pod = cluster.core.read_namespaced_pod(pod_name, namespace)
+    assert pod.spec.node_name is None
+    assert pod.status.phase == "Pending"
+    condition = pod_condition(pod)
+    assert (condition.status, condition.reason, condition.message) == ("False", "Unschedulable", message)
+    events = _failed_scheduling(cluster, namespace, pod_name)
+    assert {e.note for e in events} == {message}
+    for event in events:
+        assert event.type == "Warning"
+        assert event.action == "Scheduling"
+        assert event.regarding.name == pod_name
+        assert event.regarding.uid == pod.metadata.uid
+
+
+def test_unschedulable_pod_reports_upstream_text_and_is_scheduled_after_a_pod_is_deleted(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator_factory: OperatorFactory,
+) -> None:
+    """Too big for every node: Pending, explained; deleting a blocker frees room within the backoff bound."""
+    operator = operator_factory(
+        extra_args=[
+            "--pod-initial-backoff-seconds",
+            str(INITIAL_BACKOFF),
+            "--pod-max-backoff-seconds",
+            str(MAX_BACKOFF),
+        ]
+    )
+    labels = _unique_label()
+    nodes = [kwok_nodes(cpu="2", memory="8Gi", labels=labels) for _ in range(3)]
+    profile = profiles({})
+    wait_profile_status(cluster.api, profile, ready=True)
+
+    # Far more than any node has: upstream's exact text, condition and event.
+    create_pods(cluster.core, namespace, [pod_manifest("huge", profile, cpu="3", node_selector=labels)])
+    message = _expected_insufficient(cluster, nodes, "cpu")
+    _wait_unschedulable(cluster, namespace, "huge", message)
+
+    # Fill every node with a 1.5-cpu blocker; a 1-cpu pod then fits nowhere.
+    blockers = [pod_manifest(f"blocker-{i}", profile, cpu="1500m", node_selector=labels) for i in range(3)]
+    create_pods(cluster.core, namespace, blockers)
+    wait_pods_bound(cluster.core, namespace, [b["metadata"]["name"] for b in blockers], timeout=30)
+    create_pods(cluster.core, namespace, [pod_manifest("waiting", profile, cpu="1", node_selector=labels)])
+    _wait_unschedulable(cluster, namespace, "waiting", message)
+    # Both pods are parked in the unschedulable queue: only a cluster event (or the 5-minute flush) moves them.
+    wait_for(
+        lambda: operator.metric("scheduler_pending_pods", queue="unschedulable") == 2,
+        timeout=15,
+        message=lambda: f"pending pods: {operator.metrics_text().count('scheduler_pending_pods')}",
+    )
+    victim = cluster.core.read_namespaced_pod("blocker-1", namespace)
+    freed = time.monotonic()
+    cluster.core.delete_namespaced_pod("blocker-1", namespace, grace_period_seconds=0)
+    bound = wait_pods_bound(cluster.core, namespace, ["waiting"], timeout=60)
+    elapsed = time.monotonic() - freed
+    assert bound["waiting"] == victim.spec.node_name
+    assert elapsed <= MAX_BACKOFF + FLUSH_PERIOD + SLACK, f"scheduled {elapsed:.1f}s after the room appeared"
+    scheduled = pod_events(cluster.api, namespace, "waiting", reason="Scheduled")
+    assert [e.note for e in scheduled] == [f"Successfully assigned {namespace}/waiting to {bound['waiting']}"]
+    # "huge" still fits nowhere: still Pending and explained.
+    assert cluster.core.read_namespaced_pod("huge", namespace).spec.node_name is None
+
+
+def test_unschedulable_pod_is_scheduled_after_a_node_is_added(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator_factory: OperatorFactory,
+) -> None:
+    """A new node that fits (once its not-ready taint is lifted) takes the pod within the backoff bound."""
+    operator_factory(
+        extra_args=[
+            "--pod-initial-backoff-seconds",
+            str(INITIAL_BACKOFF),
+            "--pod-max-backoff-seconds",
+            str(MAX_BACKOFF),
+        ]
+    )
+    labels = _unique_label()
+    small = [kwok_nodes(cpu="1", memory="8Gi", labels=labels) for _ in range(2)]
+    profile = profiles({})
+    wait_profile_status(cluster.api, profile, ready=True)
+    create_pods(cluster.core, namespace, [pod_manifest("big", profile, cpu="3", node_selector=labels)])
+    _wait_unschedulable(cluster, namespace, "big", _expected_insufficient(cluster, small, "cpu"))
+
+    big_node = kwok_nodes(cpu="4", memory="8Gi", labels=labels)  # returns once Ready and untainted
+    ready_at = time.monotonic()
+    bound = wait_pods_bound(cluster.core, namespace, ["big"], timeout=60)
+    elapsed = time.monotonic() - ready_at
+    assert bound["big"] == big_node
+    assert elapsed <= MAX_BACKOFF + FLUSH_PERIOD + SLACK, f"scheduled {elapsed:.1f}s after the node became usable"
+    pod = cluster.core.read_namespaced_pod("big", namespace)
+    assert pod_condition(pod).status == "True"
