@@ -1,0 +1,493 @@
+"""The Helm chart, checked offline: ``helm lint``, and ``helm template`` output validated against the JSON
+schemas of the Kubernetes release the project pins, plus the properties the chart promises.
+
+Why offline: these run in the unit layer (no API server), so a broken template, a field the pinned
+Kubernetes does not know, an RBAC rule too many or a securityContext below Pod Security "restricted" fails
+in seconds. ``tests/e2e/test_helm.py`` then installs the chart into the real control plane and runs the
+operator with nothing but the chart's ServiceAccount token.
+
+Schemas: the ``kubernetes-validate`` package bundles JSON schemas per Kubernetes minor (1.37.0 bundles
+v1.5 … v1.37). We validate against **v1.36** (``v1.36.0-local-strict``: additional properties rejected),
+the minor of ``KUBE_VERSION`` (1.36.3) in tools/versions.env; the test fails if that schema set is absent
+rather than silently using another one. Kinds it has no schema for (our CRDs' objects, the Prometheus
+Operator's ServiceMonitor) are checked by hand below: SchedulerProfiles through the operator's own
+pydantic model, which the CRD is generated from.
+
+helm comes from the pinned binary directory (``make binaries``); a missing helm fails these tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kopf_scheduler._version import __version__
+from kopf_scheduler.api.profile import SchedulerProfileSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "kopf-scheduler"
+
+
+def _pinned_kube_version() -> str:
+    for line in (REPO_ROOT / "tools" / "versions.env").read_text().splitlines():
+        if line.startswith("KUBE_VERSION="):
+            return line.split("=", 1)[1].strip()
+    raise AssertionError("KUBE_VERSION missing from tools/versions.env")
+
+
+KUBE_VERSION = _pinned_kube_version()  # 1.36.3
+SCHEMA_MINOR = ".".join(KUBE_VERSION.split(".")[:2])  # 1.36
+
+#: The ClusterRole's rules, exactly: (apiGroup, resource, resourceName or "", verb). The e2e test compares
+#: `kubectl auth can-i --list` for the chart's ServiceAccount with the same set. Every entry is a call the
+#: operator or kopf makes (see templates/rbac.yaml for which); `get` on pods, profiles and the peering object
+#: and events `patch` are the issue's list (read access `list` already grants; event series updates).
+PEERING = "kopf-scheduler"
+
+
+def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]]:
+    rules: set[tuple[str, str, str, str]] = set()
+
+    def allow(group: str, resources: Iterable[str], verbs: Iterable[str], name: str = "") -> None:
+        rules.update((group, r, name, v) for r in resources for v in verbs)
+
+    allow("", ["pods"], ["get", "list", "watch"])
+    allow("", ["pods/binding"], ["create"])
+    allow("", ["pods/status"], ["patch"])
+    allow("events.k8s.io", ["events"], ["create", "patch"])
+    allow("", ["nodes", "namespaces", "services", "replicationcontrollers"], ["list", "watch"])
+    allow("apps", ["replicasets", "statefulsets"], ["list", "watch"])
+    allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])
+    allow("kopf-scheduler.io", ["schedulerprofiles/status"], ["patch"])
+    allow("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])
+    allow("kopf.dev", ["clusterkopfpeerings"], ["list", "watch", "create"])
+    allow("kopf.dev", ["clusterkopfpeerings"], ["get", "patch"], name=peering_name)
+    return rules
+
+
+#: Values that switch every optional part on, for the "everything renders and validates" cases.
+FULL_VALUES: dict[str, Any] = {
+    "replicas": 3,
+    "namespaces": ["team-a", "team-b"],
+    "extraArgs": ["--pod-max-backoff-seconds", "20"],
+    "extraEnv": [{"name": "EXTRA", "value": "1"}],
+    "imagePullSecrets": [{"name": "registry"}],
+    "metrics": {"port": 10259, "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "podAntiAffinity": "hard",
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "scheduler", "effect": "NoSchedule"}],
+    "topologySpreadConstraints": [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "kopf-scheduler"}},
+        }
+    ],
+    "priorityClassName": "system-cluster-critical",
+    "podAnnotations": {"a": "b"},
+    "podLabels": {"team": "platform"},
+    "serviceAccount": {"annotations": {"example.com/owner": "platform"}},
+    "profiles": [
+        {"name": "defaults"},
+        {"name": "empty-spec", "spec": {}},
+        {
+            "name": "bin-packing",
+            "spec": {
+                "plugins": {"score": {"disabled": [{"name": "NodeResourcesBalancedAllocation"}]}},
+                "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}],
+            },
+        },
+    ],
+}
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
+def helm_binary() -> str:
+    bin_dir = os.environ.get("KOPF_SCHEDULER_BIN_DIR") or str(
+        Path(os.environ.get("KOPF_SCHEDULER_CACHE", Path.home() / ".cache" / "kopf-scheduler")) / KUBE_VERSION / "bin"
+    )
+    candidate = Path(bin_dir) / "helm"
+    found = str(candidate) if candidate.exists() else shutil.which("helm")
+    assert found, f"helm not found in {bin_dir} or on PATH: run `make binaries`"
+    return found
+
+
+def helm(*args: str, check: bool = True, tmp_home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": os.devnull}
+    if tmp_home is not None:  # keep helm's cache/config out of the user's home
+        env.update(
+            HELM_CACHE_HOME=str(tmp_home / "cache"),
+            HELM_CONFIG_HOME=str(tmp_home / "config"),
+            HELM_DATA_HOME=str(tmp_home / "data"),
+        )
+    result = subprocess.run([helm_binary(), *args], capture_output=True, text=True, env=env, timeout=60, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def render(
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = "ks",
+    namespace: str = "kube-system",
+    include_crds: bool = False,
+    check: bool = True,
+) -> list[dict[str, Any]] | subprocess.CompletedProcess[str]:
+    """``helm template`` of the chart with ``values`` (as a JSON values file); the parsed documents."""
+    args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION]
+    if include_crds:
+        args.append("--include-crds")
+    with tempfile.TemporaryDirectory(prefix="chart-values-") as tmp:
+        if values:
+            values_file = Path(tmp) / "values.json"  # JSON is YAML: types survive exactly
+            values_file.write_text(json.dumps(values))
+            args += ["--values", str(values_file)]
+        result = helm(*args, check=check)
+    if not check:
+        return result
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def docs_of(values: Mapping[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+    docs = render(values, **kwargs)
+    assert isinstance(docs, list)
+    return docs
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def container_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert len(pod["containers"]) == 1
+    return pod["containers"][0]
+
+
+def rules_of(cluster_role: Mapping[str, Any]) -> set[tuple[str, str, str, str]]:
+    flat: set[tuple[str, str, str, str]] = set()
+    for rule in cluster_role["rules"]:
+        names = rule.get("resourceNames") or [""]
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in names:
+                        flat.add((group, resource, name, verb))
+    return flat
+
+
+# ---- lint and schema validation ----------------------------------------------------------------------------
+
+
+def test_helm_lint_strict(tmp_path: Path) -> None:
+    result = helm("lint", "--strict", str(CHART), tmp_home=tmp_path)
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+    values = tmp_path / "full.json"
+    values.write_text(json.dumps(FULL_VALUES))
+    helm("lint", "--strict", str(CHART), "--values", str(values), tmp_home=tmp_path)
+
+
+def test_the_pinned_minor_has_bundled_schemas() -> None:
+    """kubernetes-validate must bundle exactly our minor; it would otherwise fall back to an older one."""
+    assert KUBE_VERSION.startswith("1.36.")
+    assert f"{SCHEMA_MINOR}.0" in kubernetes_validate.utils.all_versions()
+
+
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["defaults", "everything-on"])
+def test_rendered_manifests_validate_against_the_pinned_kubernetes_schemas(values: dict[str, Any] | None) -> None:
+    docs = docs_of(values, include_crds=True)
+    kinds = sorted(d["kind"] for d in docs)
+    builtin = {
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Service",
+        "StatefulSet",
+        "PodDisruptionBudget",
+    }
+    custom = {"ClusterKopfPeering", "SchedulerProfile", "ServiceMonitor"}
+    assert set(kinds) <= builtin | custom, kinds
+    assert builtin <= set(kinds)
+    assert kinds.count("CustomResourceDefinition") == 3  # schedulerprofiles, clusterkopfpeerings, kopfpeerings
+    for doc in docs:
+        if doc["kind"] in custom:
+            continue
+        used = kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        assert used == SCHEMA_MINOR, f"{doc['kind']} validated against {used}, not {SCHEMA_MINOR}"
+
+
+def test_an_invalid_field_is_caught_by_the_schemas() -> None:
+    """The validation above can fail: a misspelt field in a StatefulSet is rejected in strict mode."""
+    statefulset = one(docs_of(), "StatefulSet")
+    statefulset["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(statefulset, KUBE_VERSION, strict=True)
+
+
+def test_custom_objects_are_well_formed() -> None:
+    docs = docs_of(FULL_VALUES)
+    peering = one(docs, "ClusterKopfPeering")
+    assert peering["apiVersion"] == "kopf.dev/v1"
+    assert set(peering) == {"apiVersion", "kind", "metadata"}
+    profiles = [d for d in docs if d["kind"] == "SchedulerProfile"]
+    assert [p["metadata"]["name"] for p in profiles] == ["defaults", "empty-spec", "bin-packing"]
+    for profile in profiles:
+        assert profile["apiVersion"] == "kopf-scheduler.io/v1alpha1"
+        assert "namespace" not in profile["metadata"]  # cluster-scoped
+        SchedulerProfileSpec.model_validate(profile["spec"])  # what the operator will accept
+    assert profiles[0]["spec"] == {}
+    assert profiles[1]["spec"] == {}
+    assert profiles[2]["spec"] == FULL_VALUES["profiles"][2]["spec"]
+    monitor = one(docs, "ServiceMonitor")
+    service = one(docs, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["kube-system"]}
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
+
+
+# ---- CRDs and versions -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["schedulerprofile.yaml", "kopf-peering.yaml"])
+def test_chart_crds_are_the_top_level_crds(name: str) -> None:
+    """The chart ships copies (Helm reads only the chart directory); `make crds` refreshes both."""
+    assert (CHART / "crds" / name).read_bytes() == (REPO_ROOT / "crds" / name).read_bytes(), (
+        f"charts/kopf-scheduler/crds/{name} differs from crds/{name}: run `make crds`"
+    )
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["kopf-peering.yaml", "schedulerprofile.yaml"]
+
+
+def test_rendered_crds_are_the_files() -> None:
+    rendered = {d["metadata"]["name"]: d for d in docs_of(include_crds=True) if d["kind"] == "CustomResourceDefinition"}
+    files = {
+        d["metadata"]["name"]: d
+        for path in sorted((REPO_ROOT / "crds").glob("*.yaml"))
+        for d in yaml.safe_load_all(path.read_text())
+        if d
+    }
+    assert rendered == files
+
+
+def test_app_version_is_the_package_version_and_the_default_image_tag() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__
+    assert container_of(docs_of())["image"] == f"kopf-scheduler:{__version__}"
+    image = container_of(docs_of({"image": {"repository": "registry.example/ks", "tag": "dev"}}))["image"]
+    assert image == "registry.example/ks:dev"
+
+
+# ---- RBAC --------------------------------------------------------------------------------------------------
+
+
+def test_cluster_role_is_exactly_what_the_operator_uses() -> None:
+    docs = docs_of()
+    role = one(docs, "ClusterRole")
+    assert rules_of(role) == expected_rules()
+    binding = one(docs, "ClusterRoleBinding")
+    account = one(docs, "ServiceAccount")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "kube-system"}
+    ]
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_peering_name_is_used_consistently() -> None:
+    docs = docs_of({"peering": {"name": "sched-a", "priorityBase": 100, "lifetime": 20}})
+    assert one(docs, "ClusterKopfPeering")["metadata"]["name"] == "sched-a"
+    args = container_of(docs)["args"]
+    assert "--peering-name=sched-a" in args
+    assert "--peering-lifetime=20" in args
+    assert rules_of(one(docs, "ClusterRole")) == expected_rules("sched-a")
+
+
+def test_two_releases_do_not_share_cluster_scoped_names() -> None:
+    a, b = docs_of(release="one"), docs_of(release="two")
+    for kind in ("ClusterRole", "ClusterRoleBinding"):
+        assert one(a, kind)["metadata"]["name"] != one(b, kind)["metadata"]["name"]
+
+
+# ---- the StatefulSet -----------------------------------------------------------------------------------------
+
+
+def test_security_context_meets_pod_security_restricted() -> None:
+    """The fields Pod Security "restricted" checks (pod-security-admission's restricted profile)."""
+    pod = one(docs_of(FULL_VALUES), "StatefulSet")["spec"]["template"]["spec"]
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert psc["runAsUser"] != 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["containers"] + pod.get("initContainers", []):
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["runAsNonRoot"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert not sc.get("privileged")
+    assert all("hostPath" not in v for v in pod.get("volumes", []))
+    assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    # The read-only root filesystem needs a writable /tmp.
+    assert {"name": "tmp", "mountPath": "/tmp"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_statefulset_shape() -> None:
+    docs = docs_of()
+    sts = one(docs, "StatefulSet")
+    spec = sts["spec"]
+    assert spec["replicas"] == 2
+    assert spec["podManagementPolicy"] == "Parallel"
+    assert spec["serviceName"] == one(docs, "Service")["metadata"]["name"]
+    template = spec["template"]
+    assert spec["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    container = container_of(docs)
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 10259, "health": 10260}
+    assert "--metrics-port=10259" in container["args"]
+    assert "--health-port=10260" in container["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    resources = container["resources"]
+    assert set(resources["requests"]) == {"cpu", "memory"}
+    assert set(resources["limits"]) == {"cpu", "memory"}
+    anti = template["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+
+def test_hard_anti_affinity_and_custom_affinity() -> None:
+    pod = one(docs_of({"podAntiAffinity": "hard"}), "StatefulSet")["spec"]["template"]["spec"]
+    required = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required[0]["topologyKey"] == "kubernetes.io/hostname"
+    custom = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}
+    pod = one(docs_of({"affinity": custom}), "StatefulSet")["spec"]["template"]["spec"]
+    assert pod["affinity"] == custom
+
+
+def test_pdb_and_service_select_the_pods() -> None:
+    docs = docs_of()
+    labels = one(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    service = one(docs, "Service")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 10259, "targetPort": "metrics", "protocol": "TCP"}]
+    assert not [d for d in docs_of({"podDisruptionBudget": {"enabled": False}}) if d["kind"] == "PodDisruptionBudget"]
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]  # off by default
+
+
+def test_namespaces_log_settings_and_extra_args_reach_the_command() -> None:
+    args = container_of(docs_of(FULL_VALUES | {"logLevel": "debug", "logFormat": "json"}))["args"]
+    assert args[1] == "kopf-scheduler"  # $0 of the wrapper; the flags follow as "$@"
+    assert "--namespace=team-a" in args
+    assert "--namespace=team-b" in args
+    assert "--log-level=debug" in args
+    assert "--log-format=json" in args
+    assert args[-2:] == ["--pod-max-backoff-seconds", "20"]
+
+
+def _run_wrapper(tmp_path: Path, pod_id: str, base: str = "100") -> subprocess.CompletedProcess[str]:
+    """Run the container's /bin/sh wrapper with a fake `kopf-scheduler` that prints its arguments."""
+    container = container_of(docs_of({"extraArgs": ["--note=a b"]}))
+    fake = tmp_path / "kopf-scheduler"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "POD_ID": pod_id, "PEERING_PRIORITY_BASE": base}
+    return subprocess.run(
+        [*container["command"], *container["args"]], capture_output=True, text=True, env=env, timeout=10, check=False
+    )
+
+
+def test_each_ordinal_gets_its_own_peering_priority(tmp_path: Path) -> None:
+    priorities = {}
+    for ordinal in (0, 1, 2, 11):
+        result = _run_wrapper(tmp_path, f"rel-kopf-scheduler-{ordinal}")
+        assert result.returncode == 0, result.stderr
+        argv = result.stdout.splitlines()
+        assert argv[:3] == ["run", "--peering-priority", str(100 - ordinal)]
+        assert "--peering-name=kopf-scheduler" in argv
+        assert argv[-1] == "--note=a b"  # arguments pass through "$@" unsplit
+        priorities[ordinal] = argv[2]
+    assert len(set(priorities.values())) == len(priorities)
+
+
+@pytest.mark.parametrize("pod_id", ["", "no-ordinal", "kopf-scheduler-x1"])
+def test_wrapper_refuses_a_pod_name_without_ordinal(tmp_path: Path, pod_id: str) -> None:
+    result = _run_wrapper(tmp_path, pod_id)
+    assert result.returncode == 1
+    assert "no StatefulSet ordinal" in result.stderr
+    assert result.stdout == ""
+
+
+# ---- values -----------------------------------------------------------------------------------------------
+
+
+def test_profiles_are_kept_on_uninstall_unless_told_otherwise() -> None:
+    profiles = [{"name": "p"}]
+    kept = one(docs_of({"profiles": profiles}), "SchedulerProfile")
+    assert kept["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    plain = one(docs_of({"profiles": profiles, "keepProfiles": False}), "SchedulerProfile")
+    assert "annotations" not in plain["metadata"]
+    assert not [d for d in docs_of() if d["kind"] == "SchedulerProfile"]  # none by default
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicas": "two"}, "/replicas"),
+        ({"replicas": 0}, "/replicas"),
+        ({"replica": 2}, "additional properties 'replica' not allowed"),
+        ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"logLevel": "trace"}, "/logLevel"),
+        ({"podAntiAffinity": "strict"}, "/podAntiAffinity"),
+        ({"peering": {"name": "Bad_Name", "priorityBase": 1, "lifetime": 15}}, "/peering/name"),
+        ({"peering": {"name": "ok", "priorityBase": 1, "lifetime": 1}}, "/peering/lifetime"),
+        ({"metrics": {"port": 70000}}, "/metrics/port"),
+        ({"profiles": [{"spec": {}}]}, "/profiles/0"),
+        ({"profiles": [{"name": "UPPER"}]}, "/profiles/0/name"),
+        ({"profiles": [{"name": "p", "spec": []}]}, "/profiles/0/spec"),
+        ({"namespaces": ["Not A Namespace"]}, "/namespaces/0"),
+    ],
+)
+def test_values_schema_rejects_bad_values(values: dict[str, Any], message: str) -> None:
+    result = render(values, check=False)
+    assert isinstance(result, subprocess.CompletedProcess)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_values_yaml_documents_every_schema_key() -> None:
+    """values.yaml and values.schema.json list the same top-level keys (besides Helm's `global`)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(schema["properties"]) - {"global"} == set(values)
+    assert schema["additionalProperties"] is False
