@@ -1,0 +1,823 @@
+"""End-to-end benchmark: kopf-scheduler against upstream kube-scheduler on one real API server.
+
+``make bench`` (or ``python -m bench.e2e``) runs it and writes ``bench/results/e2e.json``,
+``bench/results/e2e-bound-over-time.png`` and the "End-to-end benchmark" section of ``docs/benchmarks.md``.
+
+Method (modelled on upstream ``test/integration/scheduler_perf``, see ``/work/shared/reference/control-plane.md``
+section 5):
+
+* **Control plane**: :class:`tools.localcluster.LocalCluster` in *light* mode (etcd + kube-apiserver only)
+  with ``unlimited=True`` (no in-flight limits, no API Priority and Fairness). No kwok and no
+  kube-controller-manager, on purpose: like scheduler_perf we create plain Node objects marked Ready
+  (4 CPU, 32Gi, 110 pods) with no kubelet. kwok would spend this 2-core machine's CPU moving every bound
+  pod to Running (three more writes per pod, during the measurement), and the controller-manager's
+  node-lifecycle controller would see nodes without heartbeats go NotReady after its grace period and
+  taint them (``NoSchedule``/``NoExecute``), changing what the schedulers see mid-run. Light mode also
+  disables the ``TaintNodesByCondition`` admission plugin, so the nodes are created untainted. We delete the
+  pods of a run ourselves (grace period 0), so no garbage or namespace controller is needed.
+* **Fairness**: the schedulers run one at a time against the same API server with the same nodes and the same
+  pods, each run in a fresh namespace whose pods all exist (pending, with that scheduler's
+  ``schedulerName``) *before* the scheduler process is started. Both use the admin identity
+  (``system:masters``). kube-scheduler gets client QPS/burst 5000 (as scheduler_perf) and a profile equal to
+  ours: upstream's defaults minus the plugins kopf-scheduler does not implement (computed from our builder).
+  kopf-scheduler is the real ``kopf-scheduler run`` process with a ``SchedulerProfile`` whose spec is empty
+  (= upstream's defaults). Repetitions interleave the schedulers (kube, kopf, ceiling, kube, kopf, ...) so
+  slow drifts of the shared machine's load hit all of them alike.
+* **The ceiling**: ``bench/_e2e_ceiling.py`` binds the same pods round-robin with no filtering or scoring
+  (asyncio + aiohttp, 64 requests in flight): how fast this API server accepts Bindings.
+* **Measurements**: a watch in this harness on the run's namespace. SchedulingThroughput exactly as
+  scheduler_perf computes it (:mod:`bench._e2e_stats`): 1 s ticks from the moment the scheduler process is
+  spawned, counting pods whose ``spec.nodeName`` went from empty to set; average, p50, p90, p99 in pods/s.
+  Per-pod latency = watch receive time of the bind − max(watch receive time of the creation, the spawn of
+  the scheduler process) — the pods exist before the scheduler does, so this is the latency of a backlog,
+  startup included. Peak RSS = ``VmHWM`` from ``/proc/<pid>/status`` and CPU seconds = utime + stime from
+  ``/proc/<pid>/stat``, both read after the last bind, before the process is stopped (whole process
+  lifetime: start-up, initial LIST, scheduling).
+
+Sizes are configurable with environment variables (see :class:`Config`); the defaults are the issue's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench._e2e_stats import ThroughputSampler, latency_percentiles_ms, pod_latencies, summarize
+from tools.localcluster import REPO_ROOT, LocalCluster, _child_preexec, default_bin_dir
+
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
+
+KUBE, KOPF, CEILING = "kube-scheduler", "kopf-scheduler", "ceiling"
+SCHEDULER_NAMES = {KUBE: "bench-kube", KOPF: "bench-kopf", CEILING: "bench-ceiling"}
+
+HOSTNAME_KEY = "kubernetes.io/hostname"
+ZONE_KEY = "topology.kubernetes.io/zone"
+REGION_KEY = "topology.kubernetes.io/region"
+ZONES = ("zone-a", "zone-b", "zone-c")
+
+#: scheduler_perf's node-default.yaml (capacity == allocatable).
+NODE_RESOURCES = {"cpu": "4", "memory": "32Gi", "pods": "110"}
+#: scheduler_perf's pod-default.yaml.
+POD_RESOURCES = {"cpu": "100m", "memory": "500Mi"}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Workloads
+# --------------------------------------------------------------------------------------------------------
+
+
+def base_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    """scheduler_perf's ``pod-default.yaml`` with our schedulerName."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {}},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "pause",
+                    "image": "registry.k8s.io/pause:3.10.2",
+                    "ports": [{"containerPort": 80}],
+                    "resources": {"requests": dict(POD_RESOURCES), "limits": dict(POD_RESOURCES)},
+                }
+            ],
+        },
+    }
+
+
+def basic_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    return base_pod(name, scheduler_name)
+
+
+def topology_spread_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    """scheduler_perf's ``pod-with-topology-spreading.yaml``: hard zone spread, maxSkew 5."""
+    pod = base_pod(name, scheduler_name)
+    pod["metadata"]["labels"] = {"color": "blue"}
+    pod["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 5,
+            "topologyKey": ZONE_KEY,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"color": "blue"}},
+        }
+    ]
+    return pod
+
+
+def pod_affinity_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    """scheduler_perf's ``pod-with-preferred-pod-affinity.yaml`` (own namespace instead of sched-0/1)."""
+    pod = base_pod(name, scheduler_name)
+    pod["metadata"]["labels"] = {"color": "red"}
+    pod["spec"]["affinity"] = {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {"color": "red"}},
+                        "topologyKey": HOSTNAME_KEY,
+                    },
+                }
+            ]
+        }
+    }
+    return pod
+
+
+def node_affinity_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    """Preferred node affinity: weight 10 for zone-a, weight 5 for zone-b."""
+    pod = base_pod(name, scheduler_name)
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 10,
+                    "preference": {"matchExpressions": [{"key": ZONE_KEY, "operator": "In", "values": ["zone-a"]}]},
+                },
+                {
+                    "weight": 5,
+                    "preference": {"matchExpressions": [{"key": ZONE_KEY, "operator": "In", "values": ["zone-b"]}]},
+                },
+            ]
+        }
+    }
+    return pod
+
+
+@dataclass(frozen=True)
+class Workload:
+    id: str
+    name: str
+    nodes: int
+    pods: int
+    make_pod: Callable[[str, str], dict[str, Any]]
+    description: str
+
+
+#: The issue's workloads at their default sizes; ``BENCH_<ID>=NODESxPODS`` overrides one (ID upper-cased, - → _).
+DEFAULT_WORKLOADS: tuple[Workload, ...] = (
+    Workload("basic-1000", "SchedulingBasic", 1000, 10000, basic_pod, "pod-default (100m CPU, 500Mi)"),
+    Workload("basic-5000", "SchedulingBasic", 5000, 10000, basic_pod, "pod-default (100m CPU, 500Mi)"),
+    Workload(
+        "topology-spread",
+        "PodTopologySpread",
+        1000,
+        5000,
+        topology_spread_pod,
+        "hard zone spread (3 zones, maxSkew 5, DoNotSchedule), pods select each other",
+    ),
+    Workload(
+        "pod-affinity",
+        "InterPodAffinity",
+        500,
+        2000,
+        pod_affinity_pod,
+        "preferred pod affinity to each other, topology hostname (weight 1)",
+    ),
+    Workload(
+        "node-affinity",
+        "NodeAffinity",
+        1000,
+        5000,
+        node_affinity_pod,
+        "preferred node affinity: zone-a weight 10, zone-b weight 5",
+    ),
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------------------
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw else default
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+@dataclass
+class Config:
+    """Every knob, from environment variables (defaults = what ``make bench`` runs).
+
+    - ``BENCH_REPS`` (3): repetitions per workload and scheduler.
+    - ``BENCH_WORKLOADS`` (all): comma-separated workload ids to run.
+    - ``BENCH_SCHEDULERS`` (kube-scheduler,kopf-scheduler,ceiling).
+    - ``BENCH_<ID>`` (e.g. ``BENCH_BASIC_5000=5000x10000``): nodes x pods of one workload.
+    - ``BENCH_SCALE`` (1.0): multiplies every pod count (quick development runs).
+    - ``BENCH_STALL_SECONDS`` (120): give a run up when no pod was bound for this long.
+    - ``BENCH_RESULTS_DIR`` (bench/results), ``BENCH_DOC`` (docs/benchmarks.md; empty = do not write).
+    - ``BENCH_CEILING_CONCURRENCY`` (64): Bindings in flight in the ceiling binder.
+    """
+
+    reps: int = 3
+    workloads: list[Workload] = field(default_factory=list)
+    schedulers: list[str] = field(default_factory=lambda: [KUBE, KOPF, CEILING])
+    stall_seconds: float = 120.0
+    results_dir: Path = RESULTS_DIR
+    doc_path: Path | None = DOC_PATH
+    ceiling_concurrency: int = 64
+
+    @classmethod
+    def from_env(cls) -> Config:
+        scale = _env_float("BENCH_SCALE", 1.0)
+        wanted = [w.strip() for w in os.environ.get("BENCH_WORKLOADS", "").split(",") if w.strip()]
+        known = {w.id: w for w in DEFAULT_WORKLOADS}
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            raise SystemExit(f"BENCH_WORKLOADS: unknown workload(s) {unknown}; known: {sorted(known)}")
+        workloads = []
+        for w in DEFAULT_WORKLOADS:
+            if wanted and w.id not in wanted:
+                continue
+            nodes, pods = w.nodes, w.pods
+            size = os.environ.get("BENCH_" + w.id.upper().replace("-", "_"))
+            if size:
+                n, _, p = size.lower().partition("x")
+                nodes, pods = int(n), int(p)
+            pods = max(1, round(pods * scale))
+            workloads.append(Workload(w.id, w.name, nodes, pods, w.make_pod, w.description))
+        schedulers = [s.strip() for s in os.environ.get("BENCH_SCHEDULERS", "").split(",") if s.strip()]
+        bad = [s for s in schedulers if s not in SCHEDULER_NAMES]
+        if bad:
+            raise SystemExit(f"BENCH_SCHEDULERS: unknown {bad}; known: {list(SCHEDULER_NAMES)}")
+        doc = os.environ.get("BENCH_DOC")
+        return cls(
+            reps=_env_int("BENCH_REPS", 3),
+            workloads=workloads,
+            schedulers=schedulers or [KUBE, KOPF, CEILING],
+            stall_seconds=_env_float("BENCH_STALL_SECONDS", 120.0),
+            results_dir=Path(os.environ.get("BENCH_RESULTS_DIR") or RESULTS_DIR),
+            doc_path=DOC_PATH if doc is None else (Path(doc) if doc else None),
+            ceiling_concurrency=_env_int("BENCH_CEILING_CONCURRENCY", 64),
+        )
+
+
+# --------------------------------------------------------------------------------------------------------
+# A small async API client (the harness's own; nothing here is the operator's code)
+# --------------------------------------------------------------------------------------------------------
+
+
+class Api:
+    def __init__(self, cluster: LocalCluster) -> None:
+        import ssl
+
+        self.server = cluster.server
+        ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=ctx, limit=64),
+            headers={"Authorization": f"Bearer {cluster.token}"},
+            timeout=aiohttp.ClientTimeout(total=600),
+        )
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def request(
+        self, method: str, path: str, *, body: Any = None, params: dict[str, str] | None = None, ok404: bool = False
+    ) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body)
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        async with self.session.request(method, self.server + path, data=data, params=params, headers=headers) as r:
+            text = await r.text()
+            if r.status == 404 and ok404:
+                return {}
+            if r.status >= 400:
+                raise RuntimeError(f"{method} {path}: HTTP {r.status}: {text[:500]}")
+            return json.loads(text) if text else {}
+
+    async def create_many(self, path: str, bodies: Sequence[dict[str, Any]], *, concurrency: int = 32) -> None:
+        queue = list(reversed(bodies))
+
+        async def worker() -> None:
+            while queue:
+                body = queue.pop()
+                for attempt in range(5):
+                    try:
+                        await self.request("POST", path, body=body)
+                        break
+                    except RuntimeError as e:
+                        if "HTTP 409" in str(e):
+                            break
+                        if attempt == 4:
+                            raise
+                        await asyncio.sleep(0.2 * (attempt + 1))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+class PodWatch:
+    """Watches one namespace's pods; records the receive time of each pod's creation and of its bind."""
+
+    def __init__(self, api: Api, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.node_of: dict[str, str] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._rv = ""
+
+    async def start(self) -> None:
+        page = await self.api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods", params={"limit": "1"})
+        self._rv = page["metadata"]["resourceVersion"]
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        while True:
+            params = {
+                "watch": "1",
+                "resourceVersion": self._rv,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "3600",
+            }
+            timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+            async with self.api.session.get(self.api.server + path, params=params, timeout=timeout) as resp:
+                resp.raise_for_status()
+                async for line in resp.content:
+                    now = time.monotonic()
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    meta = obj.get("metadata") or {}
+                    if event.get("type") == "ERROR":
+                        raise RuntimeError(f"watch error: {obj}")
+                    self._rv = meta.get("resourceVersion") or self._rv
+                    if event.get("type") not in ("ADDED", "MODIFIED"):
+                        continue
+                    uid = meta["uid"]
+                    self.created.setdefault(uid, now)
+                    node = (obj.get("spec") or {}).get("nodeName")
+                    if node and uid not in self.bound:
+                        self.bound[uid] = now
+                        self.node_of[uid] = node
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def check(self) -> None:
+        """Re-raise a watch failure (a dead watch would otherwise look like a stalled scheduler)."""
+        if self._task is not None and self._task.done() and not self._task.cancelled():
+            self._task.result()
+
+
+# --------------------------------------------------------------------------------------------------------
+# The processes under test
+# --------------------------------------------------------------------------------------------------------
+
+
+def proc_stats(pid: int) -> tuple[float, float]:
+    """(peak RSS in MiB from VmHWM, CPU seconds utime+stime) of a live process."""
+    peak_kb = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                peak_kb = int(line.split()[1])
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks  # fields 14 and 15 of stat(5), counted after "(comm)"
+    return peak_kb / 1024.0, cpu
+
+
+def omitted_default_plugins() -> list[str]:
+    """Upstream's default plugins kopf-scheduler does not implement: kube-scheduler's profile disables them."""
+    from kopf_scheduler.framework.builder import DEFAULT_MULTI_POINT
+    from kopf_scheduler.framework.registry import default_registry
+
+    registry = default_registry()
+    return [name for name, _ in DEFAULT_MULTI_POINT if name not in registry]
+
+
+def kube_scheduler_config() -> dict[str, Any]:
+    return {
+        "clientConnection": {"qps": 5000, "burst": 5000},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [
+            {
+                "schedulerName": SCHEDULER_NAMES[KUBE],
+                "plugins": {"multiPoint": {"disabled": [{"name": n} for n in omitted_default_plugins()]}},
+            }
+        ],
+    }
+
+
+class Runner:
+    """Starts and stops one scheduler under test; ``pid`` is the process measured."""
+
+    def __init__(self, kind: str, cluster: LocalCluster, namespace: str, config: Config, log_dir: Path) -> None:
+        self.kind = kind
+        self.cluster = cluster
+        self.namespace = namespace
+        self.config = config
+        self.log_dir = log_dir
+        self.pid = 0
+        self._operator: Any = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+
+    def start(self) -> None:
+        if self.kind == KUBE:
+            component = self.cluster.start_kube_scheduler(kube_scheduler_config(), wait=False)
+            self.pid = component.pid
+        elif self.kind == KOPF:
+            from tests.e2e.operator_process import OperatorProcess
+
+            self._operator = OperatorProcess(
+                self.cluster.kubeconfig, name=f"kopf-{self.namespace}", log_dir=self.log_dir
+            )
+            self._operator.start(wait=False)
+            self.pid = self._operator.pid
+        else:
+            self._log = open(self.log_dir / f"ceiling-{self.namespace}.log", "ab")  # noqa: SIM115
+            parent = os.getpid()
+            self._process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench._e2e_ceiling",
+                    "--kubeconfig",
+                    str(self.cluster.kubeconfig),
+                    "--namespace",
+                    self.namespace,
+                    "--scheduler-name",
+                    SCHEDULER_NAMES[CEILING],
+                    "--concurrency",
+                    str(self.config.ceiling_concurrency),
+                ],
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=lambda: _child_preexec(parent),
+            )
+            self.pid = self._process.pid
+
+    def alive(self) -> bool:
+        if self.kind == KUBE:
+            component = self.cluster.components.get("kube-scheduler")
+            return component is not None and component.alive()
+        if self.kind == KOPF:
+            return bool(self._operator and self._operator.alive())
+        return self._process is not None and self._process.poll() is None
+
+    def log_tail(self) -> str:
+        if self.kind == KUBE:
+            return self.cluster.log_tails(30)
+        if self.kind == KOPF and self._operator is not None:
+            return str(self._operator.log_tail(30))
+        path = self.log_dir / f"ceiling-{self.namespace}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.kind == KUBE:
+            if "kube-scheduler" in self.cluster.components:
+                self.cluster.stop_component("kube-scheduler")
+        elif self.kind == KOPF:
+            if self._operator is not None:
+                self._operator.stop()
+        elif self._process is not None:
+            if self._process.poll() is None:
+                os.killpg(self._process.pid, signal.SIGTERM)
+                try:
+                    self._process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self._process.pid, signal.SIGKILL)
+                    self._process.wait()
+            if self._log is not None:
+                self._log.close()
+
+
+# --------------------------------------------------------------------------------------------------------
+# One run
+# --------------------------------------------------------------------------------------------------------
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def node_manifest(index: int) -> dict[str, Any]:
+    name = f"bench-node-{index:05d}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                HOSTNAME_KEY: name,
+                ZONE_KEY: ZONES[index % len(ZONES)],
+                REGION_KEY: "region-1",
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+            },
+        },
+        "spec": {},
+        "status": {
+            "capacity": dict(NODE_RESOURCES),
+            "allocatable": dict(NODE_RESOURCES),
+            "conditions": [{"type": "Ready", "status": "True", "reason": "BenchReady", "message": "plain node"}],
+            "phase": "Running",
+        },
+    }
+
+
+async def ensure_nodes(api: Api, have: int, want: int) -> int:
+    if want > have:
+        started = time.monotonic()
+        await api.create_many("/api/v1/nodes", [node_manifest(i) for i in range(have, want)])
+        print(f"  created nodes {have}..{want - 1} in {time.monotonic() - started:.1f}s", flush=True)
+    return max(have, want)
+
+
+async def delete_namespace_pods(api: Api, namespace: str, wait_seconds: float = 600.0) -> None:
+    """Delete every pod (grace 0: there is no kubelet) and event of the namespace; wait until the pods are gone."""
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    await api.request("DELETE", path, params={"gracePeriodSeconds": "0"}, ok404=True)
+    await api.request("DELETE", f"/api/v1/namespaces/{namespace}/events", ok404=True)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        page = await api.request("GET", path, params={"limit": "1"})
+        if not page.get("items"):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pods of {namespace} not gone after {wait_seconds:.0f}s")
+        await asyncio.sleep(0.5)
+
+
+async def run_one(
+    api: Api, cluster: LocalCluster, config: Config, workload: Workload, scheduler: str, rep: int, log_dir: Path
+) -> tuple[dict[str, Any], list[tuple[float, int]]]:
+    namespace = f"b-{workload.id}-{scheduler.split('-')[0]}-{rep}-{os.getpid() % 10000}"
+    await api.request(
+        "POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    )
+    watch = PodWatch(api, namespace)
+    await watch.start()
+    name = SCHEDULER_NAMES[scheduler]
+    started = time.monotonic()
+    await api.create_many(
+        f"/api/v1/namespaces/{namespace}/pods", [workload.make_pod(f"pod-{i:05d}", name) for i in range(workload.pods)]
+    )
+    while len(watch.created) < workload.pods:
+        watch.check()
+        await asyncio.sleep(0.05)
+    created_s = time.monotonic() - started
+    load_before = load1()
+    runner = Runner(scheduler, cluster, namespace, config, log_dir)
+    spawn = time.monotonic()
+    runner.start()
+    sampler = ThroughputSampler()
+    complete = False
+    error = ""
+    peak_rss = cpu = math.nan
+    last_count, last_progress = 0, spawn
+    tick = 0
+    try:
+        while True:
+            tick += 1
+            await asyncio.sleep(max(0.0, spawn + tick - time.monotonic()))
+            now = time.monotonic()
+            watch.check()
+            count = len(watch.bound)
+            sampler.tick(now, count)
+            if count > last_count:
+                last_count, last_progress = count, now
+            if count >= workload.pods:
+                complete = True
+                break
+            if not runner.alive():
+                error = f"{scheduler} exited\n{runner.log_tail()}"
+                break
+            if now - last_progress > config.stall_seconds:
+                error = f"no bind for {config.stall_seconds:.0f}s ({count}/{workload.pods} bound)"
+                break
+        if runner.alive():
+            peak_rss, cpu = proc_stats(runner.pid)
+    finally:
+        runner.stop()
+        await watch.stop()
+    load_after = load1()
+    if error:
+        print(f"  !! {error}", flush=True)
+    stats = sampler.summary()
+    bind_times = sorted(watch.bound.values())
+    latencies = latency_percentiles_ms(pod_latencies(watch.created, watch.bound, not_before=spawn))
+    row = {
+        "workload": workload.name,
+        "workload_id": workload.id,
+        "nodes": workload.nodes,
+        "pods": workload.pods,
+        "scheduler": scheduler,
+        "rep": rep,
+        "throughput_avg": stats["average"],
+        "p50": stats["p50"],
+        "p90": stats["p90"],
+        "p99": stats["p99"],
+        "latency_p50_ms": latencies["latency_p50_ms"],
+        "latency_p99_ms": latencies["latency_p99_ms"],
+        "peak_rss_mb": peak_rss,
+        "cpu_s": cpu,
+        "startup_s": (bind_times[0] - spawn) if bind_times else math.nan,
+        "duration_s": (bind_times[-1] - bind_times[0]) if bind_times else math.nan,
+        "bound": len(watch.bound),
+        "complete": complete,
+        "load1_before": round(load_before, 2),
+        "load1_after": round(load_after, 2),
+        "error": error.splitlines()[0] if error else "",
+    }
+    timeline = _timeline(bind_times, spawn)
+    await delete_namespace_pods(api, namespace)
+    print(
+        f"  {workload.id:16s} {scheduler:15s} rep {rep}: avg {row['throughput_avg']:7.1f} pods/s "
+        f"p50 {row['p50']:7.1f} p99 {row['p99']:7.1f} | lat p50 {row['latency_p50_ms']:8.0f} ms "
+        f"p99 {row['latency_p99_ms']:8.0f} ms | rss {peak_rss:6.0f} MiB cpu {cpu:6.1f} s | "
+        f"startup {row['startup_s']:.1f}s | created in {created_s:.1f}s | load {load_before:.2f}",
+        flush=True,
+    )
+    return row, timeline
+
+
+def _timeline(bind_times: Sequence[float], origin: float, step: float = 0.25) -> list[tuple[float, int]]:
+    """(seconds since spawn, pods bound) every ``step`` seconds, for the plot."""
+    if not bind_times:
+        return []
+    out = [(0.0, 0)]
+    index = 0
+    t = step
+    end = bind_times[-1] - origin + step
+    while t <= end:
+        while index < len(bind_times) and bind_times[index] - origin <= t:
+            index += 1
+        out.append((round(t, 3), index))
+        t += step
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# Environment facts
+# --------------------------------------------------------------------------------------------------------
+
+
+def _run_text(args: Sequence[str]) -> str:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=30, cwd=REPO_ROOT).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine_facts() -> dict[str, Any]:
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem_kb = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    import kopf
+
+    from kopf_scheduler._version import __version__
+
+    bin_dir = default_bin_dir()
+    commit = _run_text(["git", "rev-parse", "--short", "HEAD"])
+    dirty = bool(_run_text(["git", "status", "--porcelain", "--untracked-files=no", "operator"]))
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "ram_gib": round(mem_kb / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "kube_scheduler": _run_text([str(bin_dir / "kube-scheduler"), "--version"]),
+        "kube_apiserver": _run_text([str(bin_dir / "kube-apiserver"), "--version"]),
+        "etcd": _run_text([str(bin_dir / "etcd"), "--version"]).splitlines()[0:1],
+        "kopf": kopf.__version__ if hasattr(kopf, "__version__") else _pip_version("kopf"),
+        "kopf_scheduler": __version__,
+        "aiohttp": aiohttp.__version__,
+        "commit": commit + ("-dirty" if dirty else ""),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "omitted_plugins": omitted_default_plugins(),
+    }
+
+
+def _pip_version(name: str) -> str:
+    from importlib.metadata import version
+
+    try:
+        return version(name)
+    except Exception:
+        return "?"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------------------
+
+
+async def prepare_kopf(cluster: LocalCluster) -> None:
+    """CRDs (SchedulerProfile, kopf peering) and the benchmark's SchedulerProfile with an empty spec."""
+    from tests.e2e.operator_process import apply_crds, create_profile, ensure_peering
+
+    api = cluster.api_client()
+    try:
+        apply_crds(api)
+        ensure_peering(api, "kopf-scheduler")
+        create_profile(api, SCHEDULER_NAMES[KOPF], {})
+    finally:
+        api.close()
+
+
+async def run_all(config: Config) -> dict[str, Any]:
+    facts = machine_facts()
+    print(
+        f"machine: {facts['nproc']} cpus ({facts['cpu_model']}), {facts['ram_gib']} GiB; load {load1():.2f}", flush=True
+    )
+    log_dir = config.results_dir / ".logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    timelines: dict[str, list[tuple[float, int]]] = {}
+    started = time.monotonic()
+    cluster = LocalCluster("light", unlimited=True, apiserver_args=["--delete-collection-workers=4", "--event-ttl=10m"])
+    with cluster:
+        api = Api(cluster)
+        try:
+            if KOPF in config.schedulers:
+                await prepare_kopf(cluster)
+            nodes = 0
+            for workload in sorted(config.workloads, key=lambda w: w.nodes):
+                nodes = await ensure_nodes(api, nodes, workload.nodes)
+                print(f"{workload.id}: {workload.name}, {workload.nodes} nodes, {workload.pods} pods", flush=True)
+                for rep in range(1, config.reps + 1):
+                    for scheduler in config.schedulers:
+                        row, timeline = await run_one(api, cluster, config, workload, scheduler, rep, log_dir)
+                        rows.append(row)
+                        timelines[f"{workload.id}/{scheduler}/{rep}"] = timeline
+        finally:
+            await api.close()
+    facts["runtime_s"] = round(time.monotonic() - started, 1)
+    return {"meta": facts, "rows": rows, "summary": summarize(rows), "timelines": timelines}
+
+
+def _clean(value: Any) -> Any:
+    """NaN → None so the JSON is standard."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = Config.from_env()
+    config.results_dir.mkdir(parents=True, exist_ok=True)
+    results = asyncio.run(run_all(config))
+    out = config.results_dir / "e2e.json"
+    out.write_text(json.dumps(_clean(results), indent=1) + "\n")
+    print(f"wrote {out}", flush=True)
+    from bench._e2e_report import plot, write_doc_section
+
+    png = plot(results, config.results_dir / "e2e-bound-over-time.png")
+    print(f"wrote {png}", flush=True)
+    if config.doc_path is not None:
+        write_doc_section(results, config.doc_path, png)
+        print(f"wrote {config.doc_path}", flush=True)
+    print(f"total runtime {results['meta']['runtime_s']:.0f}s", flush=True)
+    return 0 if all(r["complete"] for r in results["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""The end-to-end benchmark's pure helpers: scheduler_perf's throughput sampling, percentiles, summaries.
+
+These pin the arithmetic that makes our SchedulingThroughput comparable with upstream's scheduler_perf
+(util.go, v1.36): the first tick with progress is only a baseline, zero-progress ticks are merged into the
+next interval with progress and recorded once per tick, percentiles use ``ceil(n*p/100)-1``.
+No timing is measured here: every time is given explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench._e2e_report import render_section, targets
+from bench._e2e_stats import (
+    ThroughputSampler,
+    latency_percentiles_ms,
+    percentile,
+    pod_latencies,
+    ratio,
+    samples_from_bind_times,
+    summarize,
+)
+
+
+def test_percentile_uses_scheduler_perf_index() -> None:
+    values = [float(v) for v in range(1, 11)]  # 1..10
+    assert percentile(values, 50) == 5.0  # ceil(10*0.5)-1 = 4
+    assert percentile(values, 90) == 9.0  # ceil(9)-1 = 8
+    assert percentile(values, 99) == 10.0  # ceil(9.9)-1 = 9
+    assert percentile([7.0], 99) == 7.0
+    assert math.isnan(percentile([], 50))
+
+
+def test_ticks_before_the_first_bind_and_the_first_sample_are_skipped() -> None:
+    sampler = ThroughputSampler()
+    sampler.tick(1.0, 0)
+    sampler.tick(2.0, 0)
+    sampler.tick(3.0, 40)  # baseline only
+    assert sampler.samples == []
+    assert sampler.start == 3.0
+    sampler.tick(4.0, 140)
+    sampler.tick(5.0, 340)
+    assert sampler.samples == [100.0, 200.0]
+
+
+def test_zero_progress_ticks_merge_into_the_next_interval() -> None:
+    sampler = ThroughputSampler()
+    sampler.tick(1.0, 10)  # baseline
+    sampler.tick(2.0, 10)  # no progress: skipped
+    sampler.tick(3.0, 10)  # no progress: skipped
+    sampler.tick(4.0, 70)  # 60 pods over 3 s, recorded for each of the 3 ticks
+    assert sampler.samples == [20.0, 20.0, 20.0]
+    summary = sampler.summary()
+    assert summary["average"] == 20.0
+    assert summary["p50"] == summary["p99"] == 20.0
+
+
+def test_elapsed_time_is_the_real_one_not_the_nominal_interval() -> None:
+    sampler = ThroughputSampler()
+    sampler.tick(1.0, 5)
+    sampler.tick(2.5, 155)  # a late tick: 150 pods in 1.5 s
+    assert sampler.samples == [pytest.approx(100.0)]
+
+
+def test_summary_average_and_percentiles() -> None:
+    sampler = ThroughputSampler()
+    sampler.tick(0.0, 1)
+    count = 1
+    for i, rate in enumerate([100, 300, 200, 400], start=1):
+        count += rate
+        sampler.tick(float(i), count)
+    summary = sampler.summary()
+    assert summary["average"] == 250.0
+    assert summary["p50"] == 200.0  # sorted 100,200,300,400 → index ceil(2)-1 = 1
+    assert summary["p90"] == 400.0
+    assert summary["p99"] == 400.0
+
+
+def test_no_samples_gives_nan() -> None:
+    summary = ThroughputSampler().summary()
+    assert all(math.isnan(v) for v in summary.values())
+
+
+def test_replay_from_bind_times_matches_live_ticks() -> None:
+    # Binds at 0.5 s (x10), 1.2..1.9 s (x80 spread), nothing in [2,3), 3.5 s (x30), 4.2 s (x1).
+    binds = [0.5] * 10 + [1.2 + 0.01 * i for i in range(80)] + [3.5] * 30 + [4.2]
+    sampler = samples_from_bind_times(binds, origin=0.0)
+    # Ticks at 1,2,3,4: counts 10 (baseline), 90, 90 (skipped), 120; the partial last second is dropped.
+    assert sampler.start == 1.0
+    assert sampler.samples == [80.0, 15.0, 15.0]
+
+
+def test_pod_latencies_clip_creation_to_the_scheduler_start() -> None:
+    created = {"a": 1.0, "b": 12.0}
+    bound = {"a": 11.0, "b": 13.5, "c": 14.0}  # c's creation was never seen
+    latencies = dict(zip(bound, pod_latencies(created, bound, not_before=10.0), strict=True))
+    assert latencies == {"a": 1.0, "b": 1.5, "c": 4.0}
+    ms = latency_percentiles_ms(latencies.values())
+    assert ms["latency_p50_ms"] == 1500.0
+    assert ms["latency_p99_ms"] == 4000.0
+
+
+def _row(scheduler: str, rep: int, avg: float, rss: float, **extra: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "workload": "SchedulingBasic",
+        "workload_id": "basic-5000",
+        "nodes": 5000,
+        "pods": 10000,
+        "scheduler": scheduler,
+        "rep": rep,
+        "throughput_avg": avg,
+        "p50": avg,
+        "p90": avg,
+        "p99": avg,
+        "latency_p50_ms": 1000.0,
+        "latency_p99_ms": 2000.0,
+        "peak_rss_mb": rss,
+        "cpu_s": 10.0,
+        "startup_s": 1.0,
+        "duration_s": 30.0,
+        "complete": True,
+    }
+    row.update(extra)
+    return row
+
+
+def test_summarize_takes_medians_and_spread_per_scheduler() -> None:
+    rows = [
+        _row("kube-scheduler", 1, 300.0, 290.0),
+        _row("kopf-scheduler", 1, 250.0, 400.0),
+        _row("kube-scheduler", 2, 320.0, 300.0),
+        _row("kopf-scheduler", 2, 260.0, 410.0, complete=False),
+        _row("kube-scheduler", 3, 310.0, 295.0),
+        _row("kopf-scheduler", 3, 240.0, 405.0),
+    ]
+    summary = {s["scheduler"]: s for s in summarize(rows)}
+    assert list(summary) == ["kube-scheduler", "kopf-scheduler"]
+    kube, kopf = summary["kube-scheduler"], summary["kopf-scheduler"]
+    assert kube["throughput_avg"] == 310.0
+    assert (kube["throughput_min"], kube["throughput_max"]) == (300.0, 320.0)
+    assert kube["peak_rss_mb"] == 295.0
+    assert kube["reps"] == 3
+    assert kube["complete"] is True
+    assert kopf["throughput_avg"] == 250.0
+    assert kopf["complete"] is False
+
+
+def test_ratio_handles_missing_values() -> None:
+    assert ratio(250.0, 500.0) == 0.5
+    assert math.isnan(ratio(1.0, 0.0))
+    assert math.isnan(ratio(math.nan, 1.0))
+
+
+def _results(kopf_avg: float, kopf_rss: float) -> dict[str, object]:
+    rows = [_row("kube-scheduler", 1, 300.0, 300.0), _row("kopf-scheduler", 1, kopf_avg, kopf_rss)]
+    rows.append(_row("ceiling", 1, 1200.0, 100.0))
+    meta = {
+        "nproc": 2,
+        "cpu_model": "cpu",
+        "ram_gib": 24,
+        "kernel": "6",
+        "python": "3.11",
+        "kube_scheduler": "Kubernetes v1.36.3",
+        "kube_apiserver": "Kubernetes v1.36.3",
+        "etcd": ["etcd Version: 3.6"],
+        "kopf": "1.45",
+        "kopf_scheduler": "0.1.0",
+        "aiohttp": "3",
+        "commit": "abc",
+        "date": "today",
+        "runtime_s": 600.0,
+        "omitted_plugins": ["VolumeBinding"],
+    }
+    return {"meta": meta, "rows": rows, "summary": summarize(rows), "timelines": {}}
+
+
+def test_targets_report_a_miss_with_its_margin() -> None:
+    text = targets(_results(kopf_avg=240.0, kopf_rss=450.0))
+    assert "0.80×" in text
+    assert "missed** by 20%" in text
+    assert "Peak RSS ≤ kube-scheduler's: **missed**" in text
+
+
+def test_targets_report_met() -> None:
+    text = targets(_results(kopf_avg=330.0, kopf_rss=250.0))
+    assert "1.10×" in text
+    assert "— **met**" in text
+    assert "Peak RSS ≤ kube-scheduler's: **met**" in text
+
+
+def test_section_has_ratio_row_against_the_ceiling() -> None:
+    section = render_section(_results(kopf_avg=240.0, kopf_rss=450.0), "../bench/results/x.png")
+    row = next(line for line in section.splitlines() if line.startswith("| SchedulingBasic | 5000"))
+    assert "| **0.80×** | 0.25× | 0.20× |" in row
+    assert section.startswith("<!-- e2e-benchmark:begin")
+    assert section.rstrip().endswith("<!-- e2e-benchmark:end -->")
