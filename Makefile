@@ -20,7 +20,7 @@ BIN_DIR := $(or $(KOPF_SCHEDULER_BIN_DIR),$(CACHE_DIR)/$(KUBE_VERSION)/bin)
 export PATH := $(BIN_DIR):$(CURDIR)/$(VENV)/bin:$(PATH)
 export KOPF_SCHEDULER_BIN_DIR := $(BIN_DIR)
 
-.PHONY: help test demo lint binaries pytest crds clean clean-binaries bench-algo
+.PHONY: help test demo lint binaries pytest crds clean clean-binaries bench-algo bench
 
 help:
 	@echo "make test      venv + binaries + ruff + import contracts + the whole pytest suite"
@@ -30,6 +30,7 @@ help:
 	@echo "make binaries  build/install the pinned upstream binaries and helm into $(BIN_DIR)"
 	@echo "make clean     remove the venv and caches in the tree (the binary cache stays)"
 	@echo "make bench-algo  algorithm benchmark, no API server: bench/results/algo.json + docs/benchmarks.md"
+	@echo "make bench     end-to-end benchmark vs kube-scheduler (~30 min): bench/results/e2e.json + docs/benchmarks.md"
 
 $(VENV_STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +60,11 @@ demo: $(VENV_STAMP) binaries
 # No cluster needed: synthetic nodes and pods straight into the cache (BENCH_ARGS, e.g. --repeat 3).
 bench-algo: $(VENV_STAMP)
 	$(VENV)/bin/python -m bench.algo $(BENCH_ARGS)
+
+# kopf-scheduler vs kube-scheduler vs a trivial binder on a local control plane (sizes: BENCH_* variables,
+# documented in bench/e2e.py). Writes bench/results/e2e.json, the plot and docs/benchmarks.md's section.
+bench: $(VENV_STAMP) binaries
+	$(VENV)/bin/python -m bench.e2e
 
 # The SchedulerProfile CRD is generated from the pydantic models; the chart ships copies of both CRD files
 # (tests/unit/test_crd.py and tests/unit/test_chart.py fail when either drifts).
