@@ -42,7 +42,7 @@ from kopf_scheduler.scheduler import FitError, Scheduler, ScheduleResult, Schedu
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.state.queue import QueuedPodInfo, SchedulingQueue
+from kopf_scheduler.state.queue import QueueClosedError, QueuedPodInfo, SchedulingQueue
 from kopf_scheduler.state.selectors import LabelSelector
 
 logger = logging.getLogger("kopf_scheduler")
@@ -383,7 +383,7 @@ class SchedulerApp:
 
     # -- the scheduling loop -------------------------------------------------------------------------
     async def run_profile(self, name: str, *, stopped: Callable[[], bool], poll: float = 0.5) -> None:
-        """One profile's loop; returns when ``stopped()`` (kopf pauses/stops the daemon) or the profile goes."""
+        """One profile's loop; returns when ``stopped()`` (kopf pauses the daemon, or stops it as the profile goes)."""
         self._running_loops += 1
         try:
             await self.ensure_reconciled()
@@ -391,7 +391,11 @@ class SchedulerApp:
             while not stopped():
                 runtime = self.profiles.get(name)
                 if runtime is None:
-                    return
+                    # kopf spawns the daemon before the create/resume handler has built the pipeline, and an
+                    # invalid new profile has none until it is fixed: wait for it. kopf stops the daemon when
+                    # the profile is deleted (returning here would end the loop for good).
+                    await asyncio.sleep(poll)
+                    continue
                 now = self.clock()
                 if now - last_flush >= 1.0:
                     runtime.queue.flush_backoff_completed()
@@ -402,7 +406,8 @@ class SchedulerApp:
                     last_leftover = now
                 qpod = runtime.queue.pop_nowait()
                 if qpod is None:
-                    with contextlib.suppress(TimeoutError):
+                    # QueueClosedError: the profile was deleted meanwhile; kopf is about to stop this daemon.
+                    with contextlib.suppress(TimeoutError, QueueClosedError):
                         qpod = await asyncio.wait_for(runtime.queue.pop(), timeout=poll)
                     if qpod is None:
                         continue
