@@ -22,6 +22,7 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -35,6 +36,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -42,7 +44,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from tools.localcluster import _child_preexec, free_port
+from tools.localcluster import _child_preexec, default_bin_dir, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "crds"
@@ -326,6 +328,22 @@ def metric_value(text: str, name: str, **labels: str) -> float:
     return total
 
 
+def kubectl(
+    kubeconfig: str | os.PathLike[str], *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run kubectl (the pinned build if present, else the one on PATH); never raises on a non-zero exit."""
+    binary = default_bin_dir() / "kubectl"
+    exe = str(binary) if binary.exists() else (shutil.which("kubectl") or "kubectl")
+    return subprocess.run(
+        [exe, "--kubeconfig", str(kubeconfig), *args], input=stdin, capture_output=True, text=True, timeout=60
+    )
+
+
+def kubectl_apply(kubeconfig: str | os.PathLike[str], manifest: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``kubectl apply -f -`` of one manifest (kubectl validates strictly on the server, as users get it)."""
+    return kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(dict(manifest)))
+
+
 # ---- CRDs and peering -----------------------------------------------------------------------------------
 
 
@@ -573,25 +591,82 @@ def pod_condition(pod: Any, type_: str = "PodScheduled") -> Any | None:
 # ---- events --------------------------------------------------------------------------------------------
 
 
-def namespace_events(api: client.ApiClient, namespace: str) -> list[Any]:
+@dataclass(frozen=True)
+class ObjectRef:
+    kind: str = ""
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One events.k8s.io/v1 Event, decoded by hand: the generated client model requires ``eventTime``, which
+    events recorded through the core/v1 API (controller-manager, kwok) do not have, so its LIST fails."""
+
+    name: str
+    type: str
+    reason: str
+    action: str
+    note: str
+    reporting_controller: str
+    reporting_instance: str
+    regarding: ObjectRef
+    event_time: str
+    count: int
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Event:
+        regarding = raw.get("regarding") or {}
+        return cls(
+            name=(raw.get("metadata") or {}).get("name", ""),
+            type=raw.get("type") or "",
+            reason=raw.get("reason") or "",
+            action=raw.get("action") or "",
+            note=raw.get("note") or "",
+            reporting_controller=raw.get("reportingController") or "",
+            reporting_instance=raw.get("reportingInstance") or "",
+            regarding=ObjectRef(**{k: regarding.get(k) or "" for k in ("kind", "name", "namespace", "uid")}),
+            event_time=raw.get("eventTime") or raw.get("deprecatedFirstTimestamp") or "",
+            count=1 + int((raw.get("series") or {}).get("count") or 0),
+        )
+
+
+def namespace_events(api: client.ApiClient, namespace: str) -> list[Event]:
     """Every events.k8s.io/v1 Event of the namespace (one LIST)."""
-    return list(client.EventsV1Api(api).list_namespaced_event(namespace).items)
+    response = client.EventsV1Api(api).list_namespaced_event(namespace, _preload_content=False)
+    return [Event.from_dict(item) for item in json.loads(response.data).get("items") or ()]
 
 
-def pod_events(
-    api: client.ApiClient, namespace: str, pod_name: str, *, reason: str | None = None, events: list[Any] | None = None
-) -> list[Any]:
-    """The events regarding one pod, oldest first, optionally of one reason."""
+def object_events(
+    api: client.ApiClient,
+    namespace: str,
+    kind: str,
+    name: str,
+    *,
+    reason: str | None = None,
+    events: list[Event] | None = None,
+) -> list[Event]:
+    """The events regarding one object, oldest first, optionally of one reason."""
     items = events if events is not None else namespace_events(api, namespace)
     selected = [
         e
         for e in items
-        if e.regarding is not None
-        and e.regarding.kind == "Pod"
-        and e.regarding.name == pod_name
-        and (reason is None or e.reason == reason)
+        if e.regarding.kind == kind and e.regarding.name == name and (reason is None or e.reason == reason)
     ]
-    return sorted(selected, key=lambda e: (e.event_time or e.metadata.creation_timestamp, e.metadata.name))
+    return sorted(selected, key=lambda e: (e.event_time, e.name))
+
+
+def pod_events(
+    api: client.ApiClient,
+    namespace: str,
+    pod_name: str,
+    *,
+    reason: str | None = None,
+    events: list[Event] | None = None,
+) -> list[Event]:
+    """The events regarding one pod, oldest first, optionally of one reason."""
+    return object_events(api, namespace, "Pod", pod_name, reason=reason, events=events)
 
 
 def scheduled_events_per_pod(api: client.ApiClient, namespace: str) -> Counter[str]:
@@ -599,7 +674,7 @@ def scheduled_events_per_pod(api: client.ApiClient, namespace: str) -> Counter[s
     return Counter(
         e.regarding.name
         for e in namespace_events(api, namespace)
-        if e.reason == "Scheduled" and e.regarding is not None and e.regarding.kind == "Pod"
+        if e.reason == "Scheduled" and e.regarding.kind == "Pod"
     )
 
 

@@ -13,13 +13,12 @@ import secrets
 import time
 from typing import Any
 
-from kubernetes import client
-
 from tests.conftest import Cluster, NodeFactory
 from tests.e2e.conftest import OperatorFactory, ProfileFactory
 from tests.e2e.operator_process import (
     OperatorProcess,
     create_pods,
+    namespace_events,
     pod_condition,
     pod_events,
     pod_manifest,
@@ -84,7 +83,7 @@ def test_pods_of_each_profile_are_bound_with_a_scheduled_event(
     bound = wait_pods_bound(cluster.core, namespace, ours, timeout=60)
     assert set(bound.values()) <= set(nodes)
 
-    all_events = client.EventsV1Api(cluster.api).list_namespaced_event(namespace).items
+    all_events = namespace_events(cluster.api, namespace)
     for pod_name, profile in ours.items():
         scheduled = pod_events(cluster.api, namespace, pod_name, reason="Scheduled", events=all_events)
         assert len(scheduled) == 1, f"{pod_name}: {[(e.reason, e.note) for e in scheduled]}"
