@@ -14,7 +14,11 @@ of reasons inside one node's Status differs, and FailedScheduling counts reasons
 
 Score (no NormalizeScore) delegates to :mod:`kopf_scheduler.plugins.resource_allocation` with the strategy of
 ``scoringStrategy``: the node side counts existing pods' cpu/memory with the non-zero defaults, the pod side
-too.
+too. Upstream quirk kept (v1.36 ``NewFit``): the scorer Fit builds with ``getScorer`` never gets the feature
+flags BalancedAllocation's gets, so for the *incoming* pod's scoring requests ``SkipPodLevelResources`` is true:
+pod-level ``spec.resources.requests`` are ignored and the containers' aggregate (with the non-zero defaults,
+plus overhead) is scored instead, although Filter and the node side do honour pod-level requests. Found by
+the differential conformance suite (tests/conformance).
 
 Not modelled: DRA-backed extended resources (DRAExtendedResource): upstream skips the fit check of an
 extended resource that a node does not advertise but a DeviceClass maps; the cache does not watch
@@ -24,6 +28,7 @@ DeviceClasses, so such a request fails as ``Insufficient <name>`` (as upstream w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -50,10 +55,13 @@ from kopf_scheduler.plugins.resource_allocation import (
 )
 from kopf_scheduler.state.node_table import PODS
 from kopf_scheduler.state.pod_info import (
+    DEFAULT_MEMORY_REQUEST,
+    DEFAULT_MILLI_CPU_REQUEST,
     PodInfo,
     is_extended_resource_name,
     is_pod_level_requests_set,
-    scoring_non_zero_requests,
+    pod_request_list,
+    scheduler_value,
 )
 
 if TYPE_CHECKING:
@@ -119,6 +127,27 @@ class PreScoreState:
 
 def _bits(value: int, width: int) -> tuple[bool, ...]:
     return tuple(bool(value >> bit & 1) for bit in range(width))
+
+
+_SCORING_DEFAULTS = {"cpu": Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000), "memory": Fraction(DEFAULT_MEMORY_REQUEST)}
+
+
+def scoring_requests_without_pod_level(pod: PodInfo) -> dict[str, int] | None:
+    """The incoming pod's requests as Fit's scorer sees them when it has pod-level requests, else None.
+
+    Upstream ``calculatePodResourceRequest`` on Fit's scorer runs ``PodRequests`` with
+    ``SkipPodLevelResources: true`` (its ``enablePodLevelResources`` is never set) and the non-zero container
+    defaults: the containers' aggregate plus overhead, every named resource, as the scheduler's integers.
+    """
+    spec = pod.obj.get("spec") or {}
+    if not is_pod_level_requests_set(spec):
+        return None
+    found: dict[str, int] | None = pod.memo.get(_SCORING_REQUESTS_MEMO)
+    if found is None:
+        containers_only = {"spec": {k: v for k, v in spec.items() if k != "resources"}}
+        requests = pod_request_list(containers_only, non_missing=_SCORING_DEFAULTS)
+        found = pod.memo[_SCORING_REQUESTS_MEMO] = {name: scheduler_value(name, q) for name, q in requests.items()}
+    return found
 
 
 class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
@@ -223,7 +252,13 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     # -- PreScore / Score ---------------------------------------------------------------------------------
     def pod_requests(self, pod: PodInfo) -> tuple[int, ...]:
         """The pod's request per scoring resource; cpu/memory with the non-zero defaults."""
-        cpu, memory = self._scoring_non_zero(pod)
+        container_requests = scoring_requests_without_pod_level(pod)
+        if container_requests is None:
+            # Without pod-level requests the node-side values (defaults included) are the scoring ones.
+            cpu, memory, others = pod.non_zero_cpu, pod.non_zero_memory, pod.requests
+        else:
+            cpu, memory = container_requests.get("cpu", 0), container_requests.get("memory", 0)
+            others = container_requests
         values = []
         for resource in self.resources:
             if resource.name == "cpu":
@@ -231,20 +266,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             elif resource.name == "memory":
                 values.append(memory)
             else:
-                values.append(pod.requests.get(resource.name, 0))
+                values.append(others.get(resource.name, 0))
         return tuple(values)
-
-    @staticmethod
-    def _scoring_non_zero(pod: PodInfo) -> tuple[int, int]:
-        found = pod.memo.get(_SCORING_REQUESTS_MEMO)
-        if found is None:
-            if is_pod_level_requests_set(pod.obj.get("spec") or {}):
-                found = scoring_non_zero_requests(pod.obj)
-            else:
-                # Without pod-level requests the node-side defaults are the scoring ones.
-                found = (pod.non_zero_cpu, pod.non_zero_memory)
-            pod.memo[_SCORING_REQUESTS_MEMO] = found
-        return found
 
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> Status:
         state.write(PRE_SCORE_STATE_KEY, PreScoreState(self.pod_requests(pod)))

@@ -668,6 +668,20 @@ def test_score_pod_level_requests_with_overhead_uses_scoring_defaults() -> None:
     assert got == [50]
 
 
+def test_score_ignores_pod_level_requests_of_the_incoming_pod() -> None:
+    # Upstream v1.36 quirk (found by tests/conformance, seed 34): Fit's scorer never gets the PodLevelResources
+    # flag, so it scores the containers' aggregate (100m cpu, default 200Mi memory), not the pod-level 2 cpu /
+    # 4Gi: cpu (3500−100)·100//3500 = 97, memory (8192−200)·100//8192 Mi = 97 → 97 (pod-level would give 46).
+    pod = make_pod(requests={"cpu": "100m"}, spec={"resources": {"requests": {"cpu": "2", "memory": "4Gi"}}})
+    assert run_score([make_node("n", cpu="3500m", memory="8Gi")], [], pod) == [97]
+    # Other scored resources come from the containers too; Filter still counts the pod-level requests.
+    pod_gpu = make_pod(requests={"cpu": "1", GPU: 1}, spec={"resources": {"requests": {"cpu": "2"}}})
+    cache = make_cache([make_node("n", cpu="4", memory="8Gi", extra={GPU: 2})])
+    plugin = plugin_for(cache, strategy("MostAllocated", ("cpu", 1), (GPU, 1)))
+    assert plugin.pod_requests(pod_info(pod_gpu)) == (1000, 1)
+    assert run_filter([make_node("n", cpu="1500m", memory="8Gi")], [], pod)["n"] is not None
+
+
 def test_rtcr_requires_a_shape() -> None:
     # Args validation rejects this first; the plugin still refuses to build a scorer without a shape.
     strategy_without_shape = ScoringStrategy.model_construct(
