@@ -1,0 +1,190 @@
+"""Upstream kube-scheduler as the oracle: its configuration, and what its log says about each decision.
+
+Equivalent profile. A SchedulerProfile's ``spec`` is one KubeSchedulerConfiguration profile minus
+``schedulerName``, so upstream gets the same spec under another scheduler name. The only difference is
+what we have not implemented: our builder leaves upstream's unimplemented default plugins out of the
+pipeline (``omitted_defaults``: the volume plugins, DynamicResources, DefaultPreemption,
+NodeDeclaredFeatures), so upstream's profile disables exactly those in ``multiPoint``. Without
+DefaultPreemption neither side has a PostFilter plugin, so FailedScheduling texts carry no preemption suffix.
+
+Scores. kube-scheduler prints, at verbosity 10 in ``schedule_one.go``, every plugin's weighted score per
+node and every node's total; its binder says which node it picked (verbosity 3)::
+
+    I1122 02:10:21.932441 14216 schedule_one.go:982] "Plugin scored node for pod" pod="ns/p" plugin="X"
+        node="n" score=300
+    I1122 02:10:21.932485 14216 schedule_one.go:1050] "Calculated node's final score for pod" pod="ns/p"
+        node="n" score=454
+    I1122 02:10:21.934016 14216 default_binder.go:69] "Attempting to bind pod to node" pod="ns/p" node="n"
+
+(one line each in the log). Only those files are turned up (``-v=2 --vmodule=schedule_one=10,...``): a
+global ``-v=10`` would also log every HTTP request and response body. When a single node is feasible
+upstream skips scoring and prints no score lines; that node is then the whole top set.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Flags for upstream's log: per-node scores from schedule_one.go only.
+LOG_FLAGS = ("-v=2", "--vmodule=schedule_one=10")
+
+_KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+_MSG = re.compile(r'^[IWEF]\d{4} [\d:.]+\s+\d+ (\S+):\d+\] "((?:[^"\\]|\\.)*)"(.*)$')
+
+
+def upstream_profile(scheduler_name: str, spec: Mapping[str, Any], omitted: Iterable[str]) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration profile equivalent to a SchedulerProfile ``spec`` under our builder."""
+    profile: dict[str, Any] = {"schedulerName": scheduler_name, **copy.deepcopy(dict(spec))}
+    omitted = list(omitted)
+    if omitted:
+        plugins = profile.setdefault("plugins", {})
+        multi = plugins.setdefault("multiPoint", {})
+        disabled = multi.setdefault("disabled", [])
+        present = {entry.get("name") for entry in disabled}
+        disabled.extend({"name": name} for name in omitted if name not in present)
+    return profile
+
+
+def scheduler_config(profiles: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration body (LocalCluster adds the kubeconfig, QPS and leader election)."""
+    return {"profiles": [dict(p) for p in profiles]}
+
+
+def _unquote(value: str) -> str:
+    """klog quotes values with Go's strconv.Quote, which JSON reads (bar rare \\x escapes)."""
+    if value.startswith('"') and value.endswith('"'):
+        try:
+            return str(json.loads(value))
+        except ValueError:
+            return value[1:-1]
+    return value
+
+
+def parse_line(line: str) -> tuple[str, str, dict[str, str]] | None:
+    """(source file, message, key/values) of one klog text line, or None if it is not one."""
+    match = _MSG.match(line)
+    if match is None:
+        return None
+    source, message, rest = match.groups()
+    return source, message, {k: _unquote(v) for k, v in _KV.findall(rest)}
+
+
+@dataclass
+class UpstreamCycle:
+    """What upstream's log says about the last scheduling cycle of one pod."""
+
+    #: plugin → node → weighted score.
+    plugin_scores: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: node → total score (empty when scoring did not run).
+    final_scores: dict[str, int] = field(default_factory=dict)
+    #: The node upstream chose (its binder's "Attempting to bind" line, or the "Successfully bound" line).
+    bound_node: str | None = None
+    evaluated_nodes: int | None = None
+    feasible_nodes: int | None = None
+    #: "Unable to schedule pod; no fit; waiting" err text (the FitError), if the last cycle failed.
+    fit_error: str | None = None
+
+    @property
+    def top_nodes(self) -> set[str]:
+        """The nodes with the highest total score; the bound node alone when scoring did not run."""
+        if self.final_scores:
+            best = max(self.final_scores.values())
+            return {node for node, score in self.final_scores.items() if score == best}
+        return {self.bound_node} if self.bound_node else set()
+
+    @property
+    def feasible(self) -> set[str]:
+        """Nodes that passed filtering (known when scoring ran, or when exactly one was feasible)."""
+        if self.final_scores:
+            return set(self.final_scores)
+        return {self.bound_node} if self.bound_node else set()
+
+
+def parse_cycle(lines: Iterable[str], pod_key: str) -> UpstreamCycle:
+    """Fold upstream's log lines into the pod's *last* cycle (a retried pod starts a fresh one)."""
+    cycle = UpstreamCycle()
+    quoted = f'pod="{pod_key}"'
+    for line in lines:
+        if quoted not in line:
+            continue
+        parsed = parse_line(line)
+        if parsed is None:
+            continue
+        _source, message, kv = parsed
+        if kv.get("pod") != pod_key:
+            continue
+        if message == "Attempting to schedule pod":
+            cycle = UpstreamCycle()
+        elif message == "Plugin scored node for pod":
+            cycle.plugin_scores.setdefault(kv["plugin"], {})[kv["node"]] = int(kv["score"])
+        elif message == "Calculated node's final score for pod":
+            cycle.final_scores[kv["node"]] = int(kv["score"])
+        elif message == "Attempting to bind pod to node":
+            cycle.bound_node = kv["node"]
+        elif message == "Successfully bound pod to node":
+            cycle.bound_node = kv["node"]
+            cycle.evaluated_nodes = int(kv.get("evaluatedNodes", "0"))
+            cycle.feasible_nodes = int(kv.get("feasibleNodes", "0"))
+        elif message == "Unable to schedule pod; no fit; waiting":
+            cycle.fit_error = kv.get("err")
+    return cycle
+
+
+class LogCursor:
+    """Reads a growing log file from where the last read stopped (one position per component log)."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+        self.offset = 0
+
+    def mark(self) -> int:
+        """Remember the current end of the file; :meth:`since` reads from here."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(0, 2)
+                self.offset = f.tell()
+        except OSError:
+            self.offset = 0
+        return self.offset
+
+    def since(self) -> list[str]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        # A line being written right now may be cut; it is re-read next time from the mark.
+        return data.decode(errors="replace").splitlines()
+
+
+# -- reasons → plugins ---------------------------------------------------------------------------------
+#: Substrings of upstream's reason texts and the plugin that produces them.
+REASON_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("untolerated taint", "TaintToleration"),
+    ("were unschedulable", "NodeUnschedulable"),
+    ("Insufficient ", "NodeResourcesFit"),
+    ("Too many pods", "NodeResourcesFit"),
+    ("free ports", "NodePorts"),
+    ("node affinity/selector", "NodeAffinity"),
+    ("pod topology spread constraints", "PodTopologySpread"),
+    ("anti-affinity rules", "InterPodAffinity"),
+    ("pod affinity rules", "InterPodAffinity"),
+    ("didn't match Pod's node affinity", "NodeAffinity"),
+)
+_PLUGIN_LIST = re.compile(r"didn't satisfy plugin\(s\) \[([^\]]*)\]")
+
+
+def plugins_in_message(message: str) -> set[str]:
+    """The plugins whose reasons appear in a FailedScheduling text."""
+    found = {plugin for needle, plugin in REASON_PLUGINS if needle in message}
+    for match in _PLUGIN_LIST.finditer(message):
+        found.update(name.strip() for name in match.group(1).split() if name.strip())
+    return found
+
+
+def varying_plugins(plugin_scores: Mapping[str, Mapping[str, int]]) -> set[str]:
+    """Plugins whose score differs between feasible nodes (they influenced the choice)."""
+    return {plugin for plugin, scores in plugin_scores.items() if len(set(scores.values())) > 1}

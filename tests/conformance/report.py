@@ -1,0 +1,365 @@
+"""Turn scenario results into bench/results/conformance.json and docs/conformance.md.
+
+The JSON is the machine-readable summary (``{"scenarios", "pods", "agree", "disagree", "by_plugin": {...}}``
+plus how and where it was measured); the Markdown page explains the method, gives the per-plugin table,
+and lists every disagreement with a reproducer (the pod, the nodes it is about and the pods on them, as
+YAML) and why it happens.
+
+"Exercised" (per plugin): the pod's spec uses what the plugin reads (its tolerations, node affinity, ports,
+spread constraints, (anti-)affinity, requests, images), or the cluster does (tainted or cordoned nodes,
+existing pods with affinity terms or host ports), or upstream's FailedScheduling text names the plugin's
+reason, or upstream's per-node scores of the plugin differed between the feasible nodes. A pod counts for
+every plugin it exercised; its agreement is the whole pod's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conformance.generator import PLUGINS
+from tests.conformance.known import FIXED, explain
+from tests.conformance.runner import REPO_ROOT, PodResult, ProfileDef, ScenarioResult
+
+JSON_PATH = REPO_ROOT / "bench" / "results" / "conformance.json"
+DOC_PATH = REPO_ROOT / "docs" / "conformance.md"
+
+
+@dataclass
+class RunInfo:
+    """How, where and when the results were measured."""
+
+    command: str
+    seed_start: int
+    sizes: str
+    seconds: float
+    started: str
+    commit: str
+    machine: str
+
+    @classmethod
+    def collect(cls, *, command: str, seed_start: int, sizes: str, seconds: float, started: str) -> RunInfo:
+        return cls(command, seed_start, sizes, seconds, started, _commit(), _machine())
+
+
+def _commit() -> str:
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{rev} (with uncommitted changes in the tree)" if dirty else rev
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import os
+
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = 0
+    memory = ""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                memory = f", {int(line.split()[1]) / 2**20:.0f} GiB RAM"
+                break
+    except OSError:
+        pass
+    return (
+        f"{cores} cores ({cpu}){memory}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    )
+
+
+def now_utc() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# -- aggregation -----------------------------------------------------------------------------------------
+def all_pods(results: Sequence[ScenarioResult]) -> list[PodResult]:
+    return [pod for scenario in results for pod in scenario.pods]
+
+
+def annotate_known(results: Sequence[ScenarioResult]) -> None:
+    for pod in all_pods(results):
+        if not pod.agree:
+            known = explain(pod)
+            pod.known = known.key if known else None
+
+
+def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], run: RunInfo) -> dict[str, Any]:
+    pods = all_pods(results)
+    by_plugin: dict[str, dict[str, int]] = {}
+    for plugin in PLUGINS:
+        exercised = [p for p in pods if plugin in p.plugins]
+        by_plugin[plugin] = {
+            "scenarios": len({(p.seed, p.profile) for p in exercised}),
+            "pods": len(exercised),
+            "agree": sum(p.agree for p in exercised),
+            "disagree": sum(not p.agree for p in exercised),
+        }
+    by_profile: dict[str, dict[str, int]] = {}
+    for profile in profiles:
+        mine = [p for p in pods if p.profile == profile.name]
+        by_profile[profile.name] = {
+            "scenarios": sum(1 for s in results if s.profile == profile.name),
+            "pods": len(mine),
+            "agree": sum(p.agree for p in mine),
+            "disagree": sum(not p.agree for p in mine),
+        }
+    bound = [p for p in pods if p.upstream.kind == "bound" and p.ours.kind == "bound"]
+    unschedulable = [p for p in pods if p.upstream.kind == "unschedulable" and p.ours.kind == "unschedulable"]
+    return {
+        "scenarios": len(results),
+        "pods": len(pods),
+        "agree": sum(p.agree for p in pods),
+        "disagree": sum(not p.agree for p in pods),
+        "known": sum(1 for p in pods if not p.agree and p.known),
+        "by_plugin": by_plugin,
+        "by_profile": by_profile,
+        "checks": {
+            "verdicts_equal": sum(p.upstream.kind == p.ours.kind for p in pods),
+            "both_bound": len(bound),
+            "our_node_in_upstream_top_set": sum(p.ours.node in p.upstream_top for p in bound),
+            "upstream_top_set_size_above_1": sum(len(p.upstream_top) > 1 for p in bound),
+            "both_unschedulable": len(unschedulable),
+            "failed_scheduling_note_equal": sum(p.upstream.note == p.ours.note for p in unschedulable),
+            "pod_scheduled_message_equal": sum(p.upstream.condition == p.ours.condition for p in unschedulable),
+        },
+        "model": {
+            "pods_with_differences": sum(bool(p.model_notes) for p in pods),
+            "notes": _count(note for p in pods for note in p.model_notes),
+        },
+        "invalid_generated_pods": sum(len(s.invalid) for s in results),
+        "disagreements": [
+            {
+                "seed": p.seed,
+                "profile": p.profile,
+                "pod": f"{p.namespace}/{p.name}",
+                "problems": p.problems,
+                "known": p.known,
+            }
+            for p in pods
+            if not p.agree
+        ],
+        "profiles": [{"name": p.name, "source": p.source} for p in profiles],
+        "run": {
+            "command": run.command,
+            "seeds": f"{run.seed_start}..{run.seed_start + len(results) - 1}",
+            "sizes": run.sizes,
+            "seconds": round(run.seconds, 1),
+            "date": run.started,
+            "commit": run.commit,
+            "machine": run.machine,
+            "kube_scheduler": "v1.36.3 (tools/versions.env), built from k8s.io/kubernetes",
+        },
+    }
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        out[item] = out.get(item, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def write_json(data: dict[str, Any], path: Path = JSON_PATH) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+# -- markdown ----------------------------------------------------------------------------------------------
+def _yaml(obj: Any) -> str:
+    return yaml.safe_dump(obj, sort_keys=False, width=120).rstrip()
+
+
+def _reproducer(pod: PodResult) -> str:
+    manifest = dict(pod.manifest)
+    manifest["spec"] = {"schedulerName": "<scheduler>", **manifest.get("spec", {})}
+    context = pod.context or {}
+    parts = [
+        f"#### seed {pod.seed}, profile `{pod.profile}`, pod `{pod.namespace}/{pod.name}`",
+        "",
+        *(f"- {problem}" for problem in pod.problems),
+        f"- upstream: {_decision(pod.upstream)}",
+        f"- ours: {_decision(pod.ours)}",
+    ]
+    if pod.upstream_scores:
+        parts.append(f"- upstream's totals: {json.dumps(pod.upstream_scores, sort_keys=True)}")
+    if pod.model.get("scores"):
+        parts.append(f"- our model's totals: {json.dumps(pod.model['scores'], sort_keys=True)}")
+    if pod.model_notes:
+        parts.append(f"- model vs upstream: {', '.join(pod.model_notes)}")
+    known = explain(pod)
+    parts.append(f"- why: {known.reason if known else 'not explained yet (see the report of the run)'}")
+    parts += [
+        "",
+        f"Rerun: `python -m tests.conformance --seed-start {pod.seed} --scenarios 1 --profiles {pod.profile}`",
+        "",
+        "<details><summary>pod, relevant nodes and the pods on them (YAML)</summary>",
+        "",
+        "```yaml",
+        _yaml(manifest),
+    ]
+    for obj in context.get("nodes", []) + context.get("pods", []):
+        parts += ["---", _yaml(obj)]
+    parts += ["```", "", "</details>", ""]
+    return "\n".join(parts)
+
+
+def _decision(decision: Any) -> str:
+    if decision.kind == "bound":
+        return f"bound to `{decision.node}`"
+    if decision.kind == "unschedulable":
+        return f"unschedulable: `{decision.note}`"
+    return f"{decision.kind} ({decision.detail or decision.condition})"
+
+
+def write_markdown(
+    data: dict[str, Any], results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], path: Path = DOC_PATH
+) -> None:
+    run = data["run"]
+    checks = data["checks"]
+    lines = [
+        "# Conformance: kopf-scheduler against upstream kube-scheduler v1.36.3",
+        "",
+        "Generated by `make conformance` (`python -m tests.conformance`); do not edit by hand. The method is in",
+        "[`tests/conformance/`](../tests/conformance/) (module docstrings of `generator.py`, `runner.py`,",
+        "`oracle.py`, `sim.py`); the numbers below are one measured run, also in",
+        "[`bench/results/conformance.json`](../bench/results/conformance.json).",
+        "",
+        "## What is compared",
+        "",
+        "Seeded random clusters (fewer than 100 nodes, so upstream evaluates every node) with existing pods,",
+        "Services and ReplicaSets, and pending pods that use the features of every plugin we implement, are",
+        "loaded into a local control plane (etcd + kube-apiserver). Each pending pod is scheduled, one at a",
+        "time and in the same order, by upstream kube-scheduler (the pinned build, at `-v=2",
+        "--vmodule=schedule_one=10,...` for its per-node scores) and by `kopf-scheduler run` as a real process,",
+        "with equivalent profiles: the same spec, upstream additionally disabling the default plugins we do not",
+        "implement. Upstream never binds (a ValidatingAdmissionPolicy denies its ServiceAccount's bindings and",
+        "names the node it chose), so both decide on exactly the same state; our copy stays bound for the next",
+        "pod. Per pod: the verdict (bound or not); the FailedScheduling note and PodScheduled message, byte for",
+        "byte; whether our node is among upstream's highest-total nodes.",
+        "",
+        "## Result",
+        "",
+        f"Measured {run['date']} at commit `{run['commit']}` on {run['machine']}: `{run['command']}`,",
+        f"seeds {run['seeds']} (sizes: {run['sizes']}), {run['seconds']} s in all.",
+        "",
+        "| scenarios | pods compared | agree | disagree | of which known |",
+        "|---:|---:|---:|---:|---:|",
+        f"| {data['scenarios']} | {data['pods']} | {data['agree']} | {data['disagree']} | {data['known']} |",
+        "",
+        "| check | pods | equal |",
+        "|---|---:|---:|",
+        f"| verdict (bound or not) | {data['pods']} | {checks['verdicts_equal']} |",
+        f"| our node in upstream's top-score set (both bound; {checks['upstream_top_set_size_above_1']} "
+        f"with ties) | {checks['both_bound']} | {checks['our_node_in_upstream_top_set']} |",
+        f"| FailedScheduling note (both unschedulable) | {checks['both_unschedulable']} "
+        f"| {checks['failed_scheduling_note_equal']} |",
+        f"| PodScheduled message (both unschedulable) | {checks['both_unschedulable']} "
+        f"| {checks['pod_scheduled_message_equal']} |",
+        "",
+        "### Per plugin",
+        "",
+        "A pod counts for a plugin when it exercised it: its spec uses what the plugin reads, or the cluster",
+        "does (tainted or cordoned nodes, existing pods with affinity terms or host ports), or upstream's",
+        "FailedScheduling text names the plugin's reason, or upstream's scores of the plugin differed between",
+        "the feasible nodes. Scenarios count (seed, profile) pairs.",
+        "",
+        "| plugin | scenarios | pods | agree | disagree |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for plugin, row in data["by_plugin"].items():
+        lines.append(f"| {plugin} | {row['scenarios']} | {row['pods']} | {row['agree']} | {row['disagree']} |")
+    lines += [
+        "",
+        "Not exercised: NodeName (a pod with `spec.nodeName` never reaches a scheduler), SchedulingGates (a",
+        "gated pod gets no verdict to compare), PrioritySort (pods are scheduled one at a time; priority classes",
+        "are set but cannot reorder anything), DefaultBinder (only in that our bound pods are bound), and every",
+        "plugin we do not implement (volumes, DRA, preemption, NodeDeclaredFeatures), which both sides disable.",
+        "",
+        "### Per profile",
+        "",
+        "Scenario *k* uses profile *k* mod (number of profiles): the built-in default profile (unless an example",
+        "has an empty spec) and every SchedulerProfile in `examples/`.",
+        "",
+        "| profile | from | scenarios | pods | agree | disagree |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    sources = {p.name: p.source for p in profiles}
+    for name, row in data["by_profile"].items():
+        lines.append(
+            f"| `{name}` | {sources.get(name, '')} | {row['scenarios']} | {row['pods']} | {row['agree']} "
+            f"| {row['disagree']} |"
+        )
+    lines += ["", "## Disagreements", ""]
+    pods = [p for s in results for p in s.pods if not p.agree]
+    if not pods:
+        lines += ["None in this run.", ""]
+    for pod in pods:
+        lines.append(_reproducer(pod))
+    lines += [
+        "## Diagnostics: the in-process model",
+        "",
+        "Beside the operator process, the runner feeds the same objects into an in-process `SchedulerApp` and",
+        "compares its per-plugin, per-node scores and feasible sets with upstream's V(10) log lines. These are",
+        "diagnostics (a difference that does not change the outcome is not a disagreement above), but any",
+        "difference is a behaviour difference somewhere.",
+        "",
+    ]
+    notes = data["model"]["notes"]
+    if notes:
+        lines += ["| difference | pods |", "|---|---:|"]
+        lines += [f"| {note} | {count} |" for note, count in notes.items()]
+        lines.append("")
+        for pod in [p for s in results for p in s.pods if p.agree and p.model_notes]:
+            lines.append(_reproducer(pod))
+    else:
+        lines += [
+            "No differences: every plugin's score on every feasible node, every feasible set, every top-score",
+            "set and every FailedScheduling text of the model matched upstream's.",
+            "",
+        ]
+    lines += ["## Found and fixed", ""]
+    for finding in FIXED:
+        lines += [f"- **{finding.summary}**", f"  Cause: {finding.cause}", f"  Fix: {finding.fix}"]
+    lines += [
+        "",
+        "## Running it",
+        "",
+        "```bash",
+        "make conformance                              # CONFORMANCE_SCENARIOS scenarios (default 100)",
+        "CONFORMANCE_SCENARIOS=300 make conformance    # more",
+        ".venv/bin/python -m tests.conformance --seed-start 34 --scenarios 1 --profiles default-equivalent",
+        "```",
+        "",
+        "A quick subset (two small scenarios) runs in `make test` as `tests/conformance/test_quick.py` and fails",
+        "on any disagreement that `tests/conformance/known.py` does not explain.",
+        "",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))

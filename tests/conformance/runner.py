@@ -1,0 +1,939 @@
+"""Differential runs: the same pods, on the same cluster state, scheduled by upstream and by kopf-scheduler.
+
+One :class:`Harness` owns a light local control plane (etcd + kube-apiserver: nothing else mutates
+objects, so the state is exactly what we load), upstream kube-scheduler with one profile per compared
+profile (named ``upstream-<name>``), and ``kopf-scheduler run`` as a real process hosting the same
+profiles as SchedulerProfiles. Both schedulers run all the time; a pod goes to one or the other by its
+``schedulerName``.
+
+Fairness: both must decide pod *i* on the same state, and a binding cannot be undone. So upstream never
+binds: it runs with its own ServiceAccount, and a ValidatingAdmissionPolicy denies that account's
+``pods/binding`` requests with a message naming the node it chose. Upstream's decision (and, from its log,
+the per-plugin and total scores of that cycle) is complete at that point; the failed bind only makes it
+forget the assumed pod. Per pending pod:
+
+1. upstream's copy is created; upstream decides; we record its verdict (the node from the denied binding,
+   or the FailedScheduling note and PodScheduled message), then delete the copy. It was never bound, so
+   nobody's cache ever counted it;
+2. our copy (same name, same spec but ``schedulerName``) is created on the very same state; the operator
+   decides; we record the same things;
+3. if ours is bound it stays: both schedulers see it for pod *i+1* (upstream's cache is fed by informer
+   handlers on their own goroutines, so we wait for upstream's ``eventhandlers.go`` log line saying its
+   cache took the pod); if not, it is deleted, so a later pod cannot make it schedulable.
+
+The operator's own bindings are in its cache the moment it assumes them, so it needs no such wait; that
+it sees each scenario's nodes and existing pods is checked by a probe pod (``0/N nodes are available``)
+before the first pending pod. The in-process model (:mod:`tests.conformance.sim`) tells an operator-side
+state problem from a plugin difference.
+
+Per pod we compare: bound or not; the FailedScheduling note and the PodScheduled message, byte for byte;
+and whether our node is among upstream's highest-total nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kopf_scheduler.api.profile import SchedulerProfileSpec
+from kopf_scheduler.framework.builder import resolve_profile
+from kopf_scheduler.framework.registry import default_registry
+from tests.conformance.generator import (
+    HOLD_FINALIZER,
+    LIFECYCLE_ANNOTATION,
+    PRIORITY_CLASSES,
+    RUNTIME_CLASS,
+    RUNTIME_CLASS_OVERHEAD,
+    SUCCEEDED,
+    TERMINATING,
+    Scenario,
+    with_scheduler,
+)
+from tests.conformance.oracle import (
+    LOG_FLAGS,
+    LogCursor,
+    UpstreamCycle,
+    parse_cycle,
+    parse_line,
+    plugins_in_message,
+    scheduler_config,
+    upstream_profile,
+    varying_plugins,
+)
+from tests.conformance.sim import Model, ModelVerdict
+from tests.e2e.operator_process import OperatorProcess, apply_crds, create_profile, wait_profile_status
+from tools.localcluster import LocalCluster
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES_DIR = REPO_ROOT / "examples"
+#: Upstream's cache handlers and binder (V3) and per-node scores (V10), and nothing else verbose.
+UPSTREAM_FLAGS = (*LOG_FLAGS[:1], f"{LOG_FLAGS[1]},eventhandlers=4,default_binder=3")
+
+#: The identity upstream kube-scheduler runs as, and the policy that keeps it from binding.
+UPSTREAM_ACCOUNT = ("default", "conformance-upstream")
+UPSTREAM_USER = f"system:serviceaccount:{UPSTREAM_ACCOUNT[0]}:{UPSTREAM_ACCOUNT[1]}"
+NO_BINDING_POLICY = "conformance-upstream-never-binds"
+_CHOSE = re.compile(r"conformance: upstream chose (\S+)")
+
+PROBE_LABEL = "conformance.kopf-scheduler.io/probe"
+DECISION_TIMEOUT = 30.0
+POLL = 0.02
+
+Log = Callable[[str], None]
+
+
+# -- profiles ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProfileDef:
+    """A compared profile: our SchedulerProfile ``name``/``spec`` and where it came from."""
+
+    name: str
+    spec: Mapping[str, Any]
+    source: str
+    #: Upstream's spec when it should differ on purpose (the quick test's negative control); None = ``spec``.
+    upstream_spec: Mapping[str, Any] | None = None
+
+    @property
+    def upstream_name(self) -> str:
+        return f"upstream-{self.name}"
+
+    @property
+    def omitted(self) -> tuple[str, ...]:
+        """The upstream defaults our builder leaves out of this profile (upstream disables them too)."""
+        spec = SchedulerProfileSpec.model_validate(dict(self.spec))
+        return tuple(resolve_profile(self.name, spec, default_registry()).omitted_defaults)
+
+    def upstream(self) -> dict[str, Any]:
+        spec = self.spec if self.upstream_spec is None else self.upstream_spec
+        return upstream_profile(self.upstream_name, spec, self.omitted)
+
+
+DEFAULT_PROFILE = ProfileDef("conformance-default", {}, "built-in: upstream's default profile")
+#: Profiles that turn the plugins' args and weights away from the defaults (what examples may not cover).
+ARGS_PROFILES = (
+    ProfileDef(
+        "conformance-args-a",
+        {
+            "plugins": {
+                "score": {"enabled": [{"name": "NodeAffinity", "weight": 5}, {"name": "ImageLocality", "weight": 3}]}
+            },
+            "pluginConfig": [
+                {
+                    "name": "NodeResourcesFit",
+                    "args": {
+                        "scoringStrategy": {
+                            "type": "RequestedToCapacityRatio",
+                            "resources": [
+                                {"name": "cpu", "weight": 2},
+                                {"name": "memory", "weight": 1},
+                                {"name": "example.com/gpu", "weight": 3},
+                            ],
+                            "requestedToCapacityRatio": {
+                                "shape": [
+                                    {"utilization": 0, "score": 0},
+                                    {"utilization": 50, "score": 10},
+                                    {"utilization": 100, "score": 3},
+                                ]
+                            },
+                        }
+                    },
+                },
+                {"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": 7}},
+                {
+                    "name": "NodeAffinity",
+                    "args": {
+                        "addedAffinity": {
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "weight": 20,
+                                    "preference": {
+                                        "matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                },
+                {
+                    "name": "PodTopologySpread",
+                    "args": {
+                        "defaultingType": "List",
+                        "defaultConstraints": [
+                            {
+                                "maxSkew": 2,
+                                "topologyKey": "kubernetes.io/hostname",
+                                "whenUnsatisfiable": "ScheduleAnyway",
+                            },
+                            {
+                                "maxSkew": 1,
+                                "topologyKey": "topology.kubernetes.io/region",
+                                "whenUnsatisfiable": "DoNotSchedule",
+                            },
+                        ],
+                    },
+                },
+                {
+                    "name": "NodeResourcesBalancedAllocation",
+                    "args": {
+                        "resources": [
+                            {"name": "cpu", "weight": 1},
+                            {"name": "memory", "weight": 1},
+                            {"name": "example.com/gpu", "weight": 1},
+                        ]
+                    },
+                },
+            ],
+        },
+        "built-in: non-default args of every plugin that has args",
+    ),
+    ProfileDef(
+        "conformance-args-b",
+        {
+            "plugins": {
+                "score": {
+                    "disabled": [{"name": "TaintToleration"}],
+                    "enabled": [{"name": "InterPodAffinity", "weight": 10}],
+                },
+                "filter": {"disabled": [{"name": "NodePorts"}]},
+            },
+            "pluginConfig": [
+                {
+                    "name": "NodeResourcesFit",
+                    "args": {
+                        "ignoredResources": ["example.com/gpu"],
+                        "scoringStrategy": {
+                            "type": "MostAllocated",
+                            "resources": [
+                                {"name": "cpu", "weight": 1},
+                                {"name": "memory", "weight": 3},
+                                {"name": "hugepages-2Mi", "weight": 2},
+                            ],
+                        },
+                    },
+                },
+                {"name": "InterPodAffinity", "args": {"ignorePreferredTermsOfExistingPods": True}},
+                {
+                    "name": "NodeAffinity",
+                    "args": {
+                        "addedAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {"matchExpressions": [{"key": "rank", "operator": "Gt", "values": ["3"]}]}
+                                ]
+                            }
+                        }
+                    },
+                },
+            ],
+        },
+        "built-in: ignored resources, disabled filter and score plugins, required addedAffinity",
+    ),
+)
+
+
+def example_profiles(root: Path = EXAMPLES_DIR) -> list[ProfileDef]:
+    """Every SchedulerProfile in ``examples/**/*.yaml`` (multi-document files included), sorted by path."""
+    found: list[ProfileDef] = []
+    if not root.is_dir():
+        return found
+    for path in sorted(root.rglob("*.yaml")):
+        try:
+            docs = list(yaml.safe_load_all(path.read_text()))
+        except yaml.YAMLError:
+            continue
+        for doc in docs:
+            if (
+                isinstance(doc, dict)
+                and doc.get("kind") == "SchedulerProfile"
+                and "kopf-scheduler.io/" in str(doc.get("apiVersion", ""))
+            ):
+                name = str((doc.get("metadata") or {}).get("name") or "")
+                if name:
+                    found.append(ProfileDef(name, dict(doc.get("spec") or {}), str(path.relative_to(root.parent))))
+    return found
+
+
+def default_profiles(include_examples: bool = True) -> list[ProfileDef]:
+    """The examples' profiles, the built-in default one (unless an example has an empty spec), the args ones."""
+    examples = example_profiles() if include_examples else []
+    builtin = [DEFAULT_PROFILE] if not any(not p.spec for p in examples) else []
+    profiles: list[ProfileDef] = []
+    seen: set[str] = set()
+    for profile in (*examples, *builtin, *ARGS_PROFILES):
+        if profile.name not in seen:
+            profiles.append(profile)
+            seen.add(profile.name)
+    return profiles
+
+
+# -- results ----------------------------------------------------------------------------------------------
+@dataclass
+class Decision:
+    """One scheduler's verdict on one copy of a pod."""
+
+    kind: str  # bound | unschedulable | error | timeout | invalid
+    node: str | None = None
+    note: str | None = None  # the FailedScheduling event's note
+    condition: str | None = None  # the PodScheduled=False condition's message
+    detail: str = ""
+
+
+@dataclass
+class PodResult:
+    seed: int
+    profile: str
+    index: int
+    name: str
+    namespace: str
+    features: list[str]
+    plugins: list[str]
+    upstream: Decision
+    ours: Decision
+    upstream_top: list[str] = field(default_factory=list)
+    upstream_scores: dict[str, int] = field(default_factory=dict)
+    upstream_plugin_scores: dict[str, dict[str, int]] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    model_notes: list[str] = field(default_factory=list)
+    known: str | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+    #: Relevant nodes and the pods on them at decision time (for reproducers), only for disagreements.
+    context: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def agree(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ScenarioResult:
+    seed: int
+    size: str
+    profile: str
+    nodes: int
+    existing_pods: int
+    pods: list[PodResult]
+    seconds: float
+    invalid: list[str] = field(default_factory=list)
+
+
+# -- raw API helpers --------------------------------------------------------------------------------------
+def _raw(response: Any) -> dict[str, Any]:
+    return json.loads(response.data)  # type: ignore[no-any-return]
+
+
+def _clean(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object without server-set noise, for reproducers."""
+    out = json.loads(json.dumps(obj))
+    meta = out.get("metadata") or {}
+    for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"):
+        meta.pop(key, None)
+    if out.get("kind") == "Pod":
+        out.pop("status", None)
+        spec = out.get("spec") or {}
+        for key in ("dnsPolicy", "restartPolicy", "securityContext", "enableServiceLinks", "preemptionPolicy"):
+            spec.pop(key, None)
+        spec.pop("schedulerName", None)
+        for container in (*spec.get("containers", ()), *spec.get("initContainers", ())):
+            for key in ("terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy"):
+                container.pop(key, None)
+    if out.get("kind") == "Node":
+        status = out.get("status") or {}
+        out["status"] = {k: status[k] for k in ("allocatable", "images") if k in status}
+    return out
+
+
+class Harness:
+    """The control plane, both schedulers and the compared profiles; :meth:`run_scenario` does the work."""
+
+    def __init__(self, profiles: Sequence[ProfileDef], *, work_dir: Path | None = None, log: Log = print) -> None:
+        if not profiles:
+            raise ValueError("no profiles to compare")
+        self.profiles = {p.name: p for p in profiles}
+        self.work_dir = work_dir
+        self.log = log
+        self.cluster: LocalCluster | None = None
+        self.operator: OperatorProcess | None = None
+        self.upstream_log: LogCursor | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def __enter__(self) -> Harness:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        started = time.monotonic()
+        cluster_dir = self.work_dir / "cluster" if self.work_dir else None
+        self.cluster = LocalCluster("light", work_dir=cluster_dir).start()
+        self.api = self.cluster.api_client()
+        self.core = client.CoreV1Api(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        apply_crds(self.api)
+        for name, value in PRIORITY_CLASSES.items():
+            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+            self._create_ignoring_conflict(
+                lambda b=body, v=value: client.SchedulingV1Api(self.api).create_priority_class({**b, "value": v})
+            )
+        runtime_class = {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": RUNTIME_CLASS},
+            "handler": "runc",
+            "overhead": {"podFixed": dict(RUNTIME_CLASS_OVERHEAD)},
+        }
+        self._create_ignoring_conflict(lambda: client.NodeV1Api(self.api).create_runtime_class(runtime_class))
+        config = scheduler_config(p.upstream() for p in self.profiles.values())
+        config["clientConnection"] = {"kubeconfig": str(self._upstream_kubeconfig())}
+        self._install_no_binding_policy()
+        component = self.cluster.start_kube_scheduler(config, extra_args=UPSTREAM_FLAGS)
+        self.upstream_log = LogCursor(component.log_path)
+        self._check_no_binding()
+        log_dir = (self.work_dir / "logs") if self.work_dir else self.cluster.work_dir / "logs"
+        self.operator = OperatorProcess(
+            self.cluster.kubeconfig, peering_name="conformance", log_dir=log_dir, name="kopf-scheduler"
+        ).start()
+        for profile in self.profiles.values():
+            create_profile(self.api, profile.name, profile.spec)
+        for profile in self.profiles.values():
+            wait_profile_status(self.api, profile.name, ready=True, timeout=60)
+        self.log(
+            f"harness ready in {time.monotonic() - started:.1f}s: profiles {', '.join(self.profiles)}; "
+            f"upstream log {component.log_path}; operator log {self.operator.log_path}"
+        )
+
+    def stop(self) -> None:
+        if self.operator is not None:
+            self.operator.stop()
+            self.operator = None
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+    def _upstream_kubeconfig(self) -> Path:
+        """A kubeconfig for upstream's own ServiceAccount (cluster-admin), so the policy can tell it apart."""
+        assert self.cluster is not None
+        namespace, name = UPSTREAM_ACCOUNT
+        self._create_ignoring_conflict(
+            lambda: self.core.create_namespaced_service_account(
+                namespace, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
+            )
+        )
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        }
+        self._create_ignoring_conflict(
+            lambda: client.RbacAuthorizationV1Api(self.api).create_cluster_role_binding(binding)
+        )
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 86400},
+        }
+        token = _raw(
+            self.core.create_namespaced_service_account_token(name, namespace, request, _preload_content=False)
+        )["status"]["token"]
+        kubeconfig = yaml.safe_load(self.cluster.kubeconfig.read_text())
+        kubeconfig["users"] = [{"name": kubeconfig["users"][0]["name"], "user": {"token": token}}]
+        path = self.cluster.work_dir / "upstream-scheduler.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+    def _install_no_binding_policy(self) -> None:
+        admission = client.AdmissionregistrationV1Api(self.api)
+        policy = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": NO_BINDING_POLICY},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods/binding"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": f"request.userInfo.username != '{UPSTREAM_USER}'",
+                        "messageExpression": "'conformance: upstream chose ' + object.target.name",
+                    }
+                ],
+            },
+        }
+        binding = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": NO_BINDING_POLICY},
+            "spec": {"policyName": NO_BINDING_POLICY, "validationActions": ["Deny"]},
+        }
+        self._create_ignoring_conflict(lambda: admission.create_validating_admission_policy(policy))
+        self._create_ignoring_conflict(lambda: admission.create_validating_admission_policy_binding(binding))
+
+    def _check_no_binding(self) -> None:
+        """Wait until the policy is in force: upstream's bind of a throwaway pod must be denied."""
+        name = "conformance-selfcheck"
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"allocatable": {"cpu": "1", "memory": "1Gi", "pods": "10"}},
+        }
+        since = self._mark()
+        self._create(node)
+        self._wait_upstream(since, [("Add event for node", "node", name)])
+        profile = next(iter(self.profiles.values()))
+        deadline = time.monotonic() + 60
+        try:
+            while True:
+                pod = self._create(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": name, "namespace": "default"},
+                        "spec": {
+                            "schedulerName": profile.upstream_name,
+                            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                        },
+                    }
+                )
+                decision = self._decide("default", name, pod["metadata"]["uid"], upstream=True)
+                self._delete_pod("default", name, pod["metadata"]["uid"])
+                if decision.kind == "bound" and decision.detail == "denied":
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"upstream's bindings are not denied: {decision}")
+                if decision.kind == "bound":  # bound for real: the policy was not active yet
+                    self._wait_upstream(since, [("Add event for scheduled pod", "pod", f"default/{name}")])
+                time.sleep(0.2)
+        finally:
+            since = self._mark()
+            self.core.delete_node(name)
+            self._wait_upstream(since, [("Delete event for node", "node", name)])
+
+    @staticmethod
+    def _create_ignoring_conflict(create: Callable[[], Any]) -> None:
+        try:
+            create()
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    # -- upstream's log ----------------------------------------------------------------------------------
+    def _upstream_lines(self, since: int) -> list[str]:
+        assert self.upstream_log is not None
+        self.upstream_log.offset = since
+        return self.upstream_log.since()
+
+    def _mark(self) -> int:
+        assert self.upstream_log is not None
+        return self.upstream_log.mark()
+
+    def _wait_upstream(self, since: int, wanted: Iterable[tuple[str, str, str]], timeout: float = 20.0) -> None:
+        """Wait until upstream's log (from ``since``) has a line per (message, key, value) in ``wanted``."""
+        pending = set(wanted)
+        deadline = time.monotonic() + timeout
+        while pending:
+            for line in self._upstream_lines(since):
+                parsed = parse_line(line)
+                if parsed is None:
+                    continue
+                _, message, kv = parsed
+                for item in list(pending):
+                    if item[0] == message and kv.get(item[1]) == item[2]:
+                        pending.discard(item)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"upstream kube-scheduler never logged {sorted(pending)[:5]}")
+            self._check_alive()
+            time.sleep(POLL * 5)
+
+    def _check_alive(self) -> None:
+        assert self.cluster is not None
+        dead = self.cluster.dead_components()
+        if dead:
+            raise RuntimeError(f"control plane components died: {dead}\n{self.cluster.log_tails()}")
+        if self.operator is not None and not self.operator.alive():
+            raise RuntimeError(f"kopf-scheduler died\n{self.operator.log_tail()}")
+
+    # -- objects -----------------------------------------------------------------------------------------
+    def _create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        kind = obj["kind"]
+        ns = (obj.get("metadata") or {}).get("namespace")
+        body = dict(obj)
+        if kind == "Namespace":
+            return _raw(self.core.create_namespace(body, _preload_content=False))
+        if kind == "Node":
+            return _raw(self.core.create_node(body, _preload_content=False))
+        if kind == "Pod":
+            return _raw(self.core.create_namespaced_pod(ns, body, _preload_content=False))
+        if kind == "Service":
+            return _raw(self.core.create_namespaced_service(ns, body, _preload_content=False))
+        if kind == "ReplicaSet":
+            return _raw(self.apps.create_namespaced_replica_set(ns, body, _preload_content=False))
+        raise ValueError(kind)
+
+    def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _raw(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def _delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        try:
+            options = client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid))
+            self.core.delete_namespaced_pod(name, namespace, body=options)
+        except ApiException as e:
+            if e.status not in (404, 409):
+                raise
+        deadline = time.monotonic() + 30
+        while True:
+            pod = self._read_pod(namespace, name)
+            if pod is None or pod["metadata"]["uid"] != uid:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pod {namespace}/{name} not deleted")
+            time.sleep(POLL)
+
+    def _decide(
+        self, namespace: str, name: str, uid: str, *, upstream: bool = False, timeout: float = DECISION_TIMEOUT
+    ) -> Decision:
+        """Wait for a scheduler's verdict on the pod: bound, or PodScheduled=False plus its event.
+
+        Upstream's bindings are denied (see the module docstring): for its copies, a SchedulerError whose
+        message names the chosen node counts as bound there (``detail="denied"``).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            pod = self._read_pod(namespace, name)
+            if pod is None or pod["metadata"]["uid"] != uid:
+                return Decision("error", detail="pod disappeared")
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                return Decision("bound", node=node)
+            condition = next(
+                (c for c in (pod.get("status") or {}).get("conditions") or () if c.get("type") == "PodScheduled"),
+                None,
+            )
+            if condition is not None and condition.get("status") == "False" and condition.get("reason"):
+                if condition["reason"] == "Unschedulable":
+                    note = self._failed_scheduling_note(namespace, uid, deadline)
+                    return Decision("unschedulable", note=note, condition=condition.get("message"))
+                chose = _CHOSE.search(condition.get("message") or "") if upstream else None
+                if chose is not None:
+                    return Decision("bound", node=chose.group(1), detail="denied")
+                if condition["reason"] != "SchedulingGated":
+                    return Decision("error", condition=condition.get("message"), detail=condition["reason"])
+            if time.monotonic() > deadline:
+                return Decision("timeout", detail=f"no verdict in {timeout:.0f}s")
+            self._check_alive()
+            time.sleep(POLL)
+
+    def _failed_scheduling_note(self, namespace: str, uid: str, deadline: float) -> str | None:
+        deadline = max(deadline, time.monotonic() + 10)
+        while True:
+            events = _raw(
+                self.core.list_namespaced_event(
+                    namespace,
+                    field_selector=f"involvedObject.uid={uid},reason=FailedScheduling",
+                    _preload_content=False,
+                )
+            )["items"]
+            if events:
+                events.sort(key=lambda e: (e.get("eventTime") or "", e.get("lastTimestamp") or ""))
+                return str(events[0].get("message") or "")
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(POLL)
+
+    # -- a scenario --------------------------------------------------------------------------------------
+    def run_scenario(self, scenario: Scenario, profile_name: str) -> ScenarioResult:
+        profile = self.profiles[profile_name]
+        started = time.monotonic()
+        model = Model({p.name: p.spec for p in self.profiles.values()})
+        since = self._mark()
+        for obj in (*scenario.namespaces, *scenario.nodes, *scenario.services, *scenario.replica_sets):
+            model.load(self._create(obj))
+        wanted = [("Add event for node", "node", n) for n in scenario.node_names]
+        for obj in scenario.existing_pods:
+            created = self._create(obj)
+            key = f"{created['metadata']['namespace']}/{created['metadata']['name']}"
+            wanted.append(("Add event for scheduled pod", "pod", key))
+            lifecycle = (obj["metadata"].get("annotations") or {}).get(LIFECYCLE_ANNOTATION)
+            if lifecycle is not None:
+                created = self._finish(created, lifecycle)
+                event = (
+                    "Update event for scheduled pod" if lifecycle == TERMINATING else "Delete event for scheduled pod"
+                )
+                wanted.append((event, "pod", key))
+            model.load(created)
+        self._wait_upstream(since, wanted)
+        self._probe(scenario, profile)
+        results: list[PodResult] = []
+        invalid: list[str] = []
+        try:
+            for pending in scenario.pending:
+                result = self._compare_pod(scenario, profile, pending, model)
+                if result is None:
+                    invalid.append(pending.name)
+                    continue
+                results.append(result)
+                mark = "ok " if result.agree else "DIFF"
+                self.log(
+                    f"  seed {scenario.seed} {profile.name} {pending.name}: {mark} "
+                    f"upstream={_short(result.upstream)} ours={_short(result.ours)}"
+                    + (f" problems={result.problems}" if result.problems else "")
+                    + (f" model={result.model_notes}" if result.model_notes else "")
+                )
+        finally:
+            self._cleanup(scenario)
+        return ScenarioResult(
+            seed=scenario.seed,
+            size=scenario.size,
+            profile=profile.name,
+            nodes=len(scenario.nodes),
+            existing_pods=len(scenario.existing_pods),
+            pods=results,
+            seconds=time.monotonic() - started,
+            invalid=invalid,
+        )
+
+    def _finish(self, pod: dict[str, Any], lifecycle: str) -> dict[str, Any]:
+        """Make an existing pod terminating (deleted, held by a finalizer) or Succeeded; the result as read."""
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if lifecycle == TERMINATING:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        elif lifecycle == SUCCEEDED:
+            self.core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": "Succeeded"}})
+        else:
+            raise ValueError(f"unknown lifecycle {lifecycle!r}")
+        current = self._read_pod(namespace, name)
+        assert current is not None, f"{namespace}/{name} vanished"
+        return current
+
+    def _probe(self, scenario: Scenario, profile: ProfileDef) -> None:
+        """Both schedulers must see exactly this scenario's nodes before the first pending pod."""
+        n = len(scenario.nodes)
+        # Only the node count matters (a profile's addedAffinity may word the rejections differently).
+        expected = f"0/{n} nodes are available: "
+        namespace = scenario.namespace_names[0]
+        for scheduler in (profile.upstream_name, profile.name):
+            deadline = time.monotonic() + 60
+            while True:
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "probe", "namespace": namespace},
+                    "spec": {
+                        "schedulerName": scheduler,
+                        "nodeSelector": {PROBE_LABEL: "none"},
+                        # Tolerate every taint and cordon: only the node count may vary in the message.
+                        "tolerations": [{"operator": "Exists"}],
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                    },
+                }
+                created = self._create(body)
+                uid = created["metadata"]["uid"]
+                decision = self._decide(namespace, "probe", uid, upstream=scheduler == profile.upstream_name)
+                self._delete_pod(namespace, "probe", uid)
+                if decision.kind == "unschedulable" and (decision.condition or "").startswith(expected):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{scheduler} does not see the scenario's {n} nodes: {decision}")
+                time.sleep(0.2)
+
+    def _cleanup(self, scenario: Scenario) -> None:
+        since = self._mark()
+        for pod in scenario.existing_pods:
+            if HOLD_FINALIZER in (pod["metadata"].get("finalizers") or ()):
+                with contextlib.suppress(ApiException):
+                    self.core.patch_namespaced_pod(
+                        pod["metadata"]["name"], pod["metadata"]["namespace"], {"metadata": {"finalizers": None}}
+                    )
+        for namespace in scenario.namespace_names:
+            self.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+            for svc in self.core.list_namespaced_service(namespace).items:
+                self.core.delete_namespaced_service(svc.metadata.name, namespace)
+            self.apps.delete_collection_namespaced_replica_set(namespace)
+        for name in scenario.node_names:
+            self.core.delete_node(name)
+        self._wait_upstream(since, [("Delete event for node", "node", n) for n in scenario.node_names])
+
+    def _compare_pod(self, scenario: Scenario, profile: ProfileDef, pending: Any, model: Model) -> PodResult | None:
+        namespace, name = pending.namespace, pending.name
+        key = f"{namespace}/{name}"
+        # 1. upstream decides (and is denied the binding), then its copy goes.
+        since = self._mark()
+        try:
+            upstream_obj = self._create(with_scheduler(pending.manifest, profile.upstream_name))
+        except ApiException as e:
+            self.log(f"  seed {scenario.seed} {name}: the API server refused the generated pod: {e.body}")
+            return None
+        uid = upstream_obj["metadata"]["uid"]
+        verdict = model.decide(profile.name, upstream_obj)
+        upstream = self._decide(namespace, name, uid, upstream=True)
+        cycle = UpstreamCycle()
+        if upstream.kind == "bound":
+            self._wait_upstream(since, [("Attempting to bind pod to node", "pod", key)])
+            cycle = parse_cycle(self._upstream_lines(since), key)
+        self._delete_pod(namespace, name, uid)
+        # 2. ours decides on the same state.
+        since = self._mark()
+        ours_obj = self._create(with_scheduler(pending.manifest, profile.name))
+        ours_uid = ours_obj["metadata"]["uid"]
+        ours = self._decide(namespace, name, ours_uid)
+        # 3. keep ours if bound (both see it next), else drop it.
+        if ours.kind == "bound":
+            bound = self._read_pod(namespace, name)
+            self._wait_upstream(since, [("Add event for scheduled pod", "pod", key)])
+        else:
+            bound = None
+            self._delete_pod(namespace, name, ours_uid)
+        result = self._judge(scenario, profile, pending, upstream, cycle, ours, verdict, upstream_obj)
+        if not result.agree or result.model_notes:
+            result.context = self._context(model, result, verdict, cycle)
+        if bound is not None:
+            model.load(bound)
+        return result
+
+    def _judge(
+        self,
+        scenario: Scenario,
+        profile: ProfileDef,
+        pending: Any,
+        upstream: Decision,
+        cycle: UpstreamCycle,
+        ours: Decision,
+        verdict: ModelVerdict,
+        upstream_obj: Mapping[str, Any],
+    ) -> PodResult:
+        problems: list[str] = []
+        if upstream.kind != ours.kind:
+            problems.append(f"verdict: upstream {_short(upstream)}, ours {_short(ours)}")
+        elif upstream.kind == "unschedulable":
+            if upstream.note is None or ours.note is None:
+                problems.append("message: a FailedScheduling event is missing")
+            elif upstream.note != ours.note:
+                problems.append("message: FailedScheduling notes differ")
+            if upstream.condition != ours.condition:
+                problems.append("message: PodScheduled messages differ")
+        elif upstream.kind == "bound":
+            top = cycle.top_nodes or {upstream.node}
+            if ours.node not in top:
+                problems.append(f"node: ours {ours.node} is not among upstream's top nodes {sorted(top)}")
+        elif upstream.kind in ("error", "timeout"):
+            problems.append(f"verdict: upstream {_short(upstream)}, ours {_short(ours)}")
+        notes = _model_notes(verdict, upstream, cycle)
+        plugins = set(pending.features) | set(scenario.cluster_features)
+        plugins |= plugins_in_message(upstream.note or "")
+        plugins |= varying_plugins(cycle.plugin_scores)
+        return PodResult(
+            seed=scenario.seed,
+            profile=profile.name,
+            index=pending.index,
+            name=pending.name,
+            namespace=pending.namespace,
+            features=list(pending.features),
+            plugins=sorted(plugins),
+            upstream=upstream,
+            ours=ours,
+            upstream_top=sorted(cycle.top_nodes or ({upstream.node} if upstream.node else set())),
+            upstream_scores=dict(cycle.final_scores),
+            upstream_plugin_scores={p: dict(s) for p, s in cycle.plugin_scores.items()},
+            model={
+                "node": verdict.node,
+                "message": verdict.message,
+                "error": verdict.error,
+                "top": sorted(verdict.top_nodes),
+                "scores": verdict.final_scores,
+                "plugin_scores": verdict.plugin_scores,
+                "rejections": verdict.rejections,
+            },
+            problems=problems,
+            model_notes=notes,
+            manifest=_clean(upstream_obj),
+        )
+
+    def _context(self, model: Model, result: PodResult, verdict: ModelVerdict, cycle: UpstreamCycle) -> dict[str, Any]:
+        """The nodes a disagreement is about, and the pods on them, as they were at decision time."""
+        cache = model.app.cache
+        all_nodes = list(cache.node_names())
+        if result.upstream.kind != result.ours.kind or result.upstream.kind == "unschedulable":
+            relevant = set(all_nodes) if len(all_nodes) <= 6 else set(verdict.rejections) | verdict.feasible
+        else:
+            relevant = set(result.upstream_top) | {result.ours.node or ""} | verdict.top_nodes
+            for plugin, scores in cycle.plugin_scores.items():
+                ours_scores = verdict.plugin_scores.get(plugin, {})
+                relevant |= {n for n, s in scores.items() if ours_scores.get(n, 0) != s}
+        relevant.discard("")
+        nodes = []
+        pods = []
+        for name in sorted(relevant):
+            info = cache.node(name)
+            if info is None:
+                continue
+            nodes.append(_clean(info.obj))
+            pods.extend(_clean(p.obj) for p in info.pods.values())
+        return {"nodes": nodes, "pods": pods, "total_nodes": len(all_nodes)}
+
+
+def _short(decision: Decision) -> str:
+    if decision.kind == "bound":
+        return f"bound:{decision.node}"
+    if decision.kind == "unschedulable":
+        return "unschedulable"
+    return f"{decision.kind}({decision.detail or decision.condition})"
+
+
+def _model_notes(verdict: ModelVerdict, upstream: Decision, cycle: UpstreamCycle) -> list[str]:
+    """Where the in-process model differs from upstream (diagnostics; not counted as disagreements)."""
+    notes: list[str] = []
+    model_kind = "bound" if verdict.node else "unschedulable" if verdict.message is not None else "error"
+    if model_kind != upstream.kind:
+        notes.append(f"model verdict {model_kind}")
+        return notes
+    if upstream.kind == "unschedulable" and verdict.message != upstream.condition:
+        notes.append("model message")
+    if upstream.kind == "bound":
+        if cycle.final_scores and verdict.final_scores:
+            if set(cycle.final_scores) != verdict.feasible:
+                notes.append("model feasible set")
+            for plugin in sorted(set(cycle.plugin_scores) | set(verdict.plugin_scores)):
+                theirs = cycle.plugin_scores.get(plugin, {})
+                ours = verdict.plugin_scores.get(plugin, {})
+                nodes = set(theirs) | set(ours)
+                if any(theirs.get(n, 0) != ours.get(n, 0) for n in nodes):
+                    notes.append(f"model scores {plugin}")
+            if cycle.top_nodes != verdict.top_nodes:
+                notes.append("model top nodes")
+        elif bool(cycle.final_scores) != bool(verdict.final_scores):
+            notes.append("model feasible set")
+    return notes

@@ -1,0 +1,357 @@
+"""Unit tests of the conformance machinery itself (no cluster): generator, log parsing, judging, report.
+
+The differential run is only as good as its parts: a generator that produced invalid or trivial pods, a
+log parser that misread upstream's scores, or a judge that let a difference through would all make "100%
+agreement" meaningless. These run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kopf_scheduler.api.profile import SchedulerProfileSpec
+from kopf_scheduler.framework.builder import resolve_profile
+from kopf_scheduler.framework.registry import default_registry
+from tests.conformance import generator, oracle
+from tests.conformance.generator import GPU, HUGEPAGES, PLUGINS, SIZES, generate
+from tests.conformance.report import RunInfo, summary, write_markdown
+from tests.conformance.runner import (
+    ARGS_PROFILES,
+    DEFAULT_PROFILE,
+    Decision,
+    Harness,
+    PodResult,
+    ProfileDef,
+    ScenarioResult,
+    default_profiles,
+    example_profiles,
+)
+from tests.conformance.sim import Model
+
+# -- generator ---------------------------------------------------------------------------------------------
+
+
+def _dump(scenario: generator.Scenario) -> str:
+    return json.dumps(
+        [scenario.nodes, scenario.existing_pods, [p.manifest for p in scenario.pending]], sort_keys=True, default=str
+    )
+
+
+def test_scenarios_are_a_function_of_the_seed() -> None:
+    assert _dump(generate(17)) == _dump(generate(17))
+    assert _dump(generate(17)) != _dump(generate(18))
+    assert _dump(generate(17, "small")) != _dump(generate(17, "large"))
+
+
+def test_unknown_size_is_refused() -> None:
+    with pytest.raises(ValueError, match="size must be one of"):
+        generate(1, "huge")
+
+
+def _milli(value: str) -> int:
+    return int(value[:-1]) if value.endswith("m") else int(float(value) * 1000)
+
+
+def _mebi(value: str) -> int:
+    return int(value[:-2]) * (1024 if value.endswith("Gi") else 1)
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_generated_objects_respect_api_validation_and_capacity(size: str) -> None:
+    for seed in range(1, 40):
+        scenario = generate(seed, size)
+        assert len(scenario.nodes) < 100  # upstream then evaluates every node: no sampling differences
+        used: dict[str, Counter[str]] = {n: Counter() for n in scenario.node_names}
+        for pod in scenario.existing_pods:
+            requests = pod["spec"]["containers"][0]["resources"]["requests"]
+            used[pod["spec"]["nodeName"]].update(
+                {"cpu": _milli(requests["cpu"]), "memory": _mebi(requests["memory"]), "pods": 1}
+            )
+        for node in scenario.nodes:
+            alloc = node["status"]["allocatable"]
+            got = used[node["metadata"]["name"]]
+            assert got["cpu"] <= _milli(alloc["cpu"])
+            assert got["memory"] <= _mebi(alloc["memory"])
+            assert got["pods"] <= int(alloc["pods"])
+        for pending in scenario.pending:
+            spec = pending.manifest["spec"]
+            assert "schedulerName" not in spec
+            pairs = [(c["topologyKey"], c["whenUnsatisfiable"]) for c in spec.get("topologySpreadConstraints", ())]
+            assert len(pairs) == len(set(pairs))
+            for constraint in spec.get("topologySpreadConstraints", ()):
+                assert "minDomains" not in constraint or constraint["whenUnsatisfiable"] == "DoNotSchedule"
+            ports = [
+                (p["hostPort"], p.get("protocol", "TCP"), p.get("hostIP", ""))
+                for c in (*spec["containers"], *spec.get("initContainers", ()))
+                for p in c.get("ports", ())
+            ]
+            assert len(ports) == len(set(ports))
+            for container in spec["containers"]:
+                resources = container.get("resources") or {}
+                for name in (GPU, HUGEPAGES):
+                    if name in resources.get("requests", {}):
+                        assert resources["limits"][name] == resources["requests"][name]
+            if "resources" in spec:
+                everything = [*spec["containers"], *spec.get("initContainers", ())]
+                cpu = sum(_milli(c.get("resources", {}).get("requests", {}).get("cpu", "0")) for c in everything)
+                assert _milli(spec["resources"]["requests"]["cpu"]) >= cpu
+            assert set(pending.features) <= set(PLUGINS)
+
+
+def test_every_plugin_and_outcome_shape_is_exercised() -> None:
+    features: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    for seed in range(1, 60):
+        scenario = generate(seed)
+        for pending in scenario.pending:
+            features.update(pending.features)
+            spec = pending.manifest["spec"]
+            affinity = spec.get("affinity", {})
+            kinds.update(k for k in ("podAffinity", "podAntiAffinity", "nodeAffinity") if k in affinity)
+            kinds.update(k for k in ("initContainers", "runtimeClassName", "resources", "volumes") if k in spec)
+            kinds.update("minDomains" for c in spec.get("topologySpreadConstraints", ()) if "minDomains" in c)
+        for pod in scenario.existing_pods:
+            kinds.update([(pod["metadata"].get("annotations") or {}).get(generator.LIFECYCLE_ANNOTATION, "running")])
+    assert set(features) == set(PLUGINS) - {"NodeUnschedulable"}  # cordoned nodes are a cluster feature
+    for kind in ("podAffinity", "podAntiAffinity", "nodeAffinity", "initContainers", "runtimeClassName",
+                 "resources", "volumes", "minDomains", generator.TERMINATING, generator.SUCCEEDED):  # fmt: skip
+        assert kinds[kind] > 0, kind
+
+
+def test_with_scheduler_copies() -> None:
+    manifest = generate(3).pending[0].manifest
+    copy = generator.with_scheduler(manifest, "x")
+    assert copy["spec"]["schedulerName"] == "x"
+    assert "schedulerName" not in manifest["spec"]
+
+
+# -- oracle --------------------------------------------------------------------------------------------------
+LOG = [
+    'I1122 02:10:21.932213   14216 schedule_one.go:123] "Attempting to schedule pod" pod="ns/p"',
+    'I1122 02:10:21.932441   14216 schedule_one.go:982] "Plugin scored node for pod" pod="ns/p" plugin="A" '
+    'node="n1" score=1',
+    # A retry starts over: only the last cycle counts.
+    'I1122 02:10:22.000000   14216 schedule_one.go:123] "Attempting to schedule pod" pod="ns/p"',
+    'I1122 02:10:22.000001   14216 schedule_one.go:982] "Plugin scored node for pod" pod="ns/p" plugin="A" '
+    'node="n1" score=300',
+    'I1122 02:10:22.000002   14216 schedule_one.go:982] "Plugin scored node for pod" pod="ns/p" plugin="A" '
+    'node="n2" score=300',
+    'I1122 02:10:22.000003   14216 schedule_one.go:982] "Plugin scored node for pod" pod="ns/p" plugin="B" '
+    'node="n1" score=7',
+    'I1122 02:10:22.000004   14216 schedule_one.go:982] "Plugin scored node for pod" pod="ns/p" plugin="B" '
+    'node="n2" score=9',
+    'I1122 02:10:22.000005   14216 schedule_one.go:1050] "Calculated node\'s final score for pod" pod="ns/p" '
+    'node="n1" score=307',
+    'I1122 02:10:22.000006   14216 schedule_one.go:1050] "Calculated node\'s final score for pod" pod="ns/p" '
+    'node="n2" score=309',
+    'I1122 02:10:22.000007   14216 schedule_one.go:982] "Plugin scored node for pod" pod="ns/pp" plugin="A" '
+    'node="n1" score=5',
+    'I1122 02:10:22.000008   14216 default_binder.go:69] "Attempting to bind pod to node" pod="ns/p" node="n2"',
+    "not a klog line",
+]
+
+
+def test_parse_cycle_keeps_the_last_cycle_of_the_pod() -> None:
+    cycle = oracle.parse_cycle(LOG, "ns/p")
+    assert cycle.plugin_scores == {"A": {"n1": 300, "n2": 300}, "B": {"n1": 7, "n2": 9}}
+    assert cycle.final_scores == {"n1": 307, "n2": 309}
+    assert cycle.top_nodes == {"n2"}
+    assert cycle.bound_node == "n2"
+    assert oracle.varying_plugins(cycle.plugin_scores) == {"B"}
+
+
+def test_top_nodes_ties_and_single_feasible_node() -> None:
+    tied = oracle.UpstreamCycle(final_scores={"a": 5, "b": 5, "c": 4})
+    assert tied.top_nodes == {"a", "b"}
+    single = oracle.UpstreamCycle(bound_node="only")
+    assert single.top_nodes == {"only"}
+    assert single.feasible == {"only"}
+
+
+def test_parse_line_unquotes_go_strings() -> None:
+    line = (
+        'I1122 02:10:21.935665   14216 schedule_one.go:1239] "Unable to schedule pod; no fit; waiting" pod="ns/q" '
+        'err="0/3 nodes are available: 3 node(s) didn\'t match Pod\'s node affinity/selector. \\"x\\""'
+    )
+    source, message, kv = oracle.parse_line(line)  # type: ignore[misc]
+    assert (source, message) == ("schedule_one.go", "Unable to schedule pod; no fit; waiting")
+    assert kv["err"].endswith('selector. "x"')
+    assert oracle.parse_cycle([line], "ns/q").fit_error == kv["err"]
+
+
+def test_plugins_in_message() -> None:
+    message = (
+        "0/9 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint(s), 2 node(s) didn't satisfy "
+        "existing pods anti-affinity rules, 5 node(s) didn't satisfy plugin(s) [NodeAffinity PodTopologySpread]."
+    )
+    assert oracle.plugins_in_message(message) == {
+        "NodeResourcesFit",
+        "TaintToleration",
+        "InterPodAffinity",
+        "NodeAffinity",
+        "PodTopologySpread",
+    }
+
+
+def test_upstream_profile_disables_what_we_omit_once() -> None:
+    spec = {"plugins": {"multiPoint": {"disabled": [{"name": "VolumeBinding"}]}}, "percentageOfNodesToScore": 100}
+    profile = oracle.upstream_profile("up", spec, ["VolumeBinding", "DefaultPreemption"])
+    assert profile["schedulerName"] == "up"
+    assert profile["percentageOfNodesToScore"] == 100
+    assert profile["plugins"]["multiPoint"]["disabled"] == [{"name": "VolumeBinding"}, {"name": "DefaultPreemption"}]
+    assert spec["plugins"]["multiPoint"]["disabled"] == [{"name": "VolumeBinding"}]  # the input is not touched
+
+
+# -- profiles ------------------------------------------------------------------------------------------------
+def test_builtin_profiles_build_and_omit_the_unimplemented_defaults() -> None:
+    for profile in (DEFAULT_PROFILE, *ARGS_PROFILES):
+        resolved = resolve_profile(profile.name, SchedulerProfileSpec.model_validate(profile.spec), default_registry())
+        assert profile.omitted == tuple(resolved.omitted_defaults)
+        assert "DefaultPreemption" in profile.omitted
+        up = profile.upstream()
+        assert {"name": "DefaultPreemption"} in up["plugins"]["multiPoint"]["disabled"]
+
+
+def test_example_profiles_are_found_in_multi_document_files(tmp_path: Path) -> None:
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "a.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n---\n"
+        "apiVersion: kopf-scheduler.io/v1alpha1\nkind: SchedulerProfile\nmetadata: {name: packed}\n"
+        "spec: {percentageOfNodesToScore: 50}\n"
+    )
+    (tmp_path / "examples" / "broken.yaml").write_text("{: nope")
+    found = example_profiles(tmp_path / "examples")
+    assert [(p.name, dict(p.spec), p.source) for p in found] == [
+        ("packed", {"percentageOfNodesToScore": 50}, "examples/a.yaml")
+    ]
+
+
+def test_default_profiles_include_examples_and_args_profiles() -> None:
+    names = [p.name for p in default_profiles()]
+    assert len(names) == len(set(names))
+    for profile in ARGS_PROFILES:
+        assert profile.name in names
+    assert [p.name for p in default_profiles(include_examples=False)] == [
+        DEFAULT_PROFILE.name,
+        *(p.name for p in ARGS_PROFILES),
+    ]
+
+
+# -- judging -------------------------------------------------------------------------------------------------
+def _judge(upstream: Decision, ours: Decision, cycle: oracle.UpstreamCycle | None = None) -> PodResult:
+    harness = Harness([DEFAULT_PROFILE])
+    scenario = generate(1, "small")
+    model = Model({DEFAULT_PROFILE.name: {}})
+    verdict = model.decide(DEFAULT_PROFILE.name, {**scenario.pending[0].manifest, "metadata": {"name": "p"}})
+    return harness._judge(
+        scenario,
+        DEFAULT_PROFILE,
+        scenario.pending[0],
+        upstream,
+        cycle or oracle.UpstreamCycle(),
+        ours,
+        verdict,
+        scenario.pending[0].manifest,
+    )
+
+
+def test_judge_node_must_be_in_upstreams_top_set() -> None:
+    cycle = oracle.UpstreamCycle(final_scores={"a": 10, "b": 10, "c": 3}, bound_node="a")
+    assert _judge(Decision("bound", node="a"), Decision("bound", node="b"), cycle).agree
+    result = _judge(Decision("bound", node="a"), Decision("bound", node="c"), cycle)
+    assert result.problems == ["node: ours c is not among upstream's top nodes ['a', 'b']"]
+
+
+def test_judge_messages_byte_for_byte_and_missing_events() -> None:
+    text = "0/3 nodes are available: 3 Insufficient cpu."
+    same = _judge(
+        Decision("unschedulable", note=text, condition=text), Decision("unschedulable", note=text, condition=text)
+    )
+    assert same.agree
+    other = _judge(
+        Decision("unschedulable", note=text, condition=text),
+        Decision("unschedulable", note=text + " ", condition=text),
+    )
+    assert other.problems == ["message: FailedScheduling notes differ"]
+    missing = _judge(
+        Decision("unschedulable", note=None, condition=text), Decision("unschedulable", note=None, condition=text)
+    )
+    assert missing.problems == ["message: a FailedScheduling event is missing"]
+
+
+def test_judge_verdicts() -> None:
+    result = _judge(Decision("bound", node="a"), Decision("unschedulable", note="x", condition="x"))
+    assert result.problems == ["verdict: upstream bound:a, ours unschedulable"]
+    timeout = _judge(Decision("timeout", detail="no verdict"), Decision("timeout", detail="no verdict"))
+    assert not timeout.agree
+
+
+# -- the model -----------------------------------------------------------------------------------------------
+def test_model_decides_like_a_scheduler() -> None:
+    model = Model({"p": {}})
+    for name, cpu in (("big", "8"), ("small", "2")):
+        model.load(
+            {
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "10"}},
+            }
+        )
+    pod: dict[str, Any] = {
+        "kind": "Pod",
+        "metadata": {"name": "x", "namespace": "ns", "uid": "u1"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "4"}}}]},
+    }
+    verdict = model.decide("p", pod)
+    assert verdict.node == "big"
+    assert verdict.feasible == {"big"}
+    assert verdict.rejections == {"small": "NodeResourcesFit: Insufficient cpu"}
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "16"
+    verdict = model.decide("p", pod)
+    assert verdict.message == "0/2 nodes are available: 2 Insufficient cpu."
+
+
+# -- report --------------------------------------------------------------------------------------------------
+def _pod(seed: int, agree: bool, plugins: list[str]) -> PodResult:
+    upstream = Decision("bound", node="a")
+    ours = Decision("bound", node="a" if agree else "b")
+    return PodResult(
+        seed=seed,
+        profile=DEFAULT_PROFILE.name,
+        index=0,
+        name="p00",
+        namespace="ns",
+        features=plugins,
+        plugins=plugins,
+        upstream=upstream,
+        ours=ours,
+        upstream_top=["a"],
+        problems=[] if agree else ["node: ours b is not among upstream's top nodes ['a']"],
+        manifest={"kind": "Pod", "metadata": {"name": "p00"}, "spec": {"containers": []}},
+        context={"nodes": [{"kind": "Node", "metadata": {"name": "a"}}], "pods": []},
+    )
+
+
+def test_summary_and_markdown(tmp_path: Path) -> None:
+    results = [
+        ScenarioResult(1, "small", DEFAULT_PROFILE.name, 3, 1, [_pod(1, True, ["NodePorts"])], 1.0),
+        ScenarioResult(2, "small", DEFAULT_PROFILE.name, 3, 1, [_pod(2, False, ["NodePorts", "TaintToleration"])], 1.0),
+    ]
+    run = RunInfo("python -m tests.conformance", 1, "small", 2.0, "2026-01-01 00:00 UTC", "abc", "test machine")
+    data = summary(results, [DEFAULT_PROFILE], run)
+    assert (data["scenarios"], data["pods"], data["agree"], data["disagree"]) == (2, 2, 1, 1)
+    assert data["by_plugin"]["NodePorts"] == {"scenarios": 2, "pods": 2, "agree": 1, "disagree": 1}
+    assert data["by_plugin"]["ImageLocality"]["pods"] == 0
+    assert data["checks"]["our_node_in_upstream_top_set"] == 1
+    path = tmp_path / "conformance.md"
+    write_markdown(data, results, [ProfileDef(DEFAULT_PROFILE.name, {}, "built-in")], path)
+    text = path.read_text()
+    assert "#### seed 2, profile `conformance-default`, pod `ns/p00`" in text
+    assert "schedulerName: <scheduler>" in text
+    assert "name: a" in text
+    assert "| TaintToleration | 1 | 1 | 0 | 1 |" in text

@@ -1,0 +1,73 @@
+"""The quick subset of the differential conformance suite that ``make test`` runs (~30 s on 2 cores).
+
+Two small seeded scenarios are scheduled by upstream kube-scheduler v1.36.3 and by ``kopf-scheduler run``
+(see runner.py for how both decide on the same state); any disagreement that ``known.py`` does not explain
+fails the test. A negative control proves the harness can see a difference at all: a profile whose
+upstream side scores with MostAllocated while ours keeps LeastAllocated must produce node disagreements.
+
+The harness starts its own light control plane (not the session ``cluster`` fixture): conformance needs a
+cluster whose nodes are exactly the scenario's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.generator import generate
+from tests.conformance.known import explain
+from tests.conformance.runner import Harness, PodResult, ProfileDef, default_profiles
+
+pytestmark = pytest.mark.e2e
+
+#: (seed, size): small scenarios (3-6 nodes, 8-12 pending pods) that between them bind pods, leave pods
+#: unschedulable with multi-reason messages, and run two different profiles.
+QUICK_SCENARIOS = ((1, "small"), (2, "small"))
+
+CONTROL = ProfileDef(
+    "conformance-control",
+    spec={},
+    source="negative control (test_quick)",
+    upstream_spec={
+        "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}]
+    },
+)
+CONTROL_SEED = 7
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    lines: list[str] = []
+    work_dir: Path = tmp_path_factory.mktemp("conformance")
+    with Harness([*default_profiles(), CONTROL], work_dir=work_dir, log=lines.append) as running:
+        running.lines = lines  # type: ignore[attr-defined]
+        yield running
+
+
+def _describe(pods: list[PodResult]) -> str:
+    return "\n".join(
+        f"seed {p.seed} {p.profile} {p.namespace}/{p.name}: {p.problems}; upstream {p.upstream}; ours {p.ours}"
+        for p in pods
+    )
+
+
+def test_quick_scenarios_agree_with_upstream(harness: Harness) -> None:
+    profiles = [p for p in harness.profiles.values() if p.name != CONTROL.name]
+    pods: list[PodResult] = []
+    for seed, size in QUICK_SCENARIOS:
+        result = harness.run_scenario(generate(seed, size), profiles[seed % len(profiles)].name)
+        assert not result.invalid, f"the API server refused generated pods {result.invalid}"
+        pods += result.pods
+    # The scenarios must exercise both outcomes, or agreement would prove little.
+    assert sum(p.upstream.kind == "bound" for p in pods) >= 5
+    assert sum(p.upstream.kind == "unschedulable" for p in pods) >= 3
+    unexplained = [p for p in pods if not p.agree and explain(p) is None]
+    assert not unexplained, "disagreements with upstream kube-scheduler:\n" + _describe(unexplained)
+
+
+def test_negative_control_is_detected(harness: Harness) -> None:
+    result = harness.run_scenario(generate(CONTROL_SEED, "small"), CONTROL.name)
+    node_problems = [p for p in result.pods if any(problem.startswith("node:") for problem in p.problems)]
+    assert node_problems, "the harness did not notice upstream scoring MostAllocated while ours LeastAllocated"
