@@ -20,7 +20,7 @@ BIN_DIR := $(or $(KOPF_SCHEDULER_BIN_DIR),$(CACHE_DIR)/$(KUBE_VERSION)/bin)
 export PATH := $(BIN_DIR):$(CURDIR)/$(VENV)/bin:$(PATH)
 export KOPF_SCHEDULER_BIN_DIR := $(BIN_DIR)
 
-.PHONY: help test demo lint binaries pytest crds clean clean-binaries bench-algo bench
+.PHONY: help test demo lint binaries pytest crds clean clean-binaries bench-algo bench conformance
 
 help:
 	@echo "make test      venv + binaries + ruff + import contracts + the whole pytest suite"
@@ -31,6 +31,8 @@ help:
 	@echo "make clean     remove the venv and caches in the tree (the binary cache stays)"
 	@echo "make bench-algo  algorithm benchmark, no API server: bench/results/algo.json + docs/benchmarks.md"
 	@echo "make bench     end-to-end benchmark vs kube-scheduler (~30 min): bench/results/e2e.json + docs/benchmarks.md"
+	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~4 min):"
+	@echo "                  docs/conformance.md + bench/results/conformance.json"
 
 $(VENV_STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -78,3 +80,7 @@ clean:
 
 clean-binaries:
 	rm -rf $(CACHE_DIR)/$(KUBE_VERSION)
+
+# Differential conformance against upstream kube-scheduler; CONFORMANCE_SCENARIOS sets how many scenarios.
+conformance: $(VENV_STAMP) binaries
+	$(VENV)/bin/python -m tests.conformance
