@@ -10,20 +10,23 @@ A scenario is what the runner loads into the API server, in this order:
 - two namespaces (``c<seed>-a`` with the workloads, ``c<seed>-b`` for cross-namespace affinity), labelled so
   ``namespaceSelector`` terms have something to select;
 - fewer than 100 nodes (upstream then evaluates every node, so sampling cannot make the two schedulers look
-  at different nodes): allocatable cpu/memory/pods/ephemeral-storage and sometimes ``example.com/gpu``;
-  hostname/zone/region labels (some nodes lack a zone, which PodTopologySpread reports separately); a few
-  other labels for selectors and ``Gt``/``Lt``; taints of all three effects; ``status.images`` with sizes;
-  some nodes cordoned;
+  at different nodes): allocatable cpu/memory/pods/ephemeral-storage, sometimes ``example.com/gpu`` and
+  hugepages; hostname/zone/region labels (some nodes lack a zone, which PodTopologySpread reports
+  separately); a few other labels for selectors and ``Gt``/``Lt``; taints of all three effects;
+  ``status.images`` with sizes; some nodes cordoned;
 - existing pods created with ``spec.nodeName`` (as a kubelet's static pods or a finished scheduling
   would leave them): requests, host ports, labels, required and preferred (anti-)affinity, spread
   constraints; never more than the node's allocatable, so the cluster is one a scheduler could have built;
+  a few are then deleted but held by a finalizer (terminating: they still use resources but no longer
+  count for spreading) or marked Succeeded (invisible to both schedulers);
 - Services and ReplicaSets (0 replicas) selecting some of those labels, which gives pods without their own
   constraints PodTopologySpread's system default constraints;
 - the pending pods, each drawing a few features from a menu (requests with init and sidecar containers,
-  pod overhead through a RuntimeClass, pod-level resources, extended resources, nodeSelector, required and
-  preferred node affinity, tolerations, host ports, hard and soft spread constraints with minDomains and
-  inclusion policies, pod (anti-)affinity with namespaceSelector, priority classes, images). Each pending
-  pod records which plugins its spec exercises (:attr:`PendingPod.features`).
+  pod overhead through a RuntimeClass, pod-level resources, extended resources and hugepages, image
+  volumes, nodeSelector, required and preferred node affinity, tolerations, host ports, hard and soft
+  spread constraints with minDomains, inclusion policies and matchLabelKeys, pod (anti-)affinity with
+  namespaceSelector, namespaces and match/mismatchLabelKeys, priority classes, images). Each pending pod
+  records which plugins its spec exercises (:attr:`PendingPod.features`).
 
 Everything is a plain manifest dict; ``schedulerName`` is left out and set by the runner per copy.
 """
@@ -113,8 +116,6 @@ class Scenario:
     services: list[dict[str, Any]] = field(default_factory=list)
     replica_sets: list[dict[str, Any]] = field(default_factory=list)
     pending: list[PendingPod] = field(default_factory=list)
-    #: Plugins the cluster itself exercises for every pod (taints on nodes, cordoned nodes, pods with affinity).
-    cluster_features: tuple[str, ...] = ()
 
     @property
     def node_names(self) -> list[str]:
@@ -712,18 +713,7 @@ def generate(seed: int, size: str = "normal") -> Scenario:
     builder.workloads()
     builder.existing_pods()
     builder.pending_pods()
-    scenario = builder.scenario
-    cluster: set[str] = set()
-    if any(n.get("spec", {}).get("taints") for n in scenario.nodes):
-        cluster.add("TaintToleration")
-    if any(n.get("spec", {}).get("unschedulable") for n in scenario.nodes):
-        cluster.add("NodeUnschedulable")
-    if any(p["spec"].get("affinity") for p in scenario.existing_pods):
-        cluster.add("InterPodAffinity")
-    if any(p["spec"]["containers"][0].get("ports") for p in scenario.existing_pods):
-        cluster.add("NodePorts")
-    scenario.cluster_features = tuple(sorted(cluster))
-    return scenario
+    return builder.scenario
 
 
 def with_scheduler(manifest: dict[str, Any], scheduler_name: str) -> dict[str, Any]:

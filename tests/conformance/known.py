@@ -33,6 +33,8 @@ class Finding:
     summary: str
     cause: str
     fix: str
+    #: A minimal reproducer (YAML) and what each side scored/decided on it.
+    reproducer: str = ""
 
 
 FIXED: tuple[Finding, ...] = (
@@ -45,6 +47,23 @@ FIXED: tuple[Finding, ...] = (
         "aggregate (non-zero defaults, plus overhead), not its pod-level requests. We scored the pod-level values.",
         fix="NodeResourcesFit scores the containers' aggregate when pod-level requests are set "
         "(`scoring_requests_without_pod_level`), with a unit test beside the plugin (commit d6a17fb).",
+        reproducer="""\
+# One node; default profile (LeastAllocated on cpu and memory, weight 1 each).
+apiVersion: v1
+kind: Node
+metadata: {name: n}
+status: {allocatable: {cpu: 3500m, memory: 8Gi, pods: "110"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  resources: {requests: {cpu: "2", memory: 4Gi}}   # pod-level requests
+  containers:
+  - {name: main, image: registry.k8s.io/pause:3.10, resources: {requests: {cpu: 100m}}}
+# NodeResourcesFit score of n: upstream 97 = (cpu (3500-100)*100/3500 = 97 + memory (8192-200)Mi*100/8192Mi = 97)/2,
+# i.e. 100m and the 200Mi default; we scored 46 = (42 + 50)/2 from the pod-level 2 cpu / 4Gi.
+""",
     ),
 )
 

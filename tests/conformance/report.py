@@ -5,11 +5,13 @@ plus how and where it was measured); the Markdown page explains the method, give
 and lists every disagreement with a reproducer (the pod, the nodes it is about and the pods on them, as
 YAML) and why it happens.
 
-"Exercised" (per plugin): the pod's spec uses what the plugin reads (its tolerations, node affinity, ports,
-spread constraints, (anti-)affinity, requests, images), or the cluster does (tainted or cordoned nodes,
-existing pods with affinity terms or host ports), or upstream's FailedScheduling text names the plugin's
-reason, or upstream's per-node scores of the plugin differed between the feasible nodes. A pod counts for
-every plugin it exercised; its agreement is the whole pod's.
+Per plugin, a pod is *decisive* for a plugin when the plugin demonstrably decided something for it:
+upstream's FailedScheduling text names the plugin's reason, or upstream's per-node scores of the plugin
+differed between the feasible nodes, or the plugin filtered out a node in the in-process model while the
+model matched upstream (same verdict, feasible set, scores and message). A pod *exercises* a plugin when
+it is decisive or the pod's spec uses what the plugin reads (tolerations, node affinity, host ports,
+spread constraints, (anti-)affinity, requests, images). A pod counts for every plugin it exercised; its
+agreement is the whole pod's.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
         by_plugin[plugin] = {
             "scenarios": len({(p.seed, p.profile) for p in exercised}),
             "pods": len(exercised),
+            "decisive": sum(plugin in p.decisive for p in exercised),
             "agree": sum(p.agree for p in exercised),
             "disagree": sum(not p.agree for p in exercised),
         }
@@ -285,16 +288,20 @@ def write_markdown(
         "",
         "### Per plugin",
         "",
-        "A pod counts for a plugin when it exercised it: its spec uses what the plugin reads, or the cluster",
-        "does (tainted or cordoned nodes, existing pods with affinity terms or host ports), or upstream's",
-        "FailedScheduling text names the plugin's reason, or upstream's scores of the plugin differed between",
-        "the feasible nodes. Scenarios count (seed, profile) pairs.",
+        "*Decisive*: the plugin demonstrably decided something for the pod: upstream's FailedScheduling text",
+        "names its reason, or upstream's scores of it differed between the feasible nodes, or it filtered out a",
+        "node in the in-process model while the model matched upstream exactly. *Pods*: decisive, or the pod's",
+        "spec uses what the plugin reads. Scenarios count (seed, profile) pairs with such pods; agreement is",
+        "the whole pod's.",
         "",
-        "| plugin | scenarios | pods | agree | disagree |",
-        "|---|---:|---:|---:|---:|",
+        "| plugin | scenarios | pods | decisive | agree | disagree |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for plugin, row in data["by_plugin"].items():
-        lines.append(f"| {plugin} | {row['scenarios']} | {row['pods']} | {row['agree']} | {row['disagree']} |")
+        lines.append(
+            f"| {plugin} | {row['scenarios']} | {row['pods']} | {row['decisive']} | {row['agree']} "
+            f"| {row['disagree']} |"
+        )
     lines += [
         "",
         "Not exercised: NodeName (a pod with `spec.nodeName` never reaches a scheduler), SchedulingGates (a",
@@ -347,6 +354,8 @@ def write_markdown(
     lines += ["## Found and fixed", ""]
     for finding in FIXED:
         lines += [f"- **{finding.summary}**", f"  Cause: {finding.cause}", f"  Fix: {finding.fix}"]
+        if finding.reproducer:
+            lines += ["", "  ```yaml", *(f"  {line}".rstrip() for line in finding.reproducer.splitlines()), "  ```", ""]
     lines += [
         "",
         "## Running it",

@@ -296,6 +296,7 @@ class PodResult:
     name: str
     namespace: str
     features: list[str]
+    #: Plugins the pod exercised: its spec uses them, or they were decisive.
     plugins: list[str]
     upstream: Decision
     ours: Decision
@@ -303,6 +304,8 @@ class PodResult:
     upstream_scores: dict[str, int] = field(default_factory=dict)
     upstream_plugin_scores: dict[str, dict[str, int]] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
+    #: Plugins that demonstrably decided something for this pod (rejected a node, or ranked nodes apart).
+    decisive: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     model_notes: list[str] = field(default_factory=list)
     known: str | None = None
@@ -852,9 +855,12 @@ class Harness:
         elif upstream.kind in ("error", "timeout"):
             problems.append(f"verdict: upstream {_short(upstream)}, ours {_short(ours)}")
         notes = _model_notes(verdict, upstream, cycle)
-        plugins = set(pending.features) | set(scenario.cluster_features)
-        plugins |= plugins_in_message(upstream.note or "")
-        plugins |= varying_plugins(cycle.plugin_scores)
+        # Decisive: upstream's message names the plugin, or its scores of the plugin differ between nodes, or
+        # it filtered out a node in the model while the model matched upstream (same verdict, feasible set).
+        decisive = plugins_in_message(upstream.note or "") | varying_plugins(cycle.plugin_scores)
+        if not notes:
+            decisive |= {rejection.split(":", 1)[0] for rejection in verdict.rejections.values()}
+        plugins = set(pending.features) | decisive
         return PodResult(
             seed=scenario.seed,
             profile=profile.name,
@@ -863,6 +869,7 @@ class Harness:
             namespace=pending.namespace,
             features=list(pending.features),
             plugins=sorted(plugins),
+            decisive=sorted(decisive),
             upstream=upstream,
             ours=ours,
             upstream_top=sorted(cycle.top_nodes or ({upstream.node} if upstream.node else set())),

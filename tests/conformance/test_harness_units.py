@@ -345,7 +345,7 @@ def test_summary_and_markdown(tmp_path: Path) -> None:
     run = RunInfo("python -m tests.conformance", 1, "small", 2.0, "2026-01-01 00:00 UTC", "abc", "test machine")
     data = summary(results, [DEFAULT_PROFILE], run)
     assert (data["scenarios"], data["pods"], data["agree"], data["disagree"]) == (2, 2, 1, 1)
-    assert data["by_plugin"]["NodePorts"] == {"scenarios": 2, "pods": 2, "agree": 1, "disagree": 1}
+    assert data["by_plugin"]["NodePorts"] == {"scenarios": 2, "pods": 2, "decisive": 0, "agree": 1, "disagree": 1}
     assert data["by_plugin"]["ImageLocality"]["pods"] == 0
     assert data["checks"]["our_node_in_upstream_top_set"] == 1
     path = tmp_path / "conformance.md"
@@ -354,4 +354,4 @@ def test_summary_and_markdown(tmp_path: Path) -> None:
     assert "#### seed 2, profile `conformance-default`, pod `ns/p00`" in text
     assert "schedulerName: <scheduler>" in text
     assert "name: a" in text
-    assert "| TaintToleration | 1 | 1 | 0 | 1 |" in text
+    assert "| TaintToleration | 1 | 1 | 0 | 0 | 1 |" in text
