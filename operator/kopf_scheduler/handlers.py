@@ -11,7 +11,9 @@ kopf rules this module follows (reference kopf-and-peers.md, A1–A7):
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -42,7 +44,18 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     # We post kube-scheduler-style events ourselves; kopf's per-handler events would be noise.
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
-    settings.networking.error_backoffs = [0.5, 1, 2, 3, 5]
+    # Retry API errors (connection refused, 5xx, 429) for as long as they last, as client-go does: with a
+    # finite list, an API server outage longer than the list's sum (an apiserver restart takes 10-20 s)
+    # made the peering keep-alive escalate and kopf shut the whole operator down.
+    settings.networking.error_backoffs = _RetryForever()
+
+
+class _RetryForever:
+    """kopf error backoffs: 0.5, 1, 2, 3 s, then every 5 s without end (re-iterable: one run per request)."""
+
+    def __iter__(self) -> Iterator[float]:
+        yield from (0.5, 1, 2, 3)
+        yield from itertools.repeat(5.0)
 
 
 @kopf.on.login()
