@@ -220,6 +220,8 @@ class Component:
     process: subprocess.Popen[bytes]
     ports: dict[str, int] = field(default_factory=dict)
     _log_file: IO[bytes] | None = None
+    #: Extra environment variables it was started with (kept for :meth:`LocalCluster.restart_component`).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -425,6 +427,24 @@ class LocalCluster:
         if component._log_file is not None:
             component._log_file.close()
 
+    def restart_component(self, name: str, *, downtime: float = 0.0) -> Component:
+        """Stop one component and start it again with the same command line, ports and environment.
+
+        For tests of how clients live through an outage (e.g. an API server restart). ``downtime`` seconds
+        pass between the stop and the start. Returns once the component is running again; for the API
+        server, once it is ready (``/readyz``, then a GET) as at cluster start.
+        """
+        old = self.components[name]
+        self.stop_component(name)
+        if downtime > 0:
+            time.sleep(downtime)
+        component = self._spawn(name, list(old.args), ports=dict(old.ports), env=old.env)
+        if name == "kube-apiserver":
+            self._wait_apiserver()
+        else:
+            self._ensure_alive(component)
+        return component
+
     # ---- setup ------------------------------------------------------------------------------------------
 
     def _needed_binaries(self) -> list[str]:
@@ -483,7 +503,7 @@ class LocalCluster:
             start_new_session=True,  # its own process group: the terminal's Ctrl-C does not hit it
             preexec_fn=lambda: child_preexec(parent),  # only a prctl call (see child_preexec)
         )
-        component = Component(name, args, log_path, process, dict(ports or {}), log_file)
+        component = Component(name, args, log_path, process, dict(ports or {}), log_file, dict(env or {}))
         self.components[name] = component
         return component
 
