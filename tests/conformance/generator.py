@@ -14,8 +14,9 @@ A scenario is what the runner loads into the API server, in this order:
   hugepages; hostname/zone/region labels (some nodes lack a zone, which PodTopologySpread reports
   separately); a few other labels for selectors and ``Gt``/``Lt``; taints of all three effects;
   ``status.images`` with sizes; some nodes cordoned;
-- existing pods created with ``spec.nodeName`` (as a kubelet's static pods or a finished scheduling
-  would leave them): requests, host ports, labels, required and preferred (anti-)affinity, spread
+- existing pods created with ``spec.nodeName`` or created unassigned and bound with a Binding: requests
+  (some with pod-level requests, a sidecar or overhead), host ports, labels, required and preferred
+  (anti-)affinity, spread
   constraints; never more than the node's allocatable, so the cluster is one a scheduler could have built;
   a few are then deleted but held by a finalizer (terminating: they still use resources but no longer
   count for spreading) or marked Succeeded (invisible to both schedulers);
@@ -52,6 +53,10 @@ HUGEPAGES = "hugepages-2Mi"
 #: Annotations that tell the runner how to finish an existing pod after creating it.
 LIFECYCLE_ANNOTATION = "conformance.kopf-scheduler.io/lifecycle"
 TERMINATING, SUCCEEDED = "terminating", "succeeded"
+#: An existing pod with this annotation is created without a node and then bound through a Binding.
+BIND_ANNOTATION = "conformance.kopf-scheduler.io/bind-with"
+#: The schedulerName of such a pod before its binding: no scheduler serves it.
+NOBODY = "conformance-nobody"
 #: The finalizer that keeps a "terminating" existing pod around (removed at cleanup).
 HOLD_FINALIZER = "conformance.kopf-scheduler.io/hold"
 
@@ -308,10 +313,15 @@ class _Builder:
                     break
                 cpu = rng.choice([100, 250, 500, 1000])
                 mem = rng.choice([128, 256, 512, 1024, 2048])
-                if cpu > free["cpu"] or mem > free["memory"]:
+                # How the node accounts for it besides the container: pod-level requests, a sidecar, overhead.
+                shape = rng.choices(["plain", "pod-level", "sidecar", "overhead"], weights=[73, 10, 10, 7])[0]
+                extra_cpu, extra_mem = {"pod-level": (100, 128), "sidecar": (100, 64), "overhead": (250, 64)}.get(
+                    shape, (0, 0)
+                )
+                if cpu + extra_cpu > free["cpu"] or mem + extra_mem > free["memory"]:
                     continue
-                free["cpu"] -= cpu
-                free["memory"] -= mem
+                free["cpu"] -= cpu + extra_cpu
+                free["memory"] -= mem + extra_mem
                 free["pods"] -= 1
                 namespace = self.ns_a if rng.random() < 0.8 else self.ns_b
                 labels = self.labels()
@@ -323,6 +333,19 @@ class _Builder:
                 if rng.random() < 0.2:
                     container["ports"] = [self.host_port()]
                 spec: dict[str, Any] = {"nodeName": name, "containers": [container], "terminationGracePeriodSeconds": 0}
+                if shape == "pod-level":
+                    spec["resources"] = {"requests": {"cpu": f"{cpu + 100}m", "memory": f"{mem + 128}Mi"}}
+                elif shape == "sidecar":
+                    spec["initContainers"] = [
+                        {
+                            "name": "side",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "restartPolicy": "Always",
+                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                        }
+                    ]
+                elif shape == "overhead":
+                    spec["runtimeClassName"] = RUNTIME_CLASS
                 if free[GPU] and rng.random() < 0.3:
                     container["resources"]["requests"][GPU] = "1"
                     container["resources"]["limits"] = {GPU: "1"}
@@ -342,14 +365,17 @@ class _Builder:
                 if node.get("spec", {}).get("taints"):
                     spec["tolerations"] = [{"operator": "Exists"}]
                 metadata: dict[str, Any] = {"name": f"e{index:02d}", "namespace": namespace, "labels": labels}
+                if rng.random() < 0.3:
+                    # Created unassigned, then bound with a Binding, as a scheduler would leave it.
+                    metadata["annotations"] = {BIND_ANNOTATION: "Binding"}
                 roll = rng.random()
                 if roll < 0.06:
                     # Deleted but held by a finalizer: still on the node for resources, not for spreading.
-                    metadata["annotations"] = {LIFECYCLE_ANNOTATION: TERMINATING}
+                    metadata.setdefault("annotations", {})[LIFECYCLE_ANNOTATION] = TERMINATING
                     metadata["finalizers"] = [HOLD_FINALIZER]
                 elif roll < 0.12:
                     # Finished: invisible to both schedulers, whatever it requested.
-                    metadata["annotations"] = {LIFECYCLE_ANNOTATION: SUCCEEDED}
+                    metadata.setdefault("annotations", {})[LIFECYCLE_ANNOTATION] = SUCCEEDED
                 self.scenario.existing_pods.append(
                     {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
                 )
@@ -653,6 +679,12 @@ class _Builder:
                 constraint["nodeTaintsPolicy"] = rng.choice(["Honor", "Ignore"])
             if "version" in labels and rng.random() < 0.3:
                 constraint["matchLabelKeys"] = ["version"]
+            else:
+                roll = rng.random()
+                if roll < 0.05:
+                    del constraint["labelSelector"]  # no selector: counts no pod at all
+                elif roll < 0.1:
+                    constraint["labelSelector"] = {"matchExpressions": [{"key": "app", "operator": "Exists"}]}
             out.append(constraint)
         return out
 
@@ -693,6 +725,12 @@ class _Builder:
         if "version" in labels and key != "version" and rng.random() < 0.15:
             # The API server folds these into the selector at creation (MatchLabelKeysInPodAffinity).
             term["matchLabelKeys" if rng.random() < 0.5 else "mismatchLabelKeys"] = ["version"]
+        else:
+            roll = rng.random()
+            if roll < 0.04:
+                term["labelSelector"] = {}  # an empty selector matches every pod
+            elif roll < 0.07:
+                del term["labelSelector"]  # no selector matches none
         roll = rng.random()
         if roll < 0.15:
             term["namespaceSelector"] = {}  # every namespace

@@ -49,8 +49,10 @@ from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.registry import default_registry
 from tests.conformance.generator import (
+    BIND_ANNOTATION,
     HOLD_FINALIZER,
     LIFECYCLE_ANNOTATION,
+    NOBODY,
     PRIORITY_CLASSES,
     RUNTIME_CLASS,
     RUNTIME_CLASS_OVERHEAD,
@@ -686,7 +688,7 @@ class Harness:
             model.load(self._create(obj))
         wanted = [("Add event for node", "node", n) for n in scenario.node_names]
         for obj in scenario.existing_pods:
-            created = self._create(obj)
+            created = self._create_existing(obj)
             key = f"{created['metadata']['namespace']}/{created['metadata']['name']}"
             wanted.append(("Add event for scheduled pod", "pod", key))
             lifecycle = (obj["metadata"].get("annotations") or {}).get(LIFECYCLE_ANNOTATION)
@@ -727,6 +729,27 @@ class Harness:
             seconds=time.monotonic() - started,
             invalid=invalid,
         )
+
+    def _create_existing(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """An existing pod: created on its node, or created unassigned and bound through a Binding."""
+        if (obj["metadata"].get("annotations") or {}).get(BIND_ANNOTATION) != "Binding":
+            return self._create(obj)
+        body = json.loads(json.dumps(obj))
+        node = body["spec"].pop("nodeName")
+        body["spec"]["schedulerName"] = NOBODY
+        created = self._create(body)
+        namespace, name = created["metadata"]["namespace"], created["metadata"]["name"]
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": created["metadata"]["uid"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self.core.create_namespaced_pod_binding(name, namespace, binding, _preload_content=False)
+        bound = self._read_pod(namespace, name)
+        if bound is None or bound["spec"].get("nodeName") != node:
+            raise RuntimeError(f"existing pod {namespace}/{name} was not bound to {node}: {bound}")
+        return bound
 
     def _finish(self, pod: dict[str, Any], lifecycle: str) -> dict[str, Any]:
         """Make an existing pod terminating (deleted, held by a finalizer) or Succeeded; the result as read."""
