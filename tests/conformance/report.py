@@ -32,6 +32,8 @@ from tests.conformance.known import FIXED, explain
 from tests.conformance.runner import REPO_ROOT, PodResult, ProfileDef, ScenarioResult
 
 JSON_PATH = REPO_ROOT / "bench" / "results" / "conformance.json"
+#: The files a conformance result depends on (for the "uncommitted changes" note).
+RELEVANT_PATHS = ("operator", "tests/conformance", "tests/e2e/operator_process.py", "tools/localcluster.py", "examples")
 DOC_PATH = REPO_ROOT / "docs" / "conformance.md"
 
 
@@ -57,15 +59,20 @@ def _commit() -> str:
         rev = subprocess.run(
             ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
+        # Only what the result depends on: the operator, the harness, the launcher and the compared profiles.
         dirty = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", *RELEVANT_PATHS],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return f"{rev} (with uncommitted changes in the tree)" if dirty else rev
+    if not dirty:
+        return rev
+    changed = [line[3:] for line in dirty.splitlines()]
+    more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+    return f"{rev} + uncommitted changes to {', '.join(changed[:5])}{more}"
 
 
 def _machine() -> str:
