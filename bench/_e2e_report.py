@@ -28,7 +28,54 @@ COLORS = {KUBE: "#1f77b4", KOPF: "#d62728", CEILING: "#7f7f7f"}
 
 #: Where the time goes: findings of profiling the operator process (py-spy), kept with the numbers they
 #: were measured with. Filled in from the profiling notes; see the module docstring.
-ANALYSIS = ""
+ANALYSIS = """
+Profiled on 2026-11-22 (commit `27dacdc`+, load ≈ 3): `BENCH_PROFILE=py-spy` records the operator with
+`py-spy record --rate 200 --nonblocking --format raw` during SchedulingBasic 5000 nodes / 10000 pods (235 pods/s
+while profiled, 28 s CPU). Share of the process's non-idle samples (wall-clock samples: on 2 cores shared with
+kube-apiserver and etcd, time spent runnable but preempted counts where it happens, mostly right after a
+`send()` that wakes the API server):
+
+| where | share |
+|---|---:|
+| writing HTTP requests (aiohttp `write_bytes` → TLS encrypt → `send()` on loopback) | 20% |
+| kopf's per-event processing of watch events (`process_resource_event`; not our handler) | 15% |
+| the scheduling cycle (`schedule_one`: filter + score over the sampled nodes, assume) | 14% |
+| the asyncio event loop itself (`_run_once`, `select`) | 11% |
+| kopf running our **sync** `@kopf.on.event` handlers in its thread pool (submit, wake-up, future callbacks) | 8% |
+| the Binding request (`KubeClient.bind` → `DefaultBinder`, excluding the body write) | 7% |
+| the `Scheduled` event (`_post_event`, excluding the body write) | 4% |
+| reading kopf's watch streams (TLS read, JSON decode) | 4% |
+| socket reads of responses (TLS, HTTP parsing) | 4% |
+| queue bookkeeping in the profile loop (`run_profile`) | 3% |
+| our handler bodies (`on_pod_event`, `on_node_event`) | 3% |
+
+So the cycle, the part that is "the scheduler", is about a seventh of the work (≈ 0.6 ms per pod at 5000
+nodes, where upstream's adaptive `percentageOfNodesToScore` scores 10%); the rest is per-pod plumbing that
+kube-scheduler does in Go: two TLS POSTs per pod (Binding and the `Scheduled` event — kube-scheduler posts
+that event too), at least one pod watch event per bind going through kopf's generic machinery, and the
+initial LIST of 5000 nodes and 10000 pods (start-up in the table). kopf-scheduler is one Python thread; on
+this 2-core machine kube-apiserver and etcd need most of a core during the run, so CPU per pod decides:
+see *CPU ms/pod* in the table.
+
+Clear, local improvements found (prototyped in a scratch worktree, not committed; the hot-path files belong to
+the operator's owner):
+
+1. **Make the watch handlers `async def`** (`handlers.py`: `node_event`, `pod_event`, `namespace_event` and the
+   workload handlers). kopf runs a sync handler through `loop.run_in_executor` plus `asyncio.shield`; an async
+   one is awaited inline. Measured with kopf's own `invoke()`: 54–76 µs CPU per event for a sync handler vs
+   1.1–1.3 µs for an async one (wall 170–290 µs vs 2–4 µs). With ≥ 25,000 watch events per 10000-pod run
+   (initial nodes and pods, one MODIFIED per bind) that is ≈ 1.5–2 s CPU, 5–7% of the run. It also removes a
+   race: today `on_pod_event` runs in kopf's worker threads (py-spy shows it under
+   `concurrent.futures.thread._worker`) while the scheduling cycle runs on the event-loop thread, both
+   mutating the same cache and queues without a lock.
+2. **Drop `metadata.managedFields` before caching** objects (what kube-scheduler's informers do with their
+   transform): about −14 MiB peak RSS in one paired run at 5000 nodes / 10000 pods (389 → 375 MiB).
+
+Peak RSS: `VmRSS` sampled every second shows kopf-scheduler at ≈ 80 MiB after imports, ≈ 325 MiB once kopf's
+initial LISTs and the operator's reconciling LIST of 5000 nodes and 10000 pods are in (both hold all pods as
+Python dicts at the same time), then growing ≈ 75 MiB while binding (kube-scheduler grows by about as much,
+from ≈ 230 MiB). The gap to kube-scheduler is mostly the per-object cost of Python dicts for raw API objects.
+"""
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
@@ -88,8 +135,8 @@ def ratio_table(results: dict[str, Any]) -> str:
 def detail_table(results: dict[str, Any]) -> str:
     lines = [
         "| workload | scheduler | reps | throughput avg (min–max) | p50 | p90 | p99 | latency p50 / p99 (s) "
-        "| start-up (s) | peak RSS (MiB) | CPU (s) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| start-up (s) | peak RSS (MiB) | CPU (s) | CPU ms/pod |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in results["summary"]:
         incomplete = "" if s.get("complete") else " ⚠ incomplete"
@@ -98,7 +145,8 @@ def detail_table(results: dict[str, Any]) -> str:
             f"({_fmt(_num(s['throughput_min']))}–{_fmt(_num(s['throughput_max']))}) | {_fmt(_num(s['p50']))} | "
             f"{_fmt(_num(s['p90']))} | {_fmt(_num(s['p99']))} | "
             f"{_fmt(_num(s['latency_p50_ms']) / 1000, 1)} / {_fmt(_num(s['latency_p99_ms']) / 1000, 1)} | "
-            f"{_fmt(_num(s['startup_s']), 1)} | {_fmt(_num(s['peak_rss_mb']))} | {_fmt(_num(s['cpu_s']), 1)} |"
+            f"{_fmt(_num(s['startup_s']), 1)} | {_fmt(_num(s['peak_rss_mb']))} | {_fmt(_num(s['cpu_s']), 1)} | "
+            f"{_fmt(_num(s['cpu_s']) * 1000 / s['pods'], 2)} |"
         )
     return "\n".join(lines)
 
@@ -132,6 +180,14 @@ def targets(results: dict[str, Any]) -> str:
         per = "; ".join(f"{k}: {_fmt(a)} vs {_fmt(b)} MiB" for k, a, b in rss_lines)
         out.append(f"- Peak RSS ≤ kube-scheduler's: {verdict} ({per}).")
     return "\n".join(out)
+
+
+def _load_text(results: dict[str, Any]) -> str:
+    loads = sorted(float(r["load1_before"]) for r in results["rows"] if r.get("load1_before") is not None)
+    if not loads:
+        return "load average not recorded"
+    median = loads[len(loads) // 2]
+    return f"1-min load average before the runs: min {loads[0]:.1f}, median {median:.1f}, max {loads[-1]:.1f}"
 
 
 def render_section(results: dict[str, Any], png_rel: str) -> str:
@@ -192,7 +248,7 @@ def render_section(results: dict[str, Any], png_rel: str) -> str:
         f"- kube-scheduler / kube-apiserver: {meta['kube_scheduler']} / {meta['kube_apiserver']}; {etcd}",
         f"- kopf-scheduler {meta['kopf_scheduler']} at commit `{meta['commit']}`; kopf {meta['kopf']}; "
         f"aiohttp {meta['aiohttp']}; Python {meta['python']}",
-        f"- Date: {meta['date']}; `make bench` took {meta['runtime_s'] / 60:.0f} min.",
+        f"- Date: {meta['date']}; `make bench` took {meta['runtime_s'] / 60:.0f} min; {_load_text(results)}.",
         END,
     ]
     return "\n".join(lines) + "\n"

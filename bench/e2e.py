@@ -230,6 +230,9 @@ class Config:
     - ``BENCH_STALL_SECONDS`` (120): give a run up when no pod was bound for this long.
     - ``BENCH_RESULTS_DIR`` (bench/results), ``BENCH_DOC`` (docs/benchmarks.md; empty = do not write).
     - ``BENCH_CEILING_CONCURRENCY`` (64): Bindings in flight in the ceiling binder.
+    - ``BENCH_PROFILE`` (unset): a ``py-spy`` executable; kopf-scheduler runs are then recorded with
+      ``py-spy record --format raw`` (collapsed stacks) into ``<results dir>/.profiles/``. Profiling slows
+      the process down: never combine it with runs whose numbers are published.
     """
 
     reps: int = 3
@@ -239,6 +242,7 @@ class Config:
     results_dir: Path = RESULTS_DIR
     doc_path: Path | None = DOC_PATH
     ceiling_concurrency: int = 64
+    profiler: str = ""
 
     @classmethod
     def from_env(cls) -> Config:
@@ -272,6 +276,7 @@ class Config:
             results_dir=Path(os.environ.get("BENCH_RESULTS_DIR") or RESULTS_DIR),
             doc_path=DOC_PATH if doc is None else (Path(doc) if doc else None),
             ceiling_concurrency=_env_int("BENCH_CEILING_CONCURRENCY", 64),
+            profiler=os.environ.get("BENCH_PROFILE", ""),
         )
 
 
@@ -406,6 +411,18 @@ def proc_stats(pid: int) -> tuple[float, float]:
     ticks = os.sysconf("SC_CLK_TCK")
     cpu = (int(fields[11]) + int(fields[12])) / ticks  # fields 14 and 15 of stat(5), counted after "(comm)"
     return peak_kb / 1024.0, cpu
+
+
+def proc_rss_mb(pid: int) -> float | None:
+    """Current RSS (VmRSS) in MiB, None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
 
 
 def omitted_default_plugins() -> list[str]:
@@ -596,11 +613,13 @@ async def run_one(
     runner = Runner(scheduler, cluster, namespace, config, log_dir)
     spawn = time.monotonic()
     runner.start()
+    profiler = _start_profiler(config, runner, namespace)
     sampler = ThroughputSampler()
     complete = False
     error = ""
     peak_rss = cpu = math.nan
     last_count, last_progress = 0, spawn
+    rss_timeline: list[tuple[float, float]] = []
     tick = 0
     try:
         while True:
@@ -610,6 +629,9 @@ async def run_one(
             watch.check()
             count = len(watch.bound)
             sampler.tick(now, count)
+            rss = proc_rss_mb(runner.pid)
+            if rss is not None:
+                rss_timeline.append((round(now - spawn, 2), round(rss, 1)))
             if count > last_count:
                 last_count, last_progress = count, now
             if count >= workload.pods:
@@ -624,6 +646,9 @@ async def run_one(
         if runner.alive():
             peak_rss, cpu = proc_stats(runner.pid)
     finally:
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(timeout=60)
         runner.stop()
         await watch.stop()
     load_after = load1()
@@ -654,6 +679,7 @@ async def run_one(
         "load1_before": round(load_before, 2),
         "load1_after": round(load_after, 2),
         "error": error.splitlines()[0] if error else "",
+        "rss_timeline": rss_timeline,
     }
     timeline = _timeline(bind_times, spawn)
     await delete_namespace_pods(api, namespace)
@@ -665,6 +691,16 @@ async def run_one(
         flush=True,
     )
     return row, timeline
+
+
+def _start_profiler(config: Config, runner: Runner, namespace: str) -> subprocess.Popen[bytes] | None:
+    if not config.profiler or runner.kind != KOPF:
+        return None
+    out = config.results_dir / ".profiles"
+    out.mkdir(parents=True, exist_ok=True)
+    args = [config.profiler, "record", "--pid", str(runner.pid), "--rate", "200", "--format", "raw", "--nonblocking"]
+    args += ["-o", str(out / f"{namespace}.txt")]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def _timeline(bind_times: Sequence[float], origin: float, step: float = 0.25) -> list[tuple[float, int]]:
