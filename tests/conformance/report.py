@@ -65,12 +65,12 @@ def _commit() -> str:
             capture_output=True,
             text=True,
             check=True,
-        ).stdout.strip()
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    if not dirty:
+    changed = [line[3:] for line in dirty.splitlines() if line.strip()]  # "XY path": status, space, path
+    if not changed:
         return rev
-    changed = [line[3:] for line in dirty.splitlines()]
     more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
     return f"{rev} + uncommitted changes to {', '.join(changed[:5])}{more}"
 
