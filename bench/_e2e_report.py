@@ -29,7 +29,7 @@ COLORS = {KUBE: "#1f77b4", KOPF: "#d62728", CEILING: "#7f7f7f"}
 #: Where the time goes: findings of profiling the operator process (py-spy), kept with the numbers they
 #: were measured with. Filled in from the profiling notes; see the module docstring.
 ANALYSIS = """
-Profiled on 2026-11-22 (commit `27dacdc`+, load ≈ 3): `BENCH_PROFILE=py-spy` records the operator with
+Profiled on 2026-11-22 (operator code as of `e86218c`, load ≈ 3): `BENCH_PROFILE=py-spy` records the operator with
 `py-spy record --rate 200 --nonblocking --format raw` during SchedulingBasic 5000 nodes / 10000 pods (235 pods/s
 while profiled, 28 s CPU). Share of the process's non-idle samples (wall-clock samples: on 2 cores shared with
 kube-apiserver and etcd, time spent runnable but preempted counts where it happens, mostly right after a

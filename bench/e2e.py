@@ -49,6 +49,7 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -231,7 +232,7 @@ class Config:
     - ``BENCH_RESULTS_DIR`` (bench/results), ``BENCH_DOC`` (docs/benchmarks.md; empty = do not write).
     - ``BENCH_CEILING_CONCURRENCY`` (64): Bindings in flight in the ceiling binder.
     - ``BENCH_PROFILE`` (unset): a ``py-spy`` executable; kopf-scheduler runs are then recorded with
-      ``py-spy record --format raw`` (collapsed stacks) into ``<results dir>/.profiles/``. Profiling slows
+      ``py-spy record --format raw`` (collapsed stacks) into ``<log dir>/profiles/``. Profiling slows
       the process down: never combine it with runs whose numbers are published.
     """
 
@@ -243,6 +244,7 @@ class Config:
     doc_path: Path | None = DOC_PATH
     ceiling_concurrency: int = 64
     profiler: str = ""
+    log_dir: Path = Path(tempfile.gettempdir())
 
     @classmethod
     def from_env(cls) -> Config:
@@ -696,7 +698,7 @@ async def run_one(
 def _start_profiler(config: Config, runner: Runner, namespace: str) -> subprocess.Popen[bytes] | None:
     if not config.profiler or runner.kind != KOPF:
         return None
-    out = config.results_dir / ".profiles"
+    out = config.log_dir / "profiles"
     out.mkdir(parents=True, exist_ok=True)
     args = [config.profiler, "record", "--pid", str(runner.pid), "--rate", "200", "--format", "raw", "--nonblocking"]
     args += ["-o", str(out / f"{namespace}.txt")]
@@ -800,8 +802,10 @@ async def run_all(config: Config) -> dict[str, Any]:
     print(
         f"machine: {facts['nproc']} cpus ({facts['cpu_model']}), {facts['ram_gib']} GiB; load {load1():.2f}", flush=True
     )
-    log_dir = config.results_dir / ".logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    # Logs of the schedulers under test (and py-spy profiles) stay out of the tree; kept for post-mortems.
+    log_dir = Path(tempfile.mkdtemp(prefix="kopf-scheduler-bench-"))
+    config.log_dir = log_dir
+    print(f"logs: {log_dir}", flush=True)
     rows: list[dict[str, Any]] = []
     timelines: dict[str, list[tuple[float, int]]] = {}
     started = time.monotonic()
