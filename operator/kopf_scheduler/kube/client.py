@@ -16,9 +16,15 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
+from kopf_scheduler._version import __version__
 from kopf_scheduler.framework import APIError
 
 JSON = dict[str, Any]
+
+#: Sent with every request. The API server names field managers after the User-Agent up to its first "/",
+#: so the PodScheduled condition we patch shows up in managedFields as manager "kopf-scheduler" (as
+#: kube-scheduler's shows "kube-scheduler"), not aiohttp's default "Python".
+USER_AGENT = f"kopf-scheduler/{__version__}"
 
 
 class KubeClient:
@@ -35,7 +41,7 @@ class KubeClient:
         connection_limit: int = 100,
     ) -> None:
         self.server = server.rstrip("/")
-        self._headers = dict(headers or {})
+        self._headers = {"User-Agent": USER_AGENT, **dict(headers or {})}
         self._ssl = ssl_context
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session = session
