@@ -116,14 +116,19 @@ FULL_VALUES: dict[str, Any] = {
 # ---- helpers ---------------------------------------------------------------------------------------------
 
 
-def helm_binary() -> str:
+def pinned_binary(name: str) -> str:
+    """A binary of the pinned release (``make binaries`` puts kubectl, helm, … there), else from PATH."""
     bin_dir = os.environ.get("KOPF_SCHEDULER_BIN_DIR") or str(
         Path(os.environ.get("KOPF_SCHEDULER_CACHE", Path.home() / ".cache" / "kopf-scheduler")) / KUBE_VERSION / "bin"
     )
-    candidate = Path(bin_dir) / "helm"
-    found = str(candidate) if candidate.exists() else shutil.which("helm")
-    assert found, f"helm not found in {bin_dir} or on PATH: run `make binaries`"
+    candidate = Path(bin_dir) / name
+    found = str(candidate) if candidate.exists() else shutil.which(name)
+    assert found, f"{name} not found in {bin_dir} or on PATH: run `make binaries`"
     return found
+
+
+def helm_binary() -> str:
+    return pinned_binary("helm")
 
 
 def helm(*args: str, check: bool = True, tmp_home: Path | None = None) -> subprocess.CompletedProcess[str]:
