@@ -57,8 +57,6 @@ _LIST_PATHS = {
 }
 #: A profile's pipeline changed: every parked pod of it deserves another try.
 PROFILE_CHANGED = ClusterEvent(EventResource.WILDCARD, ActionType.ALL, "SchedulerProfileChanged")
-#: How long a watch deletion is remembered so a LIST that started earlier cannot bring the object back.
-TOMBSTONE_SECONDS = 120.0
 
 
 class Client(Protocol):
@@ -171,7 +169,11 @@ class SchedulerApp:
         self._reconciled = False
         self._reconcile_lock = asyncio.Lock()
         self._running_loops = 0
-        self._tombstones: dict[str, float] = {}
+        #: While a reconciling LIST is in flight: uids the watches changed or deleted meanwhile. The LIST is
+        #: older than those events, so it must neither resurrect the deleted nor delete the newly seen.
+        self._listing = False
+        self._watched_during_list: set[str] = set()
+        self._deleted_during_list: set[str] = set()
         self._last_failure: dict[str, tuple[str, float]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -233,8 +235,8 @@ class SchedulerApp:
         name = (obj.get("metadata") or {}).get("name", "")
         old = self.cache.node(name)
         old_obj = old.obj if old is not None else None
+        self._note_watch(event_type, obj)
         if event_type == "DELETED":
-            self._tombstones[_uid(obj)] = self.clock()
             self.cache.remove_node(name)
             self._broadcast(node_events(old_obj, None), old_obj, None)
             return
@@ -250,9 +252,8 @@ class SchedulerApp:
         deleted = event_type == "DELETED" or phase in TERMINAL_PHASES
         old_assigned = self.cache.pod(uid)
         old_unassigned = self.unassigned.get(uid)
+        self._note_watch(event_type, obj)
         if deleted:
-            if event_type == "DELETED":
-                self._tombstones[uid] = self.clock()
             self._last_failure.pop(uid, None)
             if old_unassigned is not None:
                 del self.unassigned[uid]
@@ -281,6 +282,11 @@ class SchedulerApp:
             runtime.queue.add(pod)
         else:
             runtime.queue.update(old_unassigned, pod)
+
+    def _note_watch(self, event_type: str | None, obj: dict[str, Any]) -> None:
+        if self._listing:
+            target = self._deleted_during_list if event_type == "DELETED" else self._watched_during_list
+            target.add(_uid(obj))
 
     def on_workload_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -317,12 +323,17 @@ class SchedulerApp:
         async with self._reconcile_lock:
             if self._reconciled or self.client is None:
                 return
-            started = self.clock()
-            nodes = await self.client.list_all("/api/v1/nodes")
-            pods = await self._list_pods()
-            workloads = {kind: await self.client.list_all(path) for kind, path in _LIST_PATHS.items()}
-            namespaces = await self.client.list_all("/api/v1/namespaces")
-            self._apply_lists(nodes=nodes, pods=pods, workloads=workloads, namespaces=namespaces, since=started)
+            self._listing = True
+            try:
+                nodes = await self.client.list_all("/api/v1/nodes")
+                pods = await self._list_pods()
+                workloads = {kind: await self.client.list_all(path) for kind, path in _LIST_PATHS.items()}
+                namespaces = await self.client.list_all("/api/v1/namespaces")
+            finally:
+                self._listing = False
+            self._apply_lists(nodes=nodes, pods=pods, workloads=workloads, namespaces=namespaces)
+            self._watched_during_list.clear()
+            self._deleted_during_list.clear()
             self._reconciled = True
             logger.info("cache reconciled: %d nodes, %d pods", self.cache.num_nodes, len(pods))
 
@@ -342,31 +353,26 @@ class SchedulerApp:
         pods: list[dict[str, Any]],
         workloads: dict[str, list[dict[str, Any]]],
         namespaces: list[dict[str, Any]],
-        since: float,
     ) -> None:
-        """Make the cache equal to the LIST, except for what watch events changed after it began."""
-        now = self.clock()
-        self._tombstones = {u: t for u, t in self._tombstones.items() if now - t < TOMBSTONE_SECONDS}
-        recently_deleted = {u for u, t in self._tombstones.items() if t >= since}
+        """Make the cache equal to the LIST, except for what the watches changed while it was in flight."""
+        fresher = self._watched_during_list | self._deleted_during_list
         listed_nodes = {(n.get("metadata") or {}).get("name") for n in nodes}
         for name in list(self.cache.node_names()):
-            if name not in listed_nodes:
-                self.on_node_event("DELETED", self.cache.node(name).obj)  # type: ignore[union-attr]
+            info = self.cache.node(name)
+            if name not in listed_nodes and info is not None and _uid(info.obj) not in fresher:
+                self.on_node_event("DELETED", info.obj)
         for node in nodes:
-            if _uid(node) not in recently_deleted:
+            if _uid(node) not in fresher:
                 self.on_node_event(None, node)
         listed_pods = {_uid(p) for p in pods}
-        for pod in [p.obj for p in self.cache.pods()] + [p.obj for p in self.unassigned.values()]:
-            if _uid(pod) not in listed_pods and not self.cache.is_assumed(_uid(pod)):
+        known_pods = [p.obj for p in self.cache.pods()] + [p.obj for p in self.unassigned.values()]
+        for pod in known_pods:
+            uid = _uid(pod)
+            if uid not in listed_pods and uid not in fresher and not self.cache.is_assumed(uid):
                 self.on_pod_event("DELETED", pod)
         for pod in pods:
-            uid = _uid(pod)
-            if uid in recently_deleted:
-                continue
-            known = self.cache.pod(uid) or self.unassigned.get(uid)
-            if known is not None and _rv(known.obj) > _rv(pod):
-                continue  # the watch already delivered something newer
-            self.on_pod_event(None, pod)
+            if _uid(pod) not in fresher:
+                self.on_pod_event(None, pod)
         for kind, items in workloads.items():
             listed = {
                 ((i.get("metadata") or {}).get("namespace"), (i.get("metadata") or {}).get("name")) for i in items

@@ -265,3 +265,31 @@ def test_reconcile_purges_objects_deleted_while_paused() -> None:
     assert sorted(app.cache.node_names()) == ["kept"]
     assert app.cache.pod(ghost["metadata"]["uid"]) is None
     assert app.cache.table.requested.sum() == 0
+
+
+def test_reconcile_keeps_what_watches_changed_while_the_list_was_in_flight() -> None:
+    """A LIST is older than watch events that arrive while it is in flight: it must not undo them."""
+    app = new_app()
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    created = pending("created-during-list")
+    deleted = pending("deleted-during-list")
+    app.on_pod_event("ADDED", deleted)
+
+    class RacingClient(FakeClient):
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            if path == "/api/v1/pods":
+                # The LIST snapshot was taken before these two watch events were delivered.
+                app.on_pod_event("ADDED", created)
+                app.on_pod_event("DELETED", deleted)
+                return [deleted]
+            if path == "/api/v1/nodes":
+                return [make_node("n1")]
+            return []
+
+    app.client = RacingClient()
+    asyncio.run(app.ensure_reconciled())
+    assert created["metadata"]["uid"] in app.unassigned
+    assert created["metadata"]["uid"] in app.profiles["sp"].queue
+    assert deleted["metadata"]["uid"] not in app.unassigned
+    assert deleted["metadata"]["uid"] not in app.profiles["sp"].queue
