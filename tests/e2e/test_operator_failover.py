@@ -131,3 +131,33 @@ def test_two_replicas_only_the_active_binds_and_the_standby_takes_over_a_500_pod
     assert set(scheduled) <= set(final)
     assert overcommitted_nodes(cluster.core, nodes) == {}
     assert takeover <= effective_lifetime + TAKEOVER_SLACK, f"takeover took {takeover:.1f}s"
+
+
+def test_graceful_stop_hands_over_at_once(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator_factory: OperatorFactory,
+) -> None:
+    """SIGTERM (a rolling update): the active replica leaves the peering, the standby resumes well within
+    the lifetime instead of waiting for the entry to expire, and reports the profiles it now serves."""
+    labels = {"e2e-group": secrets.token_hex(4)}
+    node = kwok_nodes(cpu="4", labels=labels)
+    active = operator_factory(100, name="active")
+    standby = operator_factory(50, name="standby")
+    profile = profiles({})
+    wait_profile_status(cluster.api, profile, ready=True)
+    create_pods_parallel(cluster.core, namespace, [pod_manifest("first", profile, cpu="100m", node_selector=labels)])
+    wait_pods_bound(cluster.core, namespace, ["first"], timeout=30)
+    assert standby.healthz()[0] == 200  # a standby is alive, just paused
+
+    stopped_at = time.monotonic()
+    assert active.stop() == 0
+    assert active.identity not in standby.peering_status()
+    create_pods_parallel(cluster.core, namespace, [pod_manifest("second", profile, cpu="100m", node_selector=labels)])
+    assert wait_pods_bound(cluster.core, namespace, ["second"], timeout=30) == {"second": node}
+    handover = time.monotonic() - stopped_at
+    print(f"\ngraceful handover: 'second' bound by the standby {handover:.2f}s after SIGTERM to the active replica")
+    assert standby.scheduled_count(profile) == 1
+    assert handover < DEFAULT_PEERING_LIFETIME / 2, f"handover took {handover:.1f}s: waited for the lifetime?"
