@@ -8,9 +8,13 @@ the v1.36.3 source) and a predicate that recognises it in a :class:`PodResult`. 
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from tests.conformance.generator import LIFECYCLE_ANNOTATION, SUCCEEDED, PendingPod, Scenario
 
 if TYPE_CHECKING:
     from tests.conformance.runner import PodResult
@@ -22,10 +26,146 @@ class Known:
     summary: str
     reason: str
     matches: Callable[[PodResult], bool]
+    #: A minimal reproducer (YAML) for docs/conformance.md.
+    reproducer: str = ""
 
 
-#: Understood disagreements (none at the moment: every one found so far was fixed, see FIXED).
-KNOWN: tuple[Known, ...] = ()
+# -- upstream forgets a host port that another pod on the node still holds -----------------------------------
+FREED_HOST_PORT = "freed-host-port"
+
+
+def _port_keys(pod: dict[str, Any]) -> list[tuple[str, str, int]]:
+    spec = pod["spec"]
+    containers = [*(c for c in spec.get("initContainers", ()) if c.get("restartPolicy") == "Always")]
+    containers += spec["containers"]
+    return [
+        (p.get("hostIP") or "0.0.0.0", p.get("protocol") or "TCP", int(p["hostPort"]))
+        for c in containers
+        for p in c.get("ports", ())
+        if p.get("hostPort")
+    ]
+
+
+def freed_host_port_nodes(scenario: Scenario) -> set[str]:
+    """Nodes where a finished existing pod shared a host port with a pod that stays (upstream frees it)."""
+    holders: dict[tuple[str, tuple[str, str, int]], Counter[bool]] = {}
+    for pod in scenario.existing_pods:
+        finished = (pod["metadata"].get("annotations") or {}).get(LIFECYCLE_ANNOTATION) == SUCCEEDED
+        for key in _port_keys(pod):
+            holders.setdefault((pod["spec"]["nodeName"], key), Counter())[finished] += 1
+    return {node for (node, _), count in holders.items() if count[True] and count[False]}
+
+
+def scenario_hints(scenario: Scenario) -> list[str]:
+    """Facts about a scenario that known disagreements depend on (recorded on every PodResult)."""
+    return sorted(f"{FREED_HOST_PORT}:{node}" for node in freed_host_port_nodes(scenario))
+
+
+_PORTS_REASON = re.compile(r"(\d+) node\(s\) didn't have free ports for the requested pod ports")
+
+
+def _port_rejections(message: str | None) -> int:
+    match = _PORTS_REASON.search(message or "")
+    return int(match.group(1)) if match else 0
+
+
+def _freed_host_port(result: PodResult) -> bool:
+    freed = {hint.split(":", 1)[1] for hint in result.hints if hint.startswith(FREED_HOST_PORT + ":")}
+    if not freed or "NodePorts" not in result.features:
+        return False
+    upstream, ours = result.upstream, result.ours
+    if upstream.kind == "bound" and upstream.node in freed:
+        return True  # upstream placed the pod where ours still sees the port taken
+    if upstream.kind == ours.kind == "unschedulable":
+        extra = _port_rejections(ours.note) - _port_rejections(upstream.note)
+        return 0 < extra <= len(freed)  # ours counts the freed nodes as port conflicts, upstream as something else
+    return False
+
+
+HOST_PORT_REPRODUCER = """\
+# Two pods on one node hold the same host port (possible when pods bypass the scheduler: spec.nodeName).
+apiVersion: v1
+kind: Node
+metadata: {name: n0}
+status: {allocatable: {cpu: "4", memory: 8Gi, pods: "110"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a}
+spec:
+  nodeName: n0
+  containers: [{name: c, image: registry.k8s.io/pause:3.10, ports: [{containerPort: 8080, hostPort: 80}]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b}          # then: its status.phase becomes Succeeded (or it is deleted)
+spec:
+  nodeName: n0
+  containers: [{name: c, image: registry.k8s.io/pause:3.10, ports: [{containerPort: 8080, hostPort: 80}]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p}          # pending
+spec:
+  containers: [{name: c, image: registry.k8s.io/pause:3.10, ports: [{containerPort: 8080, hostPort: 80}]}]
+# upstream: binds p to n0 (a still holds port 80 there);
+# ours: 0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports.
+"""
+
+
+def host_port_scenario() -> Scenario:
+    """The reproducer above as a scenario, for the quick test that pins the difference."""
+
+    def pod(name: str, **spec: Any) -> dict[str, Any]:
+        container = {
+            "name": "c",
+            "image": "registry.k8s.io/pause:3.10",
+            "ports": [{"containerPort": 8080, "hostPort": 80}],
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "known-ports"},
+            "spec": {"terminationGracePeriodSeconds": 0, "containers": [container], **spec},
+        }
+
+    finished = pod("b", nodeName="known-n0")
+    finished["metadata"]["annotations"] = {LIFECYCLE_ANNOTATION: SUCCEEDED}
+    return Scenario(
+        seed=0,
+        size="small",
+        namespaces=[{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "known-ports"}}],
+        nodes=[
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "known-n0", "labels": {"kubernetes.io/hostname": "known-n0"}},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
+            }
+        ],
+        existing_pods=[pod("a", nodeName="known-n0"), finished],
+        pending=[PendingPod(0, pod("p"), ("NodePorts",))],
+    )
+
+
+#: Understood disagreements, kept on purpose (the fix would not be local to one plugin, or upstream is wrong).
+KNOWN: tuple[Known, ...] = (
+    Known(
+        key=FREED_HOST_PORT,
+        summary="Upstream frees a host port that another pod on the node still holds",
+        reason="Upstream's `NodeInfo.UsedPorts` is a `HostPortInfo` (k8s.io/kube-scheduler v0.36.3 "
+        "`framework/types.go`): a set of (ip, protocol, port) per node, not a count. Two pods can hold the same "
+        "host port on one node only if they bypassed the scheduler (spec.nodeName, another scheduler); when one "
+        "of them goes away (deleted, or Succeeded/Failed and so dropped by the scheduler's informer), "
+        "`RemovePod` → `HostPortInfo.Remove` deletes the entry although the other pod still uses the port, and "
+        "NodePorts then admits a conflicting pod there (for an unschedulable pod, that node is reported with its "
+        "next failing plugin's reason instead). Our cache counts the holders of each port, so the port stays "
+        "taken. Matching upstream would mean reproducing a real port conflict in the cache (state/cache.py, "
+        "not one plugin), so it is listed rather than fixed.",
+        matches=_freed_host_port,
+        reproducer=HOST_PORT_REPRODUCER,
+    ),
+)
 
 
 @dataclass(frozen=True)

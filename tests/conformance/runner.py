@@ -61,6 +61,7 @@ from tests.conformance.generator import (
     Scenario,
     with_scheduler,
 )
+from tests.conformance.known import scenario_hints
 from tests.conformance.oracle import (
     LOG_FLAGS,
     LogCursor,
@@ -308,6 +309,8 @@ class PodResult:
     model: dict[str, Any] = field(default_factory=dict)
     #: Plugins that demonstrably decided something for this pod (rejected a node, or ranked nodes apart).
     decisive: list[str] = field(default_factory=list)
+    #: Facts about the scenario that known disagreements depend on (``known.scenario_hints``).
+    hints: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     model_notes: list[str] = field(default_factory=list)
     known: str | None = None
@@ -909,6 +912,7 @@ class Harness:
             },
             problems=problems,
             model_notes=notes,
+            hints=scenario_hints(scenario),
             manifest=_clean(upstream_obj),
         )
 

@@ -2,8 +2,9 @@
 
 Two small seeded scenarios are scheduled by upstream kube-scheduler v1.36.3 and by ``kopf-scheduler run``
 (see runner.py for how both decide on the same state); any disagreement that ``known.py`` does not explain
-fails the test. A negative control proves the harness can see a difference at all: a profile whose
-upstream side scores with MostAllocated while ours keeps LeastAllocated must produce node disagreements.
+fails the test. The known difference is pinned by its own reproducer, and a negative control proves the
+harness can see a difference at all: a profile whose upstream side scores with MostAllocated while ours
+keeps LeastAllocated must produce node disagreements.
 
 The harness starts its own light control plane (not the session ``cluster`` fixture): conformance needs a
 cluster whose nodes are exactly the scenario's.
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.generator import generate
-from tests.conformance.known import explain
+from tests.conformance.known import FREED_HOST_PORT, explain, host_port_scenario
 from tests.conformance.runner import Harness, PodResult, ProfileDef, default_profiles
 
 pytestmark = pytest.mark.e2e
@@ -66,6 +67,17 @@ def test_quick_scenarios_agree_with_upstream(harness: Harness) -> None:
     assert sum(p.upstream.kind == "unschedulable" for p in pods) >= 3
     unexplained = [p for p in pods if not p.agree and explain(p) is None]
     assert not unexplained, "disagreements with upstream kube-scheduler:\n" + _describe(unexplained)
+
+
+def test_known_freed_host_port_difference_is_still_there(harness: Harness) -> None:
+    # Pins the one known difference (known.py): if upstream or we change, the list must change with it.
+    default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
+    (result,) = harness.run_scenario(host_port_scenario(), default).pods
+    assert (result.upstream.kind, result.upstream.node) == ("bound", "known-n0"), result.upstream
+    assert result.ours.note == "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    known = explain(result)
+    assert known is not None
+    assert known.key == FREED_HOST_PORT
 
 
 def test_negative_control_is_detected(harness: Harness) -> None:
