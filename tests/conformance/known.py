@@ -73,9 +73,15 @@ def _freed_host_port(result: PodResult) -> bool:
     freed = {hint.split(":", 1)[1] for hint in result.hints if hint.startswith(FREED_HOST_PORT + ":")}
     if not freed or "NodePorts" not in result.features:
         return False
+    # Our model must have rejected one of those nodes for its ports (when the model ran at all).
+    rejections = (result.model or {}).get("rejections")
+    if rejections is not None and not any(str(rejections.get(n, "")).startswith("NodePorts") for n in freed):
+        return False
     upstream, ours = result.upstream, result.ours
-    if upstream.kind == "bound" and upstream.node in freed:
-        return True  # upstream placed the pod where ours still sees the port taken
+    if upstream.kind == "bound" and (upstream.node in freed or freed & set(result.upstream_scores)):
+        # Upstream placed the pod where ours sees the port taken, or ranked such a node among the feasible ones
+        # (only the in-process model's feasible set and scores differ then, not the outcome).
+        return upstream.node in freed or not result.problems
     if upstream.kind == ours.kind == "unschedulable":
         extra = _port_rejections(ours.note) - _port_rejections(upstream.note)
         return 0 < extra <= len(freed)  # ours counts the freed nodes as port conflicts, upstream as something else

@@ -114,7 +114,7 @@ def all_pods(results: Sequence[ScenarioResult]) -> list[PodResult]:
 
 def annotate_known(results: Sequence[ScenarioResult]) -> None:
     for pod in all_pods(results):
-        if not pod.agree:
+        if not pod.agree or pod.model_notes:
             known = explain(pod)
             pod.known = known.key if known else None
 
@@ -161,6 +161,7 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
         },
         "model": {
             "pods_with_differences": sum(bool(p.model_notes) for p in pods),
+            "explained_by_known": sum(bool(p.model_notes) and bool(p.known) for p in pods),
             "notes": _count(note for p in pods for note in p.model_notes),
         },
         "invalid_generated_pods": sum(len(s.invalid) for s in results),
@@ -224,7 +225,10 @@ def _reproducer(pod: PodResult) -> str:
     if pod.model_notes:
         parts.append(f"- model vs upstream: {', '.join(pod.model_notes)}")
     known = explain(pod)
-    parts.append(f"- why: {known.reason if known else 'not explained yet (see the report of the run)'}")
+    if known is not None:
+        parts.append(f"- why: known difference `{known.key}` ({known.summary}; see *Known differences* below)")
+    else:
+        parts.append("- why: not explained yet (see the report of the run)")
     parts += [
         "",
         f"Rerun: `python -m tests.conformance --seed-start {pod.seed} --scenarios 1 --profiles {pod.profile}`",
