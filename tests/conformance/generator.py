@@ -26,8 +26,9 @@ A scenario is what the runner loads into the API server, in this order:
   pod overhead through a RuntimeClass, pod-level resources, extended resources and hugepages, image
   volumes, nodeSelector, required and preferred node affinity, tolerations, host ports, hard and soft
   spread constraints with minDomains, inclusion policies and matchLabelKeys, pod (anti-)affinity with
-  namespaceSelector, namespaces and match/mismatchLabelKeys, priority classes, images). Each pending pod
-  records which plugins its spec exercises (:attr:`PendingPod.features`).
+  namespaceSelector, namespaces and match/mismatchLabelKeys, priority classes, images), and now and then
+  repeated as is (replicas). Each pending pod records which plugins its spec exercises
+  (:attr:`PendingPod.features`).
 
 Everything is a plain manifest dict; ``schedulerName`` is left out and set by the runner per copy.
 """
@@ -443,8 +444,18 @@ class _Builder:
     def pending_pods(self) -> None:
         rng = self.rng
         _, _, low, high = SIZES[self.size]
-        for i in range(rng.randint(low, high)):
-            self.scenario.pending.append(self.pending_pod(i))
+        count = rng.randint(low, high)
+        pending = self.scenario.pending
+        while len(pending) < count:
+            if pending and rng.random() < 0.25:
+                # Replicas: the same pod again (a Deployment's pods differ only in name). Identical consecutive
+                # pods are what upstream's opportunistic batching reuses the previous cycle's ranking for.
+                previous = pending[-1]
+                manifest = copy.deepcopy(previous.manifest)
+                manifest["metadata"]["name"] = f"p{len(pending):02d}"
+                pending.append(PendingPod(index=len(pending), manifest=manifest, features=previous.features))
+            else:
+                pending.append(self.pending_pod(len(pending)))
 
     def pending_pod(self, index: int) -> PendingPod:
         rng = self.rng

@@ -16,7 +16,10 @@ node and every node's total; its binder says which node it picked (verbosity 3):
         node="n" score=454
     I1122 02:10:21.934016 14216 default_binder.go:69] "Attempting to bind pod to node" pod="ns/p" node="n"
 
-(one line each in the log). Only those files are turned up (``-v=2 --vmodule=schedule_one=10,...``): a
+(one line each in the log). When opportunistic batching (beta, on in 1.36) offers the previous cycle's
+next-best node for an identical pod, ``batch.go`` says so at verbosity 3 ("OpportunisticBatch provided
+node hint"); if that node passes the filters upstream takes it without scoring. Only those files are
+turned up (``-v=2 --vmodule=schedule_one=10,...``): a
 global ``-v=10`` would also log every HTTP request and response body. When a single node is feasible
 upstream skips scoring and prints no score lines; that node is then the whole top set.
 """
@@ -88,6 +91,14 @@ class UpstreamCycle:
     feasible_nodes: int | None = None
     #: "Unable to schedule pod; no fit; waiting" err text (the FitError), if the last cycle failed.
     fit_error: str | None = None
+    #: The node opportunistic batching offered (``batch.go``: the previous cycle's next-best node for a pod
+    #: with the same signature, tried alone before any other node); None when it offered nothing.
+    hint: str | None = None
+
+    @property
+    def used_hint(self) -> bool:
+        """Upstream took the batching hint: it filtered only that node and scored nothing."""
+        return self.hint is not None and self.bound_node == self.hint and not self.final_scores
 
     @property
     def top_nodes(self) -> set[str]:
@@ -130,6 +141,8 @@ def parse_cycle(lines: Iterable[str], pod_key: str) -> UpstreamCycle:
             cycle.bound_node = kv["node"]
             cycle.evaluated_nodes = int(kv.get("evaluatedNodes", "0"))
             cycle.feasible_nodes = int(kv.get("feasibleNodes", "0"))
+        elif message == "OpportunisticBatch provided node hint":
+            cycle.hint = kv.get("hint")
         elif message == "Unable to schedule pod; no fit; waiting":
             cycle.fit_error = kv.get("err")
     return cycle

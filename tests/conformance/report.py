@@ -155,6 +155,7 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
             "both_bound": len(bound),
             "our_node_in_upstream_top_set": sum(p.ours.node in p.upstream_top for p in bound),
             "upstream_top_set_size_above_1": sum(len(p.upstream_top) > 1 for p in bound),
+            "upstream_took_batching_hint": sum(p.upstream_hint is not None for p in bound),
             "both_unschedulable": len(unschedulable),
             "failed_scheduling_note_equal": sum(p.upstream.note == p.ours.note for p in unschedulable),
             "pod_scheduled_message_equal": sum(p.upstream.condition == p.ours.condition for p in unschedulable),
@@ -291,7 +292,8 @@ def write_markdown(
         "|---|---:|---:|",
         f"| verdict (bound or not) | {data['pods']} | {checks['verdicts_equal']} |",
         f"| our node in upstream's top-score set (both bound; {checks['upstream_top_set_size_above_1']} "
-        f"with ties) | {checks['both_bound']} | {checks['our_node_in_upstream_top_set']} |",
+        f"with ties, {checks['upstream_took_batching_hint']} where upstream took an opportunistic-batching hint) "
+        f"| {checks['both_bound']} | {checks['our_node_in_upstream_top_set']} |",
         f"| FailedScheduling note (both unschedulable) | {checks['both_unschedulable']} "
         f"| {checks['failed_scheduling_note_equal']} |",
         f"| PodScheduled message (both unschedulable) | {checks['both_unschedulable']} "

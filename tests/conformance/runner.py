@@ -80,7 +80,7 @@ from tools.localcluster import LocalCluster
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = REPO_ROOT / "examples"
 #: Upstream's cache handlers and binder (V3) and per-node scores (V10), and nothing else verbose.
-UPSTREAM_FLAGS = (*LOG_FLAGS[:1], f"{LOG_FLAGS[1]},eventhandlers=4,default_binder=3")
+UPSTREAM_FLAGS = (*LOG_FLAGS[:1], f"{LOG_FLAGS[1]},eventhandlers=4,default_binder=3,batch=3")
 
 #: The identity upstream kube-scheduler runs as, and the policy that keeps it from binding.
 UPSTREAM_ACCOUNT = ("default", "conformance-upstream")
@@ -123,7 +123,14 @@ class ProfileDef:
 
 DEFAULT_PROFILE = ProfileDef("conformance-default", {}, "built-in: upstream's default profile")
 #: Profiles that turn the plugins' args and weights away from the defaults (what examples may not cover).
+#: ``conformance-no-spread`` drops PodTopologySpread, which makes pods "signable" for upstream's opportunistic
+#: batching (beta, on in 1.36): with System default constraints no pod ever is.
 ARGS_PROFILES = (
+    ProfileDef(
+        "conformance-no-spread",
+        {"plugins": {"multiPoint": {"disabled": [{"name": "PodTopologySpread"}]}}},
+        "built-in: the default profile without PodTopologySpread",
+    ),
     ProfileDef(
         "conformance-args-a",
         {
@@ -304,6 +311,8 @@ class PodResult:
     upstream: Decision
     ours: Decision
     upstream_top: list[str] = field(default_factory=list)
+    #: Upstream took an opportunistic-batching hint (no scoring): its top set is that node alone.
+    upstream_hint: str | None = None
     upstream_scores: dict[str, int] = field(default_factory=dict)
     upstream_plugin_scores: dict[str, dict[str, int]] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
@@ -876,8 +885,12 @@ class Harness:
                 problems.append("message: PodScheduled messages differ")
         elif upstream.kind == "bound":
             top = cycle.top_nodes or {upstream.node}
+            if cycle.used_hint and ours.node not in top and {ours.node, cycle.hint} <= verdict.top_nodes:
+                # Upstream took its batching hint without ranking; a full ranking ties the hint with our node.
+                top = top | {ours.node}
             if ours.node not in top:
-                problems.append(f"node: ours {ours.node} is not among upstream's top nodes {sorted(top)}")
+                hinted = f" (it took the batching hint {cycle.hint})" if cycle.used_hint else ""
+                problems.append(f"node: ours {ours.node} is not among upstream's top nodes {sorted(top)}{hinted}")
         elif upstream.kind in ("error", "timeout"):
             problems.append(f"verdict: upstream {_short(upstream)}, ours {_short(ours)}")
         notes = _model_notes(verdict, upstream, cycle)
@@ -899,6 +912,7 @@ class Harness:
             upstream=upstream,
             ours=ours,
             upstream_top=sorted(cycle.top_nodes or ({upstream.node} if upstream.node else set())),
+            upstream_hint=cycle.hint if cycle.used_hint else None,
             upstream_scores=dict(cycle.final_scores),
             upstream_plugin_scores={p: dict(s) for p, s in cycle.plugin_scores.items()},
             model={
@@ -957,6 +971,12 @@ def _model_notes(verdict: ModelVerdict, upstream: Decision, cycle: UpstreamCycle
     if upstream.kind == "unschedulable" and verdict.message != upstream.condition:
         notes.append("model message")
     if upstream.kind == "bound":
+        if cycle.used_hint:
+            # Upstream filtered the hinted node alone and scored nothing; a full ranking (ours) must still put
+            # that node first, or batching changed the outcome.
+            if cycle.hint not in verdict.top_nodes:
+                notes.append("upstream batching hint outside the model's top nodes")
+            return notes
         if cycle.final_scores and verdict.final_scores:
             if set(cycle.final_scores) != verdict.feasible:
                 notes.append("model feasible set")

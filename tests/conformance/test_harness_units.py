@@ -165,6 +165,20 @@ def test_parse_cycle_keeps_the_last_cycle_of_the_pod() -> None:
     assert oracle.varying_plugins(cycle.plugin_scores) == {"B"}
 
 
+def test_batching_hint_is_recognised() -> None:
+    lines = [
+        'I1122 02:10:22.000000   1 schedule_one.go:123] "Attempting to schedule pod" pod="ns/p"',
+        'I1122 02:10:22.000001   1 batch.go:91] "OpportunisticBatch provided node hint" profile="x" pod="ns/p" '
+        'cycleCount=7 hint="n3" remainingNodes=2',
+        'I1122 02:10:22.000002   1 default_binder.go:69] "Attempting to bind pod to node" pod="ns/p" node="n3"',
+    ]
+    cycle = oracle.parse_cycle(lines, "ns/p")
+    assert (cycle.hint, cycle.used_hint, cycle.top_nodes) == ("n3", True, {"n3"})
+    # A hint that failed the filters leads to a full cycle with scores: not "used".
+    full = oracle.parse_cycle([*lines[:2], *LOG[3:9], lines[2].replace("n3", "n2")], "ns/p")
+    assert full.used_hint is False
+
+
 def test_top_nodes_ties_and_single_feasible_node() -> None:
     tied = oracle.UpstreamCycle(final_scores={"a": 5, "b": 5, "c": 4})
     assert tied.top_nodes == {"a", "b"}
@@ -265,6 +279,14 @@ def test_judge_node_must_be_in_upstreams_top_set() -> None:
     assert _judge(Decision("bound", node="a"), Decision("bound", node="b"), cycle).agree
     result = _judge(Decision("bound", node="a"), Decision("bound", node="c"), cycle)
     assert result.problems == ["node: ours c is not among upstream's top nodes ['a', 'b']"]
+
+
+def test_judge_batching_hint() -> None:
+    hinted = oracle.UpstreamCycle(bound_node="a", hint="a")
+    assert _judge(Decision("bound", node="a"), Decision("bound", node="a"), hinted).agree
+    # Our node differs from the hint and the model cannot show a tie between them: a disagreement.
+    result = _judge(Decision("bound", node="a"), Decision("bound", node="b"), hinted)
+    assert result.problems == ["node: ours b is not among upstream's top nodes ['a'] (it took the batching hint a)"]
 
 
 def test_judge_messages_byte_for_byte_and_missing_events() -> None:
