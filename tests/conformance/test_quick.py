@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conformance.generator import generate
+from tests.conformance.generator import PendingPod, Scenario, generate
 from tests.conformance.known import FREED_HOST_PORT, explain, host_port_scenario
 from tests.conformance.runner import Harness, PodResult, ProfileDef, default_profiles
 
@@ -36,7 +37,6 @@ CONTROL = ProfileDef(
         "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}]
     },
 )
-CONTROL_SEED = 7
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,39 @@ def test_known_freed_host_port_difference_is_still_there(harness: Harness) -> No
     assert known.key == FREED_HOST_PORT
 
 
+def _control_scenario() -> Scenario:
+    """Two equal nodes, one half full; a small pod goes to the empty one (Least) or the full one (Most)."""
+
+    def pod(name: str, cpu: str, **spec: Any) -> dict[str, Any]:
+        container = {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "control"},
+            "spec": {"terminationGracePeriodSeconds": 0, "containers": [container], **spec},
+        }
+
+    nodes = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}},
+        }
+        for name in ("control-n0", "control-n1")
+    ]
+    return Scenario(
+        seed=0,
+        size="small",
+        namespaces=[{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "control"}}],
+        nodes=nodes,
+        existing_pods=[pod("half", "2", nodeName="control-n0")],
+        pending=[PendingPod(0, pod("p", "500m"), ("NodeResourcesFit",))],
+    )
+
+
 def test_negative_control_is_detected(harness: Harness) -> None:
-    result = harness.run_scenario(generate(CONTROL_SEED, "small"), CONTROL.name)
-    node_problems = [p for p in result.pods if any(problem.startswith("node:") for problem in p.problems)]
-    assert node_problems, "the harness did not notice upstream scoring MostAllocated while ours LeastAllocated"
+    (result,) = harness.run_scenario(_control_scenario(), CONTROL.name).pods
+    assert result.upstream.node == "control-n0"  # MostAllocated: the half-full node
+    assert result.ours.node == "control-n1"  # LeastAllocated: the empty one
+    assert result.problems == ["node: ours control-n1 is not among upstream's top nodes ['control-n0']"]
