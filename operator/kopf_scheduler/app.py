@@ -405,7 +405,7 @@ class SchedulerApp:
                 now = self.clock()
                 if now - last_flush >= 1.0:
                     runtime.queue.flush_backoff_completed()
-                    self.metrics.set_pending(runtime.queue.pending_pods())
+                    self._publish_pending()
                     last_flush = now
                 if now - last_leftover >= 30.0:
                     runtime.queue.flush_unschedulable_leftover()
@@ -425,6 +425,14 @@ class SchedulerApp:
             if self._running_loops == 0:
                 # Paused or stopped: watches may miss deletions from now on, so the next start re-lists.
                 self._reconciled = False
+
+    def _publish_pending(self) -> None:
+        """scheduler_pending_pods has no profile label (as upstream): publish the sum over all queues."""
+        totals: dict[str, int] = {}
+        for runtime in self.profiles.values():
+            for queue, count in runtime.queue.pending_pods().items():
+                totals[queue] = totals.get(queue, 0) + count
+        self.metrics.set_pending(totals)
 
     def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> None:
         """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async."""

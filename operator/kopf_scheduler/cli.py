@@ -95,6 +95,10 @@ def _configure_logging(settings: RunSettings) -> None:
     # kopf logs every handled watch event at INFO ("Handler 'pod_event' succeeded"): thousands per second
     # under load. Its warnings and errors still come through.
     logging.getLogger("kopf").setLevel(max(logging.WARNING, root.level))
+    # ... except peering: "Pausing operations in favour of ..." / "Resuming operations" say which replica is active.
+    logging.getLogger("kopf._core.engines.peering").setLevel(root.level)
+    # Every /healthz and /metrics request would be an access-log line.
+    logging.getLogger("aiohttp.access").setLevel(max(logging.WARNING, root.level))
 
 
 def run(settings: RunSettings) -> int:

@@ -149,7 +149,8 @@ def profile_deleted(name: str, memo: Any, **_: Any) -> None:
     _app(memo).remove_profile(name)
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_backoff=0.1, cancellation_timeout=10)
+# The loop notices ``stopped`` within its 0.5 s poll; a longer backoff lets it end on its own, uncancelled.
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_backoff=1.0, cancellation_timeout=10)
 async def scheduling_loop(name: str, stopped: kopf.DaemonStopped, memo: Any, **_: Any) -> None:
     await _app(memo).run_profile(name, stopped=lambda: bool(stopped))
 

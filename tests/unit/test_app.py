@@ -293,3 +293,17 @@ def test_reconcile_keeps_what_watches_changed_while_the_list_was_in_flight() -> 
     assert created["metadata"]["uid"] in app.profiles["sp"].queue
     assert deleted["metadata"]["uid"] not in app.unassigned
     assert deleted["metadata"]["uid"] not in app.profiles["sp"].queue
+
+
+def test_pending_pods_metric_sums_every_profile() -> None:
+    app = new_app()
+    app.on_node_event(None, make_node("n1", cpu="1"))
+    for profile in ("sp", "other"):
+        app.apply_profile(name=profile, spec={}, generation=1)
+    app.on_pod_event("ADDED", pending("a", scheduler="sp"))
+    app.on_pod_event("ADDED", pending("b", scheduler="other"))
+    app.on_pod_event("ADDED", pending("c", scheduler="other"))
+    app._publish_pending()
+    gauge = app.metrics.registry.get_sample_value
+    assert gauge("scheduler_pending_pods", {"queue": "active"}) == 3
+    assert gauge("scheduler_pending_pods", {"queue": "unschedulable"}) == 0
