@@ -182,6 +182,16 @@ def targets(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _merged_text(meta: dict[str, Any]) -> list[str]:
+    merged = meta.get("merged")
+    if not merged:
+        return []
+    return [
+        f"- Re-measured in that run (`BENCH_MERGE=1`): every workload except {', '.join(merged['kept_workloads'])}, "
+        f"which are from the full run of {merged['kept_date']} at commit `{merged['kept_commit']}`."
+    ]
+
+
 def _load_text(results: dict[str, Any]) -> str:
     loads = sorted(float(r["load1_before"]) for r in results["rows"] if r.get("load1_before") is not None)
     if not loads:
@@ -249,6 +259,7 @@ def render_section(results: dict[str, Any], png_rel: str) -> str:
         f"- kopf-scheduler {meta['kopf_scheduler']} at commit `{meta['commit']}`; kopf {meta['kopf']}; "
         f"aiohttp {meta['aiohttp']}; Python {meta['python']}",
         f"- Date: {meta['date']}; `make bench` took {meta['runtime_s'] / 60:.0f} min; {_load_text(results)}.",
+        *_merged_text(meta),
         END,
     ]
     return "\n".join(lines) + "\n"

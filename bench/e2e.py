@@ -231,6 +231,8 @@ class Config:
     - ``BENCH_STALL_SECONDS`` (120): give a run up when no pod was bound for this long.
     - ``BENCH_RESULTS_DIR`` (bench/results), ``BENCH_DOC`` (docs/benchmarks.md; empty = do not write).
     - ``BENCH_CEILING_CONCURRENCY`` (64): Bindings in flight in the ceiling binder.
+    - ``BENCH_MERGE`` (unset): 1 = the workloads run now replace theirs in an existing ``e2e.json``, the
+      others are kept (re-measuring one workload; the report says which were measured when).
     - ``BENCH_PROFILE`` (unset): a ``py-spy`` executable; kopf-scheduler runs are then recorded with
       ``py-spy record --format raw`` (collapsed stacks) into ``<log dir>/profiles/``. Profiling slows
       the process down: never combine it with runs whose numbers are published.
@@ -245,6 +247,7 @@ class Config:
     ceiling_concurrency: int = 64
     profiler: str = ""
     log_dir: Path = Path(tempfile.gettempdir())
+    merge: bool = False
 
     @classmethod
     def from_env(cls) -> Config:
@@ -279,6 +282,7 @@ class Config:
             doc_path=DOC_PATH if doc is None else (Path(doc) if doc else None),
             ceiling_concurrency=_env_int("BENCH_CEILING_CONCURRENCY", 64),
             profiler=os.environ.get("BENCH_PROFILE", ""),
+            merge=os.environ.get("BENCH_MERGE", "") not in ("", "0"),
         )
 
 
@@ -841,11 +845,44 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def merge_results(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new``'s workloads replace the same workloads in ``previous``; the others are kept as they were.
+
+    For re-measuring one workload (e.g. when the shared machine was busy during it) without re-running all.
+    """
+    rerun = {r["workload_id"] for r in new["rows"]}
+    rows: list[dict[str, Any]] = []
+    inserted: set[str] = set()
+    for row in previous["rows"]:
+        wid = row["workload_id"]
+        if wid not in rerun:
+            rows.append(row)
+        elif wid not in inserted:
+            rows.extend(r for r in new["rows"] if r["workload_id"] == wid)
+            inserted.add(wid)
+    rows.extend(r for r in new["rows"] if r["workload_id"] not in inserted)
+    timelines = {k: v for k, v in previous.get("timelines", {}).items() if k.split("/")[0] not in rerun}
+    timelines.update(new["timelines"])
+    kept = sorted({r["workload_id"] for r in rows} - rerun)
+    meta = dict(new["meta"])
+    if kept:
+        prior = previous["meta"].get("merged") or {}
+        meta["merged"] = {
+            "kept_workloads": kept,
+            "kept_date": prior.get("kept_date") or previous["meta"]["date"],
+            "kept_commit": prior.get("kept_commit") or previous["meta"]["commit"],
+            "kept_runtime_s": prior.get("kept_runtime_s") or previous["meta"].get("runtime_s"),
+        }
+    return {"meta": meta, "rows": rows, "summary": summarize(rows), "timelines": timelines}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     config = Config.from_env()
     config.results_dir.mkdir(parents=True, exist_ok=True)
     results = asyncio.run(run_all(config))
     out = config.results_dir / "e2e.json"
+    if config.merge and out.exists():
+        results = merge_results(json.loads(out.read_text()), results)
     out.write_text(json.dumps(_clean(results), indent=1) + "\n")
     print(f"wrote {out}", flush=True)
     from bench._e2e_report import plot, write_doc_section

@@ -196,3 +196,31 @@ def test_section_has_ratio_row_against_the_ceiling() -> None:
     assert "| **0.80×** | 0.25× | 0.20× |" in row
     assert section.startswith("<!-- e2e-benchmark:begin")
     assert section.rstrip().endswith("<!-- e2e-benchmark:end -->")
+
+
+def test_merge_replaces_rerun_workloads_and_keeps_the_others() -> None:
+    from bench.e2e import merge_results
+
+    old_basic = _row("kube-scheduler", 1, 100.0, 300.0)
+    old_spread = _row("kube-scheduler", 1, 50.0, 200.0, workload="PodTopologySpread", workload_id="topology-spread")
+    previous = {
+        "meta": {"date": "monday", "commit": "aaa", "runtime_s": 1800.0},
+        "rows": [old_basic, old_spread],
+        "timelines": {"basic-5000/kube-scheduler/1": [[0, 0]], "topology-spread/kube-scheduler/1": [[0, 1]]},
+    }
+    new_basic = _row("kube-scheduler", 1, 300.0, 290.0)
+    new = {
+        "meta": {"date": "tuesday", "commit": "bbb", "runtime_s": 600.0},
+        "rows": [new_basic],
+        "timelines": {"basic-5000/kube-scheduler/1": [[0, 5]]},
+    }
+    merged = merge_results(previous, new)
+    assert merged["rows"] == [new_basic, old_spread]
+    assert merged["timelines"] == {
+        "basic-5000/kube-scheduler/1": [[0, 5]],
+        "topology-spread/kube-scheduler/1": [[0, 1]],
+    }
+    assert merged["meta"]["date"] == "tuesday"
+    assert merged["meta"]["merged"]["kept_workloads"] == ["topology-spread"]
+    assert merged["meta"]["merged"]["kept_date"] == "monday"
+    assert [s["throughput_avg"] for s in merged["summary"]] == [300.0, 50.0]
