@@ -299,6 +299,11 @@ def write_markdown(
         f"| PodScheduled message (both unschedulable) | {checks['both_unschedulable']} "
         f"| {checks['pod_scheduled_message_equal']} |",
         "",
+        "Upstream's top-score set is the nodes with the highest total in its V(10) log, or the only feasible",
+        "node when it did not score. When it took an opportunistic-batching hint (the previous cycle's next-best",
+        "node for an identical pod, filtered alone and not scored), the set is that node, widened by the nodes",
+        "a full ranking of our in-process model ties with it.",
+        "",
         "### Per plugin",
         "",
         "*Decisive*: the plugin demonstrably decided something for the pod: upstream's FailedScheduling text",

@@ -874,6 +874,7 @@ class Harness:
         upstream_obj: Mapping[str, Any],
     ) -> PodResult:
         problems: list[str] = []
+        top = cycle.top_nodes or ({upstream.node} if upstream.node else set())
         if upstream.kind != ours.kind:
             problems.append(f"verdict: upstream {_short(upstream)}, ours {_short(ours)}")
         elif upstream.kind == "unschedulable":
@@ -884,7 +885,6 @@ class Harness:
             if upstream.condition != ours.condition:
                 problems.append("message: PodScheduled messages differ")
         elif upstream.kind == "bound":
-            top = cycle.top_nodes or {upstream.node}
             if cycle.used_hint and ours.node not in top and {ours.node, cycle.hint} <= verdict.top_nodes:
                 # Upstream took its batching hint without ranking; a full ranking ties the hint with our node.
                 top = top | {ours.node}
@@ -911,7 +911,7 @@ class Harness:
             decisive=sorted(decisive),
             upstream=upstream,
             ours=ours,
-            upstream_top=sorted(cycle.top_nodes or ({upstream.node} if upstream.node else set())),
+            upstream_top=sorted(top),
             upstream_hint=cycle.hint if cycle.used_hint else None,
             upstream_scores=dict(cycle.final_scores),
             upstream_plugin_scores={p: dict(s) for p, s in cycle.plugin_scores.items()},
