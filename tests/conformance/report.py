@@ -156,6 +156,7 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
             "our_node_in_upstream_top_set": sum(p.ours.node in p.upstream_top for p in bound),
             "upstream_top_set_size_above_1": sum(len(p.upstream_top) > 1 for p in bound),
             "upstream_took_batching_hint": sum(p.upstream_hint is not None for p in bound),
+            "batching_hint_widened_by_a_tie": sum(p.hint_tie for p in bound),
             "both_unschedulable": len(unschedulable),
             "failed_scheduling_note_equal": sum(p.upstream.note == p.ours.note for p in unschedulable),
             "pod_scheduled_message_equal": sum(p.upstream.condition == p.ours.condition for p in unschedulable),
@@ -302,7 +303,8 @@ def write_markdown(
         "Upstream's top-score set is the nodes with the highest total in its V(10) log, or the only feasible",
         "node when it did not score. When it took an opportunistic-batching hint (the previous cycle's next-best",
         "node for an identical pod, filtered alone and not scored), the set is that node, widened by the nodes",
-        "a full ranking of our in-process model ties with it.",
+        "a full ranking of our in-process model ties with it "
+        f"({checks['batching_hint_widened_by_a_tie']} times in this run).",
         "",
         "### Per plugin",
         "",

@@ -313,6 +313,8 @@ class PodResult:
     upstream_top: list[str] = field(default_factory=list)
     #: Upstream took an opportunistic-batching hint (no scoring): its top set is that node alone.
     upstream_hint: str | None = None
+    #: ... and ours differed from the hint but our model's full ranking ties the two (the set was widened).
+    hint_tie: bool = False
     upstream_scores: dict[str, int] = field(default_factory=dict)
     upstream_plugin_scores: dict[str, dict[str, int]] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
@@ -875,6 +877,7 @@ class Harness:
     ) -> PodResult:
         problems: list[str] = []
         top = cycle.top_nodes or ({upstream.node} if upstream.node else set())
+        hint_tie = False
         if upstream.kind != ours.kind:
             problems.append(f"verdict: upstream {_short(upstream)}, ours {_short(ours)}")
         elif upstream.kind == "unschedulable":
@@ -888,6 +891,7 @@ class Harness:
             if cycle.used_hint and ours.node not in top and {ours.node, cycle.hint} <= verdict.top_nodes:
                 # Upstream took its batching hint without ranking; a full ranking ties the hint with our node.
                 top = top | {ours.node}
+                hint_tie = True
             if ours.node not in top:
                 hinted = f" (it took the batching hint {cycle.hint})" if cycle.used_hint else ""
                 problems.append(f"node: ours {ours.node} is not among upstream's top nodes {sorted(top)}{hinted}")
@@ -913,6 +917,7 @@ class Harness:
             ours=ours,
             upstream_top=sorted(top),
             upstream_hint=cycle.hint if cycle.used_hint else None,
+            hint_tie=hint_tie,
             upstream_scores=dict(cycle.final_scores),
             upstream_plugin_scores={p: dict(s) for p, s in cycle.plugin_scores.items()},
             model={
