@@ -6,6 +6,8 @@ kopf rules this module follows (reference kopf-and-peers.md, A1–A7):
 - One ``@kopf.daemon`` per SchedulerProfile runs that profile's scheduling loop; peering stops daemons on
   the standby replica and respawns them after a takeover, so only the active replica schedules.
 - API calls go through the app's async client; nothing here blocks the event loop.
+- Every handler is ``async def``: kopf runs sync handlers on worker threads, and the cache and queues are
+  only ever touched from the event loop, between scheduling cycles (they have no locks, by design).
 """
 
 from __future__ import annotations
@@ -90,44 +92,44 @@ async def close(memo: Any, **_: Any) -> None:
 
 
 @kopf.on.probe(id="profiles")
-def profiles_probe(memo: Any, **_: Any) -> dict[str, int]:
+async def profiles_probe(memo: Any, **_: Any) -> dict[str, int]:
     app = _app(memo)
     return {name: len(runtime.queue) for name, runtime in app.profiles.items()}
 
 
 # -- watched kinds feed the cache and the queues ------------------------------------------------------
 @kopf.on.event("", "v1", "nodes")
-def node_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+async def node_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
     _app(memo).on_node_event(event.get("type"), event["object"])
 
 
 @kopf.on.event("", "v1", "pods")
-def pod_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+async def pod_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
     _app(memo).on_pod_event(event.get("type"), event["object"])
 
 
 @kopf.on.event("", "v1", "namespaces")
-def namespace_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+async def namespace_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
     _app(memo).on_namespace_event(event.get("type"), event["object"])
 
 
 @kopf.on.event("", "v1", "services")
-def service_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+async def service_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
     _app(memo).on_workload_event("Service", event.get("type"), event["object"])
 
 
 @kopf.on.event("", "v1", "replicationcontrollers")
-def replication_controller_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+async def replication_controller_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
     _app(memo).on_workload_event("ReplicationController", event.get("type"), event["object"])
 
 
 @kopf.on.event("apps", "v1", "replicasets")
-def replica_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+async def replica_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
     _app(memo).on_workload_event("ReplicaSet", event.get("type"), event["object"])
 
 
 @kopf.on.event("apps", "v1", "statefulsets")
-def stateful_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+async def stateful_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
     _app(memo).on_workload_event("StatefulSet", event.get("type"), event["object"])
 
 
@@ -145,7 +147,7 @@ async def profile_changed(name: str, spec: Any, meta: Any, body: Any, patch: kop
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-def profile_deleted(name: str, memo: Any, **_: Any) -> None:
+async def profile_deleted(name: str, memo: Any, **_: Any) -> None:
     _app(memo).remove_profile(name)
 
 
@@ -164,14 +166,14 @@ def _write_status(patch: kopf.Patch, outcome: ProfileOutcome, generation: int) -
             "reason": outcome.reason,
             "message": outcome.message,
             "observedGeneration": generation,
-            "lastTransitionTime": kopf_now(),
+            "lastTransitionTime": _now(),
         }
     ]
     if outcome.ready:
         patch.status.update(outcome.pipeline_status)
 
 
-def kopf_now() -> str:
+def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
