@@ -15,7 +15,6 @@ from kopf_scheduler.state.pod_info import (
     is_scalar_resource_name,
     pod_requests,
     pod_resources,
-    scoring_non_zero_requests,
 )
 from tests.unit.factories import make_cache, make_node, make_pod
 
@@ -229,23 +228,6 @@ def test_non_zero_requests(spec: dict[str, Any], want: tuple[int, int]) -> None:
 
 def test_defaults_are_upstreams() -> None:
     assert (DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST) == (100, 209_715_200)
-
-
-@pytest.mark.parametrize(
-    ("spec", "want"),
-    [
-        pytest.param({"containers": [container("a")]}, (100, 200 * MI), id="defaults"),
-        pytest.param({"containers": [container("a", {"cpu": "0"})]}, (0, 200 * MI), id="explicit-zero"),
-        pytest.param(
-            # Unlike the node side, the scorer always fills in container defaults (then adds the overhead).
-            {"containers": [container("a")], "resources": {"requests": {"cpu": "1"}}, "overhead": {"memory": "10Mi"}},
-            (1000, 210 * MI),
-            id="pod-level-overhead-scoring-still-defaults",
-        ),
-    ],
-)
-def test_scoring_non_zero_requests(spec: dict[str, Any], want: tuple[int, int]) -> None:
-    assert scoring_non_zero_requests(pod(spec)) == want
 
 
 def test_pod_requests_compat_wrapper() -> None:

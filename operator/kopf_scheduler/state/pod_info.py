@@ -351,20 +351,6 @@ def pod_resources(obj: Mapping[str, Any]) -> tuple[Resources, int, int]:
     )
 
 
-def scoring_non_zero_requests(obj: Mapping[str, Any]) -> tuple[int, int]:
-    """(cpu millicores, memory bytes) of the pod to schedule as Least/Most/RequestedToCapacityRatio see it.
-
-    Upstream's ``resourceAllocationScorer`` always fills in the 100m / 200Mi defaults for containers that
-    name no request, even when pod-level requests are set; only then (with an overhead naming cpu/memory)
-    can this differ from :attr:`PodInfo.non_zero_cpu` / :attr:`PodInfo.non_zero_memory`.
-    """
-    requests = pod_request_list(obj, non_missing=_NON_MISSING_DEFAULTS)
-    return (
-        scheduler_value(_CPU, requests.get(_CPU, Fraction(0))),
-        scheduler_value(_MEMORY, requests.get(_MEMORY, Fraction(0))),
-    )
-
-
 def pod_requests(spec: Mapping[str, Any], status: Mapping[str, Any] | None = None) -> tuple[Resources, Resources]:
     """(real requests, requests with the non-zero cpu/memory defaults) of a pod spec (and status)."""
     requests, non_zero_cpu, non_zero_memory = pod_resources({"spec": spec, "status": status or {}})
