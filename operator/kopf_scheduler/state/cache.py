@@ -9,6 +9,7 @@ view that only caches the node order. Numbers the plugins compare live in :class
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -272,8 +273,8 @@ class ClusterCache:
         if pod.uid in self._pods:
             raise ValueError(f"pod {pod.key} is already in the cache")
         obj = {**pod.obj, "spec": {**(pod.obj.get("spec") or {}), "nodeName": node_name}}
-        assumed = PodInfo.from_obj(obj)
-        assumed.memo.update(pod.memo)
+        # The pending pod's parsed requests hold for the assumed copy: only where it runs changes.
+        assumed = dataclasses.replace(pod, obj=obj, node_name=node_name, memo=dict(pod.memo))
         self._add(assumed)
         self._assumed.add(assumed.uid)
         return assumed
@@ -396,13 +397,16 @@ class ClusterCache:
     def pods_in_namespace(self, namespace: str) -> Iterable[PodInfo]:
         return self._pods_by_namespace.get(namespace, {}).values()
 
-    def matching_pod_counts(self, namespace: str, selector: LabelSelector) -> np.ndarray:
-        """int64 indexed by node slot: assigned, non-terminating pods of ``namespace`` matching ``selector``.
+    def matching_pod_counts(
+        self, namespace: str, selector: LabelSelector, *, include_terminating: bool = False
+    ) -> np.ndarray:
+        """int64 indexed by node slot: assigned pods of ``namespace`` matching ``selector`` (terminating ones
+        only if ``include_terminating``: PodTopologySpread skips them, InterPodAffinity counts them).
 
-        Built once per (namespace, selector) and then kept current by pod events (see
+        Built once per (namespace, selector, include_terminating) and then kept current by pod events (see
         :mod:`kopf_scheduler.state.selector_counts`). Read-only; valid until the next cache change.
         """
-        return self._selector_counts.get(self, namespace, selector)
+        return self._selector_counts.get(self, namespace, selector, include_terminating=include_terminating)
 
     def matching_pods(self, namespace: str, selector: LabelSelector) -> list[PodInfo]:
         """Assigned pods of ``namespace`` whose labels match ``selector``, narrowed through the label index."""

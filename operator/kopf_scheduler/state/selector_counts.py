@@ -6,6 +6,8 @@ walking every matching pod each cycle repeats the same work; at 10 000 matching 
 Instead the first request builds the count array once from the cache's label index, and from then on every
 pod attached to or detached from a node adjusts the arrays of the tracked selectors of its namespace by ±1.
 Only the most recently used selectors are tracked (an LRU), so a pod event costs at most that many matches.
+InterPodAffinity asks for the same counts *including* terminating pods (upstream still counts those there);
+that is a separate tracked entry.
 """
 
 from __future__ import annotations
@@ -26,29 +28,31 @@ DEFAULT_TRACKED = 64
 
 
 class SelectorPodCounts:
-    """(namespace, selector) → int64 array indexed by node slot: matching, non-terminating assigned pods."""
+    """(namespace, selector, include_terminating) → int64 array indexed by node slot: matching assigned pods."""
 
     __slots__ = ("_by_namespace", "_limit", "_tracked")
 
     def __init__(self, limit: int = DEFAULT_TRACKED) -> None:
         self._limit = limit
-        self._tracked: OrderedDict[tuple[str, LabelSelector], np.ndarray] = OrderedDict()
-        self._by_namespace: dict[str, set[LabelSelector]] = {}
+        self._tracked: OrderedDict[tuple[str, LabelSelector, bool], np.ndarray] = OrderedDict()
+        self._by_namespace: dict[str, set[tuple[LabelSelector, bool]]] = {}
 
-    def get(self, cache: ClusterCache, namespace: str, selector: LabelSelector) -> np.ndarray:
+    def get(
+        self, cache: ClusterCache, namespace: str, selector: LabelSelector, *, include_terminating: bool = False
+    ) -> np.ndarray:
         """The counts, as a read-only array of length ``cache.table.capacity``; it is only valid until the
         next cache change (copy what must outlive the scheduling cycle)."""
-        key = (namespace, selector)
+        key = (namespace, selector, include_terminating)
         counts = self._tracked.get(key)
         capacity = cache.table.capacity
         if counts is None:
-            counts = self._build(cache, namespace, selector)
+            counts = self._build(cache, namespace, selector, include_terminating)
             self._tracked[key] = counts
-            self._by_namespace.setdefault(namespace, set()).add(selector)
+            self._by_namespace.setdefault(namespace, set()).add((selector, include_terminating))
             if len(self._tracked) > self._limit:
-                (old_namespace, old_selector), _ = self._tracked.popitem(last=False)
+                (old_namespace, old_selector, old_terminating), _ = self._tracked.popitem(last=False)
                 selectors = self._by_namespace[old_namespace]
-                selectors.discard(old_selector)
+                selectors.discard((old_selector, old_terminating))
                 if not selectors:
                     del self._by_namespace[old_namespace]
         else:
@@ -60,10 +64,10 @@ class SelectorPodCounts:
         return view
 
     @staticmethod
-    def _build(cache: ClusterCache, namespace: str, selector: LabelSelector) -> np.ndarray:
+    def _build(cache: ClusterCache, namespace: str, selector: LabelSelector, include_terminating: bool) -> np.ndarray:
         slots: list[int] = []
         for pod in cache.matching_pods(namespace, selector):
-            if pod.terminating:
+            if pod.terminating and not include_terminating:
                 continue
             info = cache.node(pod.node_name)
             if info is not None:
@@ -72,14 +76,12 @@ class SelectorPodCounts:
 
     def update(self, pod: PodInfo, slot: int, delta: int) -> None:
         """``pod`` was attached to (+1) or detached from (−1) the node in ``slot``."""
-        if pod.terminating:
-            return
         selectors = self._by_namespace.get(pod.namespace)
         if not selectors:
             return
-        for selector in selectors:
-            if selector.matches(pod.labels):
-                key = (pod.namespace, selector)
+        for selector, include_terminating in selectors:
+            if (include_terminating or not pod.terminating) and selector.matches(pod.labels):
+                key = (pod.namespace, selector, include_terminating)
                 counts = self._tracked[key]
                 if slot >= len(counts):
                     counts = self._tracked[key] = _padded(counts, slot + 1)
