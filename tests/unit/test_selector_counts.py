@@ -117,3 +117,20 @@ def test_table_growth_pads_tracked_counts() -> None:
     assert len(counts) == cache.table.capacity >= 100
     assert counts[cache.node("n99").slot] == 1
     assert counts.sum() == 1
+
+
+def test_terminating_pods_counted_only_when_asked() -> None:
+    """PodTopologySpread skips terminating pods; InterPodAffinity counts them (upstream does both)."""
+    cache = make_cache([make_node("a")])
+    slot = cache.node("a").slot
+    live = make_pod("live", node_name="a", labels={"app": "web"})
+    leaving = make_pod("leaving", node_name="a", labels={"app": "web"})
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cache.add_or_update_pod(live)
+    assert cache.matching_pod_counts("default", WEB)[slot] == 1
+    assert cache.matching_pod_counts("default", WEB, include_terminating=True)[slot] == 1
+    cache.add_or_update_pod(leaving)  # kept current after both arrays exist
+    assert cache.matching_pod_counts("default", WEB)[slot] == 1
+    assert cache.matching_pod_counts("default", WEB, include_terminating=True)[slot] == 2
+    cache.remove_pod(leaving["metadata"]["uid"])
+    assert cache.matching_pod_counts("default", WEB, include_terminating=True)[slot] == 1
