@@ -74,8 +74,9 @@ operator's owner):
    workload handlers). kopf runs a sync handler through `loop.run_in_executor` plus `asyncio.shield`; an async
    one is awaited inline. Measured with kopf's own `invoke()`: 54–76 µs CPU per event for a sync handler vs
    1.1–1.3 µs for an async one (wall 170–290 µs vs 2–4 µs). With ≥ 25,000 watch events per 10000-pod run
-   (initial nodes and pods, one MODIFIED per bind) that is ≈ 1.5–2 s CPU, 5–7% of the run (two paired runs
-   at 5000 nodes: 32.1 / 31.3 s CPU before, 29.5 / 29.6 s after; throughput too noisy to tell). It also
+   (initial nodes and pods, one MODIFIED per bind) that should be ≈ 1.5 s CPU, ≈ 6% of the run; end to end
+   it is within the noise so far (paired runs at 5000 nodes, CPU s before / after: 32.1, 31.3 / 29.5, 29.6
+   at load ≈ 5; 23.7, 26.0 / 25.7, 25.6 at load ≈ 1.5; throughput 432, 400 / 398, 407 pods/s). It also
    removes a race: today `on_pod_event` runs in kopf's worker threads (py-spy shows it under
    `concurrent.futures.thread._worker`, up to 6 threads) while the scheduling cycle runs on the event-loop
    thread, all mutating the same cache and queues without a lock.
