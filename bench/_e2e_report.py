@@ -48,7 +48,7 @@ while profiled, 28 s CPU); share of the process's non-idle samples:
 | kopf's per-event processing of watch events (`process_resource_event`; not our handler) | 15% |
 | the scheduling cycle (`schedule_one`: filter + score over the sampled nodes, assume) | 14% |
 | the asyncio event loop itself (`_run_once`, `select`) | 11% |
-| kopf running our **sync** `@kopf.on.event` handlers in its thread pool (submit, wake-up, future callbacks) | 8% |
+| kopf running our then-sync `@kopf.on.event` handlers in its thread pool (gone since `ca1d109`) | 8% |
 | the Binding request (`KubeClient.bind` → `DefaultBinder`, excluding the body write) | 7% |
 | the `Scheduled` event (`_post_event`, excluding the body write) | 4% |
 | reading kopf's watch streams (TLS read, JSON decode) | 4% |
@@ -67,19 +67,18 @@ causes, per-object memory, handler dispatch), and the initial LISTs of 5000 node
 start-up column). kopf-scheduler is one Python thread, so it cannot use a second core when one is free;
 kube-scheduler parallelises filtering, scoring and binding.
 
-**Clear, local improvements** (prototyped in a scratch worktree, not committed: the hot-path files belong to the
-operator's owner):
+**Clear, local improvements** (prototyped in a scratch worktree; the hot-path files belong to the operator's
+owner):
 
-1. **Make the watch handlers `async def`** (`handlers.py`: `node_event`, `pod_event`, `namespace_event` and the
-   workload handlers). kopf runs a sync handler through `loop.run_in_executor` plus `asyncio.shield`; an async
-   one is awaited inline. Measured with kopf's own `invoke()`: 54–76 µs CPU per event for a sync handler vs
-   1.1–1.3 µs for an async one (wall 170–290 µs vs 2–4 µs). With ≥ 25,000 watch events per 10000-pod run
-   (initial nodes and pods, one MODIFIED per bind) that should be ≈ 1.5 s CPU, ≈ 6% of the run; end to end
-   it is within the noise so far (paired runs at 5000 nodes, CPU s before / after: 32.1, 31.3 / 29.5, 29.6
-   at load ≈ 5; 23.7, 26.0 / 25.7, 25.6 at load ≈ 1.5; throughput 432, 400 / 398, 407 pods/s). It also
-   removes a race: today `on_pod_event` runs in kopf's worker threads (py-spy shows it under
-   `concurrent.futures.thread._worker`, up to 6 threads) while the scheduling cycle runs on the event-loop
-   thread, all mutating the same cache and queues without a lock.
+1. **Watch handlers as `async def`** — done meanwhile in `ca1d109` (found independently as a race by the
+   conformance work), so the results above include it; the profile above predates it. kopf runs a sync
+   handler through `loop.run_in_executor` plus `asyncio.shield`, an async one is awaited inline. With kopf's
+   own `invoke()`: 54–76 µs CPU per event for a sync handler vs 0.9–1.3 µs for an async one. With ≥ 25,000
+   watch events per 10000-pod run (initial nodes and pods, one MODIFIED per bind) that is ≈ 1.5 s CPU; two
+   paired runs at 5000 nodes / 10000 pods (load ≈ 5) used 32.1 and 31.3 s CPU before, 29.5 and 29.6 s after
+   (−7%; throughput too noisy at that load to tell). Before it, `on_pod_event` ran in kopf's worker threads
+   (py-spy showed it under `concurrent.futures.thread._worker`, up to 6 threads) while the scheduling cycle
+   ran on the event-loop thread, all mutating the same cache and queues without a lock.
 2. **Drop `metadata.managedFields` before caching** objects (what kube-scheduler's informers do with their
    transform): about −14 MiB peak RSS in one paired run at 5000 nodes / 10000 pods (389 → 375 MiB).
 
