@@ -36,7 +36,10 @@ but single runs still vary by ±30% (see min–max). kube-scheduler's curve in t
 (its binding goroutines and the API server's watch deliver in bursts), which is why its p99 sample exceeds its
 average by far; kopf-scheduler binds at a steadier rate. *CPU ms/pod* is the least noisy column: it is within
 10–50% of kube-scheduler's for the plain, spread and node-affinity workloads (below it for PodTopologySpread),
-and about 2× for InterPodAffinity, whose cycle is the most expensive one we have.
+and about 1.6× for InterPodAffinity, whose cycle is the most expensive one we have. InterPodAffinity was
+re-measured after `545dd79` (per-selector pod counts in the plugin): kopf-scheduler's CPU per pod hardly moved
+(3.79 → 3.73 ms) and its ratio went from 0.56× to 0.75× mostly because kube-scheduler's own average moved
+(430 → 360 pods/s) — a measure of this machine's run-to-run noise.
 
 **Profile.** `BENCH_PROFILE=py-spy` records the operator with `py-spy record --rate 200 --nonblocking --format
 raw` (operator code as of `e86218c`). SchedulingBasic 5000 nodes / 10000 pods, profiled at load ≈ 3 (235 pods/s
@@ -201,13 +204,24 @@ def targets(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _merged_text(meta: dict[str, Any]) -> list[str]:
+def _when_text(results: dict[str, Any]) -> list[str]:
+    """When and at which commit the numbers were measured (two lines when ``BENCH_MERGE`` re-measured some)."""
+    meta = results["meta"]
+    load = _load_text(results)
     merged = meta.get("merged")
     if not merged:
-        return []
+        return [
+            f"- Measured at commit `{meta['commit']}` on {meta['date']}; `make bench` took "
+            f"{meta['runtime_s'] / 60:.0f} min; {load}."
+        ]
+    kept = set(merged["kept_workloads"])
+    rerun = sorted({r["workload_id"] for r in results["rows"]} - kept)
+    kept_min = f"{merged['kept_runtime_s'] / 60:.0f} min" if merged.get("kept_runtime_s") else "time not recorded"
     return [
-        f"- Re-measured in that run (`BENCH_MERGE=1`): every workload except {', '.join(merged['kept_workloads'])}, "
-        f"which are from the full run of {merged['kept_date']} at commit `{merged['kept_commit']}`."
+        f"- Measured by the full `make bench` at commit `{merged['kept_commit']}` on {merged['kept_date']} "
+        f"({kept_min}): {', '.join(sorted(kept))}.",
+        f"- Re-measured with `BENCH_MERGE=1 BENCH_WORKLOADS=...` at commit `{meta['commit']}` on {meta['date']} "
+        f"({meta['runtime_s'] / 60:.0f} min): {', '.join(rerun)}. Over all rows, {load}.",
     ]
 
 
@@ -283,10 +297,9 @@ def render_section(results: dict[str, Any], png_rel: str) -> str:
         f"- Machine: {meta['nproc']} CPUs ({meta['cpu_model']}), {meta['ram_gib']} GiB RAM, Linux {meta['kernel']}; "
         "shared with other engineers' test runs (load average before each run is in the JSON).",
         f"- kube-scheduler / kube-apiserver: {meta['kube_scheduler']} / {meta['kube_apiserver']}; {etcd}",
-        f"- kopf-scheduler {meta['kopf_scheduler']} at commit `{meta['commit']}`; kopf {meta['kopf']}; "
+        f"- kopf-scheduler {meta['kopf_scheduler']}; kopf {meta['kopf']}; "
         f"aiohttp {meta['aiohttp']}; Python {meta['python']}",
-        f"- Date: {meta['date']}; `make bench` took {meta['runtime_s'] / 60:.0f} min; {_load_text(results)}.",
-        *_merged_text(meta),
+        *_when_text(results),
         END,
     ]
     return "\n".join(lines) + "\n"
