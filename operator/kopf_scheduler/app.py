@@ -125,6 +125,15 @@ def _uid(obj: dict[str, Any]) -> str:
     return meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without ``metadata.managedFields``: nothing reads them, and they are a large share of every
+    pod's and node's size (kube-scheduler's informers drop them too)."""
+    meta = obj.get("metadata")
+    if not meta or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def _rv(obj: dict[str, Any]) -> int:
     """resourceVersion as a number for 'is this newer' checks (etcd revisions); 0 if not numeric."""
     try:
@@ -232,6 +241,7 @@ class SchedulerApp:
 
     # -- watch events --------------------------------------------------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
+        obj = _slim(obj)
         name = (obj.get("metadata") or {}).get("name", "")
         old = self.cache.node(name)
         old_obj = old.obj if old is not None else None
@@ -246,6 +256,7 @@ class SchedulerApp:
         self._broadcast(node_events(old_obj, obj), old_obj, obj)
 
     def on_pod_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
+        obj = _slim(obj)
         uid = _uid(obj)
         spec = obj.get("spec") or {}
         phase = (obj.get("status") or {}).get("phase")

@@ -307,3 +307,16 @@ def test_pending_pods_metric_sums_every_profile() -> None:
     gauge = app.metrics.registry.get_sample_value
     assert gauge("scheduler_pending_pods", {"queue": "active"}) == 3
     assert gauge("scheduler_pending_pods", {"queue": "unschedulable"}) == 0
+
+
+def test_managed_fields_are_not_kept() -> None:
+    app = new_app()
+    node = make_node("n1")
+    node["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    pod = make_pod("bound", node_name="n1")
+    pod["metadata"]["managedFields"] = [{"manager": "kube-scheduler"}]
+    app.on_node_event(None, node)
+    app.on_pod_event(None, pod)
+    assert "managedFields" not in app.cache.node("n1").obj["metadata"]
+    assert "managedFields" not in app.cache.pod(pod["metadata"]["uid"]).obj["metadata"]
+    assert "managedFields" in pod["metadata"]  # the watch's own object is left as it was
