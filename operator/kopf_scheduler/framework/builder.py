@@ -58,7 +58,7 @@ from kopf_scheduler.api.args import (
     validation_field_errors,
 )
 from kopf_scheduler.api.profile import EffectivePlugin, EffectivePlugins, PluginSet, SchedulerProfileSpec
-from kopf_scheduler.framework.extension_points import ExtensionPoint
+from kopf_scheduler.framework.extension_points import FRAMEWORK_BUILD_ORDER, ExtensionPoint
 from kopf_scheduler.framework.interface import MAX_NODE_SCORE, Plugin
 from kopf_scheduler.framework.profile import PluginRef, ResolvedProfile
 
@@ -94,21 +94,6 @@ DEFAULT_MULTI_POINT: tuple[tuple[str, int | None], ...] = (
     ("NodeDeclaredFeatures", None),
 )
 
-#: The order in which upstream's ``NewFramework`` builds (and so checks) the extension points.
-FRAMEWORK_ORDER: tuple[ExtensionPoint, ...] = (
-    ExtensionPoint.PRE_FILTER,
-    ExtensionPoint.FILTER,
-    ExtensionPoint.POST_FILTER,
-    ExtensionPoint.RESERVE,
-    ExtensionPoint.PRE_SCORE,
-    ExtensionPoint.SCORE,
-    ExtensionPoint.PRE_BIND,
-    ExtensionPoint.BIND,
-    ExtensionPoint.POST_BIND,
-    ExtensionPoint.PERMIT,
-    ExtensionPoint.PRE_ENQUEUE,
-    ExtensionPoint.QUEUE_SORT,
-)
 
 #: Upstream ``MaxTotalScore`` (math.MaxInt64): the weighted sum of all maximum scores must stay below it.
 MAX_TOTAL_SCORE = 2**63 - 1
@@ -348,7 +333,7 @@ def _build_extension_points(
 ) -> dict[ExtensionPoint, list[str]]:
     """Upstream ``updatePluginList`` per explicit point, then ``expandMultiPointPlugins``; names per point."""
     explicit: dict[ExtensionPoint, list[str]] = {}
-    for point in FRAMEWORK_ORDER:
+    for point in FRAMEWORK_BUILD_ORDER:
         names: list[str] = []
         for entry in points[point].enabled:
             cls = registry.get(entry.name)
@@ -363,7 +348,7 @@ def _build_extension_points(
         explicit[point] = names
 
     result: dict[ExtensionPoint, list[str]] = {}
-    for point in FRAMEWORK_ORDER:
+    for point in FRAMEWORK_BUILD_ORDER:
         names = explicit[point]
         disabled = points[point].disabled
         if not multi_point.enabled or "*" in disabled:

@@ -29,3 +29,20 @@ class ExtensionPoint(StrEnum):
 
 #: The order in which extension points appear in upstream's configuration types.
 ALL_EXTENSION_POINTS: tuple[ExtensionPoint, ...] = tuple(ExtensionPoint)
+
+#: The order in which upstream's ``NewFramework`` builds (and so checks) the extension points: the builder
+#: and the runtime report the first error in this order, as upstream does.
+FRAMEWORK_BUILD_ORDER: tuple[ExtensionPoint, ...] = (
+    ExtensionPoint.PRE_FILTER,
+    ExtensionPoint.FILTER,
+    ExtensionPoint.POST_FILTER,
+    ExtensionPoint.RESERVE,
+    ExtensionPoint.PRE_SCORE,
+    ExtensionPoint.SCORE,
+    ExtensionPoint.PRE_BIND,
+    ExtensionPoint.BIND,
+    ExtensionPoint.POST_BIND,
+    ExtensionPoint.PERMIT,
+    ExtensionPoint.PRE_ENQUEUE,
+    ExtensionPoint.QUEUE_SORT,
+)

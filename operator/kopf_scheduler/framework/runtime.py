@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from kopf_scheduler.framework.cycle_state import CycleState
-from kopf_scheduler.framework.extension_points import ExtensionPoint
+from kopf_scheduler.framework.extension_points import FRAMEWORK_BUILD_ORDER, ExtensionPoint
 from kopf_scheduler.framework.interface import (
     INTERFACES,
     MAX_NODE_SCORE,
@@ -432,21 +432,6 @@ class WaitingPod:
 
 
 # -- the framework -------------------------------------------------------------------------------------
-#: Upstream checks extension points in this order when building (so the first error reported matches).
-_BUILD_ORDER = (
-    ExtensionPoint.PRE_FILTER,
-    ExtensionPoint.FILTER,
-    ExtensionPoint.POST_FILTER,
-    ExtensionPoint.RESERVE,
-    ExtensionPoint.PRE_SCORE,
-    ExtensionPoint.SCORE,
-    ExtensionPoint.PRE_BIND,
-    ExtensionPoint.BIND,
-    ExtensionPoint.POST_BIND,
-    ExtensionPoint.PERMIT,
-    ExtensionPoint.PRE_ENQUEUE,
-    ExtensionPoint.QUEUE_SORT,
-)
 
 
 class Framework:
@@ -481,7 +466,7 @@ class Framework:
                 raise FrameworkError(f"initializing plugin {name!r}: {_error_text(exc)}") from exc
 
         by_point: dict[ExtensionPoint, list[tuple[str, Any]]] = {}
-        for point in _BUILD_ORDER:
+        for point in FRAMEWORK_BUILD_ORDER:
             iface = INTERFACES[point]
             seen: set[str] = set()
             entries = by_point[point] = []
