@@ -10,7 +10,6 @@ arrays of slots (``nodes``) and return arrays aligned with them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,10 +23,9 @@ BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 
 @dataclass(slots=True)
 class LabelColumn:
-    """One node label key: interned value id per slot (−1 = absent) and the value as a number if it is one."""
+    """One node label key: interned value id per slot (−1 = absent)."""
 
     ids: np.ndarray
-    numeric: np.ndarray
     values: list[str] = field(default_factory=list)
     value_ids: dict[str, int] = field(default_factory=dict)
 
@@ -37,13 +35,6 @@ class LabelColumn:
             found = self.value_ids[value] = len(self.values)
             self.values.append(value)
         return found
-
-
-def _as_number(value: str) -> float:
-    try:
-        return float(int(value))
-    except ValueError:
-        return math.nan
 
 
 class NodeTable:
@@ -93,7 +84,6 @@ class NodeTable:
         self.taint_set[slot] = 0
         for column in self.labels.values():
             column.ids[slot] = -1
-            column.numeric[slot] = math.nan
         self._free.append(slot)
 
     def _grow(self, capacity: int) -> None:
@@ -112,7 +102,6 @@ class NodeTable:
         self.taint_set = pad(self.taint_set)
         for column in self.labels.values():
             column.ids = pad(column.ids, -1)
-            column.numeric = pad(column.numeric, math.nan)
         self.names.extend([None] * extra)
         self.capacity = capacity
 
@@ -151,16 +140,11 @@ class NodeTable:
         for key, column in self.labels.items():
             if key not in labels:
                 column.ids[slot] = -1
-                column.numeric[slot] = math.nan
         for key, value in labels.items():
             column = self.labels.get(key)
             if column is None:
-                column = self.labels[key] = LabelColumn(
-                    ids=np.full(self.capacity, -1, dtype=np.int32),
-                    numeric=np.full(self.capacity, math.nan, dtype=np.float64),
-                )
+                column = self.labels[key] = LabelColumn(ids=np.full(self.capacity, -1, dtype=np.int32))
             column.ids[slot] = column.intern(value)
-            column.numeric[slot] = _as_number(value)
 
     def set_taints(self, slot: int, taints: tuple[Taint, ...]) -> None:
         set_id = self._taint_set_ids.get(taints)
