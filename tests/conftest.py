@@ -116,7 +116,7 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     name = f"t-{_dns_label(request.node.name, 45)}-{secrets.token_hex(3)}"
     cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     if cluster.has_controller_manager:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 cluster.core.read_namespaced_service_account("default", name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -67,6 +68,21 @@ def _create_through_outage(cluster: Cluster, namespace: str, manifests: list[dic
         list(pool.map(create, manifests))
 
 
+@pytest.fixture
+def fresh_controller_manager_afterwards(cluster: Cluster) -> Iterator[None]:
+    """Leave the shared cluster as we found it: restart the controller-manager after the test.
+
+    After a long outage the controller-manager's informers sit in client-go's reflector backoff (up to
+    30 s, plus jitter) before they list again, so the next test's namespace waited that long for its
+    ``default`` ServiceAccount (CI saw it time out). A fresh controller-manager lists at once. It runs after
+    the test, so it cannot help the operator under test recover.
+    """
+    yield
+    if cluster.local is not None and "kube-controller-manager" in cluster.local.components:
+        cluster.local.restart_component("kube-controller-manager")
+
+
+@pytest.mark.usefixtures("fresh_controller_manager_afterwards")
 def test_operator_recovers_from_an_apiserver_restart_local_cluster_only(
     cluster: Cluster,
     kwok_nodes: NodeFactory,
