@@ -24,7 +24,7 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -68,7 +68,7 @@ class Client(Protocol):
 
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> Any: ...
 
-    async def list_all(self, path: str) -> list[dict[str, Any]]: ...
+    def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,72 +331,104 @@ class SchedulerApp:
 
     # -- authoritative re-list -----------------------------------------------------------------------
     async def ensure_reconciled(self) -> None:
+        """Make the cache equal to a fresh LIST, except for what the watches changed while it was in flight.
+
+        Each page is applied as it arrives and then dropped (a cluster's pods as raw dicts are the largest
+        thing this process would ever hold at once); objects known before but absent from the LIST are
+        deleted once their kind's last page is in.
+        """
         async with self._reconcile_lock:
             if self._reconciled or self.client is None:
                 return
             self._listing = True
             try:
-                nodes = await self.client.list_all("/api/v1/nodes")
-                pods = await self._list_pods()
-                workloads = {kind: await self.client.list_all(path) for kind, path in _LIST_PATHS.items()}
-                namespaces = await self.client.list_all("/api/v1/namespaces")
+                nodes = await self._relist(["/api/v1/nodes"], self._apply_node_page)
+                self._purge_unlisted_nodes(nodes)
+                pods = await self._relist(self._pod_paths(), self._apply_pod_page)
+                self._purge_unlisted_pods(pods)
+                for kind, path in _LIST_PATHS.items():
+                    listed = await self._relist([path], lambda page, kind=kind: self._apply_workload_page(kind, page))
+                    self._purge_unlisted_workloads(kind, listed)
+                namespaces = await self._relist(["/api/v1/namespaces"], self._apply_namespace_page)
+                self._purge_unlisted_namespaces(namespaces)
             finally:
                 self._listing = False
-            self._apply_lists(nodes=nodes, pods=pods, workloads=workloads, namespaces=namespaces)
-            self._watched_during_list.clear()
-            self._deleted_during_list.clear()
+                self._watched_during_list.clear()
+                self._deleted_during_list.clear()
             self._reconciled = True
             logger.info("cache reconciled: %d nodes, %d pods", self.cache.num_nodes, len(pods))
 
-    async def _list_pods(self) -> list[dict[str, Any]]:
-        assert self.client is not None
+    def _pod_paths(self) -> list[str]:
         if not self.settings.namespaces:
-            return await self.client.list_all("/api/v1/pods")
-        pods: list[dict[str, Any]] = []
-        for namespace in self.settings.namespaces:
-            pods.extend(await self.client.list_all(f"/api/v1/namespaces/{namespace}/pods"))
-        return pods
+            return ["/api/v1/pods"]
+        return [f"/api/v1/namespaces/{namespace}/pods" for namespace in self.settings.namespaces]
 
-    def _apply_lists(
-        self,
-        *,
-        nodes: list[dict[str, Any]],
-        pods: list[dict[str, Any]],
-        workloads: dict[str, list[dict[str, Any]]],
-        namespaces: list[dict[str, Any]],
-    ) -> None:
-        """Make the cache equal to the LIST, except for what the watches changed while it was in flight."""
-        fresher = self._watched_during_list | self._deleted_during_list
-        listed_nodes = {(n.get("metadata") or {}).get("name") for n in nodes}
-        for name in list(self.cache.node_names()):
-            info = self.cache.node(name)
-            if name not in listed_nodes and info is not None and _uid(info.obj) not in fresher:
-                self.on_node_event("DELETED", info.obj)
-        for node in nodes:
+    async def _relist(self, paths: list[str], apply_page: Callable[[list[dict[str, Any]]], Iterable[Any]]) -> set[Any]:
+        """LIST every path page by page; ``apply_page`` applies one page and returns the keys it listed."""
+        assert self.client is not None
+        listed: set[Any] = set()
+        for path in paths:
+            async for page in self.client.list_pages(path):
+                # No await between here and the next page: the application is atomic for the event loop,
+                # and our own applying must not count as "watched while listing".
+                self._listing = False
+                try:
+                    listed.update(apply_page(page))
+                finally:
+                    self._listing = True
+        return listed
+
+    def _fresher(self) -> set[str]:
+        """Objects a watch changed or deleted while the LIST was in flight: their watched state wins."""
+        return self._watched_during_list | self._deleted_during_list
+
+    def _apply_node_page(self, page: list[dict[str, Any]]) -> list[str]:
+        fresher = self._fresher()
+        for node in page:
             if _uid(node) not in fresher:
                 self.on_node_event(None, node)
-        listed_pods = {_uid(p) for p in pods}
-        known_pods = [p.obj for p in self.cache.pods()] + [p.obj for p in self.unassigned.values()]
-        for pod in known_pods:
-            uid = _uid(pod)
-            if uid not in listed_pods and uid not in fresher and not self.cache.is_assumed(uid):
-                self.on_pod_event("DELETED", pod)
-        for pod in pods:
+        return [(n.get("metadata") or {}).get("name", "") for n in page]
+
+    def _purge_unlisted_nodes(self, listed: set[str]) -> None:
+        fresher = self._fresher()
+        for name in list(self.cache.node_names()):
+            info = self.cache.node(name)
+            if name not in listed and info is not None and _uid(info.obj) not in fresher:
+                self.on_node_event("DELETED", info.obj)
+
+    def _apply_pod_page(self, page: list[dict[str, Any]]) -> list[str]:
+        fresher = self._fresher()
+        for pod in page:
             if _uid(pod) not in fresher:
                 self.on_pod_event(None, pod)
-        for kind, items in workloads.items():
-            listed = {
-                ((i.get("metadata") or {}).get("namespace"), (i.get("metadata") or {}).get("name")) for i in items
-            }
-            for key in [k for k in self.cache.workload_selectors if k[0] == kind and (k[1], k[2]) not in listed]:
-                self.cache.set_workload_selector(*key, None)
-            for item in items:
-                self.on_workload_event(kind, None, item)
-        listed_ns = {(n.get("metadata") or {}).get("name") for n in namespaces}
-        for name in [n for n in self.cache.namespace_labels if n not in listed_ns]:
-            self.cache.set_namespace_labels(name, None)
-        for namespace in namespaces:
+        return [_uid(p) for p in page]
+
+    def _purge_unlisted_pods(self, listed: set[str]) -> None:
+        fresher = self._fresher()
+        known = [p.obj for p in self.cache.pods()] + [p.obj for p in self.unassigned.values()]
+        for pod in known:
+            uid = _uid(pod)
+            if uid not in listed and uid not in fresher and not self.cache.is_assumed(uid):
+                self.on_pod_event("DELETED", pod)
+
+    def _apply_workload_page(self, kind: str, page: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        for item in page:
+            self.on_workload_event(kind, None, item)
+        metas = [i.get("metadata") or {} for i in page]
+        return [(meta.get("namespace", ""), meta.get("name", "")) for meta in metas]
+
+    def _purge_unlisted_workloads(self, kind: str, listed: set[tuple[str, str]]) -> None:
+        for key in [k for k in self.cache.workload_selectors if k[0] == kind and (k[1], k[2]) not in listed]:
+            self.cache.set_workload_selector(*key, None)
+
+    def _apply_namespace_page(self, page: list[dict[str, Any]]) -> list[str]:
+        for namespace in page:
             self.on_namespace_event(None, namespace)
+        return [(n.get("metadata") or {}).get("name", "") for n in page]
+
+    def _purge_unlisted_namespaces(self, listed: set[str]) -> None:
+        for name in [n for n in self.cache.namespace_labels if n not in listed]:
+            self.cache.set_namespace_labels(name, None)
 
     # -- the scheduling loop -------------------------------------------------------------------------
     async def run_profile(self, name: str, *, stopped: Callable[[], bool], poll: float = 0.5) -> None:

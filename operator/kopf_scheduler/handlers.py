@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 
 from kopf_scheduler.app import ProfileOutcome, SchedulerApp
-from kopf_scheduler.kube import KubeClient, event_body
+from kopf_scheduler.kube import LIST_PAGE_SIZE, KubeClient, event_body
 
 GROUP, VERSION, PLURAL = "kopf-scheduler.io", "v1alpha1", "schedulerprofiles"
 FINALIZER = "kopf-scheduler.io/profile-cleanup"
@@ -46,6 +46,9 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     # We post kube-scheduler-style events ourselves; kopf's per-handler events would be noise.
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
+    # kopf's initial LIST in pages (it applies one page before fetching the next): unpaged, 10000 pods are
+    # ~120 MiB of Python dicts at once, which was most of the operator's peak RSS (docs/benchmarks.md).
+    settings.watching.chunk_size = LIST_PAGE_SIZE
     # Retry API errors (connection refused, 5xx, 429) for as long as they last, as client-go does: with a
     # finite list, an API server outage longer than the list's sum (an apiserver restart takes 10-20 s)
     # made the peering keep-alive escalate and kopf shut the whole operator down.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -43,6 +44,13 @@ class FakeClient:
 
     async def list_all(self, path: str) -> list[dict[str, Any]]:
         return self.lists.get(path, [])
+
+    async def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]:
+        """Two pages (a one-item first page), so page-by-page application is exercised."""
+        items = await self.list_all(path)
+        yield items[:1]
+        if items[1:]:
+            yield items[1:]
 
 
 class FakeClock:
@@ -293,6 +301,34 @@ def test_reconcile_keeps_what_watches_changed_while_the_list_was_in_flight() -> 
     assert created["metadata"]["uid"] in app.profiles["sp"].queue
     assert deleted["metadata"]["uid"] not in app.unassigned
     assert deleted["metadata"]["uid"] not in app.profiles["sp"].queue
+
+
+def test_reconcile_applies_pages_as_they_arrive_and_purges_only_after_the_last() -> None:
+    """Page 1 is in the cache before page 2 is fetched; a known pod listed on page 2 is not purged early;
+    one deleted by a watch between the pages stays deleted."""
+    app = new_app()
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    first, second, third = pending("first"), pending("second"), pending("third")
+    app.on_pod_event("ADDED", second)
+    seen_between: list[bool] = []
+
+    class PagedClient(FakeClient):
+        async def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]:
+            if path == "/api/v1/nodes":
+                yield [make_node("n1")]
+            elif path == "/api/v1/pods":
+                yield [first]
+                seen_between.append(first["metadata"]["uid"] in app.unassigned)
+                seen_between.append(second["metadata"]["uid"] in app.unassigned)
+                app.on_pod_event("DELETED", third)  # a watch deletion racing the second page
+                yield [second, third]
+
+    app.client = PagedClient()
+    asyncio.run(app.ensure_reconciled())
+    assert seen_between == [True, True]
+    assert set(app.unassigned) == {first["metadata"]["uid"], second["metadata"]["uid"]}
+    assert len(app.profiles["sp"].queue) == 2
 
 
 def test_pending_pods_metric_sums_every_profile() -> None:

@@ -5,7 +5,7 @@ the scheduling loop. The rest of the operator sees :class:`KubeClient`'s small m
 it with a fake of the same shape.
 """
 
-from kopf_scheduler.kube.client import KubeClient
+from kopf_scheduler.kube.client import LIST_PAGE_SIZE, KubeClient
 from kopf_scheduler.kube.events import event_body
 
-__all__ = ["KubeClient", "event_body"]
+__all__ = ["LIST_PAGE_SIZE", "KubeClient", "event_body"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -18,6 +18,9 @@ import aiohttp
 
 from kopf_scheduler._version import __version__
 from kopf_scheduler.framework import APIError
+
+#: Objects per LIST page (ours and kopf's initial listing): one page of pods is a few MiB of dicts.
+LIST_PAGE_SIZE = 500
 
 JSON = dict[str, Any]
 
@@ -128,17 +131,28 @@ class KubeClient:
             raise
         return True
 
-    async def list_all(self, path: str, *, params: Mapping[str, str] | None = None, limit: int = 500) -> list[JSON]:
-        """A paginated LIST (authoritative: served from etcd-consistent reads by default)."""
-        items: list[JSON] = []
+    async def list_pages(
+        self, path: str, *, params: Mapping[str, str] | None = None, limit: int = LIST_PAGE_SIZE
+    ) -> AsyncIterator[list[JSON]]:
+        """A paginated LIST (authoritative: served from etcd-consistent reads by default), page by page.
+
+        The caller applies each page before the next is fetched, so at most one page of raw objects is
+        in memory: a cluster's pods as Python dicts are the largest thing this process ever holds.
+        """
         query = {"limit": str(limit), **(params or {})}
         while True:
             page = await self.request("GET", path, params=query)
-            items.extend(page.get("items") or ())
             token = (page.get("metadata") or {}).get("continue")
+            yield page.get("items") or []
             if not token:
-                return items
+                return
             query = {**query, "continue": token}
+
+    async def list_all(
+        self, path: str, *, params: Mapping[str, str] | None = None, limit: int = LIST_PAGE_SIZE
+    ) -> list[JSON]:
+        """A paginated LIST collected into one list (for small kinds and tools)."""
+        return [item async for page in self.list_pages(path, params=params, limit=limit) for item in page]
 
 
 def _error_message(text: str, status: int) -> str:
