@@ -1,0 +1,128 @@
+"""KubeClient against a tiny local HTTP server: the paths, bodies and error mapping the operator relies on.
+
+The e2e tests drive the same client through the real process against a real API server; these pin the
+details that are cheap to get wrong and expensive to notice there (pagination, which calls parse their
+response, how an API error reads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from kopf_scheduler.framework import APIError
+from kopf_scheduler.kube import KubeClient
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def serve(routes: dict[tuple[str, str], Handler], scenario: Callable[[KubeClient], Awaitable[Any]]) -> Any:
+    """Run ``scenario(client)`` against an HTTP server on 127.0.0.1 answering ``routes``."""
+
+    async def main() -> Any:
+        app = web.Application()
+        for (method, path), handler in routes.items():
+            app.router.add_route(method, path, handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        client = KubeClient(server=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer t"})
+        try:
+            return await scenario(client)
+        finally:
+            await client.close()
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+def test_bind_posts_a_binding_and_reads_no_body() -> None:
+    seen: list[tuple[str, dict[str, Any], str]] = []
+
+    async def binding(request: web.Request) -> web.StreamResponse:
+        seen.append((request.path, await request.json(), request.headers["Authorization"]))
+        return web.Response(status=201, text="not json: a send() must not parse it")
+
+    routes = {("POST", "/api/v1/namespaces/ns/pods/p/binding"): binding}
+    assert serve(routes, lambda c: c.bind(namespace="ns", name="p", uid="u1", node_name="n1")) is None
+    assert seen == [
+        (
+            "/api/v1/namespaces/ns/pods/p/binding",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+            },
+            "Bearer t",
+        )
+    ]
+
+
+def test_an_api_error_carries_the_status_and_the_servers_message() -> None:
+    async def conflict(request: web.Request) -> web.StreamResponse:
+        status = {"kind": "Status", "message": 'pods "p" is already assigned to node "n0"', "code": 409}
+        return web.json_response(status, status=409)
+
+    routes = {("POST", "/api/v1/namespaces/ns/pods/p/binding"): conflict}
+    with pytest.raises(APIError) as raised:
+        serve(routes, lambda c: c.bind(namespace="ns", name="p", uid="u1", node_name="n1"))
+    assert raised.value.status == 409
+    assert str(raised.value) == 'pods "p" is already assigned to node "n0"'
+
+
+def test_events_and_status_patches_use_their_content_types() -> None:
+    seen: dict[str, str] = {}
+
+    async def record(request: web.Request) -> web.StreamResponse:
+        seen[request.path] = request.headers["Content-Type"]
+        return web.json_response({"kind": "Whatever"})
+
+    routes = {
+        ("POST", "/apis/events.k8s.io/v1/namespaces/ns/events"): record,
+        ("PATCH", "/api/v1/namespaces/ns/pods/p/status"): record,
+    }
+
+    async def scenario(client: KubeClient) -> None:
+        await client.create_event(namespace="ns", body={"reason": "Scheduled"})
+        await client.patch_pod_status(namespace="ns", name="p", patch={"status": {}})
+
+    serve(routes, scenario)
+    assert seen == {
+        "/apis/events.k8s.io/v1/namespaces/ns/events": "application/json",
+        "/api/v1/namespaces/ns/pods/p/status": "application/strategic-merge-patch+json",
+    }
+
+
+def test_list_pages_follows_continue_tokens_one_page_at_a_time() -> None:
+    queries: list[dict[str, str]] = []
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        queries.append(dict(request.query))
+        if "continue" not in request.query:
+            return web.json_response({"items": [{"n": 1}, {"n": 2}], "metadata": {"continue": "tok"}})
+        return web.json_response({"items": [{"n": 3}], "metadata": {"continue": ""}})
+
+    async def scenario(client: KubeClient) -> tuple[list[list[Any]], list[Any]]:
+        pages = [page async for page in client.list_pages("/api/v1/pods", limit=2)]
+        return pages, await client.list_all("/api/v1/pods", limit=2)
+
+    pages, items = serve({("GET", "/api/v1/pods"): pods}, scenario)
+    assert pages == [[{"n": 1}, {"n": 2}], [{"n": 3}]]
+    assert items == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert queries[:2] == [{"limit": "2"}, {"limit": "2", "continue": "tok"}]
+
+
+def test_ensure_cluster_peering_reports_that_it_created_the_object() -> None:
+    async def peering(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=201, body=json.dumps({"metadata": {"name": "x"}}), content_type="application/json")
+
+    routes = {("POST", "/apis/kopf.dev/v1/clusterkopfpeerings"): peering}
+    assert serve(routes, lambda c: c.ensure_cluster_peering("x")) is True
