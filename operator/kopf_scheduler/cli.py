@@ -8,6 +8,7 @@ the effective settings and exits. Bad flags or a bad file fail fast with a messa
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -115,6 +116,7 @@ def run(settings: RunSettings) -> int:
         app.metrics.serve(port=settings.metrics_port, address=settings.bind_address)
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
     kopf.run(
+        loop=_new_event_loop(),
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         peering_name=settings.peering_name,
@@ -124,6 +126,20 @@ def run(settings: RunSettings) -> int:
         memo=kopf.Memo(app=app),
     )
     return 0
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop | None:
+    """uvloop when it is installed (a dependency on Linux), else None: kopf then runs asyncio's own loop.
+
+    The operator is one event loop doing TLS requests and JSON watch streams all day; uvloop's loop and TLS
+    transport cut its CPU per scheduled pod noticeably (docs/benchmarks.md). kopf's own CLI picks uvloop the
+    same way; ``kopf.run()`` leaves it to the caller.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

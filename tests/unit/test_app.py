@@ -7,6 +7,7 @@ the safety rules (invalid profiles keep the old pipeline; 409 and 404 on bind ne
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -356,3 +357,38 @@ def test_managed_fields_are_not_kept() -> None:
     assert "managedFields" not in app.cache.node("n1").obj["metadata"]
     assert "managedFields" not in app.cache.pod(pod["metadata"]["uid"]).obj["metadata"]
     assert "managedFields" in pod["metadata"]  # the watch's own object is left as it was
+
+
+def test_cached_objects_drop_managed_fields_without_touching_the_event() -> None:
+    pod = pending("p", node_name="n1")
+    pod["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    app = new_app()
+    app.on_node_event(None, make_node("n1"))
+    app.on_pod_event(None, pod)
+    cached = app.cache.pod(pod["metadata"]["uid"])
+    assert cached is not None
+    assert "managedFields" not in cached.obj["metadata"]
+    assert pod["metadata"]["managedFields"] == [{"manager": "kubectl"}]
+
+
+def test_a_version_the_cache_holds_is_not_applied_again() -> None:
+    """kopf's initial LIST repeats what the reconciling LIST applied: skipped before any parsing (the queue
+    would keep an unchanged pod parked anyway); a new version of it is an update as usual."""
+    app = new_app()
+    app.on_node_event(None, make_node("n1", cpu="1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    big = pending("big", requests={"cpu": "3"})
+    big["metadata"]["resourceVersion"] = "10"
+    app.on_pod_event(None, big)
+    drive(app)
+    queue = app.profiles["sp"].queue
+    assert queue.pending_pods()["unschedulable"] == 1
+    parsed = app.unassigned[big["metadata"]["uid"]]
+    app.on_pod_event(None, copy.deepcopy(big))
+    assert app.unassigned[big["metadata"]["uid"]] is parsed  # not even parsed again
+    assert queue.pending_pods()["unschedulable"] == 1
+    smaller = copy.deepcopy(big)
+    smaller["metadata"]["resourceVersion"] = "11"
+    smaller["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    app.on_pod_event("MODIFIED", smaller)
+    assert queue.pending_pods()["unschedulable"] == 0
