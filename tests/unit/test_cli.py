@@ -46,3 +46,17 @@ def test_the_operator_runs_on_uvloop_when_it_is_installed() -> None:
     finally:
         assert loop is not None
         loop.close()
+
+
+def test_the_operator_needs_no_kubernetes_client() -> None:
+    """``kubernetes`` is a dev dependency only (tests, demo, bench): the operator must import and log in without it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['kubernetes'] = None\n"  # any `import kubernetes` now raises ImportError
+        "import kopf, kopf_scheduler.cli, kopf_scheduler.handlers, kopf_scheduler.app\n"
+        "assert kopf.login_with_kubeconfig and kopf.login_with_service_account\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
