@@ -32,65 +32,59 @@ ANALYSIS = """
 **Reading the numbers.** Everything shares 2 cores: kube-apiserver and etcd take most of one core while pods
 are bound, the harness's watch a little, and other engineers' test clusters ran at the same time (load column
 in the JSON). The repetitions are interleaved, so a busy minute hurts all three schedulers of that repetition,
-but single runs still vary by ±30% (see min–max). kube-scheduler's curve in the plot has plateaus and steps
-(its binding goroutines and the API server's watch deliver in bursts), which is why its p99 sample exceeds its
-average by far; kopf-scheduler binds at a steadier rate. *CPU ms/pod* is the least noisy column: it is within
-10–50% of kube-scheduler's for the plain, spread and node-affinity workloads (below it for PodTopologySpread),
-and about 1.6× for InterPodAffinity, whose cycle is the most expensive one we have. InterPodAffinity was
-re-measured after `545dd79` (per-selector pod counts in the plugin): kopf-scheduler's CPU per pod hardly moved
-(3.79 → 3.73 ms) and its ratio went from 0.56× to 0.75× mostly because kube-scheduler's own average moved
-(430 → 360 pods/s) — a measure of this machine's run-to-run noise.
+but single runs still vary by ±15–30% (see min–max); *CPU ms/pod* is the least noisy column. kube-scheduler's
+curve in the plot has plateaus and steps (its binding goroutines and the API server's watch deliver in
+bursts), which is why its p99 sample exceeds its average by far; kopf-scheduler binds at a steadier rate.
 
-**Profile.** `BENCH_PROFILE=py-spy` records the operator with `py-spy record --rate 200 --nonblocking --format
-raw` (operator code as of `e86218c`). SchedulingBasic 5000 nodes / 10000 pods, profiled at load ≈ 3 (235 pods/s
-while profiled, 28 s CPU); share of the process's non-idle samples:
+**What changed since the first measurement** (session 2, paired SchedulingBasic 5000 nodes / 10000 pods runs
+on this machine, kopf-scheduler then kube-scheduler in the same invocation; one or two runs each, so read
+the direction and the rough size, not the digits):
+
+- LIST page by page: the reconciling LIST applies each page before fetching the next, and kopf's initial
+  listing gets `chunk_size` 500 (`397a969`): peak RSS 388 → 290 MiB.
+- kopf's diff-base (a deep copy of every object's essence on every watch event) kept for SchedulerProfiles
+  only, the one resource with change handlers; Binding and Event responses not parsed; no cookie jar
+  (`b6a66ef`): CPU 24.9 → 22.4 s, 412 → 465 pods/s.
+- uvloop as the event loop; watch events of a version the cache already holds are skipped before parsing
+  (kopf's initial LIST repeats ours) (`dd59ef3`): CPU ≈ 21.5 → 20.1 s, ≈ 470 → 510 pods/s.
+- kopf's per-object workers idle out after 1 s instead of 5 s (`be2ba51`): peak RSS ≈ 305 → 255–290 MiB.
+
+Measured and rejected: interning every key and short string of cached objects saved ≈ 40 MiB of Python heap
+(tracemalloc) but cost ≈ 8% of the CPU (py-spy) and showed no RSS difference beyond the run-to-run noise.
+
+**Profile.** `BENCH_PROFILE=py-spy` (`py-spy record --rate 200 --nonblocking --format raw`) at `dd59ef3` plus
+the idle timeout, SchedulingBasic 5000 nodes / 10000 pods (564 pods/s and 18.2 s CPU while profiled); share
+of the process's non-idle samples:
 
 | where | share |
 |---|---:|
-| writing HTTP requests (aiohttp `write_bytes` → TLS encrypt → `send()` on loopback) | 20% |
-| kopf's per-event processing of watch events (`process_resource_event`; not our handler) | 15% |
-| the scheduling cycle (`schedule_one`: filter + score over the sampled nodes, assume) | 14% |
-| the asyncio event loop itself (`_run_once`, `select`) | 11% |
-| kopf running our then-sync `@kopf.on.event` handlers in its thread pool (gone since `ca1d109`) | 8% |
-| the Binding request (`KubeClient.bind` → `DefaultBinder`, excluding the body write) | 7% |
-| the `Scheduled` event (`_post_event`, excluding the body write) | 4% |
-| reading kopf's watch streams (TLS read, JSON decode) | 4% |
-| socket reads of responses (TLS, HTTP parsing) | 4% |
-| queue bookkeeping in the profile loop (`run_profile`) | 3% |
-| our handler bodies (`on_pod_event`, `on_node_event`) | 3% |
+| the scheduling cycle (`schedule_one`: PreFilter/Filter/Score over the sampled nodes, assume, reserve) | 24% |
+| kopf's per-event processing around our handlers (per-object workers, causes, handler invocation) | 21% |
+| the Binding and the `Scheduled` event (`_bind` → `DefaultBinder` → `KubeClient.send`, aiohttp, TLS) | 14% |
+| kopf's watch streams and initial LISTs (reading, JSON decoding, dispatch to the workers) | 8% |
+| our watch handlers and our reconciling LIST (`on_pod_event`, `on_node_event`, `ensure_reconciled`) | 6% |
+| the rest: the event loop, response reads, start-up imports, metrics and health | 26% |
 
-py-spy samples wall-clock: the 20% in `send()` is mostly the operator being preempted right after waking the
-API server on a saturated 2-core machine (InterPodAffinity profiled at load ≈ 1.2 spends 1.7% there; its top
-costs are kopf's per-event processing 20%, the cycle 20%, kopf's watch-stream reading and JSON decoding 9%).
-So the cycle, the part that is "the scheduler", is a sixth to a fifth of the work (≈ 0.6 ms per pod at 5000
-nodes, where upstream's adaptive `percentageOfNodesToScore` scores 10%); the rest is per-pod plumbing that
-kube-scheduler does in Go: two TLS POSTs per pod (the Binding and the `Scheduled` event — kube-scheduler
-posts that event too), at least one pod watch event per bind going through kopf's generic machinery (parse,
-causes, per-object memory, handler dispatch), and the initial LISTs of 5000 nodes and 10000 pods (the
-start-up column). kopf-scheduler is one Python thread, so it cannot use a second core when one is free;
-kube-scheduler parallelises filtering, scoring and binding.
+So the cycle, the part that is "the scheduler", is a quarter of the work (≈ 0.45 ms per pod at 5000 nodes,
+where upstream's adaptive `percentageOfNodesToScore` scores 10%); the rest is per-pod plumbing that
+kube-scheduler does in Go: two TLS POSTs per pod (kube-scheduler posts the `Scheduled` event too), at least
+one pod watch event per bind through kopf's generic machinery, and the initial LISTs of 5000 nodes and 10000
+pods (the start-up column). kopf-scheduler is one Python thread, so it cannot use a second core when one is
+free; kube-scheduler parallelises filtering, scoring and binding. Where our cycle is cheap relative to
+upstream's (PodTopologySpread and InterPodAffinity count matching pods per node with numpy, where upstream
+walks pods per node) we are ahead; where the cycle is trivial (SchedulingBasic at 1000 nodes) the per-pod
+plumbing decides and we are level.
 
-**Clear, local improvements** (prototyped in a scratch worktree; the hot-path files belong to the operator's
-owner):
-
-1. **Watch handlers as `async def`** — done meanwhile in `ca1d109` (found independently as a race by the
-   conformance work), so the results above include it; the profile above predates it. kopf runs a sync
-   handler through `loop.run_in_executor` plus `asyncio.shield`, an async one is awaited inline. With kopf's
-   own `invoke()`: 54–76 µs CPU per event for a sync handler vs 0.9–1.3 µs for an async one. With ≥ 25,000
-   watch events per 10000-pod run (initial nodes and pods, one MODIFIED per bind) that is ≈ 1.5 s CPU; two
-   paired runs at 5000 nodes / 10000 pods (load ≈ 5) used 32.1 and 31.3 s CPU before, 29.5 and 29.6 s after
-   (−7%; throughput too noisy at that load to tell). Before it, `on_pod_event` ran in kopf's worker threads
-   (py-spy showed it under `concurrent.futures.thread._worker`, up to 6 threads) while the scheduling cycle
-   ran on the event-loop thread, all mutating the same cache and queues without a lock.
-2. **Drop `metadata.managedFields` before caching** objects (what kube-scheduler's informers do with their
-   transform): about −14 MiB peak RSS in one paired run at 5000 nodes / 10000 pods (389 → 375 MiB).
-
-**Peak RSS.** `VmRSS` sampled every second (`rss_timeline` in the JSON) shows kopf-scheduler at ≈ 80 MiB after
-its imports (Python, numpy, kopf, aiohttp, pydantic), ≈ 325 MiB once kopf's initial LISTs and the operator's
-own reconciling LIST of 5000 nodes and 10000 pods are in (both hold every pod as Python dicts at the same
-time), then growing ≈ 75 MiB while binding; kube-scheduler starts at ≈ 190 MiB and grows by about as much.
-The gap is the per-object cost of raw API objects as Python dicts plus the interpreter's baseline; it is
-largest relative to kube-scheduler on the small workloads (fixed ≈ 80 MiB baseline) and ≈ +25% at 5000 nodes.
+**Peak RSS.** `VmRSS` sampled every second (`rss_timeline` in the JSON): kopf-scheduler is ≈ 110 MiB after its
+imports and kopf's start (Python ≈ 8, aiohttp with OpenSSL ≈ 25, kopf ≈ 30, numpy ≈ 16, prometheus-client,
+pydantic; the `kubernetes` client, which kopf imports when it is installed, ≈ 12), then grows with the
+objects it caches: a pod parsed from JSON is ≈ 6.7 KB of Python dicts and strings even without
+`managedFields` (tracemalloc), plus ≈ 1 KB of parsed scheduling data and ≈ 0.8 KB of kopf's per-object
+memory. kube-scheduler starts at ≈ 190 MiB at 5000 nodes and grows by a similar amount. With few objects the
+fixed Python baseline dominates, which is where we miss the target: InterPodAffinity (500 nodes, 2000 pods)
+and PodTopologySpread (1000 nodes, 5000 pods), where kube-scheduler stays near 130–160 MiB. The `kubernetes`
+client is a dev dependency only since `cd3784b` (the operator never used it), so an
+installed operator (the image) is ≈ 12 MiB smaller than the one measured here from the dev virtualenv.
 """
 
 
@@ -204,25 +198,43 @@ def targets(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def measured_at(meta: dict[str, Any], workload_id: str) -> dict[str, Any]:
+    """When, at which commit and in how long a run a workload of a results file was measured."""
+    if workload_id in (meta.get("measured") or {}):
+        return dict(meta["measured"][workload_id])
+    merged = meta.get("merged") or {}  # results files written before per-workload provenance
+    if workload_id in (merged.get("kept_workloads") or ()):
+        return {"commit": merged["kept_commit"], "date": merged["kept_date"], "runtime_s": merged.get("kept_runtime_s")}
+    return {"commit": meta.get("commit"), "date": meta.get("date"), "runtime_s": meta.get("runtime_s")}
+
+
+def _workload_ids(results: dict[str, Any]) -> list[str]:
+    return sorted({r["workload_id"] for r in results["rows"]})
+
+
 def _when_text(results: dict[str, Any]) -> list[str]:
-    """When and at which commit the numbers were measured (two lines when ``BENCH_MERGE`` re-measured some)."""
+    """When and at which commit the numbers were measured: one line per (commit, date) when ``BENCH_MERGE``
+    re-measured some workloads."""
     meta = results["meta"]
     load = _load_text(results)
-    merged = meta.get("merged")
-    if not merged:
+    measured = {wid: measured_at(meta, wid) for wid in _workload_ids(results)}
+    if not measured or len({(m["commit"], m["date"]) for m in measured.values()}) == 1:
         return [
             f"- Measured at commit `{meta['commit']}` on {meta['date']}; `make bench` took "
             f"{meta['runtime_s'] / 60:.0f} min; {load}."
         ]
-    kept = set(merged["kept_workloads"])
-    rerun = sorted({r["workload_id"] for r in results["rows"]} - kept)
-    kept_min = f"{merged['kept_runtime_s'] / 60:.0f} min" if merged.get("kept_runtime_s") else "time not recorded"
-    return [
-        f"- Measured by the full `make bench` at commit `{merged['kept_commit']}` on {merged['kept_date']} "
-        f"({kept_min}): {', '.join(sorted(kept))}.",
-        f"- Re-measured with `BENCH_MERGE=1 BENCH_WORKLOADS=...` at commit `{meta['commit']}` on {meta['date']} "
-        f"({meta['runtime_s'] / 60:.0f} min): {', '.join(rerun)}. Over all rows, {load}.",
-    ]
+    groups: dict[tuple[str, str], list[str]] = {}
+    runtimes: dict[tuple[str, str], Any] = {}
+    for wid, when in measured.items():
+        key = (str(when["commit"]), str(when["date"]))
+        groups.setdefault(key, []).append(wid)
+        runtimes[key] = when.get("runtime_s")
+    lines = []
+    for (commit, date), workloads in sorted(groups.items(), key=lambda item: item[0][1]):
+        took = f"{runtimes[(commit, date)] / 60:.0f} min" if runtimes[(commit, date)] else "time not recorded"
+        lines.append(f"- Measured at commit `{commit}` on {date} ({took}): {', '.join(sorted(workloads))}.")
+    lines.append(f"- Over all rows, {load}.")
+    return lines
 
 
 def _load_text(results: dict[str, Any]) -> str:

@@ -846,6 +846,8 @@ def _clean(value: Any) -> Any:
 
 
 def merge_results(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    from bench._e2e_report import measured_at
+
     """``new``'s workloads replace the same workloads in ``previous``; the others are kept as they were.
 
     For re-measuring one workload (e.g. when the shared machine was busy during it) without re-running all.
@@ -863,16 +865,12 @@ def merge_results(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, An
     rows.extend(r for r in new["rows"] if r["workload_id"] not in inserted)
     timelines = {k: v for k, v in previous.get("timelines", {}).items() if k.split("/")[0] not in rerun}
     timelines.update(new["timelines"])
-    kept = sorted({r["workload_id"] for r in rows} - rerun)
     meta = dict(new["meta"])
-    if kept:
-        prior = previous["meta"].get("merged") or {}
-        meta["merged"] = {
-            "kept_workloads": kept,
-            "kept_date": prior.get("kept_date") or previous["meta"]["date"],
-            "kept_commit": prior.get("kept_commit") or previous["meta"]["commit"],
-            "kept_runtime_s": prior.get("kept_runtime_s") or previous["meta"].get("runtime_s"),
-        }
+    meta.pop("merged", None)  # the old single "kept" record (one commit for all kept workloads) is superseded
+    measured = {wid: measured_at(new["meta"], wid) for wid in rerun}
+    for wid in sorted({r["workload_id"] for r in rows} - rerun):
+        measured[wid] = measured_at(previous["meta"], wid)
+    meta["measured"] = measured
     return {"meta": meta, "rows": rows, "summary": summarize(rows), "timelines": timelines}
 
 

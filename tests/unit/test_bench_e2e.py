@@ -221,6 +221,22 @@ def test_merge_replaces_rerun_workloads_and_keeps_the_others() -> None:
         "topology-spread/kube-scheduler/1": [[0, 1]],
     }
     assert merged["meta"]["date"] == "tuesday"
-    assert merged["meta"]["merged"]["kept_workloads"] == ["topology-spread"]
-    assert merged["meta"]["merged"]["kept_date"] == "monday"
+    assert merged["meta"]["measured"] == {
+        "basic-5000": {"commit": "bbb", "date": "tuesday", "runtime_s": 600.0},
+        "topology-spread": {"commit": "aaa", "date": "monday", "runtime_s": 1800.0},
+    }
+    # A second merge keeps each workload's own provenance (it once recorded one commit for all kept ones).
+    newest = {"meta": {"date": "wednesday", "commit": "ccc", "runtime_s": 60.0}, "rows": [old_spread], "timelines": {}}
+    again = merge_results(merged, newest)
+    assert again["meta"]["measured"] == {
+        "basic-5000": {"commit": "bbb", "date": "tuesday", "runtime_s": 600.0},
+        "topology-spread": {"commit": "ccc", "date": "wednesday", "runtime_s": 60.0},
+    }
+    from bench._e2e_report import _when_text
+
+    lines = _when_text(again)
+    assert lines[:2] == [
+        "- Measured at commit `bbb` on tuesday (10 min): basic-5000.",
+        "- Measured at commit `ccc` on wednesday (1 min): topology-spread.",
+    ]
     assert [s["throughput_avg"] for s in merged["summary"]] == [300.0, 50.0]
