@@ -75,7 +75,7 @@ def _wait_crds_established(cluster: LocalCluster) -> None:
         print(f"!! CRDs not Established:\n{result.stderr}", file=sys.stderr)
 
 
-def _start_operator(cluster: LocalCluster) -> subprocess.Popen[bytes]:
+def _start_operator(cluster: LocalCluster, *, metrics_port: int) -> subprocess.Popen[bytes]:
     """``kopf-scheduler run`` as a real process against the demo cluster; its log goes next to the others."""
     log = (cluster.work_dir / "logs" / "kopf-scheduler.log").open("wb")
     command = [
@@ -84,7 +84,7 @@ def _start_operator(cluster: LocalCluster) -> subprocess.Popen[bytes]:
         "--kubeconfig",
         str(cluster.kubeconfig),
         "--metrics-port",
-        str(free_port()),
+        str(metrics_port),
         "--health-port",
         str(free_port()),
         "--bind-address",
@@ -131,8 +131,20 @@ def _show(cluster: LocalCluster, title: str, *args: str) -> None:
     sys.stdout.write(result.stdout or result.stderr)
 
 
-def _instructions(cluster: LocalCluster) -> str:
+def _show_explain(pod: str, *, metrics_port: int) -> None:
+    """``kopf-scheduler explain``: what kube-scheduler's histogram cannot say, node by node."""
+    url = f"http://127.0.0.1:{metrics_port}"
+    print(f"\n$ kopf-scheduler explain {pod} --url {url}    # which node failed for which plugin", flush=True)
+    command = [str(Path(sys.executable).with_name("kopf-scheduler")), "explain", pod, "--url", url]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    sys.stdout.write(result.stdout or result.stderr)
+    if not result.stdout.endswith("\n"):
+        sys.stdout.write("\n")
+
+
+def _instructions(cluster: LocalCluster, *, metrics_port: int) -> str:
     kubectl = cluster.kubectl
+    explain = Path(sys.executable).with_name("kopf-scheduler")
     # Only point at SchedulerProfiles once the CRD is part of the repository (crds/).
     crd_hint = f"    {kubectl} get crd,sp\n" if _manifests(REPO_ROOT / "crds") else ""
     return f"""
@@ -147,6 +159,7 @@ Try:
 {crd_hint}    {kubectl} get pods -o wide --sort-by=.spec.nodeName
     {kubectl} get events --field-selector reason=FailedScheduling
     {kubectl} describe pod too-big
+    {explain} explain default/too-big --url http://127.0.0.1:{metrics_port}   # node by node, plugin by plugin
     {kubectl} edit sp bin-packing          # change the profile: the next pods follow it, no restart
     {kubectl} scale deployment batch --replicas=10
 
@@ -182,11 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         wait_nodes_ready(core, names, timeout=60)
         operator: subprocess.Popen[bytes] | None = None
+        metrics_port = free_port()
         if not args.nodes_only:
             if _apply_dir(cluster, REPO_ROOT / "crds") and _manifests(REPO_ROOT / "crds"):
                 _wait_crds_established(cluster)
             print("starting kopf-scheduler ...", flush=True)
-            operator = _start_operator(cluster)
+            operator = _start_operator(cluster, metrics_port=metrics_port)
             _apply_dir(cluster, REPO_ROOT / "examples" / "profiles")
             _wait_for("SchedulerProfiles Ready", lambda: _profiles_ready(cluster), 60)
             _apply_dir(cluster, REPO_ROOT / "examples" / "workloads")
@@ -194,8 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _show(cluster, "the profiles, their score plugins and weights", "get", "sp")
             _show(cluster, "where each profile put its pods", "get", "pods", "-o", "wide", "--sort-by=.spec.nodeName")
             _show(cluster, "why the others wait", "get", "events", "--field-selector", "reason=FailedScheduling")
+            _show_explain("default/too-big", metrics_port=metrics_port)
         print(f"\nready in {time.monotonic() - started:.1f}s", flush=True)
-        print(_instructions(cluster), flush=True)
+        print(_instructions(cluster, metrics_port=metrics_port), flush=True)
         try:
             while True:
                 if operator is not None and operator.poll() is not None:

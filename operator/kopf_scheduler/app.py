@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kopf_scheduler.api.profile import SchedulerProfileSpec
+from kopf_scheduler.explain import Explanations, explain_fit_error
 from kopf_scheduler.framework import APIError, CycleState, Status
 from kopf_scheduler.framework.builder import effective_plugins, resolve_profile
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource, node_events, pod_events
@@ -146,6 +147,12 @@ def _same_version(known: dict[str, Any] | None, obj: dict[str, Any]) -> bool:
     return bool(version) and version == (known.get("metadata") or {}).get("resourceVersion")
 
 
+def _key(obj: dict[str, Any]) -> str:
+    """``namespace/name``, as PodInfo.key and kubectl spell a pod."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
 def _rv(obj: dict[str, Any]) -> int:
     """resourceVersion as a number for 'is this newer' checks (etcd revisions); 0 if not numeric."""
     try:
@@ -196,6 +203,8 @@ class SchedulerApp:
         self._watched_during_list: set[str] = set()
         self._deleted_during_list: set[str] = set()
         self._last_failure: dict[str, tuple[str, float]] = {}
+        #: The latest failed attempt of each pending pod, node by node (``/explain``).
+        self.explanations = Explanations()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- profiles ------------------------------------------------------------------------------------
@@ -285,6 +294,7 @@ class SchedulerApp:
         deleted = event_type == "DELETED" or phase in TERMINAL_PHASES
         if deleted:
             self._last_failure.pop(uid, None)
+            self.explanations.forget(_key(obj))
             if old_unassigned is not None:
                 del self.unassigned[uid]
                 self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
@@ -297,6 +307,7 @@ class SchedulerApp:
                 del self.unassigned[uid]
                 self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
             self._last_failure.pop(uid, None)
+            self.explanations.forget(_key(obj))
             old_obj = old_assigned.obj if old_assigned is not None else None
             self.cache.add_or_update_pod(obj)
             self._broadcast(pod_events(old_obj, obj), old_obj, obj)
@@ -513,6 +524,7 @@ class SchedulerApp:
             assumed = scheduler.assume_and_reserve(state, pod, result, self.cache)
         except FitError as fit:
             scheduler.run_post_filter(state, pod, fit)
+            self._explain(runtime, fit)
             plugins = fit.diagnosis.all_unschedulable_plugins()
             self._fail(runtime, qpod, message=fit.message, reason="Unschedulable", plugins=plugins, started=started)
             return
@@ -573,6 +585,13 @@ class SchedulerApp:
             plugins=set(),
             started=started,
         )
+
+    def _explain(self, runtime: ProfileRuntime, fit: FitError) -> None:
+        """Keep the per-node account of this failure (read within the cycle: node names are live)."""
+        try:
+            self.explanations.record(fit.pod.key, explain_fit_error(fit, profile=runtime.name, at=_now_rfc3339()))
+        except Exception:  # an explanation must never cost a scheduling decision
+            logger.exception("could not explain the failure of %s", fit.pod.key)
 
     def _fail(
         self,

@@ -68,7 +68,44 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--pod-max-in-unschedulable-pods-duration", type=float, help="seconds before a parked pod is retried (300)"
     )
+    explain = commands.add_parser(
+        "explain",
+        help="why a pending pod fits nowhere: each node's verdict and the plugin behind it",
+        description=(
+            "Asks a running kopf-scheduler (its metrics port) for the last failed scheduling attempt of a pod. "
+            "Only the active replica schedules: point --url at it (e.g. through kubectl port-forward)."
+        ),
+    )
+    explain.add_argument("pod", help="NAMESPACE/NAME of the pod")
+    explain.add_argument("--url", default="http://127.0.0.1:10259", help="the operator's metrics port URL")
+    explain.add_argument("--json", action="store_true", help="print the raw JSON account")
     return parser
+
+
+def explain_pod(*, pod: str, url: str, as_json: bool) -> int:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from kopf_scheduler.explain import format_account
+
+    namespace, sep, name = pod.partition("/")
+    if not sep or not namespace or not name:
+        print(f"kopf-scheduler explain: expected NAMESPACE/NAME, got {pod!r}", file=sys.stderr)
+        return 2
+    endpoint = f"{url.rstrip('/')}/explain/{urllib.parse.quote(namespace)}/{urllib.parse.quote(name)}"
+    try:
+        with urllib.request.urlopen(endpoint, timeout=10) as response:
+            account = json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        detail = json.loads(e.read() or b"{}").get("message") if e.code == 404 else e.reason
+        print(f"kopf-scheduler explain: {detail or e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"kopf-scheduler explain: cannot reach {endpoint}: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(account, indent=2) if as_json else format_account(account))
+    return 0
 
 
 class _JsonFormatter(logging.Formatter):
@@ -112,8 +149,6 @@ def run(settings: RunSettings) -> int:
     _configure_logging(settings)
     disable_created_metrics()
     app = SchedulerApp(settings=settings)
-    if settings.metrics_port:
-        app.metrics.serve(port=settings.metrics_port, address=settings.bind_address)
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
     kopf.run(
         loop=_new_event_loop(),
@@ -146,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     command = args.pop("command", None)
+    if command == "explain":
+        return explain_pod(pod=args["pod"], url=args["url"], as_json=args["json"])
     if command != "run":
         parser.print_help()
         return 0 if command is None else 2

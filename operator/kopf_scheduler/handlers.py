@@ -20,6 +20,7 @@ from typing import Any
 
 import kopf
 
+from kopf_scheduler import web
 from kopf_scheduler.app import ProfileOutcome, SchedulerApp
 from kopf_scheduler.kube import LIST_PAGE_SIZE, KubeClient, event_body
 
@@ -115,10 +116,26 @@ async def _ensure_peering(client: KubeClient, name: str) -> None:
         logger.warning("could not ensure ClusterKopfPeering %s: %s", name, e)
 
 
+@kopf.on.startup()
+async def serve_endpoints(memo: Any, **_: Any) -> None:
+    """/metrics and /explain on the metrics port, on every replica (the standby's metrics matter too)."""
+    app = _app(memo)
+    if app.settings.metrics_port:
+        memo.web = await web.serve(
+            registry=app.metrics.registry,
+            explain=app.explanations.get,
+            port=app.settings.metrics_port,
+            address=app.settings.bind_address,
+        )
+
+
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
     app = _app(memo)
     await app.drain()
+    runner = getattr(memo, "web", None)
+    if runner is not None:
+        await runner.cleanup()
     if isinstance(app.client, KubeClient):
         await app.client.close()
 

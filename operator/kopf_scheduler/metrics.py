@@ -6,7 +6,7 @@ private registry, so tests can create as many as they like without colliding in 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 def _exponential(start: float, factor: float, count: int) -> list[float]:
@@ -85,7 +85,3 @@ class SchedulerMetrics:
     def set_pending(self, counts: dict[str, int]) -> None:
         for queue in ("active", "backoff", "unschedulable", "gated"):
             self.pending_pods.labels(queue=queue).set(counts.get(queue, 0))
-
-    def serve(self, *, port: int, address: str = "0.0.0.0") -> None:
-        """Expose /metrics on a background thread (prometheus_client's own server)."""
-        start_http_server(port, addr=address, registry=self.registry)

@@ -10,6 +10,7 @@ adding a node gets it scheduled within the backoff bounds, i.e. driven by the cl
 from __future__ import annotations
 
 import secrets
+import subprocess
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.e2e.operator_process import (
     OperatorProcess,
     create_pods,
     namespace_events,
+    operator_command,
     pod_condition,
     pod_events,
     pod_manifest,
@@ -163,6 +165,14 @@ def test_unschedulable_pod_reports_upstream_text_and_is_scheduled_after_a_pod_is
     create_pods(cluster.core, namespace, [pod_manifest("huge", profile, cpu="3", node_selector=labels)])
     message = _expected_insufficient(cluster, nodes, "cpu")
     _wait_unschedulable(cluster, namespace, "huge", message)
+    # What kube-scheduler cannot say: which node failed for which plugin (`kopf-scheduler explain`).
+    explained = _explain(operator, namespace, "huge")
+    assert explained.returncode == 0, explained.stderr
+    lines = explained.stdout.splitlines()
+    assert lines[1] == message
+    table = [line.split(None, 2) for line in lines]
+    rows = {fields[0]: fields[1:] for fields in table if fields and fields[0] in nodes}
+    assert rows == {node: ["NodeResourcesFit", "Insufficient cpu"] for node in nodes}
 
     # Fill every node with a 1.5-cpu blocker; a 1-cpu pod then fits nowhere.
     blockers = [pod_manifest(f"blocker-{i}", profile, cpu="1500m", node_selector=labels) for i in range(3)]
@@ -185,8 +195,16 @@ def test_unschedulable_pod_reports_upstream_text_and_is_scheduled_after_a_pod_is
     assert elapsed <= MAX_BACKOFF + FLUSH_PERIOD + SLACK, f"scheduled {elapsed:.1f}s after the room appeared"
     scheduled = pod_events(cluster.api, namespace, "waiting", reason="Scheduled")
     assert [e.note for e in scheduled] == [f"Successfully assigned {namespace}/waiting to {bound['waiting']}"]
+    # Bound: its last failure explains nothing any more.
+    wait_for(lambda: _explain(operator, namespace, "waiting").returncode == 1, timeout=10, message="still explained")
     # "huge" still fits nowhere: still Pending and explained.
     assert cluster.core.read_namespaced_pod("huge", namespace).spec.node_name is None
+
+
+def _explain(operator: OperatorProcess, namespace: str, pod: str) -> subprocess.CompletedProcess[str]:
+    url = f"http://127.0.0.1:{operator.metrics_port}"
+    command = [*operator_command(), "explain", f"{namespace}/{pod}", "--url", url]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
 
 
 def test_unschedulable_pod_is_scheduled_after_a_node_is_added(

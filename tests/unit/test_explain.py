@@ -1,0 +1,152 @@
+"""Per-node explanations of failed attempts: built in the cycle, kept while the pod is pending, served on /explain."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
+
+from kopf_scheduler.explain import Explanations, format_account
+from kopf_scheduler.web import build_app
+from tests.unit.factories import make_node
+from tests.unit.test_app import FakeClient, drive, new_app, pending
+
+TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+
+
+def stuck_app() -> tuple[Any, FakeClient]:
+    """Three nodes, each rejecting the pod through a different plugin."""
+    client = FakeClient()
+    app = new_app(client)
+    app.on_node_event(None, make_node("small", cpu="1"))
+    app.on_node_event(None, make_node("tainted", cpu="8", taints=[TAINT]))
+    app.on_node_event(None, make_node("cordoned", cpu="8", unschedulable=True))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "2"}))
+    drive(app)
+    return app, client
+
+
+def test_a_failed_attempt_is_explained_node_by_node() -> None:
+    app, client = stuck_app()
+    account = app.explanations.get("default/big")
+    assert account is not None
+    [event] = client.events
+    assert account["message"] == event["note"]  # the upstream text, unchanged
+    assert account["result"] == "Unschedulable"
+    assert account["profile"] == "sp"
+    assert account["numNodes"] == 3
+    assert account["nodes"] == {
+        "cordoned": {"plugin": "NodeUnschedulable", "reasons": ["node(s) were unschedulable"]},
+        "small": {"plugin": "NodeResourcesFit", "reasons": ["Insufficient cpu"]},
+        "tainted": {
+            "plugin": "TaintToleration",
+            "reasons": ["node(s) had untolerated taint(s)"],
+        },
+    }
+    assert account["rejectedByPlugin"] == {"NodeResourcesFit": 1, "NodeUnschedulable": 1, "TaintToleration": 1}
+    assert "otherNodes" not in account
+
+
+def test_the_explanation_goes_when_the_pod_is_bound_or_deleted() -> None:
+    app, _ = stuck_app()
+    app.on_node_event(None, make_node("roomy", cpu="8"))
+    drive(app)  # the node event moved the pod back; it fits now and is bound
+    assert app.explanations.get("default/big") is not None  # bound only once its watch event says so
+    pod = pending("big", requests={"cpu": "2"}, node_name="roomy")
+    app.on_pod_event("MODIFIED", pod)
+    assert app.explanations.get("default/big") is None
+
+    app, _ = stuck_app()
+    app.on_pod_event("DELETED", pending("big", requests={"cpu": "2"}))
+    assert app.explanations.get("default/big") is None
+
+
+def test_nodes_not_judged_one_by_one_share_one_line() -> None:
+    """A PreFilterResult that names no existing node judges none individually: all share its status."""
+    app = new_app()
+    for name in ("a", "b"):
+        app.on_node_event(None, make_node(name))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    pod = pending("pinned")
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gone"]}]}]
+            }
+        }
+    }
+    app.on_pod_event("ADDED", pod)
+    drive(app)
+    account = app.explanations.get("default/pinned")
+    assert account is not None
+    assert account["message"] == "0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+    assert account["nodes"] == {}
+    assert account["otherNodes"] == {
+        "count": 2,
+        "plugin": "",
+        "reasons": ["node(s) didn't satisfy plugin(s) [NodeAffinity]"],
+    }
+    assert format_account(account).endswith("2 other node(s): node(s) didn't satisfy plugin(s) [NodeAffinity]")
+
+
+def test_the_text_form_lists_every_node_with_its_plugin() -> None:
+    app, _ = stuck_app()
+    account = app.explanations.get("default/big")
+    assert account is not None
+    text = format_account(account).splitlines()
+    assert text[0].startswith("Pod default/big: Unschedulable (profile sp, attempt at ")
+    assert text[1] == account["message"]
+    header = next(i for i, line in enumerate(text) if line.startswith("NODE"))
+    rows = [line.split(None, 2) for line in text[header + 1 :]]
+    assert rows == [
+        ["cordoned", "NodeUnschedulable", "node(s) were unschedulable"],
+        ["small", "NodeResourcesFit", "Insufficient cpu"],
+        ["tainted", "TaintToleration", "node(s) had untolerated taint(s)"],
+    ]
+
+
+def test_the_store_is_bounded_and_forgets_the_oldest_first() -> None:
+    store = Explanations(max_pods=2)
+    for key in ("ns/a", "ns/b", "ns/a", "ns/c"):
+        store.record(key, {"pod": key})
+    assert len(store) == 2
+    assert store.get("ns/b") is None  # "a" was refreshed after "b", so "b" is the oldest
+    assert store.get("ns/a") == {"pod": "ns/a"}
+    assert store.get("ns/c") == {"pod": "ns/c"}
+
+
+def test_the_endpoints_serve_metrics_and_explanations() -> None:
+    registry = CollectorRegistry()
+    Counter("scheduler_schedule_attempts", "attempts", registry=registry).inc()
+    accounts = {"ns/stuck": {"pod": "ns/stuck", "message": "0/1 nodes are available: 1 Insufficient cpu."}}
+
+    async def main() -> list[tuple[int, str, Any]]:
+        runner = web.AppRunner(build_app(registry=registry, explain=accounts.get))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        import aiohttp
+
+        results = []
+        try:
+            async with aiohttp.ClientSession() as session:
+                for path in ("/metrics", "/explain/ns/stuck", "/explain/ns/other"):
+                    async with session.get(f"http://127.0.0.1:{port}{path}") as response:
+                        body = await response.text()
+                        results.append((response.status, response.headers["Content-Type"], body))
+        finally:
+            await runner.cleanup()
+        return results
+
+    (m_status, m_type, m_body), (e_status, _, e_body), (missing, _, missing_body) = asyncio.run(main())
+    assert m_status == 200
+    assert m_type.startswith("text/plain")
+    assert "scheduler_schedule_attempts_total 1.0" in m_body
+    assert e_status == 200
+    assert '"0/1 nodes are available: 1 Insufficient cpu."' in e_body
+    assert missing == 404
+    assert "no failed scheduling attempt recorded for pod ns/other" in missing_body
