@@ -120,13 +120,16 @@ async def _ensure_peering(client: KubeClient, name: str) -> None:
 async def serve_endpoints(memo: Any, **_: Any) -> None:
     """/metrics and /explain on the metrics port, on every replica (the standby's metrics matter too)."""
     app = _app(memo)
-    if app.settings.metrics_port:
+    port, address = app.settings.metrics_port, app.settings.bind_address
+    if not port:
+        return
+    try:
         memo.web = await web.serve(
-            registry=app.metrics.registry,
-            explain=app.explanations.get,
-            port=app.settings.metrics_port,
-            address=app.settings.bind_address,
+            registry=app.metrics.registry, explain=app.explanations.get, port=port, address=address
         )
+    except OSError as e:
+        # Fail fast, as a bad flag does: kopf would otherwise retry a startup handler for ever.
+        raise kopf.PermanentError(f"cannot serve /metrics on {address}:{port}: {e}") from e
 
 
 @kopf.on.cleanup()

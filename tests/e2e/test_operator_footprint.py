@@ -16,12 +16,13 @@ a profile edit) this test reads every pod and node back and checks:
 from __future__ import annotations
 
 import secrets
+import socket
 from typing import Any
 
 from kubernetes import client
 
 from tests.conftest import Cluster, NodeFactory
-from tests.e2e.conftest import ProfileFactory
+from tests.e2e.conftest import OperatorFactory, ProfileFactory
 from tests.e2e.operator_process import (
     OperatorProcess,
     create_pods,
@@ -154,3 +155,16 @@ def test_operator_writes_only_bindings_and_the_pod_scheduled_condition(
     assert set(nodes) >= {
         p.spec.node_name for p in cluster.core.list_namespaced_pod(namespace).items if p.spec.node_name
     }
+
+
+def test_a_busy_metrics_port_stops_the_operator_with_a_clear_error(operator_factory: OperatorFactory) -> None:
+    """Fail fast, like a bad flag: not a replica that runs without its /metrics and /explain."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        operator = operator_factory(extra_args=["--metrics-port", str(port)], start=False)
+        operator.start(wait=False)
+        wait_for(lambda: not operator.alive(), timeout=60, message=operator.log_tail)
+    assert operator.returncode != 0
+    assert f"cannot serve /metrics on 127.0.0.1:{port}" in operator.log_text()
