@@ -669,6 +669,25 @@ def pod_events(
     return object_events(api, namespace, "Pod", pod_name, reason=reason, events=events)
 
 
+def wait_scheduled_events(
+    api: client.ApiClient, namespace: str, pod_names: Iterable[str], *, timeout: float = 30
+) -> list[Event]:
+    """Every event of the namespace, once each of ``pod_names`` has its ``Scheduled`` event.
+
+    The operator posts the event after the Binding lands (kube-scheduler's recorder is asynchronous too), so a
+    pod can be seen bound a moment before its event exists; asserting on events right after
+    :func:`wait_pods_bound` is a race.
+    """
+    wanted = set(pod_names)
+
+    def complete() -> list[Event] | None:
+        events = namespace_events(api, namespace)
+        have = {e.regarding.name for e in events if e.reason == "Scheduled"}
+        return events if have >= wanted else None
+
+    return wait_for(complete, timeout=timeout, message=lambda: f"no Scheduled event yet for some of {sorted(wanted)}")
+
+
 def scheduled_events_per_pod(api: client.ApiClient, namespace: str) -> Counter[str]:
     """How many ``Scheduled`` events each pod of the namespace got (a pod bound twice would show 2)."""
     return Counter(

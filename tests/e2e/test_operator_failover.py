@@ -18,6 +18,7 @@ import os
 import secrets
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -125,9 +126,14 @@ def test_two_replicas_only_the_active_binds_and_the_standby_takes_over_a_500_pod
     standby_binds = standby.scheduled_count(profile)
     assert standby_binds > 0
     assert len(final) - standby_binds >= len(bound_at_kill)
-    scheduled = scheduled_events_per_pod(cluster.api, namespace)
+
+    # Events are posted after each Binding lands: give the standby's last ones a moment to arrive.
+    def every_standby_bind_reported() -> Counter[str] | None:
+        counts = scheduled_events_per_pod(cluster.api, namespace)
+        return counts if sum(counts.values()) >= standby_binds else None
+
+    scheduled = wait_for(every_standby_bind_reported, timeout=30, message="fewer Scheduled events than binds")
     assert max(scheduled.values()) == 1, {name: n for name, n in scheduled.items() if n > 1}
-    assert sum(scheduled.values()) >= standby_binds
     assert set(scheduled) <= set(final)
     assert overcommitted_nodes(cluster.core, nodes) == {}
     assert takeover <= effective_lifetime + TAKEOVER_SLACK, f"takeover took {takeover:.1f}s"

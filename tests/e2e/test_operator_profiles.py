@@ -34,6 +34,7 @@ from tests.e2e.operator_process import (
     wait_for,
     wait_pods_bound,
     wait_profile_status,
+    wait_scheduled_events,
 )
 
 
@@ -174,7 +175,8 @@ def test_deleted_profile_leaves_its_pods_pending_and_a_new_one_picks_them_up(
     profiles({}, name=gone)
     wait_profile_status(cluster.api, gone, ready=True)
     wait_pods_bound(cluster.core, namespace, ["orphan"], timeout=30)
-    scheduled = pod_events(cluster.api, namespace, "orphan", reason="Scheduled")
+    events = wait_scheduled_events(cluster.api, namespace, ["orphan"])
+    scheduled = pod_events(cluster.api, namespace, "orphan", reason="Scheduled", events=events)
     assert [e.reporting_controller for e in scheduled] == [gone]
 
 

@@ -20,6 +20,7 @@ from tests.e2e.operator_process import (
     scheduled_events_per_pod,
     wait_pods_bound,
     wait_profile_status,
+    wait_scheduled_events,
 )
 from tools.localcluster import wait_nodes_ready
 
@@ -57,6 +58,7 @@ def test_1000_pods_over_100_nodes_all_bound_once_none_over_allocatable(
     assert set(per_node) <= set(nodes)
     assert overcommitted_nodes(cluster.core, nodes) == {}
     assert sorted(per_node.values()) == [PODS_PER_NODE] * NODES
+    wait_scheduled_events(cluster.api, namespace, bound, timeout=60)  # posted after each Binding lands
     scheduled = scheduled_events_per_pod(cluster.api, namespace)
     assert set(scheduled) == set(bound)
     assert set(scheduled.values()) == {1}

@@ -19,7 +19,6 @@ from tests.e2e.conftest import OperatorFactory, ProfileFactory
 from tests.e2e.operator_process import (
     OperatorProcess,
     create_pods,
-    namespace_events,
     operator_command,
     pod_condition,
     pod_events,
@@ -27,6 +26,7 @@ from tests.e2e.operator_process import (
     wait_for,
     wait_pods_bound,
     wait_profile_status,
+    wait_scheduled_events,
 )
 
 #: Backoff settings for the requeue tests: small, so the bound asserted below is tight.
@@ -85,7 +85,7 @@ def test_pods_of_each_profile_are_bound_with_a_scheduled_event(
     bound = wait_pods_bound(cluster.core, namespace, ours, timeout=60)
     assert set(bound.values()) <= set(nodes)
 
-    all_events = namespace_events(cluster.api, namespace)
+    all_events = wait_scheduled_events(cluster.api, namespace, ours)
     for pod_name, profile in ours.items():
         scheduled = pod_events(cluster.api, namespace, pod_name, reason="Scheduled", events=all_events)
         assert len(scheduled) == 1, f"{pod_name}: {[(e.reason, e.note) for e in scheduled]}"
@@ -193,7 +193,8 @@ def test_unschedulable_pod_reports_upstream_text_and_is_scheduled_after_a_pod_is
     elapsed = time.monotonic() - freed
     assert bound["waiting"] == victim.spec.node_name
     assert elapsed <= MAX_BACKOFF + FLUSH_PERIOD + SLACK, f"scheduled {elapsed:.1f}s after the room appeared"
-    scheduled = pod_events(cluster.api, namespace, "waiting", reason="Scheduled")
+    events = wait_scheduled_events(cluster.api, namespace, ["waiting"])
+    scheduled = pod_events(cluster.api, namespace, "waiting", reason="Scheduled", events=events)
     assert [e.note for e in scheduled] == [f"Successfully assigned {namespace}/waiting to {bound['waiting']}"]
     # Bound: its last failure explains nothing any more.
     wait_for(lambda: _explain(operator, namespace, "waiting").returncode == 1, timeout=10, message="still explained")
