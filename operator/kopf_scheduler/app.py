@@ -148,9 +148,9 @@ def _same_version(known: dict[str, Any] | None, obj: dict[str, Any]) -> bool:
 
 
 def _key(obj: dict[str, Any]) -> str:
-    """``namespace/name``, as PodInfo.key and kubectl spell a pod."""
+    """``namespace/name`` by PodInfo.key's rule (explanations are recorded under that key)."""
     meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
 def _rv(obj: dict[str, Any]) -> int:
@@ -408,37 +408,34 @@ class SchedulerApp:
                     self._listing = True
         return listed
 
-    def _fresher(self) -> set[str]:
-        """Objects a watch changed or deleted while the LIST was in flight: their watched state wins."""
-        return self._watched_during_list | self._deleted_during_list
+    def _watched_meanwhile(self, obj: dict[str, Any]) -> bool:
+        """A watch changed or deleted the object while the LIST was in flight: its watched state wins."""
+        uid = _uid(obj)
+        return uid in self._watched_during_list or uid in self._deleted_during_list
 
     def _apply_node_page(self, page: list[dict[str, Any]]) -> list[str]:
-        fresher = self._fresher()
         for node in page:
-            if _uid(node) not in fresher:
+            if not self._watched_meanwhile(node):
                 self.on_node_event(None, node)
         return [(n.get("metadata") or {}).get("name", "") for n in page]
 
     def _purge_unlisted_nodes(self, listed: set[str]) -> None:
-        fresher = self._fresher()
         for name in list(self.cache.node_names()):
             info = self.cache.node(name)
-            if name not in listed and info is not None and _uid(info.obj) not in fresher:
+            if name not in listed and info is not None and not self._watched_meanwhile(info.obj):
                 self.on_node_event("DELETED", info.obj)
 
     def _apply_pod_page(self, page: list[dict[str, Any]]) -> list[str]:
-        fresher = self._fresher()
         for pod in page:
-            if _uid(pod) not in fresher:
+            if not self._watched_meanwhile(pod):
                 self.on_pod_event(None, pod)
         return [_uid(p) for p in page]
 
     def _purge_unlisted_pods(self, listed: set[str]) -> None:
-        fresher = self._fresher()
         known = [p.obj for p in self.cache.pods()] + [p.obj for p in self.unassigned.values()]
         for pod in known:
             uid = _uid(pod)
-            if uid not in listed and uid not in fresher and not self.cache.is_assumed(uid):
+            if uid not in listed and not self._watched_meanwhile(pod) and not self.cache.is_assumed(uid):
                 self.on_pod_event("DELETED", pod)
 
     def _apply_workload_page(self, kind: str, page: list[dict[str, Any]]) -> list[tuple[str, str]]:
