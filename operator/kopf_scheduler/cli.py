@@ -98,7 +98,10 @@ def explain_pod(*, pod: str, url: str, as_json: bool) -> int:
         with urllib.request.urlopen(endpoint, timeout=10) as response:
             account = json.loads(response.read())
     except urllib.error.HTTPError as e:
-        detail = json.loads(e.read() or b"{}").get("message") if e.code == 404 else e.reason
+        try:
+            detail = json.loads(e.read() or b"{}").get("message")
+        except (ValueError, AttributeError):  # not our endpoint's JSON (a wrong --url)
+            detail = None
         print(f"kopf-scheduler explain: {detail or e}", file=sys.stderr)
         return 1
     except OSError as e:
