@@ -39,11 +39,11 @@ from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.kube.events import event_body
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
+from kopf_scheduler.queue import QueueClosedError, QueuedPodInfo, SchedulingQueue
 from kopf_scheduler.scheduler import FitError, Scheduler, ScheduleResult, SchedulingError
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.state.queue import QueueClosedError, QueuedPodInfo, SchedulingQueue
 from kopf_scheduler.state.selectors import LabelSelector
 
 logger = logging.getLogger("kopf_scheduler")

@@ -8,23 +8,44 @@ pod attached to or detached from a node adjusts the arrays of the tracked select
 Only the most recently used selectors are tracked (an LRU), so a pod event costs at most that many matches.
 InterPodAffinity asks for the same counts *including* terminating pods (upstream still counts those there);
 that is a separate tracked entry.
+
+The counts read the cache through :class:`PodSource`, the three calls they make, rather than importing
+``ClusterCache``: the cache owns an instance and feeds it its pod events, so the dependency runs one way,
+cache → selector_counts.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from kopf_scheduler.state.selectors import LabelSelector
 
 if TYPE_CHECKING:
-    from kopf_scheduler.state.cache import ClusterCache
+    from kopf_scheduler.state.node_table import NodeTable
     from kopf_scheduler.state.pod_info import PodInfo
 
 #: How many (namespace, selector) pairs are kept current; the least recently used is dropped beyond it.
 DEFAULT_TRACKED = 64
+
+
+class _Slotted(Protocol):
+    @property
+    def slot(self) -> int: ...
+
+
+class PodSource(Protocol):
+    """What the counts read from the cache (``ClusterCache`` satisfies it): the node table's capacity, the
+    assigned pods of a namespace matching a selector, and the slot of a node by name."""
+
+    @property
+    def table(self) -> NodeTable: ...
+
+    def matching_pods(self, namespace: str, selector: LabelSelector) -> list[PodInfo]: ...
+
+    def node(self, name: str) -> _Slotted | None: ...
 
 
 class SelectorPodCounts:
@@ -38,7 +59,7 @@ class SelectorPodCounts:
         self._by_namespace: dict[str, set[tuple[LabelSelector, bool]]] = {}
 
     def get(
-        self, cache: ClusterCache, namespace: str, selector: LabelSelector, *, include_terminating: bool = False
+        self, cache: PodSource, namespace: str, selector: LabelSelector, *, include_terminating: bool = False
     ) -> np.ndarray:
         """The counts, as a read-only array of length ``cache.table.capacity``; it is only valid until the
         next cache change (copy what must outlive the scheduling cycle)."""
@@ -64,7 +85,7 @@ class SelectorPodCounts:
         return view
 
     @staticmethod
-    def _build(cache: ClusterCache, namespace: str, selector: LabelSelector, include_terminating: bool) -> np.ndarray:
+    def _build(cache: PodSource, namespace: str, selector: LabelSelector, include_terminating: bool) -> np.ndarray:
         slots: list[int] = []
         for pod in cache.matching_pods(namespace, selector):
             if pod.terminating and not include_terminating:
