@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import random
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -986,20 +985,6 @@ def test_pop_wakes_when_an_event_moves_a_pod() -> None:
         got = await asyncio.wait_for(waiter, 1)
         assert got.uid == p.uid
         assert got.attempts == 2
-
-    asyncio.run(scenario())
-
-
-def test_pop_wakes_from_another_thread() -> None:
-    async def scenario() -> None:
-        queue, _ = new_queue()
-        waiter = asyncio.create_task(queue.pop())
-        await asyncio.sleep(0)
-        thread = threading.Thread(target=queue.add, args=(pod("p"),))
-        thread.start()
-        got = await asyncio.wait_for(waiter, 5)
-        thread.join()
-        assert got.pod.name == "p"
 
     asyncio.run(scenario())
 

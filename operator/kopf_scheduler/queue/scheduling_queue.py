@@ -37,8 +37,7 @@ SchedulerApp (watch events, profile changes, the ``profiles`` probe); the per-pr
 (``SchedulerApp.run_profile``, a coroutine) pops, flushes and reads the pending counts for the metrics;
 binding cycles are asyncio tasks; /metrics and /explain (web.py) are served by aiohttp on the same loop and
 never read the queue; nothing hands the queue to ``asyncio.to_thread`` or an executor. So calls never
-interleave and each runs to completion. (:mod:`~kopf_scheduler.queue.waiters` still wakes a pop correctly
-when the waking call comes from outside its loop.)
+interleave and each runs to completion.
 """
 
 from __future__ import annotations

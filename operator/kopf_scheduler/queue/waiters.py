@@ -4,12 +4,9 @@ Upstream's ``PriorityQueue.Pop`` waits on a ``sync.Cond`` that every add/move br
 coroutine that parks an ``asyncio.Future`` and re-checks the queue once it resolves; every change that may
 give it a pod resolves all parked futures (a broadcast, as upstream).
 
-The queue has no lock: the operator only calls it from kopf's event loop (see
-:mod:`kopf_scheduler.queue.scheduling_queue`). A wake that comes from the waiter's own loop resolves it on
-the spot. One that comes from outside that loop (another thread, or another loop, while the waiter's loop
-idles in ``pop``) is handed over with ``call_soon_threadsafe``: resolving a future from a foreign thread
-would not wake the loop's selector, and the pod would wait for the next timeout. This hand-over is all the
-queue offers threads; it does not make concurrent changes safe.
+The queue has no lock and no thread hand-over: the operator only calls it from kopf's event loop (see
+:mod:`kopf_scheduler.queue.scheduling_queue`), so a wake resolves the parked futures on the spot. Calling
+the queue from another thread is not supported.
 """
 
 from __future__ import annotations
@@ -39,20 +36,6 @@ class Waiters:
     def wake_all(self) -> None:
         """Resolve every parked future (each pop then re-checks the queue)."""
         waiters, self.pending = self.pending, []
-        if not waiters:
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
         for waiter in waiters:
-            loop = waiter.get_loop()
-            if loop is running:
-                _resolve(waiter)
-            elif not loop.is_closed():
-                loop.call_soon_threadsafe(_resolve, waiter)
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+            if not waiter.done():
+                waiter.set_result(None)
