@@ -33,13 +33,8 @@ from kopf_scheduler.framework import (
 )
 from kopf_scheduler.framework.profile import PluginRef, ResolvedProfile
 from kopf_scheduler.framework.registry import Registry
-from kopf_scheduler.framework.runtime import (
-    FilterStatuses,
-    Framework,
-    FrameworkError,
-    NodeToStatusMap,
-    go_duration,
-)
+from kopf_scheduler.framework.runtime import Framework, FrameworkError
+from kopf_scheduler.framework.verdicts import FilterStatuses, NodeToStatusMap
 from kopf_scheduler.plugins.default_binder import DefaultBinder
 from kopf_scheduler.plugins.queue_sort import PrioritySort
 from kopf_scheduler.state.cache import ClusterCache, NodeInfo, Snapshot
@@ -503,39 +498,6 @@ def test_per_node_filter_plugins_are_adapted() -> None:
     assert {s.plugin for _, s in outcome.statuses.items()} == {"PerNode"}
 
 
-def test_filter_statuses_truncate_and_overlap() -> None:
-    statuses = FilterStatuses()
-    a, b = U("a"), U("b")
-    statuses.add("A", np.asarray([10, 11, 12]), np.asarray([0, 3, 5]), (a, b), np.asarray([0, 1, 0]))
-    assert len(statuses) == 3
-    statuses.truncate(4)
-    assert len(statuses) == 2
-    assert statuses.as_dict() == {10: a, 11: b}
-    assert statuses.reason_counts() == {"a": 1, "b": 1}
-    statuses.truncate(1)
-    assert statuses.as_dict() == {10: a}
-    assert statuses.plugins() == {"A"}
-    # A later verdict for the same node replaces the earlier one, as in upstream's map.
-    statuses.set(10, b)
-    assert len(statuses) == 1
-    assert statuses.get(10) == b
-    assert statuses.reason_counts() == {"b": 1}
-
-
-def test_node_to_status_map_view() -> None:
-    cache = default_cache()
-    snapshot = cache.snapshot()
-    statuses = FilterStatuses()
-    statuses.add("P", slots(snapshot, ["n1", "n3"]), np.asarray([1, 3]), (U("x").with_plugin("P"),), None)
-    view = NodeToStatusMap(statuses, snapshot.table.names, U("absent", unresolvable=True))
-    assert sorted(view) == ["n1", "n3"]
-    assert len(view) == 2
-    assert view["n1"].reasons == ("x",)
-    assert view.status_of("n0").reasons == ("absent",)
-    assert view.nodes_with_code(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, NODES) == ["n0", "n2", "n4"]
-    assert view.nodes_with_code(Code.UNSCHEDULABLE, NODES) == ["n1", "n3"]
-
-
 # -- nominated pods ------------------------------------------------------------------------------------
 class FakeNominator:
     def __init__(self, nominated: dict[str, list[PodInfo]]) -> None:
@@ -848,14 +810,6 @@ def test_reject_waiting_pod() -> None:
     assert not framework.reject_waiting_pod("unknown")
     status = asyncio.run(framework.wait_on_permit(pod))
     assert (status.code, status.message) == (Code.UNSCHEDULABLE, "removed")
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(0, "0s"), (10, "10s"), (90, "1m30s"), (1.5, "1.5s"), (0.25, "250ms"), (3600, "1h0m0s"), (900, "15m0s")],
-)
-def test_go_duration(seconds: float, text: str) -> None:
-    assert go_duration(seconds) == text
 
 
 # -- binding cycle -------------------------------------------------------------------------------------
