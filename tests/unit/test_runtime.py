@@ -213,51 +213,6 @@ UUR = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, ("uur",))
 
 
 # -- construction --------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("points", "message"),
-    [
-        pytest.param({E.FILTER: ("Nope",)}, 'FilterPlugin "Nope" does not exist', id="unknown-filter"),
-        pytest.param({E.SCORE: ("Nope",)}, 'ScorePlugin "Nope" does not exist', id="unknown-score"),
-        pytest.param(
-            {E.FILTER: ("PrioritySort",)}, 'plugin "PrioritySort" does not extend FilterPlugin plugin', id="wrong-point"
-        ),
-        pytest.param(
-            {E.FILTER: ("F", "F")}, 'plugin "F" already registered as "FilterPlugin"', id="duplicate-at-point"
-        ),
-        pytest.param(
-            {E.PRE_FILTER: ("Nope1",), E.FILTER: ("Nope2",)},
-            'PreFilterPlugin "Nope1" does not exist',
-            id="prefilter-checked-before-filter",
-        ),
-        pytest.param(
-            {E.QUEUE_SORT: ()},
-            'only one queue sort plugin required for profile with scheduler name "test-scheduler", but got 0',
-            id="no-queue-sort",
-        ),
-        pytest.param(
-            {E.QUEUE_SORT: ("PrioritySort", "OtherSort")},
-            'only one queue sort plugin required for profile with scheduler name "test-scheduler", but got 2',
-            id="two-queue-sorts",
-        ),
-        pytest.param(
-            {E.BIND: ()},
-            'at least one bind plugin is needed for profile with scheduler name "test-scheduler"',
-            id="no-bind",
-        ),
-        pytest.param({E.SCORE: (("S", 2**62),)}, "total score of Score plugins could overflow", id="weight-overflow"),
-    ],
-)
-def test_construction_errors(points: dict[ExtensionPoint, tuple[Any, ...]], message: str) -> None:
-    from kopf_scheduler.framework import QueueSortPlugin
-
-    class OtherSort(QueueSortPlugin):
-        name: ClassVar[str] = "OtherSort"
-
-    with pytest.raises(FrameworkError) as info:
-        build([node_filter("F", {}), scorer("S", {}), OtherSort], points)
-    assert str(info.value) == message
-
-
 def test_plugin_init_failure_names_the_plugin() -> None:
     class Broken(FilterPlugin):
         name: ClassVar[str] = "Broken"

@@ -14,8 +14,10 @@ cost of one call per plugin instead of one per node and plugin. Rejections are k
 plugins returned (:class:`~kopf_scheduler.framework.verdicts.FilterStatuses`) and only turned into per-node
 ``Status`` objects when someone asks (PostFilter, explanations).
 
-The verdict types, waiting pods and the nominator protocol have their own modules (``verdicts``,
-``waiting_pods``, ``nominator``).
+Profile validation is not repeated here: :mod:`kopf_scheduler.framework.builder` checks what upstream's
+``NewFramework`` checks, and the framework only constructs the plugins of the profile it is given. The verdict
+types, waiting pods and the nominator protocol have their own modules (``verdicts``, ``waiting_pods``,
+``nominator``).
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from kopf_scheduler.framework.cycle_state import CycleState
-from kopf_scheduler.framework.extension_points import FRAMEWORK_BUILD_ORDER, ExtensionPoint
+from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.interface import (
-    INTERFACES,
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
     BindPlugin,
@@ -65,8 +66,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Upstream's ``MaxTotalScore`` (math.MaxInt64): the weighted maximum of all Score plugins must fit in it.
-MAX_TOTAL_SCORE = 2**63 - 1
 #: Upstream caps any Permit wait at 15 minutes.
 MAX_PERMIT_TIMEOUT = 15 * 60.0
 
@@ -75,12 +74,7 @@ _EMPTY_SLOTS = np.zeros(0, dtype=np.int64)
 
 
 class FrameworkError(Exception):
-    """A profile cannot be turned into a working framework (unknown plugin, wrong extension point …)."""
-
-
-def _type_name(point: ExtensionPoint) -> str:
-    """Upstream prints the Go interface type: ``FilterPlugin``, ``QueueSortPlugin`` …"""
-    return f"{point.title}Plugin"
+    """A plugin of a valid profile cannot be constructed (its args do not validate, or its ``__init__`` fails)."""
 
 
 def _error_text(error: BaseException) -> str:
@@ -105,7 +99,13 @@ def _wrapped_error(prefix: str, status_or_error: Status | BaseException) -> Stat
 
 
 class Framework:
-    """One profile's pipeline: plugin instances per extension point and the ``run_*`` methods over them."""
+    """One profile's pipeline: plugin instances per extension point and the ``run_*`` methods over them.
+
+    ``profile`` comes from :func:`kopf_scheduler.framework.builder.resolve_profile` with the same ``registry``,
+    which has already checked it as upstream's framework construction does (every plugin exists and implements
+    the extension points it is enabled at, no duplicates, exactly one QueueSort, at least one Bind, score weights
+    that cannot overflow). The framework trusts that and only constructs the plugins.
+    """
 
     def __init__(
         self,
@@ -124,57 +124,18 @@ class Framework:
         self.next_start_node_index = 0
         self.waiting_pods: dict[str, WaitingPod] = {}
 
-        self.plugins: dict[str, Plugin] = {}
-        for name in profile.plugin_names():
-            cls = registry.get(name)
-            if cls is None:
-                continue  # reported below with upstream's per-extension-point text
-            args = _plugin_args(cls, profile.plugin_args.get(name))
-            try:
-                self.plugins[name] = cls(handle=handle, args=args)
-            except Exception as exc:
-                raise FrameworkError(f"initializing plugin {name!r}: {_error_text(exc)}") from exc
-
-        by_point: dict[ExtensionPoint, list[tuple[str, Any]]] = {}
-        for point in FRAMEWORK_BUILD_ORDER:
-            iface = INTERFACES[point]
-            seen: set[str] = set()
-            entries = by_point[point] = []
-            for ref in profile.enabled(point):
-                plugin = self.plugins.get(ref.name)
-                if plugin is None:
-                    raise FrameworkError(f"{_type_name(point)} {go_quote(ref.name)} does not exist")
-                if not isinstance(plugin, iface):
-                    raise FrameworkError(f"plugin {go_quote(ref.name)} does not extend {_type_name(point)} plugin")
-                if ref.name in seen:
-                    raise FrameworkError(
-                        f"plugin {go_quote(ref.name)} already registered as {go_quote(_type_name(point))}"
-                    )
-                seen.add(ref.name)
-                entries.append((ref.name, plugin))
-
-        queue_sort = by_point[ExtensionPoint.QUEUE_SORT]
-        if len(queue_sort) != 1:
-            raise FrameworkError(
-                "only one queue sort plugin required for profile with scheduler name "
-                f"{go_quote(self.profile_name)}, but got {len(queue_sort)}"
-            )
-        if not by_point[ExtensionPoint.BIND]:
-            raise FrameworkError(
-                f"at least one bind plugin is needed for profile with scheduler name {go_quote(self.profile_name)}"
-            )
-
-        self.score_weights: dict[str, int] = {}
-        total = 0
-        for ref in profile.enabled(ExtensionPoint.SCORE):
-            weight = ref.weight or 1  # 0 (unset) means 1, as upstream
-            if weight * MAX_NODE_SCORE > MAX_TOTAL_SCORE - total:
-                raise FrameworkError("total score of Score plugins could overflow")
-            total += weight * MAX_NODE_SCORE
-            self.score_weights[ref.name] = weight
+        self.plugins: dict[str, Plugin] = {
+            name: _new_plugin(name, registry[name], handle, profile.plugin_args.get(name))
+            for name in profile.plugin_names()
+        }
+        by_point: dict[ExtensionPoint, list[tuple[str, Any]]] = {
+            point: [(ref.name, self.plugins[ref.name]) for ref in profile.enabled(point)] for point in ExtensionPoint
+        }
+        scores = profile.enabled(ExtensionPoint.SCORE)
+        self.score_weights: dict[str, int] = {ref.name: ref.weight or 1 for ref in scores}  # 0 (unset) means 1
 
         self.pre_enqueue_plugins: tuple[tuple[str, PreEnqueuePlugin], ...] = tuple(by_point[ExtensionPoint.PRE_ENQUEUE])
-        self.queue_sort_plugin: QueueSortPlugin = queue_sort[0][1]
+        self.queue_sort_plugin: QueueSortPlugin = by_point[ExtensionPoint.QUEUE_SORT][0][1]
         self.pre_filter_plugins: tuple[tuple[str, PreFilterPlugin], ...] = tuple(by_point[ExtensionPoint.PRE_FILTER])
         self.filter_plugins: tuple[tuple[str, FilterPlugin], ...] = tuple(by_point[ExtensionPoint.FILTER])
         self.post_filter_plugins: tuple[tuple[str, PostFilterPlugin], ...] = tuple(by_point[ExtensionPoint.POST_FILTER])
@@ -716,6 +677,15 @@ def _filter_error(name: str, result: FilterResult, rejected: np.ndarray) -> Stat
     return _wrapped_error(f"running {go_quote(name)} filter plugin", status).with_plugin(name)
 
 
+def _new_plugin(name: str, cls: type[Plugin], handle: Handle, raw: BaseModel | dict[str, Any] | None) -> Plugin:
+    """Plugin ``name``'s instance, with typed args; any failure is upstream's ``initializing plugin`` error."""
+    args = _plugin_args(cls, raw)
+    try:
+        return cls(handle=handle, args=args)
+    except Exception as exc:
+        raise FrameworkError(f"initializing plugin {name!r}: {_error_text(exc)}") from exc
+
+
 def _plugin_args(cls: type[Plugin], raw: BaseModel | dict[str, Any] | None) -> Any:
     """Typed args for the plugin: validate a raw dict against its ``args_model``, pass models through."""
     if raw is None or isinstance(raw, BaseModel) or cls.args_model is None:
@@ -726,4 +696,4 @@ def _plugin_args(cls: type[Plugin], raw: BaseModel | dict[str, Any] | None) -> A
         raise FrameworkError(f"initializing plugin {cls.name!r}: {_error_text(exc)}") from exc
 
 
-__all__ = ["MAX_PERMIT_TIMEOUT", "MAX_TOTAL_SCORE", "Framework", "FrameworkError"]
+__all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "FrameworkError"]
