@@ -27,14 +27,10 @@ import numpy as np
 
 from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.interface import PostFilterResult
-from kopf_scheduler.framework.runtime import (
-    FilterStatuses,
-    Framework,
-    NodeToStatusMap,
-    ScoreOutcome,
-    go_string_list,
-)
+from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
+from kopf_scheduler.framework.verdicts import FilterStatuses, NodeToStatusMap, ScoreOutcome
+from kopf_scheduler.go_format import go_string_list
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 

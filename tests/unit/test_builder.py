@@ -657,6 +657,16 @@ def test_docs_profiles() -> None:
             id="unknown-explicit",
         ),
         pytest.param(
+            {"score": {"enabled": [{"name": "Nope"}]}},
+            'plugins.score.enabled[0]: ScorePlugin "Nope" does not exist',
+            id="unknown-score",
+        ),
+        pytest.param(
+            {"preFilter": {"enabled": [{"name": "Nope1"}]}, "filter": {"enabled": [{"name": "Nope2"}]}},
+            'plugins.preFilter.enabled[0]: PreFilterPlugin "Nope1" does not exist',
+            id="unknown-pre-filter-checked-before-filter",
+        ),
+        pytest.param(
             {"multiPoint": {"enabled": [{"name": "Nope"}]}},
             'plugins.multiPoint.enabled[0]: PreFilterPlugin "Nope" does not exist',
             id="unknown-multi-point",
@@ -727,7 +737,7 @@ def test_score_weight_overflow_guard() -> None:
     profile_spec.plugins.score.enabled.append(big)
     with pytest.raises(ProfileError) as info:
         resolve_profile("p", profile_spec, SMALL, default_plugins=BASE)
-    assert str(info.value) == "plugins.score: score plugins: total score of Score plugins could overflow"
+    assert str(info.value) == "plugins.score: total score of Score plugins could overflow"
 
 
 def test_largest_int32_weights_do_not_overflow() -> None:

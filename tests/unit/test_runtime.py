@@ -33,13 +33,8 @@ from kopf_scheduler.framework import (
 )
 from kopf_scheduler.framework.profile import PluginRef, ResolvedProfile
 from kopf_scheduler.framework.registry import Registry
-from kopf_scheduler.framework.runtime import (
-    FilterStatuses,
-    Framework,
-    FrameworkError,
-    NodeToStatusMap,
-    go_duration,
-)
+from kopf_scheduler.framework.runtime import Framework, FrameworkError
+from kopf_scheduler.framework.verdicts import FilterStatuses, NodeToStatusMap
 from kopf_scheduler.plugins.default_binder import DefaultBinder
 from kopf_scheduler.plugins.queue_sort import PrioritySort
 from kopf_scheduler.state.cache import ClusterCache, NodeInfo, Snapshot
@@ -218,51 +213,6 @@ UUR = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, ("uur",))
 
 
 # -- construction --------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("points", "message"),
-    [
-        pytest.param({E.FILTER: ("Nope",)}, 'FilterPlugin "Nope" does not exist', id="unknown-filter"),
-        pytest.param({E.SCORE: ("Nope",)}, 'ScorePlugin "Nope" does not exist', id="unknown-score"),
-        pytest.param(
-            {E.FILTER: ("PrioritySort",)}, 'plugin "PrioritySort" does not extend FilterPlugin plugin', id="wrong-point"
-        ),
-        pytest.param(
-            {E.FILTER: ("F", "F")}, 'plugin "F" already registered as "FilterPlugin"', id="duplicate-at-point"
-        ),
-        pytest.param(
-            {E.PRE_FILTER: ("Nope1",), E.FILTER: ("Nope2",)},
-            'PreFilterPlugin "Nope1" does not exist',
-            id="prefilter-checked-before-filter",
-        ),
-        pytest.param(
-            {E.QUEUE_SORT: ()},
-            'only one queue sort plugin required for profile with scheduler name "test-scheduler", but got 0',
-            id="no-queue-sort",
-        ),
-        pytest.param(
-            {E.QUEUE_SORT: ("PrioritySort", "OtherSort")},
-            'only one queue sort plugin required for profile with scheduler name "test-scheduler", but got 2',
-            id="two-queue-sorts",
-        ),
-        pytest.param(
-            {E.BIND: ()},
-            'at least one bind plugin is needed for profile with scheduler name "test-scheduler"',
-            id="no-bind",
-        ),
-        pytest.param({E.SCORE: (("S", 2**62),)}, "total score of Score plugins could overflow", id="weight-overflow"),
-    ],
-)
-def test_construction_errors(points: dict[ExtensionPoint, tuple[Any, ...]], message: str) -> None:
-    from kopf_scheduler.framework import QueueSortPlugin
-
-    class OtherSort(QueueSortPlugin):
-        name: ClassVar[str] = "OtherSort"
-
-    with pytest.raises(FrameworkError) as info:
-        build([node_filter("F", {}), scorer("S", {}), OtherSort], points)
-    assert str(info.value) == message
-
-
 def test_plugin_init_failure_names_the_plugin() -> None:
     class Broken(FilterPlugin):
         name: ClassVar[str] = "Broken"
@@ -501,39 +451,6 @@ def test_per_node_filter_plugins_are_adapted() -> None:
     assert names_of(framework, outcome.feasible) == ["n0", "n2", "n4"]
     assert outcome.statuses.reason_counts() == {"odd n1": 1, "odd n3": 1}
     assert {s.plugin for _, s in outcome.statuses.items()} == {"PerNode"}
-
-
-def test_filter_statuses_truncate_and_overlap() -> None:
-    statuses = FilterStatuses()
-    a, b = U("a"), U("b")
-    statuses.add("A", np.asarray([10, 11, 12]), np.asarray([0, 3, 5]), (a, b), np.asarray([0, 1, 0]))
-    assert len(statuses) == 3
-    statuses.truncate(4)
-    assert len(statuses) == 2
-    assert statuses.as_dict() == {10: a, 11: b}
-    assert statuses.reason_counts() == {"a": 1, "b": 1}
-    statuses.truncate(1)
-    assert statuses.as_dict() == {10: a}
-    assert statuses.plugins() == {"A"}
-    # A later verdict for the same node replaces the earlier one, as in upstream's map.
-    statuses.set(10, b)
-    assert len(statuses) == 1
-    assert statuses.get(10) == b
-    assert statuses.reason_counts() == {"b": 1}
-
-
-def test_node_to_status_map_view() -> None:
-    cache = default_cache()
-    snapshot = cache.snapshot()
-    statuses = FilterStatuses()
-    statuses.add("P", slots(snapshot, ["n1", "n3"]), np.asarray([1, 3]), (U("x").with_plugin("P"),), None)
-    view = NodeToStatusMap(statuses, snapshot.table.names, U("absent", unresolvable=True))
-    assert sorted(view) == ["n1", "n3"]
-    assert len(view) == 2
-    assert view["n1"].reasons == ("x",)
-    assert view.status_of("n0").reasons == ("absent",)
-    assert view.nodes_with_code(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, NODES) == ["n0", "n2", "n4"]
-    assert view.nodes_with_code(Code.UNSCHEDULABLE, NODES) == ["n1", "n3"]
 
 
 # -- nominated pods ------------------------------------------------------------------------------------
@@ -848,14 +765,6 @@ def test_reject_waiting_pod() -> None:
     assert not framework.reject_waiting_pod("unknown")
     status = asyncio.run(framework.wait_on_permit(pod))
     assert (status.code, status.message) == (Code.UNSCHEDULABLE, "removed")
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(0, "0s"), (10, "10s"), (90, "1m30s"), (1.5, "1.5s"), (0.25, "250ms"), (3600, "1h0m0s"), (900, "15m0s")],
-)
-def test_go_duration(seconds: float, text: str) -> None:
-    assert go_duration(seconds) == text
 
 
 # -- binding cycle -------------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from kopf_scheduler.go_format import go_quote
+
 # -- upstream-style field errors ----------------------------------------------------------------------------
 
 #: The pydantic error type our validators raise; its ``ctx["errors"]`` holds ``[field, message]`` pairs.
@@ -68,7 +70,7 @@ def go_value(value: Any) -> str:
     if isinstance(value, int | float):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return go_quote(value)
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 

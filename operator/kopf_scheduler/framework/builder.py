@@ -395,9 +395,7 @@ def _score_weights(entries: Sequence[MergedPlugin], registry: Mapping[str, type[
             continue
         weight = entry.weight or 1  # 0 is not a way to disable a plugin: it means the default weight 1
         if weight * MAX_NODE_SCORE > MAX_TOTAL_SCORE - total:
-            raise ProfileError(
-                [FieldError("plugins.score", "score plugins: total score of Score plugins could overflow")]
-            )
+            raise ProfileError([FieldError("plugins.score", "total score of Score plugins could overflow")])
         weights[entry.name] = weight
         total += weight * MAX_NODE_SCORE
     return weights

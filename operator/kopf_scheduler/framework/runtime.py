@@ -11,26 +11,26 @@ Filter plugin judges an array of node-table slots at once, and the runtime runs 
 the *shrinking* set of still-feasible nodes. Each node therefore meets plugins in upstream's order and
 stops at the first that rejects it, which is exactly upstream's first-failing-plugin attribution, at the
 cost of one call per plugin instead of one per node and plugin. Rejections are kept as the arrays the
-plugins returned (:class:`FilterStatuses`) and only turned into per-node ``Status`` objects when someone
-asks (PostFilter, explanations); the FailedScheduling histogram is counted straight from the arrays.
+plugins returned (:class:`~kopf_scheduler.framework.verdicts.FilterStatuses`) and only turned into per-node
+``Status`` objects when someone asks (PostFilter, explanations).
+
+Profile validation is not repeated here: :mod:`kopf_scheduler.framework.builder` checks what upstream's
+``NewFramework`` checks, and the framework only constructs the plugins of the profile it is given. The verdict
+types, waiting pods and the nominator protocol have their own modules (``verdicts``, ``waiting_pods``,
+``nominator``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel
 
 from kopf_scheduler.framework.cycle_state import CycleState
-from kopf_scheduler.framework.extension_points import FRAMEWORK_BUILD_ORDER, ExtensionPoint
+from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.interface import (
-    INTERFACES,
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
     BindPlugin,
@@ -52,9 +52,13 @@ from kopf_scheduler.framework.interface import (
     ReservePlugin,
     ScorePlugin,
 )
+from kopf_scheduler.framework.nominator import Nominator, NoNominator
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
+from kopf_scheduler.framework.verdicts import FilterOutcome, FilterStatuses, NodeToStatusMap, ScoreOutcome
+from kopf_scheduler.framework.waiting_pods import WaitingPod
+from kopf_scheduler.go_format import go_quote, go_string_list
 
 if TYPE_CHECKING:
     from kopf_scheduler.state.cache import NodeInfo, Snapshot
@@ -62,8 +66,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Upstream's ``MaxTotalScore`` (math.MaxInt64): the weighted maximum of all Score plugins must fit in it.
-MAX_TOTAL_SCORE = 2**63 - 1
 #: Upstream caps any Permit wait at 15 minutes.
 MAX_PERMIT_TIMEOUT = 15 * 60.0
 
@@ -72,12 +74,7 @@ _EMPTY_SLOTS = np.zeros(0, dtype=np.int64)
 
 
 class FrameworkError(Exception):
-    """A profile cannot be turned into a working framework (unknown plugin, wrong extension point …)."""
-
-
-def _type_name(point: ExtensionPoint) -> str:
-    """Upstream prints the Go interface type: ``FilterPlugin``, ``QueueSortPlugin`` …"""
-    return f"{point.title}Plugin"
+    """A plugin of a valid profile cannot be constructed (its args do not validate, or its ``__init__`` fails)."""
 
 
 def _error_text(error: BaseException) -> str:
@@ -98,344 +95,17 @@ def _wrapped_error(prefix: str, status_or_error: Status | BaseException) -> Stat
     return Status(Code.ERROR, (text,), "", cause if cause is not None else RuntimeError(text))
 
 
-# -- nominated pods ------------------------------------------------------------------------------------
-class Nominator(Protocol):
-    """Pods nominated onto nodes by preemption (upstream ``PodNominator``), seen by Filter as if running.
-
-    The scheduling queue implements it once preemption exists; until then :class:`NoNominator` answers
-    that nothing is nominated and the Filter step takes its single vectorised pass.
-    """
-
-    def nodes_with_nominated_pods(self) -> Collection[str]:
-        """Names of nodes with at least one nominated pod (cheap: checked every cycle)."""
-        ...
-
-    def nominated_pods_for_node(self, node_name: str) -> Sequence[PodInfo]: ...
-
-    def delete_nominated_pod_if_exists(self, pod: PodInfo) -> None: ...
-
-
-class NoNominator:
-    """The empty nominator: no pod is nominated anywhere."""
-
-    def nodes_with_nominated_pods(self) -> Collection[str]:
-        return ()
-
-    def nominated_pods_for_node(self, node_name: str) -> Sequence[PodInfo]:
-        return ()
-
-    def delete_nominated_pod_if_exists(self, pod: PodInfo) -> None:
-        return None
-
-
-# -- filter verdicts -----------------------------------------------------------------------------------
-@dataclass(slots=True)
-class _Rejections:
-    """The nodes one Filter plugin rejected in one call, as the arrays it returned."""
-
-    plugin: str
-    slots: np.ndarray
-    #: Processing positions of those nodes (−1 for a node evaluated outside the ordered search).
-    positions: np.ndarray
-    #: Palette of statuses, already stamped with the plugin name; ``index`` picks one per node (None: the only one).
-    statuses: tuple[Status, ...]
-    index: np.ndarray | None
-
-    def status_at(self, i: int) -> Status:
-        return self.statuses[0] if self.index is None else self.statuses[int(self.index[i])]
-
-
-class FilterStatuses:
-    """Node-table slot → the Status that rejected it: upstream's explicit ``NodeToStatus`` entries.
-
-    Stored as per-plugin arrays; a ``dict`` is built only on demand. Entries at processing positions at
-    or past :attr:`limit` do not count (nodes judged beyond the sampling cut-off, see :meth:`truncate`).
-    When the same node was judged twice (the nominated node first, then again in the full search), the
-    later verdict wins, as with upstream's map.
-    """
-
-    __slots__ = ("_chunks", "_dict", "_may_overlap", "limit")
-
-    def __init__(self) -> None:
-        self._chunks: list[_Rejections] = []
-        self._dict: dict[int, Status] | None = None
-        self._may_overlap = False
-        self.limit: int | None = None
-
-    # building
-    def add(
-        self,
-        plugin: str,
-        slots: np.ndarray,
-        positions: np.ndarray,
-        statuses: tuple[Status, ...],
-        index: np.ndarray | None,
-    ) -> None:
-        if len(slots):
-            self._chunks.append(_Rejections(plugin, slots, positions, statuses, index))
-            self._dict = None
-
-    def set(self, slot: int, status: Status, *, position: int = -1) -> None:
-        """Record one node's verdict (Reserve/Permit rejections, the nominated node)."""
-        self.add(
-            status.plugin,
-            np.asarray([slot], dtype=np.int64),
-            np.asarray([position], dtype=np.int64),
-            (status,),
-            None,
-        )
-        self._may_overlap = True
-
-    def mark_overlapping(self) -> None:
-        """Entries added from now on may repeat slots already present (later wins)."""
-        self._may_overlap = True
-
-    def truncate(self, limit: int) -> None:
-        """Forget nodes at processing positions ≥ ``limit`` (judged after the search had found enough)."""
-        self.limit = limit if self.limit is None else min(self.limit, limit)
-        self._dict = None
-
-    # reading
-    def _kept(self, chunk: _Rejections) -> np.ndarray | None:
-        """Mask of the chunk's entries that count, or None when all do."""
-        if self.limit is None or int(chunk.positions.max()) < self.limit:
-            return None
-        return chunk.positions < self.limit
-
-    def _iter_entries(self) -> Iterator[tuple[int, Status]]:
-        for chunk in self._chunks:
-            kept = self._kept(chunk)
-            for i in range(len(chunk.slots)):
-                if kept is None or kept[i]:
-                    yield int(chunk.slots[i]), chunk.status_at(i)
-
-    def as_dict(self) -> dict[int, Status]:
-        if self._dict is None:
-            self._dict = dict(self._iter_entries())
-        return self._dict
-
-    def __len__(self) -> int:
-        if self._may_overlap:
-            return len(self.as_dict())
-        total = 0
-        for chunk in self._chunks:
-            kept = self._kept(chunk)
-            total += len(chunk.slots) if kept is None else int(np.count_nonzero(kept))
-        return total
-
-    def __bool__(self) -> bool:
-        return len(self) > 0
-
-    def __contains__(self, slot: object) -> bool:
-        return slot in self.as_dict()
-
-    def get(self, slot: int) -> Status | None:
-        return self.as_dict().get(slot)
-
-    def items(self) -> Iterator[tuple[int, Status]]:
-        return iter(self.as_dict().items())
-
-    def slots(self) -> np.ndarray:
-        return np.fromiter(self.as_dict(), dtype=np.int64)
-
-    def plugins(self) -> set[str]:
-        """Plugins that rejected at least one counted node (upstream ``Diagnosis.UnschedulablePlugins``)."""
-        if self._may_overlap:
-            return {status.plugin for status in self.as_dict().values() if status.plugin}
-        found: set[str] = set()
-        for chunk in self._chunks:
-            kept = self._kept(chunk)
-            if chunk.plugin and (kept is None or kept.any()):
-                found.add(chunk.plugin)
-        return found
-
-    def counts_by_plugin(self) -> dict[str, int]:
-        """Plugin → how many counted nodes it rejected (which plugin is keeping the pod off the cluster)."""
-        counts: dict[str, int] = {}
-        if self._may_overlap:
-            for status in self.as_dict().values():
-                counts[status.plugin] = counts.get(status.plugin, 0) + 1
-            return counts
-        for chunk in self._chunks:
-            kept = self._kept(chunk)
-            count = len(chunk.slots) if kept is None else int(np.count_nonzero(kept))
-            if count:
-                counts[chunk.plugin] = counts.get(chunk.plugin, 0) + count
-        return counts
-
-    def reason_counts(self) -> dict[str, int]:
-        """How many counted nodes carry each reason: the FailedScheduling histogram, from the arrays."""
-        counts: dict[str, int] = {}
-        if self._may_overlap:
-            for status in self.as_dict().values():
-                for reason in status.reasons:
-                    counts[reason] = counts.get(reason, 0) + 1
-            return counts
-        for chunk in self._chunks:
-            kept = self._kept(chunk)
-            if chunk.index is None:
-                per_status = [len(chunk.slots) if kept is None else int(np.count_nonzero(kept))]
-            else:
-                index = chunk.index if kept is None else chunk.index[kept]
-                per_status = np.bincount(index, minlength=len(chunk.statuses)).tolist()
-            for status, count in zip(chunk.statuses, per_status, strict=False):
-                if count:
-                    for reason in status.reasons:
-                        counts[reason] = counts.get(reason, 0) + count
-        return counts
-
-
-class NodeToStatusMap(Mapping[str, Status]):
-    """Node name → rejecting Status, plus the status of nodes not in the map (upstream ``NodeToStatus``).
-
-    This is what PostFilter plugins receive. ``absent_nodes_status`` applies to every node of the snapshot
-    that has no explicit entry: nodes a PreFilterResult excluded, or all nodes when PreFilter rejected.
-    Names are read from the node table when first needed, so read the map within the cycle.
-    """
-
-    def __init__(
-        self, statuses: FilterStatuses, names: Sequence[str | None], absent_nodes_status: Status | None = None
-    ) -> None:
-        self.statuses = statuses
-        self._names = names
-        self.absent_nodes_status = absent_nodes_status or Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
-        self._by_name: dict[str, Status] | None = None
-
-    def _map(self) -> dict[str, Status]:
-        if self._by_name is None:
-            names = self._names
-            self._by_name = {str(names[slot]): status for slot, status in self.statuses.items()}
-        return self._by_name
-
-    def __getitem__(self, name: str) -> Status:
-        return self._map()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._map())
-
-    def __len__(self) -> int:
-        return len(self.statuses)
-
-    def status_of(self, name: str) -> Status:
-        """The node's explicit status, or the absent-nodes status (upstream ``NodeToStatus.Get``)."""
-        return self._map().get(name, self.absent_nodes_status)
-
-    def nodes_with_code(self, code: Code, all_names: Collection[str]) -> list[str]:
-        """Names among ``all_names`` whose status has ``code`` (upstream ``NodesForStatusCode``)."""
-        return [name for name in all_names if self.status_of(name).code is code]
-
-
-@dataclass(slots=True)
-class FilterOutcome:
-    """What :meth:`Framework.run_filter_plugins` found for the nodes it was given."""
-
-    #: Slots of the nodes that passed every filter, in the order they were given.
-    feasible: np.ndarray
-    #: Processing positions of those nodes, aligned with ``feasible`` (ascending).
-    feasible_positions: np.ndarray
-    #: Verdicts of the nodes that failed (shared with the caller when it passed its own).
-    statuses: FilterStatuses
-    #: A plugin error (not a rejection): the cycle must stop with a scheduling error.
-    error: Status | None = None
-
-
-# -- scores --------------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class ScoreOutcome:
-    """Weighted scores per plugin for the feasible nodes, and their totals (upstream ``NodePluginScores``)."""
-
-    nodes: np.ndarray
-    plugins: tuple[str, ...]
-    weights: tuple[int, ...]
-    #: One int64 array per plugin, aligned with ``nodes``: normalised score × weight.
-    scores: tuple[np.ndarray, ...]
-    totals: np.ndarray
-
-    def breakdown(self, position: int) -> dict[str, int]:
-        """Plugin → weighted score of the node at ``position`` (why it won, or lost)."""
-        return {name: int(scores[position]) for name, scores in zip(self.plugins, self.scores, strict=True)}
-
-    def top(self, k: int = 3) -> list[tuple[int, int]]:
-        """The ``k`` best (position, total score) pairs, best first."""
-        k = min(k, len(self.totals))
-        if k <= 0:
-            return []
-        best = np.argpartition(-self.totals, k - 1)[:k]
-        best = best[np.argsort(-self.totals[best], kind="stable")]
-        return [(int(i), int(self.totals[i])) for i in best]
-
-
-# -- Permit's waiting pods -----------------------------------------------------------------------------
-def go_duration(seconds: float) -> str:
-    """Format like Go's ``time.Duration.String`` (``10s``, ``1m30s``, ``1.5s``, ``250ms``) for messages."""
-    nanos = round(seconds * 1e9)
-    if nanos == 0:
-        return "0s"
-    sign = "-" if nanos < 0 else ""
-    nanos = abs(nanos)
-    if nanos < 1_000_000_000:
-        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
-            if nanos >= size:
-                return sign + _trim(nanos / size) + unit
-    hours, rest = divmod(nanos, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    text = _trim(rest / 1e9) + "s"
-    if hours:
-        return f"{sign}{hours}h{minutes}m{text}"
-    if minutes:
-        return f"{sign}{minutes}m{text}"
-    return sign + text
-
-
-def _trim(value: float) -> str:
-    return f"{value:.9f}".rstrip("0").rstrip(".")
-
-
-class WaitingPod:
-    """A pod a Permit plugin asked to wait: bound once every waiting plugin allows, unless one rejects."""
-
-    def __init__(self, pod: PodInfo, plugin_timeouts: Mapping[str, float]) -> None:
-        self.pod = pod
-        now = time.monotonic()
-        self._timeouts = dict(plugin_timeouts)
-        self._deadlines = {plugin: now + timeout for plugin, timeout in plugin_timeouts.items()}
-        self._result: Status | None = None
-        self._done = asyncio.Event()
-
-    @property
-    def pending_plugins(self) -> list[str]:
-        return list(self._deadlines)
-
-    def allow(self, plugin: str) -> None:
-        self._deadlines.pop(plugin, None)
-        if not self._deadlines:
-            self._resolve(SUCCESS)
-
-    def reject(self, plugin: str, message: str) -> None:
-        self._resolve(Status.unschedulable(message, plugin=plugin))
-
-    def _resolve(self, status: Status) -> None:
-        if self._result is None:
-            self._result = status
-            self._done.set()
-
-    async def wait(self) -> Status:
-        while self._result is None:
-            plugin, deadline = min(self._deadlines.items(), key=lambda item: item[1])
-            try:
-                await asyncio.wait_for(self._done.wait(), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                if self._result is None and plugin in self._deadlines:
-                    waited = go_duration(self._timeouts[plugin])
-                    self.reject(plugin, f"rejected due to timeout after waiting {waited} at plugin {plugin}")
-        return self._result
-
-
 # -- the framework -------------------------------------------------------------------------------------
 
 
 class Framework:
-    """One profile's pipeline: plugin instances per extension point and the ``run_*`` methods over them."""
+    """One profile's pipeline: plugin instances per extension point and the ``run_*`` methods over them.
+
+    ``profile`` comes from :func:`kopf_scheduler.framework.builder.resolve_profile` with the same ``registry``,
+    which has already checked it as upstream's framework construction does (every plugin exists and implements
+    the extension points it is enabled at, no duplicates, exactly one QueueSort, at least one Bind, score weights
+    that cannot overflow). The framework trusts that and only constructs the plugins.
+    """
 
     def __init__(
         self,
@@ -454,57 +124,18 @@ class Framework:
         self.next_start_node_index = 0
         self.waiting_pods: dict[str, WaitingPod] = {}
 
-        self.plugins: dict[str, Plugin] = {}
-        for name in profile.plugin_names():
-            cls = registry.get(name)
-            if cls is None:
-                continue  # reported below with upstream's per-extension-point text
-            args = _plugin_args(cls, profile.plugin_args.get(name))
-            try:
-                self.plugins[name] = cls(handle=handle, args=args)
-            except Exception as exc:
-                raise FrameworkError(f"initializing plugin {name!r}: {_error_text(exc)}") from exc
-
-        by_point: dict[ExtensionPoint, list[tuple[str, Any]]] = {}
-        for point in FRAMEWORK_BUILD_ORDER:
-            iface = INTERFACES[point]
-            seen: set[str] = set()
-            entries = by_point[point] = []
-            for ref in profile.enabled(point):
-                plugin = self.plugins.get(ref.name)
-                if plugin is None:
-                    raise FrameworkError(f"{_type_name(point)} {_go_quote(ref.name)} does not exist")
-                if not isinstance(plugin, iface):
-                    raise FrameworkError(f"plugin {_go_quote(ref.name)} does not extend {_type_name(point)} plugin")
-                if ref.name in seen:
-                    raise FrameworkError(
-                        f"plugin {_go_quote(ref.name)} already registered as {_go_quote(_type_name(point))}"
-                    )
-                seen.add(ref.name)
-                entries.append((ref.name, plugin))
-
-        queue_sort = by_point[ExtensionPoint.QUEUE_SORT]
-        if len(queue_sort) != 1:
-            raise FrameworkError(
-                "only one queue sort plugin required for profile with scheduler name "
-                f"{_go_quote(self.profile_name)}, but got {len(queue_sort)}"
-            )
-        if not by_point[ExtensionPoint.BIND]:
-            raise FrameworkError(
-                f"at least one bind plugin is needed for profile with scheduler name {_go_quote(self.profile_name)}"
-            )
-
-        self.score_weights: dict[str, int] = {}
-        total = 0
-        for ref in profile.enabled(ExtensionPoint.SCORE):
-            weight = ref.weight or 1  # 0 (unset) means 1, as upstream
-            if weight * MAX_NODE_SCORE > MAX_TOTAL_SCORE - total:
-                raise FrameworkError("total score of Score plugins could overflow")
-            total += weight * MAX_NODE_SCORE
-            self.score_weights[ref.name] = weight
+        self.plugins: dict[str, Plugin] = {
+            name: _new_plugin(name, registry[name], handle, profile.plugin_args.get(name))
+            for name in profile.plugin_names()
+        }
+        by_point: dict[ExtensionPoint, list[tuple[str, Any]]] = {
+            point: [(ref.name, self.plugins[ref.name]) for ref in profile.enabled(point)] for point in ExtensionPoint
+        }
+        scores = profile.enabled(ExtensionPoint.SCORE)
+        self.score_weights: dict[str, int] = {ref.name: ref.weight or 1 for ref in scores}  # 0 (unset) means 1
 
         self.pre_enqueue_plugins: tuple[tuple[str, PreEnqueuePlugin], ...] = tuple(by_point[ExtensionPoint.PRE_ENQUEUE])
-        self.queue_sort_plugin: QueueSortPlugin = queue_sort[0][1]
+        self.queue_sort_plugin: QueueSortPlugin = by_point[ExtensionPoint.QUEUE_SORT][0][1]
         self.pre_filter_plugins: tuple[tuple[str, PreFilterPlugin], ...] = tuple(by_point[ExtensionPoint.PRE_FILTER])
         self.filter_plugins: tuple[tuple[str, FilterPlugin], ...] = tuple(by_point[ExtensionPoint.FILTER])
         self.post_filter_plugins: tuple[tuple[str, PostFilterPlugin], ...] = tuple(by_point[ExtensionPoint.POST_FILTER])
@@ -558,11 +189,11 @@ class Framework:
             try:
                 status = plugin.pre_enqueue(pod)
             except Exception as exc:
-                return _wrapped_error(f"running PreEnqueue plugin {_go_quote(name)}", exc).with_plugin(name)
+                return _wrapped_error(f"running PreEnqueue plugin {go_quote(name)}", exc).with_plugin(name)
             if not status.is_success:
                 if status.is_rejected:
                     return status.with_plugin(name)
-                return _wrapped_error(f"running PreEnqueue plugin {_go_quote(name)}", status).with_plugin(name)
+                return _wrapped_error(f"running PreEnqueue plugin {go_quote(name)}", status).with_plugin(name)
         return SUCCESS
 
     def queue_sort_less(self, a: QueuedPod, b: QueuedPod) -> bool:
@@ -589,7 +220,7 @@ class Framework:
                 except Exception as exc:
                     return (
                         None,
-                        _wrapped_error(f"running PreFilter plugin {_go_quote(name)}", exc).with_plugin(name),
+                        _wrapped_error(f"running PreFilter plugin {go_quote(name)}", exc).with_plugin(name),
                         set(),
                     )
                 if status.is_skip:
@@ -604,7 +235,7 @@ class Framework:
                         continue
                     return (
                         None,
-                        _wrapped_error(f"running PreFilter plugin {_go_quote(name)}", status).with_plugin(name),
+                        _wrapped_error(f"running PreFilter plugin {go_quote(name)}", status).with_plugin(name),
                         set(),
                     )
                 if restriction is not None and restriction.node_names is not None:
@@ -650,7 +281,7 @@ class Framework:
             except Exception as exc:
                 status = Status.as_error(exc)
             if not status.is_success:
-                return _wrapped_error(f"running {operation} on PreFilter plugin {_go_quote(name)}", status)
+                return _wrapped_error(f"running {operation} on PreFilter plugin {go_quote(name)}", status)
         return SUCCESS
 
     # -- Filter ----------------------------------------------------------------------------------------
@@ -685,14 +316,14 @@ class Framework:
             try:
                 result = plugin.filter(state, pod, remaining, snapshot)
             except Exception as exc:
-                error = _wrapped_error(f"running {_go_quote(name)} filter plugin", exc).with_plugin(name)
+                error = _wrapped_error(f"running {go_quote(name)} filter plugin", exc).with_plugin(name)
                 return FilterOutcome(_EMPTY_SLOTS, _EMPTY_SLOTS, statuses, error)
             if result is None:
                 continue
             rejected = np.asarray(result.rejected, dtype=bool)
             if rejected.shape != remaining.shape:
                 error = _wrapped_error(
-                    f"running {_go_quote(name)} filter plugin",
+                    f"running {go_quote(name)} filter plugin",
                     ValueError(f"returned {rejected.size} verdicts for {len(remaining)} nodes"),
                 ).with_plugin(name)
                 return FilterOutcome(_EMPTY_SLOTS, _EMPTY_SLOTS, statuses, error)
@@ -806,7 +437,7 @@ class Framework:
             for assumed in added:
                 cache.forget(assumed.uid)
         if first.error is not None or not len(first.feasible_positions) or not added:
-            _copy_statuses(scratch, statuses)
+            statuses.extend(scratch)
             return FilterOutcome(first.feasible, first.feasible_positions, statuses, first.error)
         second = self.run_filter_plugins(state, pod, one, snapshot, positions=at, statuses=statuses)
         return second
@@ -844,12 +475,12 @@ class Framework:
                 try:
                     status = plugin.pre_score(state, pod, nodes, snapshot)
                 except Exception as exc:
-                    return _wrapped_error(f"running PreScore plugin {_go_quote(name)}", exc)
+                    return _wrapped_error(f"running PreScore plugin {go_quote(name)}", exc)
                 if status.is_skip:
                     skip.add(name)
                     continue
                 if not status.is_success:
-                    return _wrapped_error(f"running PreScore plugin {_go_quote(name)}", status)
+                    return _wrapped_error(f"running PreScore plugin {go_quote(name)}", status)
             return SUCCESS
         finally:
             state.skip_score_plugins = skip
@@ -871,7 +502,7 @@ class Framework:
                     raise ValueError(f"returned {scores.shape[0] if scores.ndim else 0} scores for {count} nodes")
             except Exception as exc:
                 return None, _wrapped_error(
-                    "running Score plugins", RuntimeError(f"plugin {_go_quote(name)} failed with: {_error_text(exc)}")
+                    "running Score plugins", RuntimeError(f"plugin {go_quote(name)} failed with: {_error_text(exc)}")
                 )
             names.append(name)
             raw.append(scores)
@@ -889,7 +520,7 @@ class Framework:
             except Exception as exc:
                 return None, _wrapped_error(
                     "running Normalize on Score plugins",
-                    RuntimeError(f"plugin {_go_quote(name)} failed with: {_error_text(exc)}"),
+                    RuntimeError(f"plugin {go_quote(name)} failed with: {_error_text(exc)}"),
                 )
             raw[i] = normalized
         if raw:
@@ -900,7 +531,7 @@ class Framework:
                 node_index = int(np.flatnonzero(invalid.any(axis=0))[0])
                 plugin_index = int(np.flatnonzero(invalid[:, node_index])[0])
                 message = (
-                    f"plugin {_go_quote(names[plugin_index])} returns an invalid score "
+                    f"plugin {go_quote(names[plugin_index])} returns an invalid score "
                     f"{int(stacked[plugin_index, node_index])}, it should in the range of "
                     f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
                 )
@@ -919,11 +550,11 @@ class Framework:
             try:
                 status = plugin.reserve(state, pod, node_name)
             except Exception as exc:
-                return _wrapped_error(f"running Reserve plugin {_go_quote(name)}", exc)
+                return _wrapped_error(f"running Reserve plugin {go_quote(name)}", exc)
             if not status.is_success:
                 if status.is_rejected:
                     return status.with_plugin(name)
-                return _wrapped_error(f"running Reserve plugin {_go_quote(name)}", status)
+                return _wrapped_error(f"running Reserve plugin {go_quote(name)}", status)
         return SUCCESS
 
     def run_reserve_plugins_unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
@@ -941,7 +572,7 @@ class Framework:
             try:
                 status, timeout = plugin.permit(state, pod, node_name)
             except Exception as exc:
-                return _wrapped_error(f"running Permit plugin {_go_quote(name)}", exc).with_plugin(name)
+                return _wrapped_error(f"running Permit plugin {go_quote(name)}", exc).with_plugin(name)
             if status.is_success:
                 continue
             if status.is_rejected:
@@ -949,11 +580,11 @@ class Framework:
             if status.code is Code.WAIT:
                 waits[name] = min(float(timeout), MAX_PERMIT_TIMEOUT)
                 continue
-            return _wrapped_error(f"running Permit plugin {_go_quote(name)}", status).with_plugin(name)
+            return _wrapped_error(f"running Permit plugin {go_quote(name)}", status).with_plugin(name)
         if waits:
             self.waiting_pods[pod.uid] = WaitingPod(pod, waits)
             return Status(
-                Code.WAIT, (f"one or more plugins asked to wait and no plugin rejected pod {_go_quote(pod.name)}",)
+                Code.WAIT, (f"one or more plugins asked to wait and no plugin rejected pod {go_quote(pod.name)}",)
             )
         return SUCCESS
 
@@ -988,11 +619,11 @@ class Framework:
             try:
                 status = await plugin.pre_bind(state, pod, node_name)
             except Exception as exc:
-                return _wrapped_error(f"running PreBind plugin {_go_quote(name)}", exc)
+                return _wrapped_error(f"running PreBind plugin {go_quote(name)}", exc)
             if not status.is_success:
                 if status.is_rejected:
                     return status.with_plugin(name)
-                return _wrapped_error(f"running PreBind plugin {_go_quote(name)}", status)
+                return _wrapped_error(f"running PreBind plugin {go_quote(name)}", status)
         return SUCCESS
 
     async def run_bind_plugins(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
@@ -1002,14 +633,14 @@ class Framework:
             try:
                 status = await plugin.bind(state, pod, node_name)
             except Exception as exc:
-                return _wrapped_error(f"running Bind plugin {_go_quote(name)}", exc)
+                return _wrapped_error(f"running Bind plugin {go_quote(name)}", exc)
             if status.is_skip:
                 continue
             if status.is_success:
                 return status
             if status.is_rejected:
                 return status.with_plugin(name)
-            return _wrapped_error(f"running Bind plugin {_go_quote(name)}", status)
+            return _wrapped_error(f"running Bind plugin {go_quote(name)}", status)
         return status
 
     def run_post_bind_plugins(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
@@ -1021,16 +652,6 @@ class Framework:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-def _go_quote(text: str) -> str:
-    """Go's ``%q`` for the plain names that appear in these messages."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def go_string_list(items: Collection[str]) -> str:
-    """Go's ``%v`` of a sorted ``[]string``: ``[A B]``."""
-    return "[" + " ".join(sorted(items)) + "]"
-
-
 def _merge_pre_filter_results(current: PreFilterResult | None, new: PreFilterResult | None) -> PreFilterResult | None:
     """Upstream ``PreFilterResult.Merge`` where nil (None) and a nil node set both mean "all nodes"."""
     if new is None or new.node_names is None:
@@ -1053,12 +674,16 @@ def _filter_error(name: str, result: FilterResult, rejected: np.ndarray) -> Stat
         if not hits.any():
             return None
         status = result.statuses[int(used[int(np.argmax(hits))])]
-    return _wrapped_error(f"running {_go_quote(name)} filter plugin", status).with_plugin(name)
+    return _wrapped_error(f"running {go_quote(name)} filter plugin", status).with_plugin(name)
 
 
-def _copy_statuses(source: FilterStatuses, target: FilterStatuses) -> None:
-    for chunk in source._chunks:
-        target.add(chunk.plugin, chunk.slots, chunk.positions, chunk.statuses, chunk.index)
+def _new_plugin(name: str, cls: type[Plugin], handle: Handle, raw: BaseModel | dict[str, Any] | None) -> Plugin:
+    """Plugin ``name``'s instance, with typed args; any failure is upstream's ``initializing plugin`` error."""
+    args = _plugin_args(cls, raw)
+    try:
+        return cls(handle=handle, args=args)
+    except Exception as exc:
+        raise FrameworkError(f"initializing plugin {name!r}: {_error_text(exc)}") from exc
 
 
 def _plugin_args(cls: type[Plugin], raw: BaseModel | dict[str, Any] | None) -> Any:
@@ -1071,18 +696,4 @@ def _plugin_args(cls: type[Plugin], raw: BaseModel | dict[str, Any] | None) -> A
         raise FrameworkError(f"initializing plugin {cls.name!r}: {_error_text(exc)}") from exc
 
 
-__all__ = [
-    "MAX_PERMIT_TIMEOUT",
-    "MAX_TOTAL_SCORE",
-    "FilterOutcome",
-    "FilterStatuses",
-    "Framework",
-    "FrameworkError",
-    "NoNominator",
-    "NodeToStatusMap",
-    "Nominator",
-    "ScoreOutcome",
-    "WaitingPod",
-    "go_duration",
-    "go_string_list",
-]
+__all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "FrameworkError"]
