@@ -1,9 +1,9 @@
 """The scheduling framework: extension-point interfaces, Status, CycleState, runtime and builder.
 
 Plugin authors import from here, and only from here: the interfaces, Status and CycleState, the cluster
-event vocabulary and the helpers for writing QueueingHints (``events_to_register``), and the state types
-plugin signatures mention (PodInfo, NodeInfo, Snapshot). This package knows nothing of kopf or HTTP
-(import-linter enforces it).
+event vocabulary and the helpers for writing QueueingHints (``events_to_register``), upstream's
+``default_normalize_score``, and the state types plugin signatures mention (PodInfo, NodeInfo, Snapshot).
+This package knows nothing of kopf or HTTP (import-linter enforces it).
 """
 
 from kopf_scheduler.framework.cycle_state import CycleState
@@ -55,6 +55,7 @@ from kopf_scheduler.framework.interface import (
     ReservePlugin,
     ScorePlugin,
 )
+from kopf_scheduler.framework.normalize import default_normalize_score
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
 from kopf_scheduler.state.cache import NodeInfo, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
@@ -105,6 +106,7 @@ __all__ = [
     "Status",
     "as_object",
     "as_pod",
+    "default_normalize_score",
     "is_assigned_or_nominated",
     "is_own_update",
     "node_pair",
