@@ -13,7 +13,9 @@ when its resource matches (``Pod`` also covers the internal ``AssignedPod`` / ``
 action is the same or *more specific* (``UpdateNodeLabel`` matches a registered ``Update``, not vice versa).
 
 Pods may be given as :class:`~kopf_scheduler.state.pod_info.PodInfo` or as raw API dicts; nodes and every
-other kind as raw API dicts. Behaviour follows Kubernetes v1.36 with its default feature gates
+other kind as raw API dicts. The helpers for writing QueueingHints (:func:`node_pair`,
+:func:`object_labels`, :func:`is_own_update` …) live here too; plugins import them from
+:mod:`kopf_scheduler.framework`. Behaviour follows Kubernetes v1.36 with its default feature gates
 (DynamicResourceAllocation and InPlacePodVerticalScaling on).
 """
 

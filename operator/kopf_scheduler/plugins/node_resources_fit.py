@@ -111,6 +111,12 @@ _BASE_CHECKS = (
     ("ephemeral-storage", REASON_INSUFFICIENT_EPHEMERAL_STORAGE),
 )
 
+#: What the QueueingHints compare besides scalar resources, and the allocatable key of the pod count.
+_HINT_BASE_RESOURCES = frozenset(name for name, _ in _BASE_CHECKS)
+_PODS = "pods"
+#: A DeviceClass backs the implicit extended resource ``deviceclass.resource.kubernetes.io/<class name>``.
+_DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+
 #: Failure rows (pods, resources…, unresolvable) that still fit one int64 key per node.
 _MAX_PACKED_BITS = 62
 
@@ -366,11 +372,6 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if original is None:
             return QUEUE
         return QUEUE if self.any_requested_increased(pod, original, modified) else QUEUE_SKIP
-
-
-_HINT_BASE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
-_PODS = "pods"
-_DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 
 def _allocatable(node: Mapping[str, Any]) -> dict[str, int]:
