@@ -17,6 +17,7 @@ from kopf_scheduler.framework import (
     CycleState,
     EventResource,
     QueueingHint,
+    object_labels,
 )
 from kopf_scheduler.plugins.node_affinity import (
     ERR_REASON_CONFLICT,
@@ -25,6 +26,7 @@ from kopf_scheduler.plugins.node_affinity import (
     NodeAffinity,
 )
 from kopf_scheduler.state.node_affinity import (
+    NodeSelector,
     is_label_value,
     is_qualified_name,
     parse_go_int64,
@@ -480,6 +482,30 @@ def test_gt_verdicts_follow_label_values_added_later() -> None:
     snapshot = cache.snapshot()
     mask = required_node_affinity_mask(snapshot.table, slots(snapshot, ["a", "b", "c"]), pod)
     assert mask.tolist() == [True, True, True]
+
+
+# -- one-node matching (the hint's path) agrees with the vectorised mask ---------------------------------------
+@pytest.mark.parametrize(
+    "selector",
+    [
+        required(term(expr("zone", "In", "a", "b"))),
+        required(term(expr("disk", "NotIn", "ssd"))),
+        required(term(expr("disk", "Exists")), term(expr("zone", "DoesNotExist"))),
+        required(term(expr("gen", "Gt", "6"))),
+        required(term(expr("gen", "Lt", "9007199254740993"))),
+        required(term(expr("gen", "Gt", "x"))),  # does not parse: the term matches nothing
+        required(term(fields=[name_field("In", "n2")])),
+        required(term(expr("zone", "Exists"), fields=[name_field("NotIn", "n2")])),
+        required(term(fields=[{"key": "spec.unschedulable", "operator": "In", "values": [""]}])),
+    ],
+    ids=["in", "not-in", "or-terms", "gt", "lt-big", "bad-gt", "name-in", "label-and-name", "other-field"],
+)
+def test_one_node_matching_agrees_with_the_mask(selector: dict[str, Any]) -> None:
+    _, snapshot, nodes = setup()
+    parsed = NodeSelector.parse(selector)
+    by_mask = parsed.mask(snapshot.table, nodes).tolist()
+    one_by_one = [parsed.matches(object_labels(make_node(name, labels=labels)), name) for name, labels in NODES.items()]
+    assert one_by_one == by_mask
 
 
 # -- EnqueueExtensions: registrations and QueueingHints ----------------------------------------------------------
