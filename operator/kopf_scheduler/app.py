@@ -32,9 +32,9 @@ from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.explain import Explanations, explain_fit_error
 from kopf_scheduler.framework import APIError, CycleState, Status
 from kopf_scheduler.framework.builder import effective_plugins, resolve_profile
+from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource, node_events, pod_events
 from kopf_scheduler.framework.profile import ResolvedProfile
-from kopf_scheduler.framework.queueing_hints import events_for_profile
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.kube.events import event_body
@@ -232,7 +232,7 @@ class SchedulerApp:
             runtime.scheduler = Scheduler(framework, rng=self.rng)
             # New PreEnqueue and event registrations; and a new pipeline may accept pods the old one
             # rejected, so every parked pod gets another try.
-            runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_profile(resolved))
+            runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_framework(framework))
             runtime.queue.move_all_to_active_or_backoff(PROFILE_CHANGED)
         runtime.generation = generation
         omitted = getattr(resolved, "omitted_defaults", ())
@@ -246,7 +246,7 @@ class SchedulerApp:
         runtime.queue = SchedulingQueue(
             less=runtime.less,
             pre_enqueue=runtime.pre_enqueue,
-            plugin_events=events_for_profile(resolved),
+            plugin_events=events_for_framework(framework),
             initial_backoff=self.settings.pod_initial_backoff_seconds,
             max_backoff=self.settings.pod_max_backoff_seconds,
             max_in_unschedulable=self.settings.pod_max_in_unschedulable_pods_duration,

@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from kopf_scheduler.framework import CycleState
+from kopf_scheduler.framework import ClusterEvent, ClusterEventWithHint, CycleState, Plugin, QueueingHintFn
+from kopf_scheduler.framework.enqueue import registrations_of
+from kopf_scheduler.framework.registry import in_tree_registry
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -106,3 +108,19 @@ class FakeHandle:
 
 def new_state() -> CycleState:
     return CycleState()
+
+
+def hint_for(plugin: Plugin, event: ClusterEvent) -> QueueingHintFn:
+    """The QueueingHint ``plugin`` registered for ``event``: exactly one registration must match, with a hint."""
+    matching = [r for r in plugin.events_to_register() or () if r.event.matches(event)]
+    assert len(matching) == 1, matching
+    assert matching[0].hint is not None
+    return matching[0].hint
+
+
+def events_to_register(names: list[str]) -> dict[str, list[ClusterEventWithHint]]:
+    """The registrations of the named in-tree plugins (default args), asked of plugin instances as the
+    framework asks them. Names the registry lacks are left out, as the profile builder leaves out default
+    plugins not implemented yet (DefaultPreemption)."""
+    registry = in_tree_registry()
+    return {name: registrations_of(registry[name](handle=FakeHandle())) for name in names if name in registry}

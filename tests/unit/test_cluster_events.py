@@ -1,16 +1,29 @@
-"""ClusterEvents, their derivation from old/new objects, and the in-tree registrations and QueueingHints.
+"""ClusterEvents, their derivation from old/new objects, and how a pipeline's plugins register theirs.
 
-Expected values restate upstream v1.36.3 (``framework/events.go``, ``kube-scheduler/framework/types.go`` and
-each plugin's ``EventsToRegister`` / hint functions).
+Expected values restate upstream v1.36.3 (``framework/events.go``, ``kube-scheduler/framework/types.go``,
+``scheduler.go`` ``buildQueueingHintMap``). Each in-tree plugin's own registrations and QueueingHints are
+tested beside it, in ``tests/unit/plugins``.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
+from kopf_scheduler.framework import (
+    SUCCESS,
+    ClusterEventWithHint,
+    CycleState,
+    FilterPlugin,
+    FilterResult,
+    ScorePlugin,
+    Snapshot,
+    object_labels,
+)
+from kopf_scheduler.framework.enqueue import events_for_framework, registrations_of
 from kopf_scheduler.framework.events import (
     ALL_EVENTS,
     EVENT_ASSIGNED_POD_ADD,
@@ -34,9 +47,11 @@ from kopf_scheduler.framework.events import (
 )
 from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.profile import PluginRef, ResolvedProfile
-from kopf_scheduler.framework.queueing_hints import events_for_profile, events_to_register
+from kopf_scheduler.framework.registry import Registry, in_tree_registry
+from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.queue import SchedulingQueue
 from kopf_scheduler.state.pod_info import PodInfo
-from tests.unit.factories import make_node, make_pod
+from tests.unit.factories import FakeHandle, make_node, make_pod
 
 A = ActionType
 R = EventResource
@@ -49,11 +64,6 @@ def ev(resource: EventResource, action: ActionType) -> ClusterEvent:
 
 def pinfo(name: str = "p", **kwargs: Any) -> PodInfo:
     return PodInfo.from_obj(make_pod(name, **kwargs))
-
-
-def with_status(pod_obj: dict[str, Any], **status: Any) -> dict[str, Any]:
-    pod_obj["status"].update(status)
-    return pod_obj
 
 
 # -- ActionType / ClusterEvent ---------------------------------------------------------------------------------
@@ -316,509 +326,109 @@ def test_object_events_for_other_kinds() -> None:
     assert object_events(R.SERVICE, None, None) == []
 
 
-# -- registrations ---------------------------------------------------------------------------------------------
-NODE_ADD_TAINT = ev(R.NODE, A.ADD | A.UPDATE_NODE_TAINT)
+# -- registrations of a pipeline (the generic dispatch) -----------------------------------------------------------
+class _FilterStub(FilterPlugin):
+    def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
+        return None
 
 
-@pytest.mark.parametrize(
-    ("plugin", "expected"),
-    [
-        (
-            "NodeResourcesFit",
-            [
-                ev(R.POD, A.DELETE | A.UPDATE_POD_SCALE_DOWN),
-                ev(R.NODE, A.ADD | A.UPDATE_NODE_ALLOCATABLE),
-                ev(R.DEVICE_CLASS, A.ADD | A.UPDATE),
-            ],
-        ),
-        ("TaintToleration", [NODE_ADD_TAINT, ev(R.POD, A.UPDATE_POD_TOLERATION)]),
-        ("NodeUnschedulable", [NODE_ADD_TAINT, ev(R.POD, A.UPDATE_POD_TOLERATION)]),
-        ("NodeName", [ev(R.NODE, A.ADD)]),
-        ("NodePorts", [ev(R.POD, A.DELETE), ev(R.NODE, A.ADD)]),
-        ("NodeAffinity", [ev(R.NODE, A.ADD | A.UPDATE_NODE_LABEL)]),
-        (
-            "PodTopologySpread",
-            [
-                ev(R.POD, A.ADD | A.UPDATE_POD_LABEL | A.UPDATE_POD_TOLERATION | A.DELETE),
-                ev(R.NODE, A.ADD | A.DELETE | A.UPDATE_NODE_LABEL | A.UPDATE_NODE_TAINT),
-            ],
-        ),
-        (
-            "InterPodAffinity",
-            [ev(R.POD, A.ADD | A.UPDATE_POD_LABEL | A.DELETE), ev(R.NODE, A.ADD | A.UPDATE_NODE_LABEL)],
-        ),
-        ("SchedulingGates", [ev(R.POD, A.UPDATE_POD_SCHEDULING_GATES_ELIMINATED)]),
-        ("DefaultPreemption", [ev(R.POD, A.DELETE)]),
-        ("ImageLocality", []),
-        ("NodeResourcesBalancedAllocation", []),
-    ],
-)
-def test_events_to_register(plugin: str, expected: list[ClusterEvent]) -> None:
-    assert [r.event for r in events_to_register([plugin])[plugin]] == expected
+class NoHook(_FilterStub):
+    """An out-of-tree Filter that does not implement ``events_to_register``."""
+
+    name: ClassVar[str] = "NoHook"
 
 
-def test_unknown_plugin_gets_all_events() -> None:
-    assert events_to_register(["MyPlugin"])["MyPlugin"] == list(ALL_EVENTS)
+class Silent(_FilterStub):
+    """A Filter that says no event can undo its rejections."""
+
+    name: ClassVar[str] = "Silent"
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return []
 
 
-def test_events_for_profile_takes_rejecting_points_only() -> None:
+def _ready(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    return Q if object_labels(new).get("ready") == "yes" else SKIP
+
+
+class LabelGate(_FilterStub):
+    """A Filter with its own registration and hint: only a node relabelled ``ready=yes`` helps."""
+
+    name: ClassVar[str] = "LabelGate"
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(ev(R.NODE, A.UPDATE_NODE_LABEL), _ready)]
+
+
+class ScoreOnly(ScorePlugin):
+    name: ClassVar[str] = "ScoreOnly"
+
+
+def _framework() -> Framework:
     profile = ResolvedProfile(
         "p",
         plugins={
             ExtensionPoint.PRE_ENQUEUE: (PluginRef("SchedulingGates"),),
-            ExtensionPoint.FILTER: (PluginRef("NodeResourcesFit"), PluginRef("Custom")),
+            ExtensionPoint.QUEUE_SORT: (PluginRef("PrioritySort"),),
+            ExtensionPoint.FILTER: (
+                PluginRef("NodeResourcesFit"),
+                PluginRef("NoHook"),
+                PluginRef("Silent"),
+                PluginRef("LabelGate"),
+            ),
             ExtensionPoint.SCORE: (PluginRef("ImageLocality"), PluginRef("ScoreOnly")),
+            ExtensionPoint.BIND: (PluginRef("DefaultBinder"),),
         },
     )
-    assert set(events_for_profile(profile)) == {"SchedulingGates", "NodeResourcesFit", "Custom"}
+    registry = in_tree_registry().merged(Registry([NoHook, Silent, LabelGate, ScoreOnly]))
+    return Framework(profile, registry, FakeHandle())
 
 
-# -- hints -----------------------------------------------------------------------------------------------------
-def hint(plugin: str, pod: PodInfo, old: Any, new: Any, *, event: ClusterEvent, args: Any = None) -> QueueingHint:
-    """Run the hint of ``plugin`` registered for ``event`` (there is exactly one that matches)."""
-    registrations = events_to_register([plugin], {plugin: args} if args is not None else None)[plugin]
-    matching = [r for r in registrations if r.event.matches(event)]
-    assert len(matching) == 1, matching
-    assert matching[0].hint is not None
-    return matching[0].hint(pod, old, new)
-
-
-NODE_ADD = EVENT_NODE_ADD
-NODE_ALLOC = ev(R.NODE, A.UPDATE_NODE_ALLOCATABLE)
-NODE_LABEL = ev(R.NODE, A.UPDATE_NODE_LABEL)
-NODE_TAINT = ev(R.NODE, A.UPDATE_NODE_TAINT)
-NODE_DELETE = EVENT_NODE_DELETE
-POD_DELETE = EVENT_ASSIGNED_POD_DELETE
-POD_ADD = EVENT_ASSIGNED_POD_ADD
-POD_LABEL = ev(R.ASSIGNED_POD, A.UPDATE_POD_LABEL)
-POD_SCALE_DOWN = ev(R.ASSIGNED_POD, A.UPDATE_POD_SCALE_DOWN)
-OWN_TOLERATION = ev(R.UNSCHEDULED_POD, A.UPDATE_POD_TOLERATION)
-OWN_GATES = ev(R.UNSCHEDULED_POD, A.UPDATE_POD_SCHEDULING_GATES_ELIMINATED)
-
-BIG = pinfo("big", uid="big", requests={"cpu": "2", "memory": "1Gi"})
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "event", "expected"),
-    [
-        (None, make_node("n", cpu="1"), NODE_ADD, SKIP),  # too small even when empty
-        (None, make_node("n", cpu="4"), NODE_ADD, Q),
-        (None, make_node("n", cpu="4", pods=0), NODE_ADD, SKIP),  # no pod slots
-        (make_node("n", cpu="4"), make_node("n", cpu="8"), NODE_ALLOC, Q),
-        (make_node("n", cpu="1"), make_node("n", cpu="1", memory="64Gi"), NODE_ALLOC, SKIP),
-        (make_node("n", cpu="4", memory="2Gi"), make_node("n", cpu="4", memory="3Gi"), NODE_ALLOC, Q),
-        (make_node("n", cpu="4", pods=10), make_node("n", cpu="4", pods=20), NODE_ALLOC, Q),
-        (
-            make_node("n", cpu="4", extra={"x.com/gpu": 1}),
-            make_node("n", cpu="4", extra={"x.com/gpu": 2}),
-            NODE_ALLOC,
-            SKIP,
-        ),
-        (make_node("n", cpu="4"), make_node("n", cpu="4", labels={"a": "b"}), NODE_ALLOC, SKIP),
-    ],
-    ids=[
-        "small-add",
-        "big-add",
-        "no-pod-slots",
-        "cpu-up",
-        "cpu-still-short",
-        "memory-up",
-        "pods-up",
-        "unrequested-up",
-        "no-change",
-    ],
-)
-def test_node_resources_fit_node_hint(old: Any, new: Any, event: ClusterEvent, expected: QueueingHint) -> None:
-    assert hint("NodeResourcesFit", BIG, old, new, event=event) is expected
-
-
-def test_node_resources_fit_ignores_ignored_extended_resources() -> None:
-    pod = pinfo("g", requests={"cpu": "1", "example.com/foo": "1"})
-    node = make_node("n", cpu="4")
-    assert hint("NodeResourcesFit", pod, None, node, event=NODE_ADD) is SKIP
-    args = {"ignored_resources": ["example.com/foo"]}
-    assert hint("NodeResourcesFit", pod, None, node, event=NODE_ADD, args=args) is Q
-    args = {"ignored_resource_groups": ["example.com"]}
-    assert hint("NodeResourcesFit", pod, None, node, event=NODE_ADD, args=args) is Q
-
-
-@pytest.mark.parametrize(
-    ("deleted", "expected"),
-    [
-        (make_pod("gone", node_name="n1"), Q),
-        (make_pod("gone"), SKIP),  # never held room on a node
-        (with_status(make_pod("gone"), nominatedNodeName="n1"), Q),
-    ],
-    ids=["bound", "unbound", "nominated"],
-)
-def test_node_resources_fit_pod_delete_hint(deleted: dict[str, Any], expected: QueueingHint) -> None:
-    assert hint("NodeResourcesFit", BIG, deleted, None, event=POD_DELETE) is expected
-
-
-@pytest.mark.parametrize(
-    ("old_requests", "new_requests", "node_name", "same_pod", "expected"),
-    [
-        ({"cpu": "2"}, {"cpu": "1"}, "n1", False, Q),
-        ({"memory": "2Gi"}, {"memory": "1Gi"}, "n1", False, Q),
-        ({"x.com/gpu": "2"}, {"x.com/gpu": "1"}, "n1", False, SKIP),  # BIG does not request it
-        ({"cpu": "2"}, {"cpu": "1"}, "", False, SKIP),  # an unbound pod frees nothing
-        ({"cpu": "4"}, {"cpu": "3"}, "", True, Q),  # the rejected pod itself shrank
-    ],
-    ids=["cpu", "memory", "unrequested", "unbound", "self"],
-)
-def test_node_resources_fit_scale_down_hint(
-    old_requests: dict[str, str], new_requests: dict[str, str], node_name: str, same_pod: bool, expected: QueueingHint
-) -> None:
-    uid = "big" if same_pod else "other"
-    old = make_pod("x", uid=uid, node_name=node_name, requests=old_requests)
-    new = make_pod("x", uid=uid, node_name=node_name, requests=new_requests)
-    assert hint("NodeResourcesFit", BIG, old, new, event=POD_SCALE_DOWN) is expected
-
-
-def test_node_resources_fit_device_class_hint() -> None:
-    pod = pinfo("d", requests={"example.com/gpu": "1", "deviceclass.resource.kubernetes.io/gpus": "1"})
-    event = ev(R.DEVICE_CLASS, A.ADD)
-    named = {"metadata": {"name": "gpus"}, "spec": {}}
-    other = {"metadata": {"name": "other"}, "spec": {}}
-    mapped = {"metadata": {"name": "other"}, "spec": {"extendedResourceName": "example.com/gpu"}}
-    assert hint("NodeResourcesFit", pod, None, named, event=event) is Q
-    assert hint("NodeResourcesFit", pod, None, other, event=event) is SKIP
-    assert hint("NodeResourcesFit", pod, None, mapped, event=event) is Q
-    assert hint("NodeResourcesFit", pod, mapped, mapped, event=ev(R.DEVICE_CLASS, A.UPDATE)) is SKIP
-    assert hint("NodeResourcesFit", pod, other, mapped, event=ev(R.DEVICE_CLASS, A.UPDATE)) is Q
-
-
-TAINT = {"key": "k", "value": "v", "effect": "NoSchedule"}
-SOFT_TAINT = {"key": "s", "effect": "PreferNoSchedule"}
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "tolerations", "expected"),
-    [
-        (None, make_node("n"), [], Q),
-        (None, make_node("n", taints=[TAINT]), [], SKIP),
-        (None, make_node("n", taints=[TAINT]), [{"key": "k", "operator": "Exists"}], Q),
-        (make_node("n", taints=[TAINT]), make_node("n"), [], Q),
-        (make_node("n", taints=[TAINT]), make_node("n", taints=[SOFT_TAINT]), [], Q),
-        (make_node("n"), make_node("n", taints=[TAINT]), [], SKIP),
-        (make_node("n"), make_node("n", taints=[SOFT_TAINT]), [], SKIP),  # was already fine: nothing new
-    ],
-    ids=["add-clean", "add-tainted", "add-tolerated", "taint-removed", "to-soft", "taint-added", "clean-to-soft"],
-)
-def test_taint_toleration_node_hint(
-    old: Any, new: Any, tolerations: list[dict[str, Any]], expected: QueueingHint
-) -> None:
-    pod = pinfo("t", spec={"tolerations": tolerations})
-    event = NODE_ADD if old is None else NODE_TAINT
-    assert hint("TaintToleration", pod, old, new, event=event) is expected
-
-
-def test_own_toleration_hints() -> None:
-    pod = pinfo("t", uid="t")
-    mine = make_pod(
-        "t", uid="t", spec={"tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]}
-    )
-    mine_other_toleration = make_pod("t", uid="t", spec={"tolerations": [{"key": "x", "operator": "Exists"}]})
-    someone_else = make_pod("o", uid="o", spec={"tolerations": [{"operator": "Exists"}]})
-    assert hint("TaintToleration", pod, pod, mine_other_toleration, event=OWN_TOLERATION) is Q
-    assert hint("TaintToleration", pod, someone_else, someone_else, event=OWN_TOLERATION) is SKIP
-    assert hint("NodeUnschedulable", pod, pod, mine, event=OWN_TOLERATION) is Q
-    assert hint("NodeUnschedulable", pod, pod, mine_other_toleration, event=OWN_TOLERATION) is SKIP
-    assert hint("NodeUnschedulable", pod, someone_else, someone_else, event=OWN_TOLERATION) is SKIP
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "expected"),
-    [
-        (None, make_node("n"), Q),
-        (None, make_node("n", unschedulable=True), SKIP),
-        (make_node("n", unschedulable=True), make_node("n"), Q),
-        (make_node("n"), make_node("n", taints=[TAINT]), SKIP),
-    ],
-    ids=["add", "add-cordoned", "uncordoned", "taint-only"],
-)
-def test_node_unschedulable_node_hint(old: Any, new: Any, expected: QueueingHint) -> None:
-    event = NODE_ADD if old is None else NODE_TAINT
-    assert hint("NodeUnschedulable", pinfo(), old, new, event=event) is expected
-
-
-PORT_POD = pinfo("web", spec={"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]})
-
-
-def _port_pod(host_port: int, *, node_name: str = "n1", protocol: str = "TCP", host_ip: str = "") -> dict[str, Any]:
-    port: dict[str, Any] = {"containerPort": 80, "hostPort": host_port, "protocol": protocol}
-    if host_ip:
-        port["hostIP"] = host_ip
-    return make_pod("old", node_name=node_name, spec={"containers": [{"name": "c", "ports": [port]}]})
-
-
-@pytest.mark.parametrize(
-    ("deleted", "expected"),
-    [
-        (_port_pod(8080), Q),
-        (_port_pod(9090), SKIP),
-        (_port_pod(8080, protocol="UDP"), SKIP),
-        (_port_pod(8080, host_ip="10.0.0.1"), Q),  # the wanted 0.0.0.0 conflicts with any IP
-        (_port_pod(8080, node_name=""), SKIP),
-        (make_pod("plain", node_name="n1"), SKIP),
-    ],
-    ids=["same-port", "other-port", "other-protocol", "specific-ip", "unbound", "no-ports"],
-)
-def test_node_ports_pod_delete_hint(deleted: dict[str, Any], expected: QueueingHint) -> None:
-    assert hint("NodePorts", PORT_POD, deleted, None, event=POD_DELETE) is expected
-
-
-AFFINITY_POD = pinfo(
-    "a",
-    spec={
-        "nodeSelector": {"disk": "ssd"},
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]},
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["special"]}]},
-                    ]
-                }
-            }
-        },
-    },
-)
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "expected"),
-    [
-        (None, make_node("n", labels={"disk": "ssd", "zone": "a"}), Q),
-        (None, make_node("n", labels={"disk": "ssd", "zone": "c"}), SKIP),
-        (None, make_node("n", labels={"zone": "a"}), SKIP),  # nodeSelector unmet
-        (None, make_node("special", labels={"disk": "ssd"}), Q),  # matchFields term
-        (make_node("n", labels={"disk": "ssd"}), make_node("n", labels={"disk": "ssd", "zone": "b"}), Q),
-        (
-            make_node("n", labels={"disk": "ssd", "zone": "a"}),
-            make_node("n", labels={"disk": "ssd", "zone": "b"}),
-            SKIP,
-        ),
-    ],
-    ids=["add-match", "add-wrong-zone", "add-no-disk", "add-by-name", "label-now-matches", "matched-before"],
-)
-def test_node_affinity_node_hint(old: Any, new: Any, expected: QueueingHint) -> None:
-    event = NODE_ADD if old is None else NODE_LABEL
-    assert hint("NodeAffinity", AFFINITY_POD, old, new, event=event) is expected
-
-
-def test_node_affinity_added_affinity_filters_nodes() -> None:
-    args = {
-        "added_affinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "Exists"}]}]
-            }
-        }
+def test_events_for_framework_takes_rejecting_points_only() -> None:
+    assert set(events_for_framework(_framework())) == {
+        "SchedulingGates",
+        "NodeResourcesFit",
+        "NoHook",
+        "Silent",
+        "LabelGate",
     }
-    plain = pinfo("plain")
-    assert hint("NodeAffinity", plain, None, make_node("n"), event=NODE_ADD, args=args) is SKIP
-    assert hint("NodeAffinity", plain, None, make_node("n", labels={"pool": "x"}), event=NODE_ADD, args=args) is Q
 
 
-def test_node_affinity_gt_uses_integers() -> None:
-    pod = pinfo(
-        "g",
-        spec={
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["3"]}]}]
-                    }
-                }
-            }
-        },
+def test_each_plugin_instance_answers_for_itself() -> None:
+    framework = _framework()
+    events = events_for_framework(framework)
+    assert events["NodeResourcesFit"] == framework.plugins["NodeResourcesFit"].events_to_register()
+    assert events["LabelGate"] == [ClusterEventWithHint(ev(R.NODE, A.UPDATE_NODE_LABEL), _ready)]
+    assert events["Silent"] == []
+
+
+def test_plugin_without_the_hook_gets_all_events() -> None:
+    plugin = NoHook(handle=FakeHandle())
+    assert plugin.events_to_register() is None
+    assert registrations_of(plugin) == list(ALL_EVENTS)
+    assert events_for_framework(_framework())["NoHook"] == list(ALL_EVENTS)
+
+
+def test_plugin_with_its_own_hint_gets_exactly_its_registrations_in_the_queue() -> None:
+    queue = SchedulingQueue(
+        less=lambda a, b: a.timestamp < b.timestamp,
+        pre_enqueue=lambda pod: SUCCESS,
+        plugin_events=events_for_framework(_framework()),
+        clock=lambda: 1000.0,
     )
-    assert hint("NodeAffinity", pod, None, make_node("n", labels={"gen": "4"}), event=NODE_ADD) is Q
-    assert hint("NodeAffinity", pod, None, make_node("n", labels={"gen": "3"}), event=NODE_ADD) is SKIP
-    assert hint("NodeAffinity", pod, None, make_node("n", labels={"gen": "4.5"}), event=NODE_ADD) is SKIP
+    pod = pinfo("p", uid="p")
+    queue.add(pod)
+    qpod = queue.pop_nowait()
+    assert qpod is not None
+    qpod.unschedulable_plugins.add("LabelGate")
+    queue.add_unschedulable_if_not_present(qpod)
+    assert queue.location(pod.uid) == "unschedulable"
 
-
-SPREAD = {
-    "maxSkew": 1,
-    "topologyKey": "zone",
-    "whenUnsatisfiable": "DoNotSchedule",
-    "labelSelector": {"matchLabels": {"app": "web"}},
-}
-SPREAD_POD = pinfo("s", uid="s", labels={"app": "web"}, spec={"topologySpreadConstraints": [SPREAD]})
-
-
-def _web(labels: dict[str, str], *, node_name: str = "n1", namespace: str = "default") -> dict[str, Any]:
-    return make_pod("w", uid="w", node_name=node_name, namespace=namespace, labels=labels)
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "expected"),
-    [
-        (None, _web({"app": "web"}), Q),
-        (None, _web({"app": "db"}), SKIP),
-        (None, _web({"app": "web"}, node_name=""), SKIP),  # not placed: does not count
-        (None, _web({"app": "web"}, namespace="other"), SKIP),
-        (_web({"app": "web"}), None, Q),
-        (_web({"app": "web"}), _web({"app": "db"}), Q),
-        (_web({"app": "web", "x": "1"}), _web({"app": "web", "x": "2"}), SKIP),  # selector unaffected
-        (_web({"app": "db", "x": "1"}), _web({"app": "db", "x": "1"}), SKIP),
-    ],
-    ids=[
-        "add-match",
-        "add-other",
-        "add-unbound",
-        "add-other-ns",
-        "delete",
-        "relabel-out",
-        "relabel-irrelevant",
-        "same",
-    ],
-)
-def test_pod_topology_spread_pod_hint(old: Any, new: Any, expected: QueueingHint) -> None:
-    event = POD_ADD if old is None else POD_DELETE if new is None else POD_LABEL
-    assert hint("PodTopologySpread", SPREAD_POD, old, new, event=event) is expected
-
-
-def test_pod_topology_spread_match_label_keys_and_own_toleration() -> None:
-    constraint = dict(SPREAD, matchLabelKeys=["rev"], nodeTaintsPolicy="Honor")
-    pod = pinfo("s", uid="s", labels={"app": "web", "rev": "1"}, spec={"topologySpreadConstraints": [constraint]})
-    assert hint("PodTopologySpread", pod, None, _web({"app": "web", "rev": "1"}), event=POD_ADD) is Q
-    assert hint("PodTopologySpread", pod, None, _web({"app": "web", "rev": "2"}), event=POD_ADD) is SKIP
-    tolerating = make_pod(
-        "s", uid="s", labels={"app": "web", "rev": "1"}, spec={"tolerations": [{"operator": "Exists"}]}
-    )
-    assert hint("PodTopologySpread", pod, pod, tolerating, event=ev(R.UNSCHEDULED_POD, A.UPDATE_POD_TOLERATION)) is Q
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "expected"),
-    [
-        (None, make_node("n", labels={"zone": "a"}), Q),
-        (None, make_node("n"), SKIP),
-        (make_node("n", labels={"zone": "a"}), None, Q),
-        (make_node("n"), make_node("n", labels={"zone": "a"}), Q),
-        (make_node("n", labels={"zone": "a"}), make_node("n", labels={"zone": "b"}), Q),
-        (make_node("n", labels={"zone": "a"}), make_node("n", labels={"zone": "a", "x": "y"}), SKIP),
-        (make_node("n", labels={"zone": "a"}), make_node("n", labels={"zone": "a"}, taints=[TAINT]), Q),
-    ],
-    ids=["add-keyed", "add-unkeyed", "delete-keyed", "gains-key", "zone-moves", "other-label", "taints"],
-)
-def test_pod_topology_spread_node_hint(old: Any, new: Any, expected: QueueingHint) -> None:
-    event = NODE_ADD if old is None else NODE_DELETE if new is None else NODE_LABEL
-    assert hint("PodTopologySpread", SPREAD_POD, old, new, event=event) is expected
-
-
-def test_pod_topology_spread_defaulted_constraints_queue_conservatively() -> None:
-    args = {
-        "defaulting_type": "List",
-        "default_constraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
-    }
-    plain = pinfo("d", uid="d", labels={"app": "x"})
-    assert hint("PodTopologySpread", plain, None, _web({"anything": "1"}), event=POD_ADD, args=args) is Q
-    assert hint("PodTopologySpread", plain, None, make_node("n"), event=NODE_ADD, args=args) is SKIP
-
-
-def _affinity_pod(kind: str, *, uid: str = "me", labels: dict[str, str] | None = None) -> PodInfo:
-    term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}
-    return pinfo(
-        "me",
-        uid=uid,
-        labels=labels or {},
-        spec={"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}},
-    )
-
-
-def _db(labels: dict[str, str], *, node_name: str = "n1", uid: str = "db") -> dict[str, Any]:
-    return make_pod("db", uid=uid, node_name=node_name, labels=labels)
-
-
-@pytest.mark.parametrize(
-    ("kind", "old", "new", "expected"),
-    [
-        ("podAffinity", None, _db({"app": "db"}), Q),
-        ("podAffinity", None, _db({"app": "web"}), SKIP),
-        ("podAffinity", None, _db({"app": "db"}, node_name=""), SKIP),
-        ("podAffinity", _db({"app": "web"}), _db({"app": "db"}), Q),
-        ("podAffinity", _db({"app": "db"}), None, SKIP),
-        ("podAntiAffinity", _db({"app": "db"}), None, Q),
-        ("podAntiAffinity", _db({"app": "db"}), _db({"app": "web"}), Q),
-        ("podAntiAffinity", None, _db({"app": "db"}), SKIP),
-    ],
-    ids=[
-        "aff-add",
-        "aff-add-other",
-        "aff-add-unbound",
-        "aff-relabel-in",
-        "aff-delete",
-        "anti-delete",
-        "anti-relabel-out",
-        "anti-add",
-    ],
-)
-def test_inter_pod_affinity_pod_hint(kind: str, old: Any, new: Any, expected: QueueingHint) -> None:
-    event = POD_ADD if old is None else POD_DELETE if new is None else POD_LABEL
-    assert hint("InterPodAffinity", _affinity_pod(kind), old, new, event=event) is expected
-
-
-def test_inter_pod_affinity_deleted_pods_own_anti_affinity() -> None:
-    plain = pinfo("me", uid="me", labels={"app": "web"})
-    blocker = make_pod(
-        "b",
-        uid="b",
-        node_name="n1",
-        spec={
-            "affinity": {
-                "podAntiAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
-                    ]
-                }
-            }
-        },
-    )
-    assert hint("InterPodAffinity", plain, blocker, None, event=POD_DELETE) is Q
-    assert hint("InterPodAffinity", plain, make_pod("x", uid="x", node_name="n1"), None, event=POD_DELETE) is SKIP
-    # the pod's own label update always queues
-    relabelled = make_pod("me", uid="me", labels={"app": "other"})
-    assert hint("InterPodAffinity", plain, plain, relabelled, event=ev(R.UNSCHEDULED_POD, A.UPDATE_POD_LABEL)) is Q
-
-
-@pytest.mark.parametrize(
-    ("kind", "old", "new", "expected"),
-    [
-        ("podAffinity", None, make_node("n", labels={"zone": "a"}), Q),
-        ("podAffinity", None, make_node("n"), SKIP),
-        ("podAffinity", make_node("n"), make_node("n", labels={"zone": "a"}), Q),
-        ("podAffinity", make_node("n", labels={"zone": "a"}), make_node("n", labels={"zone": "b"}), Q),
-        ("podAffinity", make_node("n", labels={"zone": "a"}), make_node("n", labels={"zone": "a", "q": "1"}), SKIP),
-        ("podAntiAffinity", None, make_node("n"), Q),
-        ("podAntiAffinity", make_node("n", labels={"zone": "a"}), make_node("n"), Q),
-        ("podAntiAffinity", make_node("n"), make_node("n", labels={"zone": "a"}), SKIP),
-    ],
-    ids=[
-        "aff-add",
-        "aff-add-unkeyed",
-        "aff-gains-key",
-        "aff-moves",
-        "aff-other",
-        "anti-add",
-        "anti-loses-key",
-        "anti-gains-key",
-    ],
-)
-def test_inter_pod_affinity_node_hint(kind: str, old: Any, new: Any, expected: QueueingHint) -> None:
-    event = NODE_ADD if old is None else NODE_LABEL
-    assert hint("InterPodAffinity", _affinity_pod(kind), old, new, event=event) is expected
-
-
-def test_scheduling_gates_and_default_preemption_hints() -> None:
-    pod = pinfo("g", uid="g")
-    assert hint("SchedulingGates", pod, pod, make_pod("g", uid="g"), event=OWN_GATES) is Q
-    assert hint("SchedulingGates", pod, pod, make_pod("o", uid="o"), event=OWN_GATES) is SKIP
-    assert hint("DefaultPreemption", pod, make_pod("o", uid="o", node_name="n"), None, event=POD_DELETE) is SKIP
-
-
-def test_hint_rejects_objects_of_the_wrong_type() -> None:
-    # The queue turns a raising hint into Queue; the hints themselves refuse what they cannot read.
-    with pytest.raises(TypeError):
-        hint("TaintToleration", pinfo(), None, 42, event=NODE_ADD)
+    plain = make_node("n1")
+    queue.node_added(plain)  # not registered: no ALL_EVENTS fallback for a plugin with the hook
+    assert queue.location(pod.uid) == "unschedulable"
+    not_ready = make_node("n1", labels={"ready": "no"})
+    queue.node_updated(plain, not_ready)  # registered, but its hint says QueueSkip
+    assert queue.location(pod.uid) == "unschedulable"
+    queue.node_updated(not_ready, make_node("n1", labels={"ready": "yes"}))
+    assert queue.location(pod.uid) == "backoff"

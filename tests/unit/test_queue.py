@@ -24,11 +24,10 @@ from kopf_scheduler.framework.events import (
     EventResource,
     QueueingHint,
 )
-from kopf_scheduler.framework.queueing_hints import events_to_register
 from kopf_scheduler.framework.status import SUCCESS, Status
 from kopf_scheduler.queue import QueueClosedError, QueuedPodInfo, SchedulingQueue
 from kopf_scheduler.state.pod_info import PodInfo
-from tests.unit.factories import make_node, make_pod
+from tests.unit.factories import events_to_register, make_node, make_pod
 
 START = 1000.25
 

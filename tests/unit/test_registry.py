@@ -8,6 +8,7 @@ package under ``examples/plugins`` is loaded that way (its sources put on ``sys.
 
 from __future__ import annotations
 
+import ast
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,19 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from kopf_scheduler.framework import CycleState, ExtensionPoint, FilterPlugin, Plugin, ScorePlugin
+from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    CycleState,
+    EventResource,
+    ExtensionPoint,
+    FilterPlugin,
+    Plugin,
+    ScorePlugin,
+)
+from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.profile import PluginRef, ResolvedProfile
 from kopf_scheduler.framework.registry import (
     ENTRY_POINT_GROUP,
@@ -298,3 +311,31 @@ def test_example_plugin_through_the_profile_builder(install: Install) -> None:
     plugin = framework.plugins["RequireNodeLabel"]
     assert (plugin.key, plugin.values) == ("pool", ("gpu",))
     assert "RequireNodeLabel" in framework.list_plugins()[ExtensionPoint.FILTER]
+
+
+def test_example_filter_declares_its_own_queueing_hint(install: Install) -> None:
+    framework, _ = example_framework(
+        install,
+        {ExtensionPoint.FILTER: ("RequireNodeLabel",)},
+        {"RequireNodeLabel": {"key": "pool", "values": ["gpu"]}},
+    )
+    (registration,) = events_for_framework(framework)["RequireNodeLabel"]  # its own list, not every event
+    assert registration.event == ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)
+    assert registration.hint is not None
+    pod = pod_info(make_pod())
+    gpu, cpu = make_node("n", labels={"pool": "gpu"}), make_node("n", labels={"pool": "cpu"})
+    assert registration.hint(pod, None, gpu) is QUEUE
+    assert registration.hint(pod, None, cpu) is QUEUE_SKIP
+    assert registration.hint(pod, cpu, gpu) is QUEUE
+    assert registration.hint(pod, gpu, gpu) is QUEUE_SKIP
+
+
+def test_example_package_imports_only_the_plugin_facing_api() -> None:
+    imported = set()
+    for source in EXAMPLE_SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    assert {name for name in imported if name.startswith("kopf_scheduler")} == {"kopf_scheduler.framework"}

@@ -1,9 +1,31 @@
 """The scheduling framework: extension-point interfaces, Status, CycleState, runtime and builder.
 
-Plugin authors import from here. This package knows nothing of kopf or HTTP (import-linter enforces it).
+Plugin authors import from here, and only from here: the interfaces, Status and CycleState, the cluster
+event vocabulary and the helpers for writing QueueingHints (``events_to_register``), upstream's
+``default_normalize_score``, and the state types plugin signatures mention (PodInfo, NodeInfo, Snapshot).
+This package knows nothing of kopf or HTTP (import-linter enforces it).
 """
 
 from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.events import (
+    ALL_EVENTS,
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+    QueueingHintFn,
+    as_object,
+    as_pod,
+    is_assigned_or_nominated,
+    is_own_update,
+    node_pair,
+    nominated_node_name,
+    object_labels,
+    object_name,
+)
 from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.interface import (
     MAX_NODE_SCORE,
@@ -33,26 +55,38 @@ from kopf_scheduler.framework.interface import (
     ReservePlugin,
     ScorePlugin,
 )
+from kopf_scheduler.framework.normalize import default_normalize_score
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
+from kopf_scheduler.state.cache import NodeInfo, Snapshot
+from kopf_scheduler.state.pod_info import PodInfo
 
 __all__ = [
+    "ALL_EVENTS",
     "MAX_NODE_SCORE",
     "MIN_NODE_SCORE",
+    "QUEUE",
+    "QUEUE_SKIP",
     "SUCCESS",
     "APIClient",
     "APIError",
+    "ActionType",
     "BindPlugin",
+    "ClusterEvent",
+    "ClusterEventWithHint",
     "Code",
     "CycleState",
+    "EventResource",
     "ExtensionPoint",
     "FilterPlugin",
     "FilterResult",
     "Handle",
     "NodeFilterPlugin",
+    "NodeInfo",
     "NodeScorePlugin",
     "NodeToStatus",
     "PermitPlugin",
     "Plugin",
+    "PodInfo",
     "PostBindPlugin",
     "PostFilterPlugin",
     "PostFilterResult",
@@ -64,7 +98,19 @@ __all__ = [
     "PreScorePlugin",
     "QueueSortPlugin",
     "QueuedPod",
+    "QueueingHint",
+    "QueueingHintFn",
     "ReservePlugin",
     "ScorePlugin",
+    "Snapshot",
     "Status",
+    "as_object",
+    "as_pod",
+    "default_normalize_score",
+    "is_assigned_or_nominated",
+    "is_own_update",
+    "node_pair",
+    "nominated_node_name",
+    "object_labels",
+    "object_name",
 ]

@@ -13,7 +13,9 @@ when its resource matches (``Pod`` also covers the internal ``AssignedPod`` / ``
 action is the same or *more specific* (``UpdateNodeLabel`` matches a registered ``Update``, not vice versa).
 
 Pods may be given as :class:`~kopf_scheduler.state.pod_info.PodInfo` or as raw API dicts; nodes and every
-other kind as raw API dicts. Behaviour follows Kubernetes v1.36 with its default feature gates
+other kind as raw API dicts. The helpers for writing QueueingHints (:func:`node_pair`,
+:func:`object_labels`, :func:`is_own_update` …) live here too; plugins import them from
+:mod:`kopf_scheduler.framework`. Behaviour follows Kubernetes v1.36 with its default feature gates
 (DynamicResourceAllocation and InPlacePodVerticalScaling on).
 """
 
@@ -248,6 +250,42 @@ def as_object(obj: Any) -> Mapping[str, Any] | None:
 
 def nominated_node_name(pod: PodInfo) -> str:
     return (pod.obj.get("status") or {}).get("nominatedNodeName") or ""
+
+
+# -- helpers for writing QueueingHints ---------------------------------------------------------------------
+#: Shorthands for a hint's two answers.
+QUEUE = QueueingHint.QUEUE
+QUEUE_SKIP = QueueingHint.QUEUE_SKIP
+
+
+def object_labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    """An API object's labels (empty when it has none)."""
+    return dict(_meta(obj).get("labels") or {})
+
+
+def object_name(obj: Mapping[str, Any]) -> str:
+    return _meta(obj).get("name") or ""
+
+
+def node_pair(old: Any, new: Any) -> tuple[Mapping[str, Any] | None, Mapping[str, Any]]:
+    """The (old, new) node dicts of a node add or update hint; ``new`` must be there."""
+    original, modified = as_object(old), as_object(new)
+    if modified is None:
+        raise ValueError("node hint called without the new node")
+    return original, modified
+
+
+def is_assigned_or_nominated(pod: PodInfo) -> bool:
+    """The pod holds (or was promised) room on a node: bound, or nominated by preemption."""
+    return bool(pod.node_name or nominated_node_name(pod))
+
+
+def is_own_update(pod: PodInfo, new: Any) -> bool:
+    """A pod update hint is about the rejected pod itself (``new`` is the updated pod)."""
+    modified = as_pod(new)
+    if modified is None:
+        raise ValueError("pod update hint called without the new pod")
+    return modified.uid == pod.uid
 
 
 def object_uid(obj: Any) -> str | None:

@@ -25,6 +25,7 @@ from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.status import SUCCESS, Status
 
 if TYPE_CHECKING:
+    from kopf_scheduler.framework.events import ClusterEventWithHint
     from kopf_scheduler.state.cache import NodeInfo, Snapshot
     from kopf_scheduler.state.pod_info import PodInfo
 
@@ -127,6 +128,18 @@ class Plugin:
     def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:
         self.handle = handle
         self.args = args
+
+    def events_to_register(self) -> list[ClusterEventWithHint] | None:
+        """Upstream ``EnqueueExtensions.EventsToRegister``: the cluster events that could undo this plugin's
+        rejection of a pod, each with an optional QueueingHint judging it for one pod.
+
+        Asked once per built pipeline, for plugins enabled at an extension point that can reject a pod
+        (PreEnqueue, PreFilter, Filter, Reserve, Permit); read the plugin's args from ``self``. ``None``
+        (this default) means "not implemented": the plugin is registered for every event with an
+        always-Queue hint (``events.ALL_EVENTS``), as upstream does for plugins without EnqueueExtensions.
+        ``[]`` registers nothing: no event requeues a pod this plugin rejected (only the periodic flush).
+        """
+        return None
 
     @classmethod
     def extension_points(cls) -> frozenset[ExtensionPoint]:

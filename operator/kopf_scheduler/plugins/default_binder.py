@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kopf_scheduler.framework import SUCCESS, BindPlugin, CycleState, Status
+from kopf_scheduler.framework import SUCCESS, BindPlugin, ClusterEventWithHint, CycleState, Status
 from kopf_scheduler.state.pod_info import PodInfo
 
 #: Our own text for a framework started without an API client (tests, dry runs): binding cannot happen.
@@ -23,6 +23,9 @@ class NoClientError(RuntimeError):
 
 class DefaultBinder(BindPlugin):
     name: ClassVar[str] = "DefaultBinder"
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return []  # it never rejects a pod, so no event needs to requeue one
 
     async def bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         client = self.handle.client

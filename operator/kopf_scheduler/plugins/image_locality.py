@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from kopf_scheduler.framework import MAX_NODE_SCORE, CycleState, ScorePlugin
+from kopf_scheduler.framework import MAX_NODE_SCORE, ClusterEventWithHint, CycleState, ScorePlugin
 
 if TYPE_CHECKING:
     from kopf_scheduler.state.cache import Snapshot
@@ -80,6 +80,9 @@ def calculate_priority(sums: np.ndarray, num_containers: int) -> np.ndarray:
 
 class ImageLocality(ScorePlugin):
     name: ClassVar[str] = NAME
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return []  # it never rejects a pod, so no event needs to requeue one
 
     def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
         total_nodes = snapshot.num_nodes

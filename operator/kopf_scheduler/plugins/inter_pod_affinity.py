@@ -19,18 +19,36 @@ Filter, in upstream's order, first failure wins:
    ``node(s) didn't match pod anti-affinity rules``;
 3. existing pods' required anti-affinity matching the incoming pod in the node's domain → U
    ``node(s) didn't satisfy existing pods anti-affinity rules``.
+
+QueueingHints: a bound pod that now satisfies the pod's affinity, or no longer blocks it through (its own
+or the pod's) anti-affinity; a node gaining (affinity) or losing/changing (anti-affinity) a topology label
+the pod's terms use. As upstream's hints, terms match a pod without its namespace's labels (a namespace
+selector other than ``{}`` selects nothing there).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from kopf_scheduler.api.args import InterPodAffinityArgs
 from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.events import (
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+    as_pod,
+    is_assigned_or_nominated,
+    node_pair,
+    object_labels,
+)
 from kopf_scheduler.framework.interface import (
     MAX_NODE_SCORE,
     FilterPlugin,
@@ -448,3 +466,72 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             return np.zeros_like(scores)
         scaled = float(MAX_NODE_SCORE) * ((scores - low).astype(np.float64) / float(spread))
         return scaled.astype(np.int64)
+
+    # -- EnqueueExtensions --------------------------------------------------------------------------
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.ADD | ActionType.UPDATE_POD_LABEL | ActionType.DELETE),
+                is_schedulable_after_pod_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+                is_schedulable_after_node_change,
+            ),
+        ]
+
+
+def is_schedulable_after_pod_change(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A bound pod now satisfies the pod's affinity, or no longer blocks it through anti-affinity."""
+    original, modified = as_pod(old), as_pod(new)
+    if modified is not None and original is not None and modified.uid == pod.uid:
+        return QUEUE  # the pod's own labels changed: its existing anti-affinity peers may stop matching
+    if (modified is not None and not is_assigned_or_nominated(modified)) or (
+        original is not None and not is_assigned_or_nominated(original)
+    ):
+        return QUEUE_SKIP
+    terms = pod_affinity_terms(pod)
+    if modified is not None and original is not None:
+        if not _matches_all(terms.required_affinity, original) and _matches_all(terms.required_affinity, modified):
+            return QUEUE
+        if _matches_all(terms.required_anti_affinity, original) and not _matches_all(
+            terms.required_anti_affinity, modified
+        ):
+            return QUEUE
+        return QUEUE_SKIP
+    if modified is not None:
+        return QUEUE if _matches_all(terms.required_affinity, modified) else QUEUE_SKIP
+    assert original is not None
+    if _matches_all(terms.required_anti_affinity, original):
+        return QUEUE
+    # The deleted pod's own anti-affinity may have kept the pod away.
+    return QUEUE if _matches_all(pod_affinity_terms(original).required_anti_affinity, pod) else QUEUE_SKIP
+
+
+def _topology_value_changed(key: str, before: Mapping[str, str], after: Mapping[str, str]) -> bool:
+    return key in before and key in after and before[key] != after[key]
+
+
+def is_schedulable_after_node_change(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A node gained (affinity) or lost/changed (anti-affinity) a topology label the pod's terms use."""
+    original, modified = node_pair(old, new)
+    modified_labels = object_labels(modified)
+    original_labels = object_labels(original) if original is not None else {}
+    terms = pod_affinity_terms(pod)
+    for term in terms.required_affinity:
+        key = term.topology_key
+        if original is None:
+            if key in modified_labels:
+                return QUEUE
+            continue
+        gained = key not in original_labels and key in modified_labels
+        if gained or _topology_value_changed(key, original_labels, modified_labels):
+            return QUEUE
+    for term in terms.required_anti_affinity:
+        key = term.topology_key
+        if original is None:
+            return QUEUE
+        lost = key in original_labels and key not in modified_labels
+        if lost or _topology_value_changed(key, original_labels, modified_labels):
+            return QUEUE
+    return QUEUE_SKIP

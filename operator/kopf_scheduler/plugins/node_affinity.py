@@ -15,6 +15,11 @@ Upstream ``plugins/nodeaffinity``, v1.36:
 
 Matching is done for all candidate nodes at once over the node table's label columns; parsing lives in
 :mod:`kopf_scheduler.state.node_affinity`, shared with PodTopologySpread's ``nodeAffinityPolicy``.
+
+QueueingHint: a node add or label change queues the pod when the node now matches the profile's
+``addedAffinity`` and the pod's required affinity and did not before (one node, matched by the same
+:mod:`~kopf_scheduler.state.node_affinity` rules). A malformed ``addedAffinity`` never gets here: the
+plugin refuses to build.
 """
 
 from __future__ import annotations
@@ -26,16 +31,26 @@ import numpy as np
 
 from kopf_scheduler.api.args import NodeAffinityArgs
 from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
     SUCCESS,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
     CycleState,
+    EventResource,
     FilterPlugin,
     FilterResult,
     Handle,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
+    QueueingHint,
     ScorePlugin,
     Status,
+    node_pair,
+    object_labels,
+    object_name,
 )
 from kopf_scheduler.framework.normalize import default_normalize_score
 from kopf_scheduler.state.node_affinity import (
@@ -193,3 +208,25 @@ class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
 
     def normalize_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, scores: np.ndarray) -> np.ndarray:
         return default_normalize_score(scores, reverse=False)
+
+    # -- EnqueueExtensions --------------------------------------------------------------------------------
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+                self.is_schedulable_after_node_change,
+            )
+        ]
+
+    def is_schedulable_after_node_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """The node now matches the pod's required affinity (and the profile's addedAffinity) and did not."""
+        original, modified = node_pair(old, new)
+        labels, name = object_labels(modified), object_name(modified)
+        if self.added_node_selector is not None and not self.added_node_selector.matches(labels, name):
+            return QUEUE_SKIP
+        affinity = RequiredNodeAffinity.from_pod(pod)
+        if not affinity.matches(labels, name):
+            return QUEUE_SKIP
+        if original is None:
+            return QUEUE
+        return QUEUE_SKIP if affinity.matches(object_labels(original), object_name(original)) else QUEUE

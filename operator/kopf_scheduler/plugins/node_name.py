@@ -10,7 +10,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from kopf_scheduler.framework import CycleState, FilterPlugin, FilterResult, Status
+from kopf_scheduler.framework import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EventResource,
+    FilterPlugin,
+    FilterResult,
+    Status,
+)
 from kopf_scheduler.state.cache import Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -31,3 +40,7 @@ class NodeName(FilterPlugin):
         if not rejected.any():
             return None
         return FilterResult.uniform(rejected, self._rejection)
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        # Only a new node can carry the wanted name; no hint (always Queue).
+        return [ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD))]

@@ -14,11 +14,27 @@ the nominated-pods pass, temporarily assumed pods alike), and marks the few node
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from kopf_scheduler.framework import SUCCESS, CycleState, FilterPlugin, FilterResult, PreFilterPlugin, Status
+from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    SUCCESS,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EventResource,
+    FilterPlugin,
+    FilterResult,
+    PreFilterPlugin,
+    QueueingHint,
+    Status,
+    as_pod,
+    is_assigned_or_nominated,
+)
 from kopf_scheduler.framework.interface import PreFilterResult
 
 if TYPE_CHECKING:
@@ -74,3 +90,21 @@ class NodePorts(PreFilterPlugin, FilterPlugin):
         if not rejected.any():
             return None
         return FilterResult.uniform(rejected, self._rejection)
+
+    # -- EnqueueExtensions --------------------------------------------------------------------------------
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.DELETE), is_schedulable_after_pod_deleted),
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD)),
+        ]
+
+
+def is_schedulable_after_pod_deleted(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A bound (or nominated) pod holding a host port the rejected pod wants went away."""
+    deleted = as_pod(old)
+    if deleted is None:
+        raise ValueError("pod delete hint called without the deleted pod")
+    if not is_assigned_or_nominated(deleted) or not deleted.host_ports:
+        return QUEUE_SKIP
+    conflict = any(want.conflicts_with(used) for want in pod.host_ports for used in deleted.host_ports)
+    return QUEUE if conflict else QUEUE_SKIP

@@ -19,6 +19,7 @@ import numpy as np
 
 from kopf_scheduler.api.args import NodeResourcesBalancedAllocationArgs
 from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.events import ClusterEventWithHint
 from kopf_scheduler.framework.interface import Handle, PreScorePlugin, ScorePlugin
 from kopf_scheduler.framework.status import SUCCESS, Status
 from kopf_scheduler.plugins.resource_allocation import balanced_allocation, calculate_allocation, scored_resources
@@ -47,6 +48,10 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
     """Score by how much the pod improves the balance of the node's resource usage."""
 
     name: ClassVar[str] = NAME
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return []  # it never rejects a pod, so no event needs to requeue one
+
     args_model: ClassVar[type[BaseModel] | None] = NodeResourcesBalancedAllocationArgs
 
     def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:

@@ -23,18 +23,39 @@ the differential conformance suite (tests/conformance).
 Not modelled: DRA-backed extended resources (DRAExtendedResource): upstream skips the fit check of an
 extended resource that a node does not advertise but a DeviceClass maps; the cache does not watch
 DeviceClasses, so such a request fails as ``Insufficient <name>`` (as upstream without such a DeviceClass).
+
+QueueingHints (upstream ``EventsToRegister``): a pod delete or scale-down, a node add or allocatable change,
+a DeviceClass add/update. Where they simplify: the Node hint's "would the pod fit an empty node" check looks
+at the pod count and the requested cpu / memory / ephemeral-storage / scalar resources only; DRA-backed
+extended resources are not delegated to the DRA manager (a node without the resource reads as 0, so such
+pods may wait for the flush).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from kopf_scheduler.api.args import NodeResourcesFitArgs
 from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.events import (
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    EventResource,
+    QueueingHint,
+    as_object,
+    as_pod,
+    is_assigned_or_nominated,
+    node_pair,
+    object_name,
+)
 from kopf_scheduler.framework.interface import (
     FilterPlugin,
     FilterResult,
@@ -60,9 +81,11 @@ from kopf_scheduler.state.pod_info import (
     PodInfo,
     is_extended_resource_name,
     is_pod_level_requests_set,
+    is_scalar_resource_name,
     pod_request_list,
     scheduler_value,
 )
+from kopf_scheduler.state.quantity import resource_value
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -87,6 +110,12 @@ _BASE_CHECKS = (
     ("memory", REASON_INSUFFICIENT_MEMORY),
     ("ephemeral-storage", REASON_INSUFFICIENT_EPHEMERAL_STORAGE),
 )
+
+#: What the QueueingHints compare besides scalar resources, and the allocatable key of the pod count.
+_HINT_BASE_RESOURCES = frozenset(name for name, _ in _BASE_CHECKS)
+_PODS = "pods"
+#: A DeviceClass backs the implicit extended resource ``deviceclass.resource.kubernetes.io/<class name>``.
+_DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 #: Failure rows (pods, resources…, unresolvable) that still fit one int64 key per node.
 _MAX_PACKED_BITS = 62
@@ -278,3 +307,87 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         pod_requests = pre.pod_requests if pre is not None else self.pod_requests(pod)
         allocation = calculate_allocation(snapshot.table, nodes, self.resources, pod_requests, use_requested=False)
         return self.scorer(allocation)
+
+    # -- EnqueueExtensions --------------------------------------------------------------------------------
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            # Delete frees room; UpdatePodScaleDown because InPlacePodVerticalScaling is GA.
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN),
+                self.is_schedulable_after_pod_event,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE),
+                self.is_schedulable_after_node_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE),
+                is_schedulable_after_device_class_event,
+            ),
+        ]
+
+    def _hint_requests(self, pod: PodInfo) -> dict[str, int]:
+        """The requests the hints compare: > 0, cpu/memory/ephemeral-storage or scalar, not ignored."""
+        return {
+            name: value
+            for name, value in pod.requests.items()
+            if value > 0 and (name in _HINT_BASE_RESOURCES or is_scalar_resource_name(name)) and not self._ignored(name)
+        }
+
+    def fits_empty_node(self, pod: PodInfo, node: Mapping[str, Any]) -> bool:
+        """Upstream ``isFit``: would the pod fit this node if nothing ran on it?"""
+        allocatable = _allocatable(node)
+        if allocatable.get(_PODS, 0) < 1:
+            return False
+        return all(want <= allocatable.get(name, 0) for name, want in self._hint_requests(pod).items())
+
+    def any_requested_increased(self, pod: PodInfo, original: Mapping[str, Any], modified: Mapping[str, Any]) -> bool:
+        """Upstream ``haveAnyRequestedResourcesIncreased``: more pods allowed, or more of something requested."""
+        before, after = _allocatable(original), _allocatable(modified)
+        if after.get(_PODS, 0) > before.get(_PODS, 0):
+            return True
+        return any(after.get(name, 0) > before.get(name, 0) for name in self._hint_requests(pod))
+
+    def is_schedulable_after_pod_event(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """A pod was deleted or scaled down (upstream ``isSchedulableAfterPodEvent``)."""
+        original, modified = as_pod(old), as_pod(new)
+        if modified is None:
+            assert original is not None
+            # Only a pod that held (or was promised) room on a node frees anything.
+            return QUEUE if is_assigned_or_nominated(original) else QUEUE_SKIP
+        if modified.uid == pod.uid:
+            return QUEUE  # the rejected pod itself asks for less now
+        if not modified.node_name or original is None:
+            return QUEUE_SKIP
+        for name in self._hint_requests(pod):
+            if original.requests.get(name, 0) > modified.requests.get(name, 0):
+                return QUEUE
+        return QUEUE_SKIP
+
+    def is_schedulable_after_node_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """A node was added or its allocatable changed (upstream ``isSchedulableAfterNodeChange``)."""
+        original, modified = node_pair(old, new)
+        if not self.fits_empty_node(pod, modified):
+            return QUEUE_SKIP
+        if original is None:
+            return QUEUE
+        return QUEUE if self.any_requested_increased(pod, original, modified) else QUEUE_SKIP
+
+
+def _allocatable(node: Mapping[str, Any]) -> dict[str, int]:
+    raw = (node.get("status") or {}).get("allocatable") or {}
+    return {name: resource_value(name, value) for name, value in raw.items()}
+
+
+def is_schedulable_after_device_class_event(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A DeviceClass appeared or changed its extended resource name (DRAExtendedResource)."""
+    original, modified = as_object(old), as_object(new)
+    if modified is None:
+        raise ValueError("DeviceClass hint called without the new object")
+    new_name = (modified.get("spec") or {}).get("extendedResourceName") or ""
+    if original is not None:
+        if ((original.get("spec") or {}).get("extendedResourceName") or "") == new_name:
+            return QUEUE_SKIP
+    elif _DEVICE_CLASS_PREFIX + object_name(modified) in pod.requests:
+        return QUEUE
+    return QUEUE if new_name and new_name in pod.requests else QUEUE_SKIP

@@ -20,6 +20,12 @@ the cache (:meth:`ClusterCache.matching_pod_counts`: built once per namespace an
 index, then kept current by pod events), and are folded into per-domain counts with one ``np.bincount``
 over the topology key's interned value ids (:class:`LabelColumn`). Domains are value ids, so Filter and Score look
 counts up by indexing; nothing loops over nodes in Python.
+
+QueueingHints: a pod counted in one of the pod's domains appears, goes, or changes labels (or the pod's own
+tolerations change while a constraint honours taints); a node carrying every topology key comes, goes, or
+changes a topology label or its taints. Where they simplify: for a pod without its own constraints the
+defaulted constraints' selectors (built from the pod's Services and controllers) are not rebuilt; such a
+constraint is taken to match every pod (Queue).
 """
 
 from __future__ import annotations
@@ -35,16 +41,27 @@ import numpy as np
 from kopf_scheduler.api.args import PodTopologySpreadArgs
 from kopf_scheduler.framework import (
     MAX_NODE_SCORE,
+    QUEUE,
+    QUEUE_SKIP,
     SUCCESS,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
     CycleState,
+    EventResource,
     FilterPlugin,
     FilterResult,
     Handle,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
+    QueueingHint,
     ScorePlugin,
     Status,
+    as_object,
+    as_pod,
+    is_assigned_or_nominated,
+    object_labels,
 )
 from kopf_scheduler.state.cache import ClusterCache, NodeInfo, Snapshot
 from kopf_scheduler.state.node_affinity import required_node_affinity_mask
@@ -52,6 +69,7 @@ from kopf_scheduler.state.node_table import LabelColumn, NodeTable
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.selectors import LabelSelector, Requirement
 from kopf_scheduler.state.taints import untolerated_taint_set_mask
+from kopf_scheduler.state.tolerations import parse_taints
 
 NAME = "PodTopologySpread"
 
@@ -557,3 +575,95 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         else:
             result[valid] = _go_div(MAX_NODE_SCORE * (max_score + min_score - considered), max_score)
         return result
+
+    # -- EnqueueExtensions --------------------------------------------------------------------------
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        pod_changes = (
+            ActionType.ADD | ActionType.UPDATE_POD_LABEL | ActionType.UPDATE_POD_TOLERATION | ActionType.DELETE
+        )
+        node_changes = ActionType.ADD | ActionType.DELETE | ActionType.UPDATE_NODE_LABEL | ActionType.UPDATE_NODE_TAINT
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.POD, pod_changes), self.is_schedulable_after_pod_change),
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, node_changes), self.is_schedulable_after_node_change),
+        ]
+
+    def _hint_constraints(self, pod: PodInfo) -> _HintConstraints:
+        """The pod's hard constraints as upstream's ``getConstraints``, without the defaults' deduced selector."""
+        if pod.topology_spread_constraints:
+            return _HintConstraints(_own_constraints(pod, DO_NOT_SCHEDULE), selectors_known=True)
+        # The System defaults are ScheduleAnyway only, so only List defaulting gives hard ones here.
+        return _HintConstraints(self._defaults[DO_NOT_SCHEDULE], selectors_known=False)
+
+    def is_schedulable_after_pod_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """A pod that counts in one of the pod's domains appeared, went, or changed labels (or tolerations)."""
+        original, modified = as_pod(old), as_pod(new)
+        if (modified is not None and not _involved_in_spreading(modified, pod)) or (
+            original is not None and not _involved_in_spreading(original, pod)
+        ):
+            return QUEUE_SKIP
+        hard = self._hint_constraints(pod)
+        if modified is not None and original is not None:
+            if (
+                modified.uid == pod.uid
+                and modified.tolerations != original.tolerations
+                and any(c.node_taints_policy == HONOR for c in hard.constraints)
+            ):
+                return QUEUE
+            if dict(modified.labels) == dict(original.labels):
+                return QUEUE_SKIP
+            if any(hard.selects(c, original.labels) != hard.selects(c, modified.labels) for c in hard.constraints):
+                return QUEUE
+            return QUEUE_SKIP
+        changed = modified if modified is not None else original
+        assert changed is not None
+        return QUEUE if any(hard.selects(c, changed.labels) for c in hard.constraints) else QUEUE_SKIP
+
+    def is_schedulable_after_node_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """A node carrying all the topology keys came, went, or changed a topology label or its taints."""
+        original, modified = as_object(old), as_object(new)
+        constraints = self._hint_constraints(pod).constraints
+        original_labels = object_labels(original) if original is not None else {}
+        modified_labels = object_labels(modified) if modified is not None else {}
+        original_matching = original is not None and _has_topology_keys(original_labels, constraints)
+        modified_matching = modified is not None and _has_topology_keys(modified_labels, constraints)
+        if original is not None and modified is not None:
+            if original_matching != modified_matching:
+                return QUEUE
+            if modified_matching and (
+                any(
+                    original_labels.get(c.topology_key, "") != modified_labels.get(c.topology_key, "")
+                    for c in constraints
+                )
+                or parse_taints((original.get("spec") or {}).get("taints"))
+                != parse_taints((modified.get("spec") or {}).get("taints"))
+            ):
+                return QUEUE
+            return QUEUE_SKIP
+        if modified is not None:
+            return QUEUE if modified_matching else QUEUE_SKIP
+        if original is None:
+            raise ValueError("node hint called without any node")
+        return QUEUE if original_matching else QUEUE_SKIP
+
+
+@dataclass(frozen=True, slots=True)
+class _HintConstraints:
+    """A pod's hard constraints for the hints; unknown selectors (defaulted constraints) match every pod."""
+
+    constraints: tuple[SpreadConstraint, ...]
+    selectors_known: bool
+
+    def selects(self, constraint: SpreadConstraint, labels: Mapping[str, str]) -> bool:
+        return not self.selectors_known or constraint.selector.matches(labels)
+
+
+def _involved_in_spreading(incoming: PodInfo, pod: PodInfo) -> bool:
+    if incoming.uid == pod.uid:
+        return True
+    if not is_assigned_or_nominated(incoming):
+        return False
+    return incoming.namespace == pod.namespace
+
+
+def _has_topology_keys(labels: Mapping[str, str], constraints: Sequence[SpreadConstraint]) -> bool:
+    return all(c.topology_key in labels for c in constraints)

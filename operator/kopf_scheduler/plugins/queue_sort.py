@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kopf_scheduler.framework import QueuedPod, QueueSortPlugin
+from kopf_scheduler.framework import ClusterEventWithHint, QueuedPod, QueueSortPlugin
 
 
 class PrioritySort(QueueSortPlugin):
     name: ClassVar[str] = "PrioritySort"
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return []  # it never rejects a pod, so no event needs to requeue one
 
     def less(self, a: QueuedPod, b: QueuedPod) -> bool:
         p1, p2 = a.pod.priority, b.pod.priority

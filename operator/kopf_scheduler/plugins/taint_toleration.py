@@ -11,25 +11,45 @@ Upstream ``plugins/tainttoleration``, v1.36:
 
 Nodes share few distinct taint lists, so tolerations are matched once per taint set of the node table and
 the answer is spread onto nodes by indexing (:mod:`kopf_scheduler.state.taints`).
+
+QueueingHints: a node add or taint change queues the pod only if the node went from having an untolerated
+NoSchedule/NoExecute taint to having none; the pod's own new toleration always queues it. Toleration
+comparison operators (``Gt``/``Lt``, alpha, off by default) are not supported.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
     SUCCESS,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
     CycleState,
+    EventResource,
     FilterPlugin,
     FilterResult,
     PreScorePlugin,
+    QueueingHint,
     ScorePlugin,
     Status,
+    is_own_update,
+    node_pair,
 )
 from kopf_scheduler.framework.normalize import default_normalize_score
-from kopf_scheduler.state.taints import PREFER_NO_SCHEDULE, count_untolerated_taints, untolerated_taint_set_mask
+from kopf_scheduler.state.taints import (
+    DO_NOT_SCHEDULE_EFFECTS,
+    PREFER_NO_SCHEDULE,
+    count_untolerated_taints,
+    untolerated_taint_set_mask,
+)
+from kopf_scheduler.state.tolerations import first_untolerated, parse_taints
 
 if TYPE_CHECKING:
     from kopf_scheduler.state.cache import Snapshot
@@ -74,3 +94,32 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
 
     def normalize_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, scores: np.ndarray) -> np.ndarray:
         return default_normalize_score(scores, reverse=True)
+
+    # -- EnqueueExtensions --------------------------------------------------------------------------------
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT),
+                is_schedulable_after_node_change,
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_TOLERATION), is_schedulable_after_pod_change
+            ),
+        ]
+
+
+def _has_untolerated(node: Mapping[str, Any], pod: PodInfo) -> bool:
+    taints = parse_taints((node.get("spec") or {}).get("taints"))
+    return first_untolerated(taints, pod.tolerations, DO_NOT_SCHEDULE_EFFECTS) is not None
+
+
+def is_schedulable_after_node_change(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """Queue only if the node went from having an untolerated NoSchedule/NoExecute taint to having none."""
+    original, modified = node_pair(old, new)
+    was_untolerated = True if original is None else _has_untolerated(original, pod)
+    return QUEUE if was_untolerated and not _has_untolerated(modified, pod) else QUEUE_SKIP
+
+
+def is_schedulable_after_pod_change(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """The rejected pod gained a toleration."""
+    return QUEUE if is_own_update(pod, new) else QUEUE_SKIP

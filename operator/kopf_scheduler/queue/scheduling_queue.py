@@ -97,7 +97,7 @@ class SchedulingQueue:
 
     ``less`` is the profile's QueueSort (``PrioritySort.less``); ``pre_enqueue`` runs the profile's PreEnqueue
     plugins and returns the first rejection (with ``Status.plugin`` set) or success; ``plugin_events`` maps each
-    plugin that can reject to the events it registers (``queueing_hints.events_for_profile(profile)``). A plugin
+    plugin that can reject to the events it registers (``enqueue.events_for_framework(framework)``). A plugin
     absent from ``plugin_events`` (or every plugin, when it is None) is treated as registering every event with
     an always-Queue hint. ``pop_from_backoff_q`` is upstream's SchedulerPopFromBackoffQ gate (on in 1.36).
     """

@@ -15,7 +15,9 @@ into ``PreferredSchedulingTerms``. The parsing rules decide verdicts, so they ar
 NodeAffinity (Filter/Score) and PodTopologySpread (``nodeAffinityPolicy: Honor``) share
 :func:`required_node_affinity_mask`. Requirements are :class:`~kopf_scheduler.state.selectors.Requirement`
 objects matched over the node table's interned label columns by a verdict per distinct label value, gathered
-by the nodes' value ids (cheaper than ``np.isin``, and exact for Gt/Lt where the float column is not).
+by the nodes' value ids (cheaper than ``np.isin``, and exact for Gt/Lt where the float column is not). The
+``matches`` methods judge one node from its labels and name with the same per-value verdicts, for
+NodeAffinity's QueueingHint (one node event at a time, no node table).
 """
 
 from __future__ import annotations
@@ -104,6 +106,23 @@ _NUMERIC_VERDICTS: dict[tuple[int, str, int], tuple[list[str], np.ndarray]] = {}
 _NUMERIC_VERDICTS_MAX = 1024
 
 
+def _numeric_verdict(value: str, operator: str, bound: int) -> bool:
+    """One label value against ``Gt``/``Lt`` ``bound``: Go ``ParseInt`` semantics, a non-integer fails."""
+    have = parse_go_int64(value)
+    if have is None:
+        return False
+    return have > bound if operator == "Gt" else have < bound
+
+
+def label_requirement_matches(req: Requirement, labels: Mapping[str, str]) -> bool:
+    """One validated node-selector label requirement against one node's labels (the scalar :func:`_label_mask`)."""
+    if req.operator in ("Gt", "Lt"):
+        bound = parse_go_int64(req.values[0])
+        assert bound is not None  # validated at parse time
+        return req.key in labels and _numeric_verdict(labels[req.key], req.operator, bound)
+    return req.matches(labels)
+
+
 def _numeric_verdicts(values: list[str], operator: str, bound: int) -> np.ndarray:
     """Gt/Lt verdict for every interned value of a label column, with Go ``ParseInt`` semantics.
 
@@ -120,9 +139,7 @@ def _numeric_verdicts(values: list[str], operator: str, bound: int) -> np.ndarra
     if previous is not None:
         verdicts[:done] = previous
     for value_id in range(done, len(values)):
-        have = parse_go_int64(values[value_id])
-        if have is not None:
-            verdicts[value_id] = have > bound if operator == "Gt" else have < bound
+        verdicts[value_id] = _numeric_verdict(values[value_id], operator, bound)
     if len(_NUMERIC_VERDICTS) >= _NUMERIC_VERDICTS_MAX:
         _NUMERIC_VERDICTS.clear()
     _NUMERIC_VERDICTS[key] = (values, verdicts)
@@ -181,6 +198,11 @@ class FieldRequirement:
             hit = np.full(len(nodes), self.value == "", dtype=bool)
         return hit if self.operator == "In" else ~hit
 
+    def matches(self, name: str) -> bool:
+        """The scalar :meth:`mask`: one node, by name."""
+        hit = name == self.value if self.key == OBJECT_NAME_FIELD else self.value == ""
+        return hit == (self.operator == "In")
+
 
 def _field_requirement(expr: Mapping[str, Any]) -> tuple[FieldRequirement | None, list[str]]:
     op = expr.get("operator") or ""
@@ -233,6 +255,14 @@ class NodeSelectorTerm:
     def is_empty(self) -> bool:
         return self.labels is None and self.fields is None
 
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        """The scalar :meth:`mask`: one node, by its labels and name."""
+        if self.is_empty or self.errors:
+            return False
+        return all(label_requirement_matches(req, labels) for req in self.labels or ()) and all(
+            field_req.matches(name) for field_req in self.fields or ()
+        )
+
     def mask(self, table: NodeTable, nodes: np.ndarray) -> np.ndarray:
         if self.is_empty or self.errors:
             return np.zeros(len(nodes), dtype=bool)
@@ -265,6 +295,10 @@ class NodeSelector:
                 raise NodeSelectorParseError("; ".join(errors))
         return cls(terms)
 
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        """The scalar :meth:`mask`: one node, by its labels and name."""
+        return any(term.matches(labels, name) for term in self.terms)
+
     def mask(self, table: NodeTable, nodes: np.ndarray) -> np.ndarray:
         mask = np.zeros(len(nodes), dtype=bool)
         for term in self.terms:
@@ -296,6 +330,12 @@ class RequiredNodeAffinity:
     @property
     def matches_all(self) -> bool:
         return not self.node_selector and self.required is None
+
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        """The scalar :meth:`mask` (upstream ``RequiredNodeAffinity.Match``): one node, by labels and name."""
+        if any(labels.get(key) != value for key, value in self.node_selector):
+            return False
+        return self.required is None or self.required.matches(labels, name)
 
     def mask(self, table: NodeTable, nodes: np.ndarray) -> np.ndarray:
         mask = np.ones(len(nodes), dtype=bool)

@@ -57,3 +57,8 @@ def test_no_client_is_an_error_status() -> None:
     status = asyncio.run(binder(None).bind(new_state(), pod_info(make_pod()), "node-7"))
     assert status.code is Code.ERROR
     assert status.reasons == (ERR_NO_CLIENT,)
+
+
+def test_registers_no_events() -> None:
+    # It never rejects a pod, so no cluster event needs to requeue one.
+    assert DefaultBinder(handle=FakeHandle()).events_to_register() == []

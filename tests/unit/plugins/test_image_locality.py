@@ -184,3 +184,8 @@ def test_node_image_update_and_removal_change_spread() -> None:
     # 3 holders out of 5 nodes.
     assert score_of("n0") == 100 * (int(500 * MiB * 3 / 5) - MIN_THRESHOLD) // (MAX_CONTAINER_THRESHOLD - MIN_THRESHOLD)
     assert score_of("n1") == 0
+
+
+def test_registers_no_events() -> None:
+    # It never rejects a pod, so no cluster event needs to requeue one.
+    assert ImageLocality(handle=FakeHandle()).events_to_register() == []

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kopf_scheduler.api.args import InterPodAffinityArgs
+from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent, EventResource, QueueingHint
 from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.status import Code, Status
 from kopf_scheduler.plugins.inter_pod_affinity import (
@@ -18,7 +19,7 @@ from kopf_scheduler.plugins.inter_pod_affinity import (
 )
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
-from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, pod_info, slots
+from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info, slots
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -980,3 +981,126 @@ def test_randomized_against_literal_upstream(seed: int) -> None:
         for i, name in enumerate(order)
     }
     assert after == expected
+
+
+# -- EnqueueExtensions: registrations and QueueingHints ----------------------------------------------------------
+NODE_ADD = ClusterEvent(EventResource.NODE, ActionType.ADD)
+NODE_LABEL = ClusterEvent(EventResource.NODE, ActionType.UPDATE_NODE_LABEL)
+POD_DELETE = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE)
+POD_ADD = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD)
+POD_LABEL = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL)
+
+
+def hint(pod: PodInfo, old: Any, new: Any, *, event: ClusterEvent) -> QueueingHint:
+    """Run the hint InterPodAffinity registered for ``event`` (exactly one registration matches)."""
+    return hint_for(InterPodAffinity(handle=FakeHandle()), event)(pod, old, new)
+
+
+def test_events_to_register() -> None:
+    assert [r.event for r in InterPodAffinity(handle=FakeHandle()).events_to_register()] == [
+        ClusterEvent(EventResource.POD, ActionType.ADD | ActionType.UPDATE_POD_LABEL | ActionType.DELETE),
+        ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL),
+    ]
+
+
+def _affinity_pod(kind: str, *, uid: str = "me", labels: dict[str, str] | None = None) -> PodInfo:
+    term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}
+    return pod_info(
+        make_pod(
+            "me",
+            uid=uid,
+            labels=labels or {},
+            spec={"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}},
+        )
+    )
+
+
+def _db(labels: dict[str, str], *, node_name: str = "n1", uid: str = "db") -> dict[str, Any]:
+    return make_pod("db", uid=uid, node_name=node_name, labels=labels)
+
+
+@pytest.mark.parametrize(
+    ("kind", "old", "new", "expected"),
+    [
+        ("podAffinity", None, _db({"app": "db"}), QUEUE),
+        ("podAffinity", None, _db({"app": "web"}), QUEUE_SKIP),
+        ("podAffinity", None, _db({"app": "db"}, node_name=""), QUEUE_SKIP),
+        ("podAffinity", _db({"app": "web"}), _db({"app": "db"}), QUEUE),
+        ("podAffinity", _db({"app": "db"}), None, QUEUE_SKIP),
+        ("podAntiAffinity", _db({"app": "db"}), None, QUEUE),
+        ("podAntiAffinity", _db({"app": "db"}), _db({"app": "web"}), QUEUE),
+        ("podAntiAffinity", None, _db({"app": "db"}), QUEUE_SKIP),
+    ],
+    ids=[
+        "aff-add",
+        "aff-add-other",
+        "aff-add-unbound",
+        "aff-relabel-in",
+        "aff-delete",
+        "anti-delete",
+        "anti-relabel-out",
+        "anti-add",
+    ],
+)
+def test_inter_pod_affinity_pod_hint(kind: str, old: Any, new: Any, expected: QueueingHint) -> None:
+    event = POD_ADD if old is None else POD_DELETE if new is None else POD_LABEL
+    assert hint(_affinity_pod(kind), old, new, event=event) is expected
+
+
+def test_inter_pod_affinity_deleted_pods_own_anti_affinity() -> None:
+    plain = pod_info(make_pod("me", uid="me", labels={"app": "web"}))
+    blocker = make_pod(
+        "b",
+        uid="b",
+        node_name="n1",
+        spec={
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
+                    ]
+                }
+            }
+        },
+    )
+    assert hint(plain, blocker, None, event=POD_DELETE) is QUEUE
+    assert hint(plain, make_pod("x", uid="x", node_name="n1"), None, event=POD_DELETE) is QUEUE_SKIP
+    # the pod's own label update always queues
+    relabelled = make_pod("me", uid="me", labels={"app": "other"})
+    assert (
+        hint(plain, plain, relabelled, event=ClusterEvent(EventResource.UNSCHEDULED_POD, ActionType.UPDATE_POD_LABEL))
+        is QUEUE
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "old", "new", "expected"),
+    [
+        ("podAffinity", None, make_node("n", labels={"zone": "a"}), QUEUE),
+        ("podAffinity", None, make_node("n"), QUEUE_SKIP),
+        ("podAffinity", make_node("n"), make_node("n", labels={"zone": "a"}), QUEUE),
+        ("podAffinity", make_node("n", labels={"zone": "a"}), make_node("n", labels={"zone": "b"}), QUEUE),
+        (
+            "podAffinity",
+            make_node("n", labels={"zone": "a"}),
+            make_node("n", labels={"zone": "a", "q": "1"}),
+            QUEUE_SKIP,
+        ),
+        ("podAntiAffinity", None, make_node("n"), QUEUE),
+        ("podAntiAffinity", make_node("n", labels={"zone": "a"}), make_node("n"), QUEUE),
+        ("podAntiAffinity", make_node("n"), make_node("n", labels={"zone": "a"}), QUEUE_SKIP),
+    ],
+    ids=[
+        "aff-add",
+        "aff-add-unkeyed",
+        "aff-gains-key",
+        "aff-moves",
+        "aff-other",
+        "anti-add",
+        "anti-loses-key",
+        "anti-gains-key",
+    ],
+)
+def test_inter_pod_affinity_node_hint(kind: str, old: Any, new: Any, expected: QueueingHint) -> None:
+    event = NODE_ADD if old is None else NODE_LABEL
+    assert hint(_affinity_pod(kind), old, new, event=event) is expected

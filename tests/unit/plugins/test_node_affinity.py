@@ -8,7 +8,17 @@ import numpy as np
 import pytest
 
 from kopf_scheduler.api.args import NodeAffinityArgs
-from kopf_scheduler.framework import Code, CycleState
+from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    Code,
+    CycleState,
+    EventResource,
+    QueueingHint,
+    object_labels,
+)
 from kopf_scheduler.plugins.node_affinity import (
     ERR_REASON_CONFLICT,
     ERR_REASON_ENFORCED,
@@ -16,12 +26,14 @@ from kopf_scheduler.plugins.node_affinity import (
     NodeAffinity,
 )
 from kopf_scheduler.state.node_affinity import (
+    NodeSelector,
     is_label_value,
     is_qualified_name,
     parse_go_int64,
     required_node_affinity_mask,
 )
-from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, pod_info, slots
+from kopf_scheduler.state.pod_info import PodInfo
+from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info, slots
 
 #: Node name → extra labels; every test cluster is these nodes, in this order.
 NODES: dict[str, dict[str, str]] = {
@@ -470,3 +482,121 @@ def test_gt_verdicts_follow_label_values_added_later() -> None:
     snapshot = cache.snapshot()
     mask = required_node_affinity_mask(snapshot.table, slots(snapshot, ["a", "b", "c"]), pod)
     assert mask.tolist() == [True, True, True]
+
+
+# -- one-node matching (the hint's path) agrees with the vectorised mask ---------------------------------------
+@pytest.mark.parametrize(
+    "selector",
+    [
+        required(term(expr("zone", "In", "a", "b"))),
+        required(term(expr("disk", "NotIn", "ssd"))),
+        required(term(expr("disk", "Exists")), term(expr("zone", "DoesNotExist"))),
+        required(term(expr("gen", "Gt", "6"))),
+        required(term(expr("gen", "Lt", "9007199254740993"))),
+        required(term(expr("gen", "Gt", "x"))),  # does not parse: the term matches nothing
+        required(term(fields=[name_field("In", "n2")])),
+        required(term(expr("zone", "Exists"), fields=[name_field("NotIn", "n2")])),
+        required(term(fields=[{"key": "spec.unschedulable", "operator": "In", "values": [""]}])),
+    ],
+    ids=["in", "not-in", "or-terms", "gt", "lt-big", "bad-gt", "name-in", "label-and-name", "other-field"],
+)
+def test_one_node_matching_agrees_with_the_mask(selector: dict[str, Any]) -> None:
+    _, snapshot, nodes = setup()
+    parsed = NodeSelector.parse(selector)
+    by_mask = parsed.mask(snapshot.table, nodes).tolist()
+    one_by_one = [parsed.matches(object_labels(make_node(name, labels=labels)), name) for name, labels in NODES.items()]
+    assert one_by_one == by_mask
+
+
+# -- EnqueueExtensions: registrations and QueueingHints ----------------------------------------------------------
+NODE_ADD = ClusterEvent(EventResource.NODE, ActionType.ADD)
+NODE_LABEL = ClusterEvent(EventResource.NODE, ActionType.UPDATE_NODE_LABEL)
+
+
+def hint(pod: PodInfo, old: Any, new: Any, *, event: ClusterEvent, args: dict[str, Any] | None = None) -> QueueingHint:
+    """Run the hint NodeAffinity registered for ``event`` (exactly one registration matches)."""
+    return hint_for(
+        NodeAffinity(handle=FakeHandle(), args=NodeAffinityArgs.model_validate(args) if args else None), event
+    )(pod, old, new)
+
+
+def test_events_to_register() -> None:
+    assert [r.event for r in NodeAffinity(handle=FakeHandle()).events_to_register()] == [
+        ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)
+    ]
+
+
+AFFINITY_POD = pod_info(
+    make_pod(
+        "a",
+        spec={
+            "nodeSelector": {"disk": "ssd"},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]},
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["special"]}]},
+                        ]
+                    }
+                }
+            },
+        },
+    )
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, make_node("n", labels={"disk": "ssd", "zone": "a"}), QUEUE),
+        (None, make_node("n", labels={"disk": "ssd", "zone": "c"}), QUEUE_SKIP),
+        (None, make_node("n", labels={"zone": "a"}), QUEUE_SKIP),  # nodeSelector unmet
+        (None, make_node("special", labels={"disk": "ssd"}), QUEUE),  # matchFields term
+        (make_node("n", labels={"disk": "ssd"}), make_node("n", labels={"disk": "ssd", "zone": "b"}), QUEUE),
+        (
+            make_node("n", labels={"disk": "ssd", "zone": "a"}),
+            make_node("n", labels={"disk": "ssd", "zone": "b"}),
+            QUEUE_SKIP,
+        ),
+    ],
+    ids=["add-match", "add-wrong-zone", "add-no-disk", "add-by-name", "label-now-matches", "matched-before"],
+)
+def test_node_affinity_node_hint(old: Any, new: Any, expected: QueueingHint) -> None:
+    event = NODE_ADD if old is None else NODE_LABEL
+    assert hint(AFFINITY_POD, old, new, event=event) is expected
+
+
+def test_node_affinity_added_affinity_filters_nodes() -> None:
+    args = {
+        "added_affinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "Exists"}]}]
+            }
+        }
+    }
+    plain = pod_info(make_pod("plain"))
+    assert hint(plain, None, make_node("n"), event=NODE_ADD, args=args) is QUEUE_SKIP
+    assert hint(plain, None, make_node("n", labels={"pool": "x"}), event=NODE_ADD, args=args) is QUEUE
+
+
+def test_node_affinity_gt_uses_integers() -> None:
+    pod = pod_info(
+        make_pod(
+            "g",
+            spec={
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["3"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+        )
+    )
+    assert hint(pod, None, make_node("n", labels={"gen": "4"}), event=NODE_ADD) is QUEUE
+    assert hint(pod, None, make_node("n", labels={"gen": "3"}), event=NODE_ADD) is QUEUE_SKIP
+    assert hint(pod, None, make_node("n", labels={"gen": "4.5"}), event=NODE_ADD) is QUEUE_SKIP

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from kopf_scheduler.framework import Code
+from kopf_scheduler.framework import ActionType, ClusterEvent, Code, EventResource, QueueingHint
 from kopf_scheduler.plugins.node_name import ERR_REASON, NodeName
-from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, new_state, pod_info, slots
+from kopf_scheduler.state.pod_info import PodInfo
+from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, new_state, pod_info, slots
 
 NODES = ["a", "b", "c"]
 
@@ -39,3 +42,23 @@ def test_only_the_named_node_given_passes() -> None:
     snapshot = cache.snapshot()
     pod = pod_info(make_pod(spec={"nodeName": "c"}))
     assert NodeName(handle=FakeHandle(cache)).filter(new_state(), pod, slots(snapshot, ["c"]), snapshot) is None
+
+
+# -- EnqueueExtensions: registrations and QueueingHints ----------------------------------------------------------
+
+
+def hint(pod: PodInfo, old: Any, new: Any, *, event: ClusterEvent) -> QueueingHint:
+    """Run the hint NodeName registered for ``event`` (exactly one registration matches)."""
+    return hint_for(NodeName(handle=FakeHandle()), event)(pod, old, new)
+
+
+def test_events_to_register() -> None:
+    assert [r.event for r in NodeName(handle=FakeHandle()).events_to_register()] == [
+        ClusterEvent(EventResource.NODE, ActionType.ADD)
+    ]
+
+
+def test_node_add_has_no_hint() -> None:
+    # Only a new node can carry the wanted name; always Queue.
+    (registration,) = NodeName(handle=FakeHandle()).events_to_register()
+    assert registration.hint is None

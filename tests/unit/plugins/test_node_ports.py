@@ -7,9 +7,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kopf_scheduler.framework import Code, CycleState
+from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    Code,
+    CycleState,
+    EventResource,
+    QueueingHint,
+)
 from kopf_scheduler.plugins.node_ports import ERR_REASON, NodePorts
-from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, pod_info, slots
+from kopf_scheduler.state.pod_info import PodInfo
+from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info, slots
 
 
 def port(host_port: int, protocol: str = "", host_ip: str = "", container_port: int = 8080) -> dict[str, Any]:
@@ -202,3 +212,47 @@ def test_filter_without_pre_filter_is_an_error() -> None:
 
 def test_reason_string() -> None:
     assert ERR_REASON == "node(s) didn't have free ports for the requested pod ports"
+
+
+# -- EnqueueExtensions: registrations and QueueingHints ----------------------------------------------------------
+POD_DELETE = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE)
+
+
+def hint(pod: PodInfo, old: Any, new: Any, *, event: ClusterEvent) -> QueueingHint:
+    """Run the hint NodePorts registered for ``event`` (exactly one registration matches)."""
+    return hint_for(NodePorts(handle=FakeHandle()), event)(pod, old, new)
+
+
+def test_events_to_register() -> None:
+    assert [r.event for r in NodePorts(handle=FakeHandle()).events_to_register()] == [
+        ClusterEvent(EventResource.POD, ActionType.DELETE),
+        ClusterEvent(EventResource.NODE, ActionType.ADD),
+    ]
+
+
+PORT_POD = pod_info(
+    make_pod("web", spec={"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}]}]})
+)
+
+
+def _port_pod(host_port: int, *, node_name: str = "n1", protocol: str = "TCP", host_ip: str = "") -> dict[str, Any]:
+    port: dict[str, Any] = {"containerPort": 80, "hostPort": host_port, "protocol": protocol}
+    if host_ip:
+        port["hostIP"] = host_ip
+    return make_pod("old", node_name=node_name, spec={"containers": [{"name": "c", "ports": [port]}]})
+
+
+@pytest.mark.parametrize(
+    ("deleted", "expected"),
+    [
+        (_port_pod(8080), QUEUE),
+        (_port_pod(9090), QUEUE_SKIP),
+        (_port_pod(8080, protocol="UDP"), QUEUE_SKIP),
+        (_port_pod(8080, host_ip="10.0.0.1"), QUEUE),  # the wanted 0.0.0.0 conflicts with any IP
+        (_port_pod(8080, node_name=""), QUEUE_SKIP),
+        (make_pod("plain", node_name="n1"), QUEUE_SKIP),
+    ],
+    ids=["same-port", "other-port", "other-protocol", "specific-ip", "unbound", "no-ports"],
+)
+def test_node_ports_pod_delete_hint(deleted: dict[str, Any], expected: QueueingHint) -> None:
+    assert hint(PORT_POD, deleted, None, event=POD_DELETE) is expected

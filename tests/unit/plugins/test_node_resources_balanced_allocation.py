@@ -259,3 +259,8 @@ def test_pre_score_state() -> None:
 
 def test_has_no_normalize() -> None:
     assert NodeResourcesBalancedAllocation.has_normalize is False
+
+
+def test_registers_no_events() -> None:
+    # It never rejects a pod, so no cluster event needs to requeue one.
+    assert NodeResourcesBalancedAllocation(handle=FakeHandle()).events_to_register() == []

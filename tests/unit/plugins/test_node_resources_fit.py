@@ -14,6 +14,7 @@ from kopf_scheduler.api.args import (
     ScoringStrategy,
     UtilizationShapePoint,
 )
+from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent, EventResource, QueueingHint
 from kopf_scheduler.framework.status import Code, Status
 from kopf_scheduler.plugins.node_resources_fit import (
     PRE_FILTER_STATE_KEY,
@@ -26,7 +27,8 @@ from kopf_scheduler.plugins.node_resources_fit import (
 )
 from kopf_scheduler.plugins.resource_allocation import broken_linear, round_half_away, trunc_div
 from kopf_scheduler.state.cache import ClusterCache
-from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, new_state, pod_info, slots
+from kopf_scheduler.state.pod_info import PodInfo
+from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, new_state, pod_info, slots
 
 U = Code.UNSCHEDULABLE
 UUR = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
@@ -751,3 +753,123 @@ def test_extension_points_and_no_normalize() -> None:
     points = {point.value for point in NodeResourcesFit.extension_points()}
     assert points == {"preFilter", "filter", "preScore", "score"}
     assert NodeResourcesFit.has_normalize is False
+
+
+# -- EnqueueExtensions: registrations and QueueingHints ----------------------------------------------------------
+NODE_ADD = ClusterEvent(EventResource.NODE, ActionType.ADD)
+NODE_ALLOC = ClusterEvent(EventResource.NODE, ActionType.UPDATE_NODE_ALLOCATABLE)
+POD_DELETE = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE)
+POD_SCALE_DOWN = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE_POD_SCALE_DOWN)
+
+
+def with_status(pod_obj: dict[str, Any], **status: Any) -> dict[str, Any]:
+    pod_obj["status"].update(status)
+    return pod_obj
+
+
+def hint(pod: PodInfo, old: Any, new: Any, *, event: ClusterEvent, args: dict[str, Any] | None = None) -> QueueingHint:
+    """Run the hint NodeResourcesFit registered for ``event`` (exactly one registration matches)."""
+    return hint_for(
+        NodeResourcesFit(handle=FakeHandle(), args=NodeResourcesFitArgs.model_validate(args) if args else None), event
+    )(pod, old, new)
+
+
+def test_events_to_register() -> None:
+    assert [r.event for r in NodeResourcesFit(handle=FakeHandle()).events_to_register()] == [
+        ClusterEvent(EventResource.POD, ActionType.DELETE | ActionType.UPDATE_POD_SCALE_DOWN),
+        ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_ALLOCATABLE),
+        ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE),
+    ]
+
+
+BIG = pod_info(make_pod("big", uid="big", requests={"cpu": "2", "memory": "1Gi"}))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "event", "expected"),
+    [
+        (None, make_node("n", cpu="1"), NODE_ADD, QUEUE_SKIP),  # too small even when empty
+        (None, make_node("n", cpu="4"), NODE_ADD, QUEUE),
+        (None, make_node("n", cpu="4", pods=0), NODE_ADD, QUEUE_SKIP),  # no pod slots
+        (make_node("n", cpu="4"), make_node("n", cpu="8"), NODE_ALLOC, QUEUE),
+        (make_node("n", cpu="1"), make_node("n", cpu="1", memory="64Gi"), NODE_ALLOC, QUEUE_SKIP),
+        (make_node("n", cpu="4", memory="2Gi"), make_node("n", cpu="4", memory="3Gi"), NODE_ALLOC, QUEUE),
+        (make_node("n", cpu="4", pods=10), make_node("n", cpu="4", pods=20), NODE_ALLOC, QUEUE),
+        (
+            make_node("n", cpu="4", extra={"x.com/gpu": 1}),
+            make_node("n", cpu="4", extra={"x.com/gpu": 2}),
+            NODE_ALLOC,
+            QUEUE_SKIP,
+        ),
+        (make_node("n", cpu="4"), make_node("n", cpu="4", labels={"a": "b"}), NODE_ALLOC, QUEUE_SKIP),
+    ],
+    ids=[
+        "small-add",
+        "big-add",
+        "no-pod-slots",
+        "cpu-up",
+        "cpu-still-short",
+        "memory-up",
+        "pods-up",
+        "unrequested-up",
+        "no-change",
+    ],
+)
+def test_node_resources_fit_node_hint(old: Any, new: Any, event: ClusterEvent, expected: QueueingHint) -> None:
+    assert hint(BIG, old, new, event=event) is expected
+
+
+def test_node_resources_fit_ignores_ignored_extended_resources() -> None:
+    pod = pod_info(make_pod("g", requests={"cpu": "1", "example.com/foo": "1"}))
+    node = make_node("n", cpu="4")
+    assert hint(pod, None, node, event=NODE_ADD) is QUEUE_SKIP
+    args = {"ignored_resources": ["example.com/foo"]}
+    assert hint(pod, None, node, event=NODE_ADD, args=args) is QUEUE
+    args = {"ignored_resource_groups": ["example.com"]}
+    assert hint(pod, None, node, event=NODE_ADD, args=args) is QUEUE
+
+
+@pytest.mark.parametrize(
+    ("deleted", "expected"),
+    [
+        (make_pod("gone", node_name="n1"), QUEUE),
+        (make_pod("gone"), QUEUE_SKIP),  # never held room on a node
+        (with_status(make_pod("gone"), nominatedNodeName="n1"), QUEUE),
+    ],
+    ids=["bound", "unbound", "nominated"],
+)
+def test_node_resources_fit_pod_delete_hint(deleted: dict[str, Any], expected: QueueingHint) -> None:
+    assert hint(BIG, deleted, None, event=POD_DELETE) is expected
+
+
+@pytest.mark.parametrize(
+    ("old_requests", "new_requests", "node_name", "same_pod", "expected"),
+    [
+        ({"cpu": "2"}, {"cpu": "1"}, "n1", False, QUEUE),
+        ({"memory": "2Gi"}, {"memory": "1Gi"}, "n1", False, QUEUE),
+        ({"x.com/gpu": "2"}, {"x.com/gpu": "1"}, "n1", False, QUEUE_SKIP),  # BIG does not request it
+        ({"cpu": "2"}, {"cpu": "1"}, "", False, QUEUE_SKIP),  # an unbound pod frees nothing
+        ({"cpu": "4"}, {"cpu": "3"}, "", True, QUEUE),  # the rejected pod itself shrank
+    ],
+    ids=["cpu", "memory", "unrequested", "unbound", "self"],
+)
+def test_node_resources_fit_scale_down_hint(
+    old_requests: dict[str, str], new_requests: dict[str, str], node_name: str, same_pod: bool, expected: QueueingHint
+) -> None:
+    uid = "big" if same_pod else "other"
+    old = make_pod("x", uid=uid, node_name=node_name, requests=old_requests)
+    new = make_pod("x", uid=uid, node_name=node_name, requests=new_requests)
+    assert hint(BIG, old, new, event=POD_SCALE_DOWN) is expected
+
+
+def test_node_resources_fit_device_class_hint() -> None:
+    pod = pod_info(make_pod("d", requests={"example.com/gpu": "1", "deviceclass.resource.kubernetes.io/gpus": "1"}))
+    event = ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD)
+    named = {"metadata": {"name": "gpus"}, "spec": {}}
+    other = {"metadata": {"name": "other"}, "spec": {}}
+    mapped = {"metadata": {"name": "other"}, "spec": {"extendedResourceName": "example.com/gpu"}}
+    assert hint(pod, None, named, event=event) is QUEUE
+    assert hint(pod, None, other, event=event) is QUEUE_SKIP
+    assert hint(pod, None, mapped, event=event) is QUEUE
+    assert hint(pod, mapped, mapped, event=ClusterEvent(EventResource.DEVICE_CLASS, ActionType.UPDATE)) is QUEUE_SKIP
+    assert hint(pod, other, mapped, event=ClusterEvent(EventResource.DEVICE_CLASS, ActionType.UPDATE)) is QUEUE

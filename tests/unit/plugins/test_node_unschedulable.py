@@ -7,9 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kopf_scheduler.framework import Code
+from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent, Code, EventResource, QueueingHint
 from kopf_scheduler.plugins.node_unschedulable import ERR_REASON_UNSCHEDULABLE, NodeUnschedulable
-from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, new_state, pod_info, slots
+from kopf_scheduler.state.pod_info import PodInfo
+from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, new_state, pod_info, slots
 
 NODES = ["cordoned-1", "open-1", "cordoned-2", "open-2"]
 
@@ -83,3 +84,52 @@ def test_judges_only_the_given_nodes() -> None:
         new_state(), pod_info(make_pod()), slots(snapshot, ["open-1", "open-2"]), snapshot
     )
     assert result is None
+
+
+# -- EnqueueExtensions: registrations and QueueingHints ----------------------------------------------------------
+NODE_ADD_TAINT = ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT)
+NODE_ADD = ClusterEvent(EventResource.NODE, ActionType.ADD)
+NODE_TAINT = ClusterEvent(EventResource.NODE, ActionType.UPDATE_NODE_TAINT)
+OWN_TOLERATION = ClusterEvent(EventResource.UNSCHEDULED_POD, ActionType.UPDATE_POD_TOLERATION)
+
+
+def hint(pod: PodInfo, old: Any, new: Any, *, event: ClusterEvent) -> QueueingHint:
+    """Run the hint NodeUnschedulable registered for ``event`` (exactly one registration matches)."""
+    return hint_for(NodeUnschedulable(handle=FakeHandle()), event)(pod, old, new)
+
+
+def test_events_to_register() -> None:
+    assert [r.event for r in NodeUnschedulable(handle=FakeHandle()).events_to_register()] == [
+        NODE_ADD_TAINT,
+        ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_TOLERATION),
+    ]
+
+
+TAINT = {"key": "k", "value": "v", "effect": "NoSchedule"}
+
+
+def test_own_toleration_hints() -> None:
+    pod = pod_info(make_pod("t", uid="t"))
+    mine = make_pod(
+        "t", uid="t", spec={"tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]}
+    )
+    mine_other_toleration = make_pod("t", uid="t", spec={"tolerations": [{"key": "x", "operator": "Exists"}]})
+    someone_else = make_pod("o", uid="o", spec={"tolerations": [{"operator": "Exists"}]})
+    assert hint(pod, pod, mine, event=OWN_TOLERATION) is QUEUE
+    assert hint(pod, pod, mine_other_toleration, event=OWN_TOLERATION) is QUEUE_SKIP
+    assert hint(pod, someone_else, someone_else, event=OWN_TOLERATION) is QUEUE_SKIP
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, make_node("n"), QUEUE),
+        (None, make_node("n", unschedulable=True), QUEUE_SKIP),
+        (make_node("n", unschedulable=True), make_node("n"), QUEUE),
+        (make_node("n"), make_node("n", taints=[TAINT]), QUEUE_SKIP),
+    ],
+    ids=["add", "add-cordoned", "uncordoned", "taint-only"],
+)
+def test_node_unschedulable_node_hint(old: Any, new: Any, expected: QueueingHint) -> None:
+    event = NODE_ADD if old is None else NODE_TAINT
+    assert hint(pod_info(make_pod()), old, new, event=event) is expected

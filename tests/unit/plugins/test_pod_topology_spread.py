@@ -10,7 +10,17 @@ import numpy as np
 import pytest
 
 from kopf_scheduler.api.args import PodTopologySpreadArgs
-from kopf_scheduler.framework import Code, CycleState, ExtensionPoint
+from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    Code,
+    CycleState,
+    EventResource,
+    ExtensionPoint,
+    QueueingHint,
+)
 from kopf_scheduler.plugins.pod_topology_spread import (
     ERR_REASON_CONSTRAINTS_NOT_MATCH,
     ERR_REASON_NODE_LABEL_NOT_MATCH,
@@ -19,8 +29,9 @@ from kopf_scheduler.plugins.pod_topology_spread import (
     _go_round,
 )
 from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.selectors import LabelSelector
-from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, pod_info, slots
+from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info, slots
 
 ZONE = "topology.kubernetes.io/zone"
 RACK = "example.com/rack"
@@ -746,3 +757,120 @@ def test_upstream_vector_zone_and_hostname_with_different_selectors() -> None:
     )
     _, final = run_score(make_cache(nodes, pods), pod)
     assert final == {"node-a": 60, "node-b": 20, "node-x": 100, "node-y": 60}
+
+
+# -- EnqueueExtensions: registrations and QueueingHints ----------------------------------------------------------
+NODE_ADD = ClusterEvent(EventResource.NODE, ActionType.ADD)
+NODE_LABEL = ClusterEvent(EventResource.NODE, ActionType.UPDATE_NODE_LABEL)
+NODE_DELETE = ClusterEvent(EventResource.NODE, ActionType.DELETE)
+POD_DELETE = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE)
+POD_ADD = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD)
+POD_LABEL = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL)
+
+
+def hint(pod: PodInfo, old: Any, new: Any, *, event: ClusterEvent, args: dict[str, Any] | None = None) -> QueueingHint:
+    """Run the hint PodTopologySpread registered for ``event`` (exactly one registration matches)."""
+    return hint_for(
+        PodTopologySpread(handle=FakeHandle(), args=PodTopologySpreadArgs.model_validate(args) if args else None), event
+    )(pod, old, new)
+
+
+def test_events_to_register() -> None:
+    assert [r.event for r in PodTopologySpread(handle=FakeHandle()).events_to_register()] == [
+        ClusterEvent(
+            EventResource.POD,
+            ActionType.ADD | ActionType.UPDATE_POD_LABEL | ActionType.UPDATE_POD_TOLERATION | ActionType.DELETE,
+        ),
+        ClusterEvent(
+            EventResource.NODE,
+            ActionType.ADD | ActionType.DELETE | ActionType.UPDATE_NODE_LABEL | ActionType.UPDATE_NODE_TAINT,
+        ),
+    ]
+
+
+TAINT = {"key": "k", "value": "v", "effect": "NoSchedule"}
+
+
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "zone",
+    "whenUnsatisfiable": "DoNotSchedule",
+    "labelSelector": {"matchLabels": {"app": "web"}},
+}
+SPREAD_POD = pod_info(make_pod("s", uid="s", labels={"app": "web"}, spec={"topologySpreadConstraints": [SPREAD]}))
+
+
+def _web(labels: dict[str, str], *, node_name: str = "n1", namespace: str = "default") -> dict[str, Any]:
+    return make_pod("w", uid="w", node_name=node_name, namespace=namespace, labels=labels)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, _web({"app": "web"}), QUEUE),
+        (None, _web({"app": "db"}), QUEUE_SKIP),
+        (None, _web({"app": "web"}, node_name=""), QUEUE_SKIP),  # not placed: does not count
+        (None, _web({"app": "web"}, namespace="other"), QUEUE_SKIP),
+        (_web({"app": "web"}), None, QUEUE),
+        (_web({"app": "web"}), _web({"app": "db"}), QUEUE),
+        (_web({"app": "web", "x": "1"}), _web({"app": "web", "x": "2"}), QUEUE_SKIP),  # selector unaffected
+        (_web({"app": "db", "x": "1"}), _web({"app": "db", "x": "1"}), QUEUE_SKIP),
+    ],
+    ids=[
+        "add-match",
+        "add-other",
+        "add-unbound",
+        "add-other-ns",
+        "delete",
+        "relabel-out",
+        "relabel-irrelevant",
+        "same",
+    ],
+)
+def test_pod_topology_spread_pod_hint(old: Any, new: Any, expected: QueueingHint) -> None:
+    event = POD_ADD if old is None else POD_DELETE if new is None else POD_LABEL
+    assert hint(SPREAD_POD, old, new, event=event) is expected
+
+
+def test_pod_topology_spread_match_label_keys_and_own_toleration() -> None:
+    constraint = dict(SPREAD, matchLabelKeys=["rev"], nodeTaintsPolicy="Honor")
+    pod = pod_info(
+        make_pod("s", uid="s", labels={"app": "web", "rev": "1"}, spec={"topologySpreadConstraints": [constraint]})
+    )
+    assert hint(pod, None, _web({"app": "web", "rev": "1"}), event=POD_ADD) is QUEUE
+    assert hint(pod, None, _web({"app": "web", "rev": "2"}), event=POD_ADD) is QUEUE_SKIP
+    tolerating = make_pod(
+        "s", uid="s", labels={"app": "web", "rev": "1"}, spec={"tolerations": [{"operator": "Exists"}]}
+    )
+    assert (
+        hint(pod, pod, tolerating, event=ClusterEvent(EventResource.UNSCHEDULED_POD, ActionType.UPDATE_POD_TOLERATION))
+        is QUEUE
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, make_node("n", labels={"zone": "a"}), QUEUE),
+        (None, make_node("n"), QUEUE_SKIP),
+        (make_node("n", labels={"zone": "a"}), None, QUEUE),
+        (make_node("n"), make_node("n", labels={"zone": "a"}), QUEUE),
+        (make_node("n", labels={"zone": "a"}), make_node("n", labels={"zone": "b"}), QUEUE),
+        (make_node("n", labels={"zone": "a"}), make_node("n", labels={"zone": "a", "x": "y"}), QUEUE_SKIP),
+        (make_node("n", labels={"zone": "a"}), make_node("n", labels={"zone": "a"}, taints=[TAINT]), QUEUE),
+    ],
+    ids=["add-keyed", "add-unkeyed", "delete-keyed", "gains-key", "zone-moves", "other-label", "taints"],
+)
+def test_pod_topology_spread_node_hint(old: Any, new: Any, expected: QueueingHint) -> None:
+    event = NODE_ADD if old is None else NODE_DELETE if new is None else NODE_LABEL
+    assert hint(SPREAD_POD, old, new, event=event) is expected
+
+
+def test_pod_topology_spread_defaulted_constraints_queue_conservatively() -> None:
+    args = {
+        "defaulting_type": "List",
+        "default_constraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
+    }
+    plain = pod_info(make_pod("d", uid="d", labels={"app": "x"}))
+    assert hint(plain, None, _web({"anything": "1"}), event=POD_ADD, args=args) is QUEUE
+    assert hint(plain, None, make_node("n"), event=NODE_ADD, args=args) is QUEUE_SKIP

@@ -51,3 +51,8 @@ def test_sorting_a_queue() -> None:
         (0, 1.0),
         (0, 3.0),
     ]
+
+
+def test_registers_no_events() -> None:
+    # It never rejects a pod, so no cluster event needs to requeue one.
+    assert PrioritySort(handle=FakeHandle()).events_to_register() == []

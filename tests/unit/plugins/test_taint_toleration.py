@@ -7,15 +7,25 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kopf_scheduler.framework import Code, CycleState
+from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    Code,
+    CycleState,
+    EventResource,
+    QueueingHint,
+)
 from kopf_scheduler.plugins.taint_toleration import (
     ERR_REASON_UNTOLERATED,
     PRE_SCORE_STATE_KEY,
     TaintToleration,
 )
+from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.taints import count_untolerated_taints, untolerated_taint_set_mask
 from kopf_scheduler.state.tolerations import parse_tolerations
-from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, new_state, pod_info, slots
+from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, new_state, pod_info, slots
 
 
 def taint(key: str, effect: str, value: str = "") -> dict[str, Any]:
@@ -219,3 +229,61 @@ def test_taint_update_moves_node_to_new_set() -> None:
     snapshot = cache.snapshot()
     plugin = TaintToleration(handle=FakeHandle(cache))
     assert plugin.filter(new_state(), pod_info(make_pod()), slots(snapshot), snapshot) is None
+
+
+# -- EnqueueExtensions: registrations and QueueingHints ----------------------------------------------------------
+NODE_ADD_TAINT = ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_TAINT)
+NODE_ADD = ClusterEvent(EventResource.NODE, ActionType.ADD)
+NODE_TAINT = ClusterEvent(EventResource.NODE, ActionType.UPDATE_NODE_TAINT)
+OWN_TOLERATION = ClusterEvent(EventResource.UNSCHEDULED_POD, ActionType.UPDATE_POD_TOLERATION)
+
+
+def hint(pod: PodInfo, old: Any, new: Any, *, event: ClusterEvent) -> QueueingHint:
+    """Run the hint TaintToleration registered for ``event`` (exactly one registration matches)."""
+    return hint_for(TaintToleration(handle=FakeHandle()), event)(pod, old, new)
+
+
+def test_events_to_register() -> None:
+    assert [r.event for r in TaintToleration(handle=FakeHandle()).events_to_register()] == [
+        NODE_ADD_TAINT,
+        ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_TOLERATION),
+    ]
+
+
+TAINT = {"key": "k", "value": "v", "effect": "NoSchedule"}
+SOFT_TAINT = {"key": "s", "effect": "PreferNoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "tolerations", "expected"),
+    [
+        (None, make_node("n"), [], QUEUE),
+        (None, make_node("n", taints=[TAINT]), [], QUEUE_SKIP),
+        (None, make_node("n", taints=[TAINT]), [{"key": "k", "operator": "Exists"}], QUEUE),
+        (make_node("n", taints=[TAINT]), make_node("n"), [], QUEUE),
+        (make_node("n", taints=[TAINT]), make_node("n", taints=[SOFT_TAINT]), [], QUEUE),
+        (make_node("n"), make_node("n", taints=[TAINT]), [], QUEUE_SKIP),
+        (make_node("n"), make_node("n", taints=[SOFT_TAINT]), [], QUEUE_SKIP),  # was already fine: nothing new
+    ],
+    ids=["add-clean", "add-tainted", "add-tolerated", "taint-removed", "to-soft", "taint-added", "clean-to-soft"],
+)
+def test_taint_toleration_node_hint(
+    old: Any, new: Any, tolerations: list[dict[str, Any]], expected: QueueingHint
+) -> None:
+    pod = pod_info(make_pod("t", spec={"tolerations": tolerations}))
+    event = NODE_ADD if old is None else NODE_TAINT
+    assert hint(pod, old, new, event=event) is expected
+
+
+def test_own_toleration_hints() -> None:
+    pod = pod_info(make_pod("t", uid="t"))
+    mine_other_toleration = make_pod("t", uid="t", spec={"tolerations": [{"key": "x", "operator": "Exists"}]})
+    someone_else = make_pod("o", uid="o", spec={"tolerations": [{"operator": "Exists"}]})
+    assert hint(pod, pod, mine_other_toleration, event=OWN_TOLERATION) is QUEUE
+    assert hint(pod, someone_else, someone_else, event=OWN_TOLERATION) is QUEUE_SKIP
+
+
+def test_hint_rejects_objects_of_the_wrong_type() -> None:
+    # The queue turns a raising hint into Queue; the hints themselves refuse what they cannot read.
+    with pytest.raises(TypeError):
+        hint(pod_info(make_pod()), None, 42, event=NODE_ADD)

@@ -2,7 +2,8 @@
 
 Written one node at a time (``NodeScorePlugin.score_node``): the simplest way to write a plugin, fine for
 small clusters or cheap logic; the runtime loops over the candidate nodes for it. Raw scores are pod counts;
-NormalizeScore turns them into 0..100 with fewer pods scoring higher, using the framework's helper.
+NormalizeScore turns them into 0..100 with fewer pods scoring higher, using the framework's helper. A Score
+plugin never rejects a pod, so it registers no cluster events (the framework does not ask it).
 """
 
 from __future__ import annotations
@@ -11,10 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from kopf_scheduler.framework import CycleState, NodeScorePlugin
-from kopf_scheduler.framework.normalize import default_normalize_score
-from kopf_scheduler.state.cache import NodeInfo
-from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.framework import CycleState, NodeInfo, NodeScorePlugin, PodInfo, default_normalize_score
 
 
 class FewestPods(NodeScorePlugin):

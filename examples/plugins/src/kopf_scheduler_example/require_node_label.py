@@ -3,19 +3,40 @@
 Only nodes that carry the label ``key`` fit; with ``values`` given, the label must also have one of them.
 The plugin answers for all candidate nodes in one numpy expression over the node table's label column,
 which is how in-tree plugins stay fast at thousands of nodes.
+
+It also declares which cluster events can undo its rejection (``events_to_register``, upstream's
+EnqueueExtensions): only a node that is added or relabelled, and its QueueingHint requeues a pod only when
+that node now carries the label and did not before. Without the hook every cluster event would requeue the
+pods it rejected.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from kopf_scheduler.framework import CycleState, FilterPlugin, FilterResult, Handle, Status
-from kopf_scheduler.state.cache import Snapshot
-from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EventResource,
+    FilterPlugin,
+    FilterResult,
+    Handle,
+    PodInfo,
+    QueueingHint,
+    Snapshot,
+    Status,
+    node_pair,
+    object_labels,
+)
 
 #: The reason shown in FailedScheduling events: "0/5 nodes are available: 3 node(s) didn't have label pool=gpu."
 ERR_REASON_PREFIX = "node(s) didn't have label "
@@ -57,3 +78,17 @@ class RequireNodeLabel(FilterPlugin):
         if not rejected.any():
             return None
         return FilterResult.uniform(rejected, self._rejection)
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        node_added_or_relabelled = ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)
+        return [ClusterEventWithHint(node_added_or_relabelled, self.is_schedulable_after_node_change)]
+
+    def is_schedulable_after_node_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """The QueueingHint: ``old`` is None for a node add; the node dicts are the API objects."""
+        original, modified = node_pair(old, new)
+        if not self._carries_label(object_labels(modified)):
+            return QUEUE_SKIP
+        return QUEUE if original is None or not self._carries_label(object_labels(original)) else QUEUE_SKIP
+
+    def _carries_label(self, labels: Mapping[str, str]) -> bool:
+        return self.key in labels and (not self.values or labels[self.key] in self.values)
