@@ -778,7 +778,8 @@ def test_largest_int32_weights_do_not_overflow() -> None:
 # -- config validation errors -----------------------------------------------------------------------------------------
 
 V1 = '"kubescheduler.config.k8s.io/v1"'
-REMOVED = f"was invalid in version {V1} (KubeSchedulerConfiguration is version {V1})"
+# Upstream v1.36.3 prints the removal version as "v1" (see builder._removed).
+REMOVED = f'was invalid in version "v1" (KubeSchedulerConfiguration is version {V1})'
 
 
 @pytest.mark.parametrize(

@@ -244,7 +244,9 @@ def _args_model(plugin: str, registry: Mapping[str, type[Plugin]]) -> type[BaseM
 
 
 def _removed(field: str, plugin: str) -> FieldError:
-    detail = f'was invalid in version "{V1_API_VERSION}" (KubeSchedulerConfiguration is version "{V1_API_VERSION}")'
+    # The first version is "v1", not the config's group/version: upstream takes it from the core API package's
+    # SchemeGroupVersion (its validation.go imports k8s.io/api/core/v1 as v1), so that is what users see.
+    detail = f'was invalid in version "v1" (KubeSchedulerConfiguration is version "{V1_API_VERSION}")'
     return invalid(field, plugin, detail)
 
 
