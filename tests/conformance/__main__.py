@@ -3,7 +3,7 @@
 Starts the harness once (local control plane, upstream kube-scheduler, kopf-scheduler), runs N seeded
 scenarios (``--scenarios``, default ``$CONFORMANCE_SCENARIOS`` or 100: a few minutes on 2 cores), then
 writes ``bench/results/conformance.json`` and ``docs/conformance.md``. Then it compares profile validation
-(``--validation-specs``, default ``$CONFORMANCE_VALIDATION_SPECS`` or 300 generated SchedulerProfile specs,
+(``--validation-specs``, default ``$CONFORMANCE_VALIDATION_SPECS`` or 400 generated SchedulerProfile specs,
 no cluster needed: see profile_validation.py) and writes ``bench/results/profile-validation.json`` and the
 page's "Profile validation" section. Exits 1 when a disagreement is not explained by
 ``tests/conformance/known.py`` (scenarios) or is not a documented deviation (validation), so it can gate CI too.
@@ -35,7 +35,7 @@ from tests.conformance.report import (
 from tests.conformance.runner import Harness, ScenarioResult, default_profiles
 
 DEFAULT_SCENARIOS = 100
-DEFAULT_VALIDATION_SPECS = 300
+DEFAULT_VALIDATION_SPECS = 400
 
 
 def size_for(seed: int, sizes: str) -> str:
