@@ -428,6 +428,13 @@ def _omitted_default(rng: random.Random) -> tuple[dict[str, Any], str]:
     return {"plugins": _plugins(point, [_entry(name)])}, "omitted-default-enabled"
 
 
+def _placement_point(rng: random.Random) -> tuple[dict[str, Any], str]:
+    # v1.36's alpha extension points (TopologyAwareWorkloadScheduling, gated off): in upstream's v1 API, not ours.
+    point = rng.choice(("placementGenerate", "placementScore"))
+    pset = rng.choice(({}, {"disabled": [{"name": "*"}]}, {"enabled": [{"name": rng.choice(SCORE_PLUGINS)}]}))
+    return {"plugins": {point: pset}}, "placement-points"
+
+
 #: (category, relative frequency, builder). Builders returning a tuple mark a deliberate difference.
 CATEGORIES: tuple[tuple[str, int, Callable[[random.Random], Any]], ...] = (
     ("valid", 6, _valid),
@@ -446,6 +453,7 @@ CATEGORIES: tuple[tuple[str, int, Callable[[random.Random], Any]], ...] = (
     ("schema", 2, _schema),
     ("fit-args-disabled", 1, _fit_args_when_disabled),
     ("omitted-default", 1, _omitted_default),
+    ("placement-point", 1, _placement_point),
 )
 
 
