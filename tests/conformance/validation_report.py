@@ -40,7 +40,7 @@ FIXED: tuple[dict[str, str], ...] = (
         "profiles: creating profile for scheduler name X:`). A negative weight on the last Score plugin of the "
         "list (`score.enabled` then `multiPoint.enabled`) passes, and there is no other check of the sign.",
         "fix": "the builder's `_score_weights` computes the bound with Go's int64 wrap-around, so it refuses "
-        "exactly those specs with upstream's text (`plugins.score: score plugins: total score of Score plugins "
+        "exactly those specs with upstream's text (`plugins.score: ... total score of Score plugins "
         "could overflow`); tests/unit/test_builder.py `test_negative_score_weight_is_refused_as_upstream_refuses_it`.",
     },
     {
