@@ -2,13 +2,17 @@
 
 Starts the harness once (local control plane, upstream kube-scheduler, kopf-scheduler), runs N seeded
 scenarios (``--scenarios``, default ``$CONFORMANCE_SCENARIOS`` or 100: a few minutes on 2 cores), then
-writes ``bench/results/conformance.json`` and ``docs/conformance.md``. Exits 1 when a disagreement is not
-explained by ``tests/conformance/known.py``, so it can gate CI too.
+writes ``bench/results/conformance.json`` and ``docs/conformance.md``. Then it compares profile validation
+(``--validation-specs``, default ``$CONFORMANCE_VALIDATION_SPECS`` or 400 generated SchedulerProfile specs,
+no cluster needed: see profile_validation.py) and writes ``bench/results/profile-validation.json`` and the
+page's "Profile validation" section. Exits 1 when a disagreement is not explained by
+``tests/conformance/known.py`` (scenarios) or is not a documented deviation (validation), so it can gate CI too.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shlex
 import sys
@@ -16,6 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.conformance import profile_validation, validation_report
 from tests.conformance.generator import SIZES, generate
 from tests.conformance.report import (
     DOC_PATH,
@@ -30,6 +35,7 @@ from tests.conformance.report import (
 from tests.conformance.runner import Harness, ScenarioResult, default_profiles
 
 DEFAULT_SCENARIOS = 100
+DEFAULT_VALIDATION_SPECS = 400
 
 
 def size_for(seed: int, sizes: str) -> str:
@@ -55,7 +61,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=JSON_PATH, help=f"summary JSON (default {JSON_PATH})")
     parser.add_argument("--doc", type=Path, default=DOC_PATH, help=f"Markdown report (default {DOC_PATH})")
     parser.add_argument("--no-write", action="store_true", help="print the summary, write no files")
+    parser.add_argument(
+        "--validation-specs",
+        type=int,
+        default=int(os.environ.get("CONFORMANCE_VALIDATION_SPECS") or DEFAULT_VALIDATION_SPECS),
+        help=f"profile specs to validate on both sides (default $CONFORMANCE_VALIDATION_SPECS or "
+        f"{DEFAULT_VALIDATION_SPECS}; 0: none)",
+    )
+    parser.add_argument("--validation-only", action="store_true", help="only the profile-validation comparison")
     args = parser.parse_args(argv)
+    command = "python -m tests.conformance " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    kept_section = validation_report.current_section(args.doc)
+    failed = 0 if args.validation_only else run_scenarios(args, parser, command.strip())
+    if args.validation_specs > 0:
+        failed |= run_validation(args, command.strip())
+    elif kept_section is not None and not args.no_write:
+        validation_report.put_section(kept_section, args.doc)  # the scenario report rewrote the page
+    return failed
+
+
+def run_validation(args: argparse.Namespace, command: str) -> int:
+    """The profile-validation comparison: seeds from --seed-start, its JSON and its section of the page."""
+    started_at = now_utc()
+    logging.getLogger("kopf_scheduler").setLevel(logging.ERROR)  # one "is invalid" warning per refused spec
+    seeds = range(args.seed_start, args.seed_start + args.validation_specs)
+    results, seconds = profile_validation.timed_run(seeds)
+    data = profile_validation.summary(results, seconds)
+    run = RunInfo.collect(command=command, seed_start=args.seed_start, sizes="-", seconds=seconds, started=started_at)
+    data["run"] = vars(run)
+    if not args.no_write:
+        validation_report.write_json(data, validation_report.JSON_PATH)
+        validation_report.put_section(validation_report.section(data, run), args.doc)
+        print(f"wrote {validation_report.JSON_PATH} and the validation section of {args.doc}")
+    print(
+        f"{data['specs']} profile specs: {data['agree']} agree, {data['disagree']} disagree "
+        f"({data['deliberate']} deliberate); messages {data['messages']} in {data['seconds']}s"
+    )
+    unexplained = [r for r in results if not r.agree and not r.explained]
+    for r in unexplained:
+        print(f"UNEXPLAINED validation: seed {r.case.seed} ({r.case.category}) {r.case.spec}: {r.problems}")
+    return 1 if unexplained else 0
+
+
+def run_scenarios(args: argparse.Namespace, parser: argparse.ArgumentParser, command: str) -> int:
+    """The scheduling comparison on a local control plane (the scenarios)."""
 
     profiles = default_profiles(include_examples=not args.no_examples)
     if args.profiles:
@@ -83,9 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     annotate_known(results)
-    command = "python -m tests.conformance " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     run = RunInfo.collect(
-        command=command.strip(),
+        command=command,
         seed_start=args.seed_start,
         sizes=args.size,
         seconds=time.monotonic() - started,

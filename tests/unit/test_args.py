@@ -34,6 +34,11 @@ P = "pluginConfig[0].args"
 CPU_MEMORY = [ResourceSpec(name="cpu", weight=1), ResourceSpec(name="memory", weight=1)]
 
 
+REQ = "requiredDuringSchedulingIgnoredDuringExecution"
+PREF = "preferredDuringSchedulingIgnoredDuringExecution"
+EXISTS_WITH_VALUE = {"key": "z", "operator": "Exists", "values": ["a"]}
+
+
 def explain(model: type[BaseModel], raw: dict[str, Any]) -> str:
     with pytest.raises(ValidationError) as info:
         model.model_validate(raw)
@@ -172,6 +177,11 @@ def test_defaulting_before_validation(
 @pytest.mark.parametrize(
     ("model", "raw"),
     [
+        pytest.param(
+            NodeAffinityArgs,
+            {"addedAffinity": {PREF: [{"weight": 0, "preference": {"matchExpressions": [EXISTS_WITH_VALUE]}}]}},
+            id="node-affinity-weight-0-term-is-skipped",
+        ),
         pytest.param(InterPodAffinityArgs, {"hardPodAffinityWeight": 0}, id="hard-weight-0"),
         pytest.param(InterPodAffinityArgs, {"hardPodAffinityWeight": 100}, id="hard-weight-100"),
         pytest.param(
@@ -238,6 +248,64 @@ RTCR = f"{P}.scoringStrategy.requestedToCapacityRatio"
 @pytest.mark.parametrize(
     ("model", "raw", "message"),
     [
+        # NodeAffinity: addedAffinity is parsed as upstream's nodeaffinity package parses it, at config load
+        pytest.param(
+            NodeAffinityArgs,
+            {"addedAffinity": {REQ: {"nodeSelectorTerms": [{"matchExpressions": [{"key": "z", "operator": "Is"}]}]}}},
+            f"{P}.addedAffinity.{REQ}.nodeSelectorTerms[0].matchExpressions[0].operator: "
+            'Unsupported value: "Is": supported values: "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"',
+            id="node-affinity-operator",
+        ),
+        pytest.param(
+            NodeAffinityArgs,
+            {
+                "addedAffinity": {
+                    REQ: {"nodeSelectorTerms": [{}, {"matchExpressions": [{"key": "z", "operator": "In"}]}]}
+                }
+            },
+            f"{P}.addedAffinity.{REQ}.nodeSelectorTerms[1].matchExpressions[0].values: "
+            "Invalid value: null: for 'in', 'notin' operators, values set can't be empty",
+            id="node-affinity-in-without-values",
+        ),
+        pytest.param(
+            NodeAffinityArgs,
+            {"addedAffinity": {PREF: [{"weight": 1, "preference": {"matchExpressions": [EXISTS_WITH_VALUE]}}]}},
+            f"{P}.addedAffinity.{PREF}[0].matchExpressions[0].values: "
+            'Invalid value: ["a"]: values set must be empty for exists and does not exist',
+            id="node-affinity-preferred-path-skips-preference",
+        ),
+        pytest.param(
+            NodeAffinityArgs,
+            {
+                "addedAffinity": {
+                    REQ: {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["1", "x"]}]}
+                        ]
+                    }
+                }
+            },
+            f"[{P}.addedAffinity.{REQ}.nodeSelectorTerms[0].matchExpressions[0].values: "
+            "Invalid value: [\"1\",\"x\"]: for 'Gt', 'Lt' operators, exactly one value is required, "
+            f"{P}.addedAffinity.{REQ}.nodeSelectorTerms[0].matchExpressions[0].values[1]: "
+            "Invalid value: \"x\": for 'Gt', 'Lt' operators, the value must be an integer]",
+            id="node-affinity-gt",
+        ),
+        pytest.param(
+            NodeAffinityArgs,
+            {
+                "addedAffinity": {
+                    REQ: {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": []}]}
+                        ]
+                    }
+                }
+            },
+            f"{P}.addedAffinity.{REQ}.nodeSelectorTerms[0].matchFields[0].values: "
+            "Invalid value: []: must have one element",
+            id="node-affinity-match-fields",
+        ),
         # InterPodAffinity
         pytest.param(
             InterPodAffinityArgs,

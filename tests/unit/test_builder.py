@@ -740,6 +740,36 @@ def test_score_weight_overflow_guard() -> None:
     assert str(info.value) == "plugins.score: total score of Score plugins could overflow"
 
 
+@pytest.mark.parametrize(
+    ("plugins", "refused"),
+    [
+        # A negative weight followed by another Score plugin: upstream's int64 bound wraps and refuses it.
+        pytest.param({"score": {"enabled": [{"name": "Score1", "weight": -5}]}}, True, id="negative-then-more"),
+        pytest.param({"score": {"enabled": [{"name": "Score1", "weight": -1}]}}, True, id="minus-one"),
+        pytest.param(
+            {"score": {"enabled": [{"name": "Score2", "weight": -(2**31)}, {"name": "Score1", "weight": 2}]}},
+            True,
+            id="int32-min-then-more",
+        ),
+        # ... but nothing follows the last one, so a negative weight there passes (as upstream).
+        pytest.param(
+            {"multiPoint": {"enabled": [{"name": "Score1", "weight": 3}, {"name": "Score2", "weight": -5}]}},
+            False,
+            id="negative-last",
+        ),
+    ],
+)
+def test_negative_score_weight_is_refused_as_upstream_refuses_it(plugins: dict[str, Any], refused: bool) -> None:
+    # Defaults: Score1 and Score2 (weight 1) after the queue sort and the binder.
+    defaults = (*BASE, ("Score1", None), ("Score2", None))
+    if refused:
+        error = error_of({"plugins": plugins}, SMALL, default_plugins=defaults)
+        assert str(error) == "plugins.score: total score of Score plugins could overflow"
+    else:
+        profile = resolve({"plugins": plugins}, SMALL, default_plugins=defaults)
+        assert weights(profile) == [("Score1", 3), ("Score2", -5)]
+
+
 def test_largest_int32_weights_do_not_overflow() -> None:
     profile = resolve(
         {
@@ -758,7 +788,8 @@ def test_largest_int32_weights_do_not_overflow() -> None:
 # -- config validation errors -----------------------------------------------------------------------------------------
 
 V1 = '"kubescheduler.config.k8s.io/v1"'
-REMOVED = f"was invalid in version {V1} (KubeSchedulerConfiguration is version {V1})"
+# Upstream v1.36.3 prints the removal version as "v1" (see builder._removed).
+REMOVED = f'was invalid in version "v1" (KubeSchedulerConfiguration is version {V1})'
 
 
 @pytest.mark.parametrize(

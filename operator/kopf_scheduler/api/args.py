@@ -369,6 +369,95 @@ class NodeAffinityArgs(ArgsModel):
     #: A v1.NodeAffinity applied to every pod of the profile (kept raw: it has the pod API's shape).
     added_affinity: dict[str, Any] | None = None
 
+    def field_errors(self) -> list[FieldError]:
+        # Upstream ValidateNodeAffinityArgs: both selectors must parse (nodeaffinity.NewNodeSelector and
+        # NewPreferredSchedulingTerms with field paths), whether or not the plugin is enabled.
+        affinity = self.added_affinity or {}
+        errors: list[FieldError] = []
+        required_path = "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        selector = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(selector, Mapping):
+            for i, term in enumerate(selector.get("nodeSelectorTerms") or ()):
+                errors += _node_selector_term_errors(term, f"{required_path}.nodeSelectorTerms[{i}]")
+        preferred_path = "addedAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+        for i, item in enumerate(affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ()):
+            if isinstance(item, Mapping) and item.get("weight"):
+                # Upstream's path for a preference skips ".preference" (it indexes the list and goes on).
+                errors += _node_selector_term_errors(item.get("preference") or {}, f"{preferred_path}[{i}]")
+        return errors
+
+
+#: Upstream's ``validSelectorOperators`` (nodeaffinity), in its order.
+NODE_SELECTOR_OPERATORS: tuple[str, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_LABEL_VALUE_FMT = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+_LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+    "start and end with an alphanumeric character"
+)
+_LABEL_VALUE_RE = re.compile(_LABEL_VALUE_FMT)
+_GO_INT64_RE = re.compile(r"[+-]?[0-9]+")
+
+
+def _node_selector_term_errors(term: Any, path: str) -> list[FieldError]:
+    """Upstream ``newNodeSelectorTerm``'s parse errors: label requirements, then field requirements."""
+    if not isinstance(term, Mapping):
+        return []
+    errors: list[FieldError] = []
+    for j, expr in enumerate(term.get("matchExpressions") or ()):
+        errors += _label_requirement_errors(expr, f"{path}.matchExpressions[{j}]")
+    for j, expr in enumerate(term.get("matchFields") or ()):
+        here = f"{path}.matchFields[{j}]"
+        if expr.get("operator") not in ("In", "NotIn"):
+            errors.append(not_supported(f"{here}.operator", expr.get("operator", ""), ("In", "NotIn")))
+        elif len(expr.get("values") or ()) != 1:
+            errors.append(invalid(f"{here}.values", expr.get("values"), "must have one element"))
+    return errors
+
+
+def _label_requirement_errors(expr: Mapping[str, Any], path: str) -> list[FieldError]:
+    """Upstream ``labels.NewRequirement`` (after nodeaffinity's operator check), in its order."""
+    operator = expr.get("operator", "")
+    if operator not in NODE_SELECTOR_OPERATORS:
+        return [not_supported(f"{path}.operator", operator, NODE_SELECTOR_OPERATORS)]
+    key, values = expr.get("key", ""), expr.get("values")
+    errors: list[FieldError] = []
+    key_errors = label_key_errors(key)
+    if key_errors:
+        errors.append(invalid(f"{path}.key", key, "; ".join(key_errors)))
+    shown = values  # Go prints a missing list as null, an empty one as []
+    values = list(values or ())
+    if operator in ("In", "NotIn") and not values:
+        errors.append(invalid(f"{path}.values", shown, "for 'in', 'notin' operators, values set can't be empty"))
+    elif operator in ("Exists", "DoesNotExist") and values:
+        errors.append(invalid(f"{path}.values", shown, "values set must be empty for exists and does not exist"))
+    elif operator in ("Gt", "Lt"):
+        if len(values) != 1:
+            errors.append(invalid(f"{path}.values", shown, "for 'Gt', 'Lt' operators, exactly one value is required"))
+        errors += [
+            invalid(f"{path}.values[{i}]", v, "for 'Gt', 'Lt' operators, the value must be an integer")
+            for i, v in enumerate(values)
+            if not _is_go_int64(v)
+        ]
+    for i, value in enumerate(values):
+        value_errors = _label_value_errors(value)
+        if value_errors:
+            errors.append(invalid(f"{path}.values[{i}][{key}]", value, "; ".join(value_errors)))
+    return errors
+
+
+def _is_go_int64(text: Any) -> bool:
+    """``strconv.ParseInt(text, 10, 64)`` succeeds."""
+    return isinstance(text, str) and bool(_GO_INT64_RE.fullmatch(text)) and -(2**63) <= int(text) < 2**63
+
+
+def _label_value_errors(value: Any) -> list[str]:
+    """Upstream ``IsValidLabelValue``."""
+    text = str(value)
+    errors = ["must be no more than 63 characters"] if len(text) > 63 else []
+    if not _LABEL_VALUE_RE.fullmatch(text):
+        errors.append(_regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
+    return errors
+
 
 #: Keys of a v1.TopologySpreadConstraint (strict decoding rejects others).
 _TOPOLOGY_SPREAD_CONSTRAINT_KEYS = frozenset(

@@ -19,7 +19,8 @@ kube-scheduler turns a ``KubeSchedulerProfile`` into a running framework in thre
    order), then multiPoint plugins (multiPoint order), then the remaining explicit plugins. Then exactly one
    QueueSort plugin, at least one Bind plugin, and score weights: the first of ``score.enabled`` followed by
    ``multiPoint.enabled`` wins (so an explicit score weight beats the multiPoint one), 0 or unset means 1, and
-   the weighted maximum must not overflow int64.
+   the weighted maximum must not overflow int64 (in int64 arithmetic, so a negative weight followed by any
+   other Score plugin is refused as an overflow, as upstream refuses it).
 
 Every error is a :class:`ProfileError` whose message starts with the offending field, relative to the spec
 (``plugins.filter.enabled[2]``, ``pluginConfig[0].args.scoringStrategy.type``), followed by upstream's text.
@@ -243,7 +244,9 @@ def _args_model(plugin: str, registry: Mapping[str, type[Plugin]]) -> type[BaseM
 
 
 def _removed(field: str, plugin: str) -> FieldError:
-    detail = f'was invalid in version "{V1_API_VERSION}" (KubeSchedulerConfiguration is version "{V1_API_VERSION}")'
+    # The first version is "v1", not the config's group/version: upstream takes it from the core API package's
+    # SchemeGroupVersion (its validation.go imports k8s.io/api/core/v1 as v1), so that is what users see.
+    detail = f'was invalid in version "v1" (KubeSchedulerConfiguration is version "{V1_API_VERSION}")'
     return invalid(field, plugin, detail)
 
 
@@ -394,8 +397,16 @@ def _score_weights(entries: Sequence[MergedPlugin], registry: Mapping[str, type[
         if cls is None or ExtensionPoint.SCORE not in cls.extension_points() or entry.name in weights:
             continue
         weight = entry.weight or 1  # 0 is not a way to disable a plugin: it means the default weight 1
-        if weight * MAX_NODE_SCORE > MAX_TOTAL_SCORE - total:
+        # Upstream's total is an int64 and its bound wraps: after a negative weight the total is below 0, the
+        # bound MaxTotalScore - total overflows to a negative number and every later Score plugin trips the
+        # check. So a negative weight is refused unless no Score plugin follows it (kube-scheduler v1.36.3).
+        if weight * MAX_NODE_SCORE > _wrap_int64(MAX_TOTAL_SCORE - total):
             raise ProfileError([FieldError("plugins.score", "total score of Score plugins could overflow")])
         weights[entry.name] = weight
-        total += weight * MAX_NODE_SCORE
+        total = _wrap_int64(total + weight * MAX_NODE_SCORE)
     return weights
+
+
+def _wrap_int64(value: int) -> int:
+    """``value`` as Go's int64 arithmetic leaves it: wrapped into [-2**63, 2**63)."""
+    return (value + 2**63) % 2**64 - 2**63

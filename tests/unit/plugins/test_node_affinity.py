@@ -250,7 +250,8 @@ def test_added_affinity_with_only_preferred_terms_keeps_prefilter_skip() -> None
     ],
 )
 def test_invalid_added_affinity_fails_construction(added: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="parsing addedAffinity"):
+    # The args model refuses it already (upstream validates addedAffinity at config load), field path first.
+    with pytest.raises(ValueError, match=r"addedAffinity\.\w+DuringExecution.*(can't be empty|must be an integer)"):
         setup(added)
 
 

@@ -1,0 +1,63 @@
+"""The quick subset of the profile-validation comparison that ``make test`` runs (~20 s on 2 cores).
+
+A fixed range of generated SchedulerProfile specs goes to upstream kube-scheduler v1.36.3 (start-up only,
+see profile_validation.py) and through our operator's path; any accept/reject disagreement that is not a
+documented deviation fails. Without the kube-scheduler binary the tests fail, as test_quick.py's do: ``make
+test`` builds it first, so its absence is a broken setup, not a reason to skip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.profile_specs import SpecCase
+from tests.conformance.profile_validation import Comparison, compare, run, run_ours, run_upstream
+
+pytestmark = pytest.mark.e2e
+
+QUICK_SEEDS = range(1, 41)
+
+
+def _describe(results: list[Comparison]) -> str:
+    return "\n".join(f"seed {r.case.seed} ({r.case.category}) {r.case.spec}: {r.problems}" for r in results)
+
+
+def test_quick_specs_agree_with_upstream(tmp_path: Path) -> None:
+    results = run(QUICK_SEEDS, tmp_path)
+    # Both verdicts must be well represented, or agreement would prove little.
+    assert sum(r.upstream.accepted for r in results) >= 8
+    assert sum(not r.upstream.accepted for r in results) >= 15
+    assert len({r.case.category for r in results}) >= 10
+    unexplained = [r for r in results if not r.agree and not r.explained]
+    assert not unexplained, "profile validation disagrees with upstream kube-scheduler:\n" + _describe(unexplained)
+    differs = [r for r in results if r.message == "differs"]
+    assert not differs, "messages meant to be upstream's are not:\n" + _describe(differs)
+
+
+def _both(spec: dict, tmp_path: Path, deliberate: str | None = None) -> Comparison:
+    case = SpecCase(0, "pinned", spec, deliberate)
+    return compare(case, run_upstream([case], tmp_path)[0], run_ours(case))
+
+
+def test_oracle_refuses_what_it_must(tmp_path: Path) -> None:
+    # A negative control: the start-up check really validates args (an always-accepting oracle would pass
+    # the agreement test whenever we accept too).
+    result = _both({"pluginConfig": [{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": 101}}]}, tmp_path)
+    assert not result.upstream.accepted
+    assert "profiles[0].pluginConfig[0].args.hardPodAffinityWeight: Invalid value: 101" in result.upstream.message
+    assert result.agree
+    assert result.message == "match", result.problems
+
+
+def test_deliberate_fit_args_difference_is_still_there(tmp_path: Path) -> None:
+    # Pins a documented deviation: if upstream starts validating these args, DELIBERATE must lose the entry.
+    spec = {
+        "plugins": {"multiPoint": {"disabled": [{"name": "NodeResourcesFit"}]}},
+        "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "Nope"}}}],
+    }
+    result = _both(spec, tmp_path, "fit-args-validated-when-disabled")
+    assert result.upstream.accepted
+    assert not result.ours.accepted
+    assert result.ours.layer == "builder"
