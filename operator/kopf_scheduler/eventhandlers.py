@@ -54,7 +54,7 @@ class EventHandlers:
         unassigned: dict[str, PodInfo],
         client: ClientRef,
         namespaces: Iterable[str] = (),
-        forget_pod: ForgetPod = lambda uid, key: None,
+        forget_pod: ForgetPod,
     ) -> None:
         self._cache = cache
         self._profiles = profiles

@@ -26,6 +26,7 @@ from kopf_scheduler.state.pod_info import PodInfo
 
 logger = logging.getLogger("kopf_scheduler")
 
+#: Runs a coroutine as a background task the app keeps (and drains on shutdown).
 Spawn = Callable[[Awaitable[Any]], None]
 
 

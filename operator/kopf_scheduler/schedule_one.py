@@ -22,21 +22,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 
 from kopf_scheduler.framework import CycleState, Status
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
 from kopf_scheduler.profiles import ProfileRuntime
-from kopf_scheduler.reporting import Reporter
+from kopf_scheduler.reporting import Reporter, Spawn
 from kopf_scheduler.scheduler import FitError, ScheduleResult, SchedulingError
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.queue import QueuedPodInfo
 
 logger = logging.getLogger("kopf_scheduler")
-
-Spawn = Callable[[Awaitable[Any]], None]
 
 
 class ScheduleOne:

@@ -12,6 +12,9 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
+from kopf_scheduler.eventhandlers import EventHandlers
+from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.state.pod_info import PodInfo
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
 from tests.unit.factories import make_node, make_pod
 
@@ -180,3 +183,25 @@ def test_a_version_the_cache_holds_is_not_applied_again() -> None:
     smaller["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
     app.on_pod_event("MODIFIED", smaller)
     assert queue.pending_pods()["unschedulable"] == 0
+
+
+def test_handlers_on_their_own_tell_reporting_when_a_pod_is_bound_or_gone() -> None:
+    """EventHandlers needs only the cache, the profiles, the pending pods and a forget hook (no app, no client)."""
+    cache, unassigned = ClusterCache(), dict[str, PodInfo]()
+    forgotten: list[tuple[str, str]] = []
+    handlers = EventHandlers(
+        cache=cache, profiles={}, unassigned=unassigned, client=lambda: None, forget_pod=lambda *a: forgotten.append(a)
+    )
+    handlers.on_node_event(None, make_node("n1"))
+    pod = pending("p", scheduler="no-such-profile")
+    del pod["metadata"]["namespace"]  # keyed by PodInfo.key's rule: "default"
+    uid = pod["metadata"]["uid"]
+    handlers.on_pod_event("ADDED", pod)
+    assert uid in unassigned  # remembered for a profile that may come later
+    assert forgotten == []
+    handlers.on_pod_event("MODIFIED", {**pod, "spec": {**pod["spec"], "nodeName": "n1"}})
+    assert uid not in unassigned
+    assert cache.pod(uid) is not None
+    handlers.on_pod_event("DELETED", {**pod, "spec": {**pod["spec"], "nodeName": "n1"}})
+    assert cache.pod(uid) is None
+    assert forgotten == [(uid, "default/p"), (uid, "default/p")]
