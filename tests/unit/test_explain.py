@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from kopf_scheduler.explain import Explanations, format_account
 from kopf_scheduler.web import build_app
+from tests.unit.app_harness import FakeClient, drive, new_app, pending
 from tests.unit.factories import make_node
-from tests.unit.test_app import FakeClient, drive, new_app, pending
 
 TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 

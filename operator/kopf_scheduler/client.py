@@ -1,0 +1,28 @@
+"""The one I/O seam between the operator's parts and the API server.
+
+:class:`Client` lists the calls the event handlers (the reconciling LIST), the binding cycle (through the
+DefaultBinder plugin) and reporting (events, the PodScheduled condition) make. ``kube.KubeClient`` implements
+it over HTTP; unit tests pass a fake of the same shape. It lives in its own module so that every part can
+name it without importing the composition root (``app.py``), and there stays exactly one such seam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+
+class Client(Protocol):
+    """The calls the app makes (``kube.KubeClient``; a fake in unit tests)."""
+
+    async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None: ...
+
+    async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+
+    async def create_event(self, *, namespace: str, body: dict[str, Any]) -> None: ...
+
+    def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]: ...
+
+
+#: How a part reaches the client: read at each call, because kopf's login hook replaces it (re-login).
+ClientRef = Callable[[], Client | None]

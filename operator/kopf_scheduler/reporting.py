@@ -1,0 +1,141 @@
+"""What a scheduling attempt tells the user: events, the PodScheduled condition, and ``/explain``.
+
+Upstream splits this between the event recorder (``Scheduled`` after a successful bind, ``FailedScheduling``
+in ``handleSchedulingFailure``) and ``updatePod``, which patches ``PodScheduled=False`` only when the condition
+would change. What is ours: a FailedScheduling event is posted once per distinct message, and again only after
+the maximum pod backoff (upstream relies on the recorder's aggregation), and each FitError's node-by-node
+account is kept for ``/explain`` (see ``explain.py``).
+
+Everything here is best effort: a failed event post or status patch is logged and never changes a scheduling
+decision. The posts run as tasks (``spawn``) so the scheduling cycle never waits for the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kopf_scheduler.client import ClientRef
+from kopf_scheduler.explain import Explanations, explain_fit_error
+from kopf_scheduler.framework import APIError
+from kopf_scheduler.kube.events import event_body
+from kopf_scheduler.scheduler import FitError
+from kopf_scheduler.state.pod_info import PodInfo
+
+logger = logging.getLogger("kopf_scheduler")
+
+#: Runs a coroutine as a background task the app keeps (and drains on shutdown).
+Spawn = Callable[[Awaitable[Any]], None]
+
+
+class Reporter:
+    """Posts a pod's Scheduled/FailedScheduling events, patches its PodScheduled condition, keeps explanations."""
+
+    def __init__(
+        self,
+        *,
+        client: ClientRef,
+        hostname: str,
+        clock: Callable[[], float],
+        repeat_after: float,
+        spawn: Spawn,
+        explanations: Explanations | None = None,
+    ) -> None:
+        self._client = client
+        self._hostname = hostname
+        self._clock = clock
+        #: An unchanged FailedScheduling message is posted again only this long after the last post.
+        self._repeat_after = repeat_after
+        self._spawn = spawn
+        self._last_failure: dict[str, tuple[str, float]] = {}
+        #: The latest failed attempt of each pending pod, node by node (``/explain``).
+        self.explanations = explanations or Explanations()
+
+    # -- outcomes of an attempt ----------------------------------------------------------------------
+    async def scheduled(self, pod: PodInfo, profile: str, node: str) -> None:
+        await self.post_event(
+            pod, profile, "Normal", "Scheduled", "Binding", f"Successfully assigned {pod.key} to {node}"
+        )
+
+    def failed(self, pod: PodInfo, profile: str, *, reason: str, message: str) -> None:
+        """FailedScheduling (deduplicated by message) and the PodScheduled condition (only if it changes)."""
+        now = self._clock()
+        last = self._last_failure.get(pod.uid)
+        if last is None or last[0] != message or now - last[1] >= self._repeat_after:
+            self._last_failure[pod.uid] = (message, now)
+            self._spawn(self.post_event(pod, profile, "Warning", "FailedScheduling", "Scheduling", message))
+        if _needs_condition_patch(pod.obj, reason, message):
+            self._spawn(self.patch_condition(pod, reason, message))
+
+    def explain(self, profile: str, fit: FitError) -> None:
+        """Keep the per-node account of this failure (read within the cycle: node names are live)."""
+        try:
+            self.explanations.record(fit.pod.key, explain_fit_error(fit, profile=profile, at=now_rfc3339()))
+        except Exception:  # an explanation must never cost a scheduling decision
+            logger.exception("could not explain the failure of %s", fit.pod.key)
+
+    def forget(self, uid: str, key: str) -> None:
+        """The pod is bound or gone: nothing about its failures is worth keeping."""
+        self._last_failure.pop(uid, None)
+        self.explanations.forget(key)
+
+    # -- the API calls -------------------------------------------------------------------------------
+    async def post_event(
+        self, pod: PodInfo, profile: str, event_type: str, reason: str, action: str, note: str
+    ) -> None:
+        client = self._client()
+        if client is None:
+            return
+        body = event_body(
+            regarding=pod.obj,
+            event_type=event_type,
+            reason=reason,
+            action=action,
+            note=note,
+            reporting_controller=profile,
+            reporting_instance=f"{profile}-{self._hostname}"[:128],
+        )
+        try:
+            await client.create_event(namespace=pod.namespace, body=body)
+        except Exception as e:  # events are best effort, as client-go's recorder
+            logger.warning("could not post %s event for %s: %s", reason, pod.key, e)
+
+    async def patch_condition(self, pod: PodInfo, reason: str, message: str) -> None:
+        client = self._client()
+        if client is None:
+            return
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": now_rfc3339(),
+        }
+        try:
+            await client.patch_pod_status(
+                namespace=pod.namespace, name=pod.name, patch={"status": {"conditions": [condition]}}
+            )
+        except APIError as e:
+            if e.status != 404:
+                logger.warning("could not patch PodScheduled of %s: %s", pod.key, e)
+        except Exception as e:
+            logger.warning("could not patch PodScheduled of %s: %s", pod.key, e)
+
+
+def _needs_condition_patch(obj: dict[str, Any], reason: str, message: str) -> bool:
+    """Upstream patches only when the PodScheduled condition would change (ignoring timestamps)."""
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "PodScheduled":
+            return not (
+                condition.get("status") == "False"
+                and condition.get("reason") == reason
+                and condition.get("message") == message
+            )
+    return True
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,200 @@
+"""One pod through the scheduling cycle and the binding cycle (upstream ``schedule_one.go``).
+
+The shape is upstream's ``scheduleOne``:
+
+- :meth:`ScheduleOne.schedule_one` takes a popped pod, skips it if it was deleted, bound or assumed meanwhile,
+  and runs the *scheduling cycle* synchronously (no await: the cache cannot change under it): the algorithm
+  (``scheduler.schedule_pod``), then assume, Reserve and Permit (``Scheduler.assume_and_reserve``). It ends on
+  an assumed pod, and the binding cycle goes on as an asyncio task per pod, so the loop pops the next pod
+  while Bindings are in flight.
+- A FitError runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA deallocation) before the
+  failure is explained and handled; any other failure goes straight to :meth:`handle_scheduling_failure`.
+- :meth:`ScheduleOne._binding_cycle` runs WaitOnPermit, PreBind, Bind and PostBind (``Scheduler.bind_pod``,
+  which on failure runs Unreserve in reverse order and forgets the pod in the cache), then settles the pod:
+  success is reported as Scheduled; failures go to :meth:`_handle_binding_cycle_error`.
+- :meth:`handle_scheduling_failure` requeues the pod (unschedulable pool or backoff) and reports it.
+
+I/O is two collaborators away: the API calls are the framework's (Bind through the DefaultBinder plugin) and
+the :class:`Reporter`'s; this module only decides what happens to the pod.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from kopf_scheduler.framework import CycleState, Status
+from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
+from kopf_scheduler.profiles import ProfileRuntime
+from kopf_scheduler.queue import QueuedPodInfo
+from kopf_scheduler.reporting import Reporter, Spawn
+from kopf_scheduler.scheduler import FitError, ScheduleResult, SchedulingError
+from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.state.pod_info import PodInfo
+
+logger = logging.getLogger("kopf_scheduler")
+
+
+class ScheduleOne:
+    """Schedules popped pods one at a time: the synchronous scheduling cycle, then an async binding cycle."""
+
+    def __init__(
+        self,
+        *,
+        cache: ClusterCache,
+        unassigned: dict[str, PodInfo],
+        reporter: Reporter,
+        metrics: SchedulerMetrics,
+        clock: Callable[[], float],
+        spawn: Spawn,
+    ) -> None:
+        self._cache = cache
+        #: Every pending pod by uid, as the event handlers keep it (its latest version is what is scheduled).
+        self._unassigned = unassigned
+        self._reporter = reporter
+        self._metrics = metrics
+        self._clock = clock
+        self._spawn = spawn
+
+    def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> None:
+        """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async."""
+        pod = self._latest(runtime, qpod)
+        if pod is None:
+            return
+        started = time.perf_counter()
+        state = CycleState()
+        try:
+            result, assumed = self._scheduling_cycle(runtime, state, pod, started)
+        except FitError as fit:
+            self._post_filter(runtime, state, pod, fit)
+            self._reporter.explain(runtime.name, fit)
+            plugins = fit.diagnosis.all_unschedulable_plugins()
+            self.handle_scheduling_failure(
+                runtime, qpod, message=fit.message, reason="Unschedulable", plugins=plugins, started=started
+            )
+            return
+        except SchedulingError as e:
+            self.handle_scheduling_failure(
+                runtime, qpod, message=e.status.message, reason="SchedulerError", plugins=set(), started=started
+            )
+            return
+        except Exception as e:  # a plugin bug must not stop the loop
+            logger.exception("scheduling %s failed", pod.key)
+            self.handle_scheduling_failure(
+                runtime, qpod, message=str(e), reason="SchedulerError", plugins=set(), started=started
+            )
+            return
+        self._spawn(self._binding_cycle(runtime, qpod, state, assumed, result, started))
+
+    def _latest(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> PodInfo | None:
+        """The pod's latest version, or None (and done with it) if it was deleted, bound or is being bound."""
+        uid = qpod.pod.uid
+        latest = self._unassigned.get(uid)
+        if latest is None or latest.terminating or self._cache.is_assumed(uid) or self._cache.pod(uid) is not None:
+            runtime.queue.done(uid)  # deleted, bound or being bound meanwhile
+            return None
+        qpod.pod = latest
+        return latest
+
+    def _scheduling_cycle(
+        self, runtime: ProfileRuntime, state: CycleState, pod: PodInfo, started: float
+    ) -> tuple[ScheduleResult, PodInfo]:
+        """The algorithm, then assume, Reserve and Permit; returns the result and the assumed pod.
+
+        Raises FitError (no node fits, or Reserve/Permit rejected the chosen one) or SchedulingError.
+        """
+        scheduler = runtime.scheduler
+        result = scheduler.schedule_pod(state, pod, self._cache.snapshot())
+        self._metrics.scheduling_algorithm_duration.observe(time.perf_counter() - started)
+        assumed = scheduler.assume_and_reserve(state, pod, result, self._cache)
+        return result, assumed
+
+    def _post_filter(self, runtime: ProfileRuntime, state: CycleState, pod: PodInfo, fit: FitError) -> None:
+        """PostFilter after a FitError, before the failure is reported (its message joins the FitError's).
+
+        The nomination it may return is not used yet (upstream passes it to handleSchedulingFailure).
+        """
+        runtime.scheduler.run_post_filter(state, pod, fit)
+
+    async def _binding_cycle(
+        self,
+        runtime: ProfileRuntime,
+        qpod: QueuedPodInfo,
+        state: CycleState,
+        pod: PodInfo,
+        result: ScheduleResult,
+        started: float,
+    ) -> None:
+        """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod``; then settle it either way."""
+        try:
+            status = await runtime.scheduler.bind_pod(state, pod, result, self._cache)
+        except Exception as e:  # the bind task must always settle the pod
+            self._cache.forget(pod.uid)
+            status = Status.as_error(e)
+        if status.is_success:
+            await self._bound(runtime, qpod, pod, result.suggested_host, started)
+        else:
+            self._handle_binding_cycle_error(runtime, qpod, pod, status, started)
+
+    async def _bound(
+        self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, node: str, started: float
+    ) -> None:
+        runtime.queue.done(pod.uid)
+        self._metrics.observe_attempt(result=SCHEDULED, profile=runtime.name, seconds=time.perf_counter() - started)
+        first = qpod.initial_attempt_timestamp or qpod.timestamp
+        self._metrics.observe_scheduled(attempts=qpod.attempts, seconds_since_first_enqueue=self._clock() - first)
+        await self._reporter.scheduled(pod, runtime.name, node)
+
+    def _handle_binding_cycle_error(
+        self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, status: Status, started: float
+    ) -> None:
+        """The assumption is already undone (Unreserve, forget); decide whether the pod goes back to a queue."""
+        http_status = getattr(status.error, "status", None)
+        if http_status == 409:
+            # Already bound (another replica during a peering overlap): its watch event brings the truth.
+            logger.info("pod %s was already bound elsewhere (409); dropping our assumption", pod.key)
+            runtime.queue.done(pod.uid)
+            return
+        if http_status == 404:
+            logger.info("pod %s disappeared before binding (404)", pod.key)
+            self._unassigned.pop(pod.uid, None)
+            runtime.queue.done(pod.uid)
+            return
+        if status.is_rejected:  # Permit rejected while waiting: the message is already the FitError text
+            self.handle_scheduling_failure(
+                runtime, qpod, message=status.message, reason="Unschedulable", plugins={status.plugin}, started=started
+            )
+            return
+        self.handle_scheduling_failure(
+            runtime,
+            qpod,
+            message=f"binding rejected: {status.message}",
+            reason="SchedulerError",
+            plugins=set(),
+            started=started,
+        )
+
+    def handle_scheduling_failure(
+        self,
+        runtime: ProfileRuntime,
+        qpod: QueuedPodInfo,
+        *,
+        message: str,
+        reason: str,
+        plugins: set[str],
+        started: float,
+    ) -> None:
+        """Upstream's handleSchedulingFailure: requeue, then report (event deduplicated, condition patched)."""
+        uid = qpod.pod.uid
+        qpod.clear_rejector_plugins()
+        if reason == "Unschedulable":
+            qpod.unschedulable_plugins.update(plugins)
+        qpod.last_failure_message = message
+        if uid in self._unassigned:
+            runtime.queue.add_unschedulable_if_not_present(qpod)
+        runtime.queue.done(uid)
+        result = UNSCHEDULABLE if reason == "Unschedulable" else ERROR
+        self._metrics.observe_attempt(result=result, profile=runtime.name, seconds=time.perf_counter() - started)
+        pod = self._unassigned.get(uid, qpod.pod)
+        self._reporter.failed(pod, runtime.name, reason=reason, message=message)

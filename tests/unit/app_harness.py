@@ -1,0 +1,87 @@
+"""A SchedulerApp with a fake API client, for the unit tests of the app and its parts.
+
+The fake records what users would see (Bindings, events, PodScheduled patches) and serves LISTs from
+``lists``; :func:`drive` runs every poppable pod of a profile through one cycle and waits for its binding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kopf_scheduler.app import SchedulerApp
+from kopf_scheduler.framework import APIError
+from kopf_scheduler.settings import RunSettings
+from tests.unit.factories import make_pod
+
+
+class FakeClient:
+    """Records calls; ``bind_errors`` maps pod name → APIError raised by bind."""
+
+    def __init__(self) -> None:
+        self.bindings: list[tuple[str, str, str]] = []
+        self.events: list[dict[str, Any]] = []
+        self.status_patches: list[tuple[str, dict[str, Any]]] = []
+        self.bind_errors: dict[str, APIError] = {}
+        self.lists: dict[str, list[dict[str, Any]]] = {}
+
+    async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
+        if name in self.bind_errors:
+            raise self.bind_errors[name]
+        self.bindings.append((namespace, name, node_name))
+
+    async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> Any:
+        self.status_patches.append((name, patch))
+        return {}
+
+    async def create_event(self, *, namespace: str, body: dict[str, Any]) -> Any:
+        self.events.append(body)
+        return body
+
+    async def list_all(self, path: str) -> list[dict[str, Any]]:
+        return self.lists.get(path, [])
+
+    async def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]:
+        """Two pages (a one-item first page), so page-by-page application is exercised."""
+        items = await self.list_all(path)
+        yield items[:1]
+        if items[1:]:
+            yield items[1:]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def new_app(client: FakeClient | None = None, clock: FakeClock | None = None) -> SchedulerApp:
+    return SchedulerApp(
+        settings=RunSettings(),
+        client=client or FakeClient(),
+        rng=random.Random(1),
+        hostname="test",
+        clock=clock or FakeClock(),
+    )
+
+
+def pending(name: str, *, scheduler: str = "sp", **kwargs: Any) -> dict[str, Any]:
+    pod = make_pod(name, **kwargs)
+    pod["spec"]["schedulerName"] = scheduler
+    return pod
+
+
+def drive(app: SchedulerApp, profile: str = "sp") -> None:
+    """Run every currently poppable pod of ``profile`` through one cycle and let binds/reports finish."""
+
+    async def go() -> None:
+        runtime = app.profiles[profile]
+        while (qpod := runtime.queue.pop_nowait()) is not None:
+            app.schedule_one(runtime, qpod)
+        await app.drain()
+
+    asyncio.run(go())

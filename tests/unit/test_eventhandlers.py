@@ -1,0 +1,207 @@
+"""Watch events and the reconciling LIST into the cache and the queues (eventhandlers.py), through SchedulerApp.
+
+These pin which pods reach which queue, that cluster events move parked pods, that the reconciling LIST
+purges what was deleted while paused without undoing what watches changed meanwhile, and that the cache
+keeps slim objects and skips versions it already holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kopf_scheduler.eventhandlers import EventHandlers
+from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.state.pod_info import PodInfo
+from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
+from tests.unit.factories import make_node, make_pod
+
+
+def test_pods_of_other_schedulers_are_left_alone() -> None:
+    client = FakeClient()
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.on_pod_event("ADDED", pending("theirs", scheduler="default-scheduler"))
+    drive(app)
+    assert client.bindings == []
+    assert client.events == []
+
+
+def test_freeing_capacity_schedules_the_parked_pod() -> None:
+    client = FakeClient()
+    clock = FakeClock()
+    app = new_app(client, clock)
+    app.on_node_event(None, make_node("n1", cpu="2"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    blocker = make_pod("blocker", requests={"cpu": "2"}, node_name="n1")
+    app.on_pod_event(None, blocker)
+    app.on_pod_event("ADDED", pending("waiting", requests={"cpu": "1"}))
+    drive(app)
+    assert client.bindings == []
+    app.on_pod_event("DELETED", blocker)
+    queue = app.profiles["sp"].queue
+    assert queue.pending_pods()["unschedulable"] == 0  # moved by the AssignedPod delete event
+    clock.now += 60  # past any backoff
+    queue.flush_backoff_completed()
+    drive(app)
+    assert client.bindings == [("default", "waiting", "n1")]
+
+
+def test_bound_pod_event_confirms_assumption_and_leaves_queue() -> None:
+    client = FakeClient()
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    pod = pending("p", requests={"cpu": "1"})
+    app.on_pod_event("ADDED", pod)
+    drive(app)
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}}
+    app.on_pod_event("MODIFIED", bound)
+    uid = pod["metadata"]["uid"]
+    assert not app.cache.is_assumed(uid)
+    assert app.cache.pod(uid) is not None
+    assert uid not in app.unassigned
+    assert app.cache.table.requested[:, 0].sum() == 1000
+
+
+def test_reconcile_purges_objects_deleted_while_paused() -> None:
+    client = FakeClient()
+    app = new_app(client)
+    app.on_node_event(None, make_node("kept"))
+    app.on_node_event(None, make_node("gone"))
+    ghost = make_pod("ghost", requests={"cpu": "1"}, node_name="kept")
+    app.on_pod_event(None, ghost)
+    client.lists["/api/v1/nodes"] = [make_node("kept")]
+    asyncio.run(app.ensure_reconciled())
+    assert sorted(app.cache.node_names()) == ["kept"]
+    assert app.cache.pod(ghost["metadata"]["uid"]) is None
+    assert app.cache.table.requested.sum() == 0
+
+
+def test_reconcile_keeps_what_watches_changed_while_the_list_was_in_flight() -> None:
+    """A LIST is older than watch events that arrive while it is in flight: it must not undo them."""
+    app = new_app()
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    created = pending("created-during-list")
+    deleted = pending("deleted-during-list")
+    app.on_pod_event("ADDED", deleted)
+
+    class RacingClient(FakeClient):
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            if path == "/api/v1/pods":
+                # The LIST snapshot was taken before these two watch events were delivered.
+                app.on_pod_event("ADDED", created)
+                app.on_pod_event("DELETED", deleted)
+                return [deleted]
+            if path == "/api/v1/nodes":
+                return [make_node("n1")]
+            return []
+
+    app.client = RacingClient()
+    asyncio.run(app.ensure_reconciled())
+    assert created["metadata"]["uid"] in app.unassigned
+    assert created["metadata"]["uid"] in app.profiles["sp"].queue
+    assert deleted["metadata"]["uid"] not in app.unassigned
+    assert deleted["metadata"]["uid"] not in app.profiles["sp"].queue
+
+
+def test_reconcile_applies_pages_as_they_arrive_and_purges_only_after_the_last() -> None:
+    """Page 1 is in the cache before page 2 is fetched; a known pod listed on page 2 is not purged early;
+    one deleted by a watch between the pages stays deleted."""
+    app = new_app()
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    first, second, third = pending("first"), pending("second"), pending("third")
+    app.on_pod_event("ADDED", second)
+    seen_between: list[bool] = []
+
+    class PagedClient(FakeClient):
+        async def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]:
+            if path == "/api/v1/nodes":
+                yield [make_node("n1")]
+            elif path == "/api/v1/pods":
+                yield [first]
+                seen_between.append(first["metadata"]["uid"] in app.unassigned)
+                seen_between.append(second["metadata"]["uid"] in app.unassigned)
+                app.on_pod_event("DELETED", third)  # a watch deletion racing the second page
+                yield [second, third]
+
+    app.client = PagedClient()
+    asyncio.run(app.ensure_reconciled())
+    assert seen_between == [True, True]
+    assert set(app.unassigned) == {first["metadata"]["uid"], second["metadata"]["uid"]}
+    assert len(app.profiles["sp"].queue) == 2
+
+
+def test_managed_fields_are_not_kept() -> None:
+    app = new_app()
+    node = make_node("n1")
+    node["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    pod = make_pod("bound", node_name="n1")
+    pod["metadata"]["managedFields"] = [{"manager": "kube-scheduler"}]
+    app.on_node_event(None, node)
+    app.on_pod_event(None, pod)
+    assert "managedFields" not in app.cache.node("n1").obj["metadata"]
+    assert "managedFields" not in app.cache.pod(pod["metadata"]["uid"]).obj["metadata"]
+    assert "managedFields" in pod["metadata"]  # the watch's own object is left as it was
+
+
+def test_cached_objects_drop_managed_fields_without_touching_the_event() -> None:
+    pod = pending("p", node_name="n1")
+    pod["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    app = new_app()
+    app.on_node_event(None, make_node("n1"))
+    app.on_pod_event(None, pod)
+    cached = app.cache.pod(pod["metadata"]["uid"])
+    assert cached is not None
+    assert "managedFields" not in cached.obj["metadata"]
+    assert pod["metadata"]["managedFields"] == [{"manager": "kubectl"}]
+
+
+def test_a_version_the_cache_holds_is_not_applied_again() -> None:
+    """kopf's initial LIST repeats what the reconciling LIST applied: skipped before any parsing (the queue
+    would keep an unchanged pod parked anyway); a new version of it is an update as usual."""
+    app = new_app()
+    app.on_node_event(None, make_node("n1", cpu="1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    big = pending("big", requests={"cpu": "3"})
+    big["metadata"]["resourceVersion"] = "10"
+    app.on_pod_event(None, big)
+    drive(app)
+    queue = app.profiles["sp"].queue
+    assert queue.pending_pods()["unschedulable"] == 1
+    parsed = app.unassigned[big["metadata"]["uid"]]
+    app.on_pod_event(None, copy.deepcopy(big))
+    assert app.unassigned[big["metadata"]["uid"]] is parsed  # not even parsed again
+    assert queue.pending_pods()["unschedulable"] == 1
+    smaller = copy.deepcopy(big)
+    smaller["metadata"]["resourceVersion"] = "11"
+    smaller["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    app.on_pod_event("MODIFIED", smaller)
+    assert queue.pending_pods()["unschedulable"] == 0
+
+
+def test_handlers_on_their_own_tell_reporting_when_a_pod_is_bound_or_gone() -> None:
+    """EventHandlers needs only the cache, the profiles, the pending pods and a forget hook (no app, no client)."""
+    cache, unassigned = ClusterCache(), dict[str, PodInfo]()
+    forgotten: list[tuple[str, str]] = []
+    handlers = EventHandlers(
+        cache=cache, profiles={}, unassigned=unassigned, client=lambda: None, forget_pod=lambda *a: forgotten.append(a)
+    )
+    handlers.on_node_event(None, make_node("n1"))
+    pod = pending("p", scheduler="no-such-profile")
+    del pod["metadata"]["namespace"]  # keyed by PodInfo.key's rule: "default"
+    uid = pod["metadata"]["uid"]
+    handlers.on_pod_event("ADDED", pod)
+    assert uid in unassigned  # remembered for a profile that may come later
+    assert forgotten == []
+    handlers.on_pod_event("MODIFIED", {**pod, "spec": {**pod["spec"], "nodeName": "n1"}})
+    assert uid not in unassigned
+    assert cache.pod(uid) is not None
+    handlers.on_pod_event("DELETED", {**pod, "spec": {**pod["spec"], "nodeName": "n1"}})
+    assert cache.pod(uid) is None
+    assert forgotten == [(uid, "default/p"), (uid, "default/p")]

@@ -1,0 +1,127 @@
+"""What users see of a failed attempt (reporting.py): upstream's FailedScheduling text, one event per message,
+the PodScheduled condition; and the Reporter on its own, with nothing but a client, a clock and a spawn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kopf_scheduler.app import PROFILE_CHANGED
+from kopf_scheduler.framework import APIError
+from kopf_scheduler.reporting import Reporter
+from kopf_scheduler.state.pod_info import PodInfo
+from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
+from tests.unit.factories import make_node
+
+
+def test_unschedulable_pod_gets_upstream_text_condition_and_one_event() -> None:
+    client = FakeClient()
+    app = new_app(client)
+    for name in ("n1", "n2"):
+        app.on_node_event(None, make_node(name, cpu="1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "3"}))
+    drive(app)
+    message = "0/2 nodes are available: 2 Insufficient cpu."
+    [event] = client.events
+    assert (event["reason"], event["type"], event["note"]) == ("FailedScheduling", "Warning", message)
+    [(name, patch)] = client.status_patches
+    [condition] = patch["status"]["conditions"]
+    assert (name, condition["type"], condition["status"], condition["reason"], condition["message"]) == (
+        "big",
+        "PodScheduled",
+        "False",
+        "Unschedulable",
+        message,
+    )
+    # Retried with the same outcome: the event is not posted again (deduplicated by message).
+    runtime = app.profiles["sp"]
+    runtime.queue.move_all_to_active_or_backoff(PROFILE_CHANGED)
+    runtime.queue.flush_backoff_completed()
+    drive(app)
+    assert len(client.events) == 1
+
+
+# -- the Reporter on its own: a client, a clock, a spawn ------------------------------------------------
+def reporter(client: FakeClient, clock: FakeClock, *, repeat_after: float = 10.0) -> tuple[Reporter, list[Any]]:
+    spawned: list[Any] = []
+    return Reporter(
+        client=lambda: client, hostname="test", clock=clock, repeat_after=repeat_after, spawn=spawned.append
+    ), spawned
+
+
+def settle(spawned: list[Any]) -> None:
+    async def go() -> None:
+        while spawned:
+            await spawned.pop(0)
+
+    asyncio.run(go())
+
+
+def test_failed_scheduling_repeats_only_for_a_new_message_or_after_the_repeat_interval() -> None:
+    client, clock = FakeClient(), FakeClock()
+    report, spawned = reporter(client, clock, repeat_after=10.0)
+    pod = PodInfo.from_obj(pending("p"))
+    for message, advance in [("a", 0.0), ("a", 9.0), ("b", 0.0), ("b", 10.0)]:
+        clock.now += advance
+        report.failed(pod, "sp", reason="Unschedulable", message=message)
+    settle(spawned)
+    assert [e["note"] for e in client.events] == ["a", "b", "b"]
+    assert {e["reason"] for e in client.events} == {"FailedScheduling"}
+
+
+def test_forgetting_a_pod_lets_its_next_failure_be_posted_and_drops_its_explanation() -> None:
+    client, clock = FakeClient(), FakeClock()
+    report, spawned = reporter(client, clock)
+    pod = PodInfo.from_obj(pending("p"))
+    report.explanations.record(pod.key, {"pod": pod.key})
+    report.failed(pod, "sp", reason="Unschedulable", message="a")
+    report.forget(pod.uid, pod.key)
+    report.failed(pod, "sp", reason="Unschedulable", message="a")
+    settle(spawned)
+    assert [e["note"] for e in client.events] == ["a", "a"]
+    assert report.explanations.get(pod.key) is None
+
+
+def test_condition_is_patched_only_when_it_would_change() -> None:
+    client, clock = FakeClient(), FakeClock()
+    report, spawned = reporter(client, clock)
+    obj = pending("p")
+    obj["status"] = {
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "a"}]
+    }
+    pod = PodInfo.from_obj(obj)
+    report.failed(pod, "sp", reason="Unschedulable", message="a")
+    report.failed(pod, "sp", reason="SchedulerError", message="a")
+    settle(spawned)
+    assert [patch["status"]["conditions"][0]["reason"] for _, patch in client.status_patches] == ["SchedulerError"]
+
+
+def test_a_failing_api_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(FakeClient):
+        async def create_event(self, *, namespace: str, body: dict[str, Any]) -> Any:
+            raise APIError(500, "down")
+
+        async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> Any:
+            raise APIError(404, "gone")
+
+    report, spawned = reporter(Broken(), FakeClock())
+    pod = PodInfo.from_obj(pending("p"))
+    report.failed(pod, "sp", reason="Unschedulable", message="a")
+    asyncio.run(report.scheduled(pod, "sp", "n1"))
+    settle(spawned)
+    assert "could not post FailedScheduling event for default/p" in caplog.text
+    assert "could not post Scheduled event for default/p" in caplog.text
+    assert "could not patch" not in caplog.text  # a pod gone meanwhile (404) is not worth a warning
+
+
+def test_scheduled_event_names_the_profile_and_instance() -> None:
+    client = FakeClient()
+    report, _ = reporter(client, FakeClock())
+    asyncio.run(report.scheduled(PodInfo.from_obj(pending("p")), "sp", "n1"))
+    [event] = client.events
+    assert (event["reason"], event["note"]) == ("Scheduled", "Successfully assigned default/p to n1")
+    assert (event["reportingController"], event["reportingInstance"]) == ("sp", "sp-test")
