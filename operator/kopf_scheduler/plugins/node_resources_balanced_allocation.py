@@ -22,7 +22,7 @@ from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.events import ClusterEventWithHint
 from kopf_scheduler.framework.interface import Handle, PreScorePlugin, ScorePlugin
 from kopf_scheduler.framework.status import SUCCESS, Status
-from kopf_scheduler.plugins.resource_allocation import balanced_allocation, calculate_allocation, scored_resources
+from kopf_scheduler.plugins._resource_allocation import balanced_allocation, calculate_allocation, scored_resources
 from kopf_scheduler.state.pod_info import PodInfo
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ failure mask; the few distinct (mask, unresolvable) pairs become the Status pale
 Upstream walks the scalar resources in Go map order (random); we check them sorted by name. Only the order
 of reasons inside one node's Status differs, and FailedScheduling counts reasons, so nothing visible changes.
 
-Score (no NormalizeScore) delegates to :mod:`kopf_scheduler.plugins.resource_allocation` with the strategy of
+Score (no NormalizeScore) delegates to :mod:`kopf_scheduler.plugins._resource_allocation` with the strategy of
 ``scoringStrategy``: the node side counts existing pods' cpu/memory with the non-zero defaults, the pod side
 too. Upstream quirk kept (v1.36 ``NewFit``): the scorer Fit builds with ``getScorer`` never gets the feature
 flags BalancedAllocation's gets, so for the *incoming* pod's scoring requests ``SkipPodLevelResources`` is true:
@@ -66,7 +66,7 @@ from kopf_scheduler.framework.interface import (
     ScorePlugin,
 )
 from kopf_scheduler.framework.status import SUCCESS, Status
-from kopf_scheduler.plugins.resource_allocation import (
+from kopf_scheduler.plugins._resource_allocation import (
     Scorer,
     calculate_allocation,
     least_allocated,

@@ -9,11 +9,11 @@ import pytest
 
 from kopf_scheduler.api.args import NodeResourcesBalancedAllocationArgs, ResourceSpec
 from kopf_scheduler.framework.status import Code
+from kopf_scheduler.plugins._resource_allocation import balanced_resource_score
 from kopf_scheduler.plugins.node_resources_balanced_allocation import (
     PRE_SCORE_STATE_KEY,
     NodeResourcesBalancedAllocation,
 )
-from kopf_scheduler.plugins.resource_allocation import balanced_resource_score
 from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, new_state, pod_info, slots
 
 GPU = "nvidia.com/gpu"

@@ -16,6 +16,7 @@ from kopf_scheduler.api.args import (
 )
 from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent, EventResource, QueueingHint
 from kopf_scheduler.framework.status import Code, Status
+from kopf_scheduler.plugins._resource_allocation import broken_linear, round_half_away, trunc_div
 from kopf_scheduler.plugins.node_resources_fit import (
     PRE_FILTER_STATE_KEY,
     PRE_SCORE_STATE_KEY,
@@ -25,7 +26,6 @@ from kopf_scheduler.plugins.node_resources_fit import (
     REASON_TOO_MANY_PODS,
     NodeResourcesFit,
 )
-from kopf_scheduler.plugins.resource_allocation import broken_linear, round_half_away, trunc_div
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, new_state, pod_info, slots
