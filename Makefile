@@ -31,8 +31,9 @@ help:
 	@echo "make clean     remove the venv and caches in the tree (the binary cache stays)"
 	@echo "make bench-algo  algorithm benchmark, no API server: bench/results/algo.json + docs/benchmarks.md"
 	@echo "make bench     end-to-end benchmark vs kube-scheduler (~30 min): bench/results/e2e.json + docs/benchmarks.md"
-	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~4 min):"
-	@echo "                  docs/conformance.md + bench/results/conformance.json"
+	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~4 min) and"
+	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400):"
+	@echo "                  docs/conformance.md + bench/results/conformance.json + profile-validation.json"
 
 $(VENV_STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
