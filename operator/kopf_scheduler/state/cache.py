@@ -23,6 +23,7 @@ from kopf_scheduler.state.pod_info import HostPort, PodInfo
 from kopf_scheduler.state.quantity import resource_value
 from kopf_scheduler.state.selector_counts import SelectorPodCounts
 from kopf_scheduler.state.selectors import LabelSelector
+from kopf_scheduler.state.storage import StorageObjects
 from kopf_scheduler.state.tolerations import Taint, parse_taints
 
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
@@ -111,7 +112,7 @@ class AffinityGroup:
 
 
 class ClusterCache:
-    """Nodes, assigned pods and the few other objects plugins read (workload selectors, namespaces)."""
+    """Nodes, assigned pods and the other objects plugins read (workload selectors, namespaces, storage)."""
 
     def __init__(self) -> None:
         self.table = NodeTable()
@@ -140,6 +141,8 @@ class ClusterCache:
         self.host_port_users: dict[tuple[str, int], dict[int, Counter[str]]] = {}
         #: Per-node counts of pods matching the recently asked (namespace, selector) pairs, kept current.
         self._selector_counts = SelectorPodCounts()
+        #: PVs, PVCs, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities (the volume plugins' listers).
+        self.storage = StorageObjects()
         self.generation = 0
 
     # -- nodes ---------------------------------------------------------------------------------------

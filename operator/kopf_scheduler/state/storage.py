@@ -1,0 +1,96 @@
+"""The storage objects the volume plugins read, as the API server last reported them.
+
+Upstream's volume plugins (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits) read
+PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes, CSIDrivers and CSIStorageCapacities
+through informer listers from the framework handle's SharedInformerFactory. Here the watch handlers
+(``eventhandlers.py``) keep one :class:`StorageObjects` inside the :class:`~kopf_scheduler.state.cache.ClusterCache`
+current, and plugins read it through ``snapshot.cache.storage``. Objects are the API dicts as watched (the
+scheduler never mutates them: VolumeBinding keeps its assumed versions beside them, as upstream's
+AssumeCache does beside the informer).
+
+Keys: cluster-scoped kinds by name, namespaced kinds (PVCs, CSIStorageCapacities) by ``(namespace, name)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+PERSISTENT_VOLUME = "PersistentVolume"
+PERSISTENT_VOLUME_CLAIM = "PersistentVolumeClaim"
+STORAGE_CLASS = "StorageClass"
+CSI_NODE = "CSINode"
+CSI_DRIVER = "CSIDriver"
+CSI_STORAGE_CAPACITY = "CSIStorageCapacity"
+
+#: Every kind this store holds → whether it is namespaced.
+KINDS: Mapping[str, bool] = {
+    PERSISTENT_VOLUME: False,
+    PERSISTENT_VOLUME_CLAIM: True,
+    STORAGE_CLASS: False,
+    CSI_NODE: False,
+    CSI_DRIVER: False,
+    CSI_STORAGE_CAPACITY: True,
+}
+
+Key = tuple[str, str]
+Obj = dict[str, Any]
+
+
+def object_key(kind: str, obj: Mapping[str, Any]) -> Key:
+    """``(namespace, name)`` of ``obj``; the namespace is "" for cluster-scoped kinds."""
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "" if KINDS[kind] else "", meta.get("name") or "")
+
+
+class StorageObjects:
+    """The latest watched version of every storage object, by kind and key."""
+
+    __slots__ = ("_by_kind",)
+
+    def __init__(self) -> None:
+        self._by_kind: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
+
+    # -- feeding (the watch handlers and the reconciling LIST) -------------------------------------------
+    def apply(self, kind: str, event_type: str | None, obj: Obj) -> tuple[Obj | None, Obj | None]:
+        """Store or drop ``obj`` after a watch event; return ``(old, new)`` for the cluster event."""
+        objects = self._by_kind[kind]
+        key = object_key(kind, obj)
+        old = objects.get(key)
+        if event_type == "DELETED":
+            objects.pop(key, None)
+            return old, None
+        objects[key] = obj
+        return old, obj
+
+    def keys(self, kind: str) -> set[Key]:
+        return set(self._by_kind[kind])
+
+    def remove(self, kind: str, key: Key) -> Obj | None:
+        """Drop an object the reconciling LIST no longer returns; the dropped object, if any."""
+        return self._by_kind[kind].pop(key, None)
+
+    # -- reading (the plugins) -------------------------------------------------------------------------
+    def get(self, kind: str, name: str, namespace: str = "") -> Obj | None:
+        return self._by_kind[kind].get((namespace if KINDS[kind] else "", name))
+
+    def all(self, kind: str) -> Iterator[Obj]:
+        return iter(self._by_kind[kind].values())
+
+    def count(self, kind: str) -> int:
+        return len(self._by_kind[kind])
+
+    def pv(self, name: str) -> Obj | None:
+        return self.get(PERSISTENT_VOLUME, name)
+
+    def pvc(self, namespace: str, name: str) -> Obj | None:
+        return self.get(PERSISTENT_VOLUME_CLAIM, name, namespace)
+
+    def storage_class(self, name: str) -> Obj | None:
+        return self.get(STORAGE_CLASS, name)
+
+    def csi_node(self, node_name: str) -> Obj | None:
+        return self.get(CSI_NODE, node_name)
+
+    def csi_driver(self, name: str) -> Obj | None:
+        return self.get(CSI_DRIVER, name)
