@@ -4,8 +4,9 @@
 a fake client and the e2e tests drive the same code through the real process. The app builds the parts and
 wires each with the few collaborators it needs (upstream's ``scheduler.New`` plays this role):
 
-- one :class:`ClusterCache` (nodes, assigned pods, workload selectors, namespaces), shared by all profiles,
-  and every unassigned pod, whatever its schedulerName, so a profile created later finds its pods at once;
+- one :class:`ClusterCache` (nodes, assigned pods, workload selectors, namespaces, storage objects), shared by
+  all profiles, and every unassigned pod, whatever its schedulerName, so a profile created later finds its
+  pods at once;
 - the profiles registry: one :class:`ProfileRuntime` per live SchedulerProfile, its built framework and its
   scheduling queue (``profiles.py``). A profile change swaps the framework in place; the queue and its pods
   stay. Building and swapping happens here, in :meth:`SchedulerApp.apply_profile`;
@@ -184,6 +185,9 @@ class SchedulerApp:
 
     def on_namespace_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
         self.events.on_namespace_event(event_type, obj)
+
+    def on_storage_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        self.events.on_storage_event(kind, event_type, obj)
 
     async def ensure_reconciled(self) -> None:
         await self.events.ensure_reconciled()
