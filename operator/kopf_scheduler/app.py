@@ -148,8 +148,10 @@ class SchedulerApp:
             runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_framework(framework))
             runtime.queue.move_all_to_active_or_backoff(PROFILE_CHANGED)
         runtime.generation = generation
-        omitted = getattr(resolved, "omitted_defaults", ())
-        note = f"; default plugins not implemented yet, left out: {', '.join(omitted)}" if omitted else ""
+        left_out = [n for n in resolved.omitted_defaults if n not in resolved.stand_ins]
+        note = f"; default plugins not implemented yet, left out: {', '.join(left_out)}" if left_out else ""
+        if resolved.stand_ins:
+            note += f"; stand-ins that keep the pods needing them pending: {', '.join(resolved.stand_ins)}"
         return ProfileOutcome(
             True, "PipelineBuilt", f"pipeline built from generation {generation}{note}", pipeline_status(resolved)
         )
