@@ -4,8 +4,9 @@
 a fake client and the e2e tests drive the same code through the real process. The app builds the parts and
 wires each with the few collaborators it needs (upstream's ``scheduler.New`` plays this role):
 
-- one :class:`ClusterCache` (nodes, assigned pods, workload selectors, namespaces), shared by all profiles,
-  and every unassigned pod, whatever its schedulerName, so a profile created later finds its pods at once;
+- one :class:`ClusterCache` (nodes, assigned pods, workload selectors, namespaces, storage objects), shared by
+  all profiles, and every unassigned pod, whatever its schedulerName, so a profile created later finds its
+  pods at once;
 - the profiles registry: one :class:`ProfileRuntime` per live SchedulerProfile, its built framework and its
   scheduling queue (``profiles.py``). A profile change swaps the framework in place; the queue and its pods
   stay. Building and swapping happens here, in :meth:`SchedulerApp.apply_profile`;
@@ -147,8 +148,10 @@ class SchedulerApp:
             runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_framework(framework))
             runtime.queue.move_all_to_active_or_backoff(PROFILE_CHANGED)
         runtime.generation = generation
-        omitted = getattr(resolved, "omitted_defaults", ())
-        note = f"; default plugins not implemented yet, left out: {', '.join(omitted)}" if omitted else ""
+        left_out = [n for n in resolved.omitted_defaults if n not in resolved.stand_ins]
+        note = f"; default plugins not implemented yet, left out: {', '.join(left_out)}" if left_out else ""
+        if resolved.stand_ins:
+            note += f"; stand-ins that keep the pods needing them pending: {', '.join(resolved.stand_ins)}"
         return ProfileOutcome(
             True, "PipelineBuilt", f"pipeline built from generation {generation}{note}", pipeline_status(resolved)
         )
@@ -184,6 +187,9 @@ class SchedulerApp:
 
     def on_namespace_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
         self.events.on_namespace_event(event_type, obj)
+
+    def on_storage_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        self.events.on_storage_event(kind, event_type, obj)
 
     async def ensure_reconciled(self) -> None:
         await self.events.ensure_reconciled()

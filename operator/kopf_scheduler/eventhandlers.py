@@ -3,7 +3,9 @@
 Upstream's informer handlers add, update and delete nodes and assigned pods in the cache, add unassigned pods
 of its profiles to the queue, and turn every cluster change into a :class:`ClusterEvent` that moves parked
 pods whose rejecting plugins registered for it. :class:`EventHandlers` does the same for kopf's watch events,
-plus the workload selectors and namespace labels PodTopologySpread and InterPodAffinity read. It also keeps
+plus the workload selectors and namespace labels PodTopologySpread and InterPodAffinity read, and the storage
+objects the volume plugins read (PVs, PVCs, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities in
+``cache.storage``; upstream's plugins read them from the informer factory and register for their events). It also keeps
 every unassigned pod, whatever its schedulerName, so a profile created later finds its pods at once.
 
 Why the authoritative LIST (:meth:`EventHandlers.ensure_reconciled`): kopf stops the watches while a replica
@@ -21,12 +23,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kopf_scheduler.client import ClientRef
-from kopf_scheduler.framework.events import ClusterEvent, node_events, pod_events
+from kopf_scheduler.framework.events import ClusterEvent, EventResource, node_events, object_events, pod_events
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import SchedulingQueue
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.selectors import LabelSelector
+from kopf_scheduler.state.storage import KINDS as STORAGE_KINDS
+from kopf_scheduler.state.storage import Key, object_key
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -37,6 +41,24 @@ _LIST_PATHS = {
     "ReplicationController": "/api/v1/replicationcontrollers",
     "ReplicaSet": "/apis/apps/v1/replicasets",
     "StatefulSet": "/apis/apps/v1/statefulsets",
+}
+
+#: Storage kind → (API path prefix, plural) for the reconciling LIST, and the event resource it broadcasts.
+_STORAGE_PATHS = {
+    "PersistentVolume": ("/api/v1", "persistentvolumes"),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
+    "StorageClass": ("/apis/storage.k8s.io/v1", "storageclasses"),
+    "CSINode": ("/apis/storage.k8s.io/v1", "csinodes"),
+    "CSIDriver": ("/apis/storage.k8s.io/v1", "csidrivers"),
+    "CSIStorageCapacity": ("/apis/storage.k8s.io/v1", "csistoragecapacities"),
+}
+_STORAGE_RESOURCES = {
+    "PersistentVolume": EventResource.PERSISTENT_VOLUME,
+    "PersistentVolumeClaim": EventResource.PERSISTENT_VOLUME_CLAIM,
+    "StorageClass": EventResource.STORAGE_CLASS,
+    "CSINode": EventResource.CSI_NODE,
+    "CSIDriver": EventResource.CSI_DRIVER,
+    "CSIStorageCapacity": EventResource.CSI_STORAGE_CAPACITY,
 }
 
 #: Called when a pod is bound or gone, with its uid and ``namespace/name`` key (reports about it are void).
@@ -164,6 +186,17 @@ class EventHandlers:
         labels = None if event_type == "DELETED" else dict(meta.get("labels") or {})
         self._cache.set_namespace_labels(meta.get("name", ""), labels)
 
+    def on_storage_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        """Keep ``cache.storage`` current and tell the queues (a new PV may fit a parked pod's claim)."""
+        storage = self._cache.storage
+        namespace, name = object_key(kind, obj)
+        old = storage.get(kind, name, namespace)
+        self._note_watch(event_type, obj)
+        if event_type != "DELETED" and (_same_version(old, obj) or (old is not None and 0 < _rv(obj) < _rv(old))):
+            return  # a version we hold already, or an older one (a LIST that raced a watch event)
+        old, new = storage.apply(kind, event_type, _slim(obj))
+        self._broadcast(object_events(_STORAGE_RESOURCES[kind], old, new), old, new)
+
     def _queue_for(self, scheduler_name: str, action: Callable[[SchedulingQueue], None]) -> None:
         runtime = self._profiles.get(scheduler_name)
         if runtime is not None:
@@ -204,6 +237,11 @@ class EventHandlers:
                     self._purge_unlisted_workloads(kind, listed)
                 namespaces = await self._relist(["/api/v1/namespaces"], self._apply_namespace_page)
                 self._purge_unlisted_namespaces(namespaces)
+                for kind in STORAGE_KINDS:
+                    listed = await self._relist(
+                        self._storage_paths(kind), lambda page, kind=kind: self._apply_storage_page(kind, page)
+                    )
+                    self._purge_unlisted_storage(kind, listed)
             finally:
                 self._listing = False
                 self._watched_during_list.clear()
@@ -215,6 +253,13 @@ class EventHandlers:
         if not self._namespaces:
             return ["/api/v1/pods"]
         return [f"/api/v1/namespaces/{namespace}/pods" for namespace in self._namespaces]
+
+    def _storage_paths(self, kind: str) -> list[str]:
+        """Namespaced kinds are listed where kopf watches them: every namespace, or the ``--namespace`` ones."""
+        prefix, plural = _STORAGE_PATHS[kind]
+        if not STORAGE_KINDS[kind] or not self._namespaces:
+            return [f"{prefix}/{plural}"]
+        return [f"{prefix}/namespaces/{namespace}/{plural}" for namespace in self._namespaces]
 
     async def _relist(self, paths: list[str], apply_page: Callable[[list[dict[str, Any]]], Iterable[Any]]) -> set[Any]:
         """LIST every path page by page; ``apply_page`` applies one page and returns the keys it listed."""
@@ -280,6 +325,19 @@ class EventHandlers:
     def _purge_unlisted_namespaces(self, listed: set[str]) -> None:
         for name in [n for n in self._cache.namespace_labels if n not in listed]:
             self._cache.set_namespace_labels(name, None)
+
+    def _apply_storage_page(self, kind: str, page: list[dict[str, Any]]) -> list[Key]:
+        for obj in page:
+            if not self._watched_meanwhile(obj):
+                self.on_storage_event(kind, None, obj)
+        return [object_key(kind, obj) for obj in page]
+
+    def _purge_unlisted_storage(self, kind: str, listed: set[Key]) -> None:
+        storage = self._cache.storage
+        for namespace, name in storage.keys(kind) - listed:
+            obj = storage.get(kind, name, namespace)
+            if obj is not None and not self._watched_meanwhile(obj):
+                self.on_storage_event(kind, "DELETED", obj)
 
 
 # -- raw objects ---------------------------------------------------------------------------------------

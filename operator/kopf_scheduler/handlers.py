@@ -1,8 +1,8 @@
 """The only module that registers kopf handlers. Thin by design: kopf callbacks → SchedulerApp calls.
 
 kopf rules this module follows (reference kopf-and-peers.md, A1–A7):
-- Pods and nodes are watched with ``@kopf.on.event`` only, and every handler returns None: change
-  handlers, daemons or timers on pods would write annotations and finalizers onto every pod.
+- Pods, nodes and every other watched kind are watched with ``@kopf.on.event`` only, and every handler
+  returns None: change handlers, daemons or timers would write annotations and finalizers onto every object.
 - One ``@kopf.daemon`` per SchedulerProfile runs that profile's scheduling loop; peering stops daemons on
   the standby replica and respawns them after a takeover, so only the active replica schedules.
 - API calls go through the app's async client; nothing here blocks the event loop.
@@ -183,6 +183,38 @@ async def replica_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
 @kopf.on.event("apps", "v1", "statefulsets")
 async def stateful_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
     _app(memo).on_workload_event("StatefulSet", event.get("type"), event["object"])
+
+
+# The storage objects the volume plugins read (state/storage.py). With --namespace, kopf watches the two
+# namespaced kinds (PVCs, CSIStorageCapacities) in those namespaces only, as it does pods and workloads.
+@kopf.on.event("", "v1", "persistentvolumes")
+async def persistent_volume_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("PersistentVolume", event.get("type"), event["object"])
+
+
+@kopf.on.event("", "v1", "persistentvolumeclaims")
+async def persistent_volume_claim_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("PersistentVolumeClaim", event.get("type"), event["object"])
+
+
+@kopf.on.event("storage.k8s.io", "v1", "storageclasses")
+async def storage_class_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("StorageClass", event.get("type"), event["object"])
+
+
+@kopf.on.event("storage.k8s.io", "v1", "csinodes")
+async def csi_node_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("CSINode", event.get("type"), event["object"])
+
+
+@kopf.on.event("storage.k8s.io", "v1", "csidrivers")
+async def csi_driver_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("CSIDriver", event.get("type"), event["object"])
+
+
+@kopf.on.event("storage.k8s.io", "v1", "csistoragecapacities")
+async def csi_storage_capacity_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("CSIStorageCapacity", event.get("type"), event["object"])
 
 
 # -- SchedulerProfiles ----------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ class ProfileOutcome:
     ready: bool
     reason: str
     message: str
-    #: Status fields describing the serving pipeline (effectivePlugins, scorePlugins, omittedDefaultPlugins).
+    #: Status fields describing the serving pipeline (effectivePlugins, scorePlugins, omittedDefaultPlugins,
+    #: standInPlugins).
     pipeline_status: dict[str, Any] = field(default_factory=dict)
 
 
@@ -82,4 +83,5 @@ def pipeline_status(resolved: ResolvedProfile) -> dict[str, Any]:
         "effectivePlugins": plugins.model_dump(by_alias=True, exclude_none=True),
         "scorePlugins": score or "(none)",
         "omittedDefaultPlugins": list(resolved.omitted_defaults),
+        "standInPlugins": list(resolved.stand_ins),
     }

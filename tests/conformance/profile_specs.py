@@ -58,7 +58,8 @@ POINTS = (
     "bind",
     "postBind",
 )
-#: Upstream defaults kopf-scheduler does not implement (our builder's ``omitted_defaults``).
+#: Upstream defaults kopf-scheduler does not implement (our builder's ``omitted_defaults``; DynamicResources runs
+#: as a stand-in that only refuses pods with ResourceClaims, and the generated pods have none).
 OMITTED_DEFAULTS = (
     "VolumeRestrictions",
     "NodeVolumeLimits",

@@ -21,8 +21,9 @@ FilterPlugin plugin``; upstream prints that field only for config-validation err
 Schema and pydantic rejections are the API server's and pydantic's texts, deliberately (they come earlier,
 and say what kubectl users expect); they are compared for accept/reject only.
 
-The equivalent upstream profile disables upstream's defaults we do not implement (``OMITTED_DEFAULTS``), as
-the scheduling comparison does (:func:`tests.conformance.oracle.upstream_profile`).
+The equivalent upstream profile disables upstream's defaults we do not implement (``OMITTED_DEFAULTS``, which
+keeps DynamicResources: ours is a stand-in), as the scheduling comparison does
+(:func:`tests.conformance.oracle.upstream_profile`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,14 @@ DELIBERATE: dict[str, str] = {
     "omitted-default-enabled": (
         "a user who enables an upstream default we have not implemented (VolumeBinding, DefaultPreemption, ...) "
         "gets `... does not exist (a kube-scheduler default plugin that kopf-scheduler does not implement "
-        "yet)`: we cannot run it, and silently leaving it out would schedule differently than asked."
+        "yet)`: we cannot run it, and silently leaving it out would schedule differently than asked. "
+        "DynamicResources is the exception: a stand-in holds its name (plugins/dynamic_resources.py, PreFilter "
+        "only, refusing pods with ResourceClaims), so enabling it in multiPoint or preFilter is accepted as "
+        "upstream accepts it; enabling it at one of upstream's other DynamicResources points (preEnqueue, "
+        'filter, postFilter, score, reserve, preBind) is refused with `plugin "DynamicResources" does not '
+        "extend FilterPlugin plugin (kopf-scheduler's plugin of that name is a stand-in that does not implement "
+        "it yet)`, and its multiPoint weight counts towards no score overflow check. The generator draws no "
+        "such case (the verdicts of its specs are unchanged by the stand-in)."
     ),
 }
 

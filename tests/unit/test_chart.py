@@ -52,7 +52,9 @@ SCHEMA_MINOR = ".".join(KUBE_VERSION.split(".")[:2])  # 1.36
 #: The ClusterRole's rules, exactly: (apiGroup, resource, resourceName or "", verb). The e2e test compares
 #: `kubectl auth can-i --list` for the chart's ServiceAccount with the same set. Every entry is a call the
 #: operator or kopf makes (see templates/rbac.yaml for which); `get` on pods, profiles and the peering object
-#: and events `patch` are the issue's list (read access `list` already grants; event series updates).
+#: and events `patch` are the issue's list (read access `list` already grants; event series updates); `get`
+#: on the storage kinds and update/patch on PVs and PVCs follow upstream's kube-scheduler and volume-scheduler
+#: roles (the latter for VolumeBinding's PreBind).
 PEERING = "kopf-scheduler"
 
 
@@ -68,6 +70,12 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     allow("events.k8s.io", ["events"], ["create", "patch"])
     allow("", ["nodes", "namespaces", "services", "replicationcontrollers"], ["list", "watch"])
     allow("apps", ["replicasets", "statefulsets"], ["list", "watch"])
+    # The volume plugins' objects; update/patch of PVs and PVCs for VolumeBinding's PreBind (upstream's
+    # system:volume-scheduler), get on all six as upstream's system:kube-scheduler.
+    allow("", ["persistentvolumes", "persistentvolumeclaims"], ["get", "list", "watch", "update", "patch"])
+    allow(
+        "storage.k8s.io", ["storageclasses", "csinodes", "csidrivers", "csistoragecapacities"], ["get", "list", "watch"]
+    )
     allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles/status"], ["patch"])
     allow("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])

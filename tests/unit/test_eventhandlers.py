@@ -2,18 +2,33 @@
 
 These pin which pods reach which queue, that cluster events move parked pods, that the reconciling LIST
 purges what was deleted while paused without undoing what watches changed meanwhile, and that the cache
-keeps slim objects and skips versions it already holds.
+keeps slim objects and skips versions it already holds; for pods and nodes and for the storage objects.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import random
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
+from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.eventhandlers import EventHandlers
-from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.framework import (
+    SUCCESS,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EventResource,
+    PreFilterPlugin,
+    PreFilterResult,
+    Status,
+)
+from kopf_scheduler.framework.registry import Registry, default_registry
+from kopf_scheduler.settings import RunSettings
+from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
 from tests.unit.factories import make_node, make_pod
@@ -205,3 +220,140 @@ def test_handlers_on_their_own_tell_reporting_when_a_pod_is_bound_or_gone() -> N
     handlers.on_pod_event("DELETED", {**pod, "spec": {**pod["spec"], "nodeName": "n1"}})
     assert cache.pod(uid) is None
     assert forgotten == [(uid, "default/p"), (uid, "default/p")]
+
+
+# -- storage objects (cache.storage, what the volume plugins read) -------------------------------------------
+def _storage_obj(kind: str, name: str, namespace: str = "", rv: str = "1", **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "uid": f"uid-{kind}-{namespace}-{name}", "resourceVersion": rv}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"kind": kind, "metadata": meta, "spec": dict(spec)}
+
+
+class NeedsPV(PreFilterPlugin):
+    """Refuses every pod until some PersistentVolume exists; registered for PV Add only."""
+
+    name: ClassVar[str] = "NeedsPV"
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
+        if snapshot.cache.storage.count("PersistentVolume"):
+            return None, SUCCESS
+        return None, Status.unschedulable("no PV yet", plugin=self.name, unresolvable=True)
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME, ActionType.ADD))]
+
+
+def test_storage_events_keep_slim_objects_by_kind_and_key() -> None:
+    app = new_app()
+    pv = _storage_obj("PersistentVolume", "pv1", capacity={"storage": "1Gi"})
+    pv["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    claim = _storage_obj("PersistentVolumeClaim", "data", "ns1")
+    capacity = _storage_obj("CSIStorageCapacity", "cap", "kube-system")
+    app.on_storage_event("PersistentVolume", "ADDED", pv)
+    app.on_storage_event("PersistentVolumeClaim", "ADDED", claim)
+    app.on_storage_event("CSIStorageCapacity", None, capacity)
+    storage = app.cache.storage
+    assert storage.pv("pv1") is not None
+    assert "managedFields" not in storage.pv("pv1")["metadata"]
+    assert "managedFields" in pv["metadata"]  # the watch's own object is left as it was
+    assert storage.pvc("ns1", "data") == claim
+    assert storage.pvc("other", "data") is None
+    assert storage.keys("CSIStorageCapacity") == {("kube-system", "cap")}
+    app.on_storage_event("PersistentVolumeClaim", "DELETED", claim)
+    assert storage.pvc("ns1", "data") is None
+
+
+def test_an_older_storage_version_does_not_replace_a_newer_one() -> None:
+    app = new_app()
+    app.on_storage_event("StorageClass", "MODIFIED", _storage_obj("StorageClass", "fast", rv="7", mode="new"))
+    app.on_storage_event("StorageClass", None, _storage_obj("StorageClass", "fast", rv="5", mode="old"))
+    assert app.cache.storage.storage_class("fast")["spec"] == {"mode": "new"}
+
+
+def test_a_storage_event_moves_pods_whose_rejecting_plugin_registered_for_it() -> None:
+    client = FakeClient()
+    clock = FakeClock()
+    app = SchedulerApp(
+        settings=RunSettings(),
+        client=client,
+        registry=default_registry().merged(Registry([NeedsPV])),
+        rng=random.Random(1),
+        hostname="test",
+        clock=clock,
+    )
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={"plugins": {"multiPoint": {"enabled": [{"name": "NeedsPV"}]}}}, generation=1)
+    app.on_pod_event("ADDED", pending("waiting"))
+    drive(app)
+    queue = app.profiles["sp"].queue
+    assert queue.pending_pods()["unschedulable"] == 1
+    app.on_storage_event("StorageClass", "ADDED", _storage_obj("StorageClass", "fast"))
+    assert queue.pending_pods()["unschedulable"] == 1  # NeedsPV did not register StorageClass events
+    app.on_storage_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", "pv1"))
+    assert queue.pending_pods()["unschedulable"] == 0
+    clock.now += 60
+    queue.flush_backoff_completed()
+    drive(app)
+    assert client.bindings == [("default", "waiting", "n1")]
+
+
+def test_reconcile_lists_the_storage_kinds_and_purges_what_is_gone() -> None:
+    client = FakeClient()
+    app = new_app(client)
+    for name in ("kept", "gone"):
+        app.on_storage_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", name))
+    app.on_storage_event("CSINode", "ADDED", _storage_obj("CSINode", "n1"))
+    client.lists["/api/v1/persistentvolumes"] = [_storage_obj("PersistentVolume", "kept")]
+    client.lists["/api/v1/persistentvolumeclaims"] = [
+        _storage_obj("PersistentVolumeClaim", "a", "ns1"),
+        _storage_obj("PersistentVolumeClaim", "b", "ns2"),
+    ]
+    client.lists["/apis/storage.k8s.io/v1/storageclasses"] = [_storage_obj("StorageClass", "fast")]
+    client.lists["/apis/storage.k8s.io/v1/csidrivers"] = [_storage_obj("CSIDriver", "csi.example.com")]
+    capacity = _storage_obj("CSIStorageCapacity", "c", "kube-system")
+    client.lists["/apis/storage.k8s.io/v1/csistoragecapacities"] = [capacity]
+    asyncio.run(app.ensure_reconciled())
+    storage = app.cache.storage
+    assert storage.keys("PersistentVolume") == {("", "kept")}
+    assert storage.keys("PersistentVolumeClaim") == {("ns1", "a"), ("ns2", "b")}
+    assert storage.keys("StorageClass") == {("", "fast")}
+    assert storage.keys("CSINode") == set()  # deleted while paused
+    assert storage.keys("CSIDriver") == {("", "csi.example.com")}
+    assert storage.keys("CSIStorageCapacity") == {("kube-system", "c")}
+
+
+def test_reconcile_lists_namespaced_storage_only_where_kopf_watches() -> None:
+    """With --namespace, kopf watches PVCs and CSIStorageCapacities in those namespaces only: so does the LIST."""
+    listed: list[str] = []
+
+    class RecordingClient(FakeClient):
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            listed.append(path)
+            return []
+
+    app = SchedulerApp(settings=RunSettings(namespaces=["a", "b"]), client=RecordingClient(), hostname="test")
+    asyncio.run(app.ensure_reconciled())
+    assert "/api/v1/persistentvolumes" in listed
+    assert "/apis/storage.k8s.io/v1/storageclasses" in listed
+    assert [p for p in listed if p.endswith(("persistentvolumeclaims", "csistoragecapacities"))] == [
+        "/api/v1/namespaces/a/persistentvolumeclaims",
+        "/api/v1/namespaces/b/persistentvolumeclaims",
+        "/apis/storage.k8s.io/v1/namespaces/a/csistoragecapacities",
+        "/apis/storage.k8s.io/v1/namespaces/b/csistoragecapacities",
+    ]
+
+
+def test_reconcile_keeps_storage_objects_watched_while_the_list_was_in_flight() -> None:
+    app = new_app()
+    fresh = _storage_obj("PersistentVolume", "fresh")
+
+    class RacingClient(FakeClient):
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            if path == "/api/v1/persistentvolumes":
+                app.on_storage_event("PersistentVolume", "ADDED", fresh)  # newer than the LIST's snapshot
+            return []
+
+    app.client = RacingClient()
+    asyncio.run(app.ensure_reconciled())
+    assert app.cache.storage.pv("fresh") is not None
