@@ -3,7 +3,7 @@
 Equivalent profile. A SchedulerProfile's ``spec`` is one KubeSchedulerConfiguration profile minus
 ``schedulerName``, so upstream gets the same spec under another scheduler name. The only difference is
 what we have not implemented: our builder leaves upstream's unimplemented default plugins out of the
-pipeline (``omitted_defaults``: the volume plugins, DynamicResources, DefaultPreemption,
+pipeline (``omitted_defaults``: VolumeBinding, DynamicResources, DefaultPreemption,
 NodeDeclaredFeatures), so upstream's profile disables exactly those in ``multiPoint``. Without
 DefaultPreemption neither side has a PostFilter plugin, so FailedScheduling texts carry no preemption suffix.
 

@@ -60,10 +60,7 @@ POINTS = (
 )
 #: Upstream defaults kopf-scheduler does not implement (our builder's ``omitted_defaults``).
 OMITTED_DEFAULTS = (
-    "VolumeRestrictions",
-    "NodeVolumeLimits",
     "VolumeBinding",
-    "VolumeZone",
     "DynamicResources",
     "DefaultPreemption",
     "NodeDeclaredFeatures",
@@ -423,8 +420,8 @@ def _fit_args_when_disabled(rng: random.Random) -> tuple[dict[str, Any], str]:
 
 
 def _omitted_default(rng: random.Random) -> tuple[dict[str, Any], str]:
-    name = rng.choice(("VolumeBinding", "VolumeZone", "DefaultPreemption"))
-    point = {"VolumeBinding": "filter", "VolumeZone": "filter", "DefaultPreemption": "postFilter"}[name]
+    name = rng.choice(("VolumeBinding", "DefaultPreemption"))
+    point = {"VolumeBinding": "filter", "DefaultPreemption": "postFilter"}[name]
     return {"plugins": _plugins(point, [_entry(name)])}, "omitted-default-enabled"
 
 
