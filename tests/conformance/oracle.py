@@ -3,9 +3,9 @@
 Equivalent profile. A SchedulerProfile's ``spec`` is one KubeSchedulerConfiguration profile minus
 ``schedulerName``, so upstream gets the same spec under another scheduler name. The only difference is
 what we have not implemented: our builder leaves upstream's unimplemented default plugins out of the
-pipeline (``omitted_defaults``: the volume plugins, DynamicResources, DefaultPreemption,
-NodeDeclaredFeatures; our DynamicResources is a stand-in that only refuses pods with ResourceClaims, which
-the generated scenarios never have), so upstream's profile disables exactly those in ``multiPoint``. Without
+pipeline (``omitted_defaults``: VolumeBinding, DynamicResources, DefaultPreemption, NodeDeclaredFeatures;
+our DynamicResources is a stand-in that only refuses pods with ResourceClaims, which the generated scenarios
+never have), so upstream's profile disables exactly those in ``multiPoint``. Without
 DefaultPreemption neither side has a PostFilter plugin, so FailedScheduling texts carry no preemption suffix.
 
 Scores. kube-scheduler prints, at verbosity 10 in ``schedule_one.go``, every plugin's weighted score per

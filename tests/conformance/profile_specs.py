@@ -61,10 +61,7 @@ POINTS = (
 #: Upstream defaults kopf-scheduler does not implement (our builder's ``omitted_defaults``; DynamicResources runs
 #: as a stand-in that only refuses pods with ResourceClaims, and the generated pods have none).
 OMITTED_DEFAULTS = (
-    "VolumeRestrictions",
-    "NodeVolumeLimits",
     "VolumeBinding",
-    "VolumeZone",
     "DynamicResources",
     "DefaultPreemption",
     "NodeDeclaredFeatures",
@@ -424,8 +421,8 @@ def _fit_args_when_disabled(rng: random.Random) -> tuple[dict[str, Any], str]:
 
 
 def _omitted_default(rng: random.Random) -> tuple[dict[str, Any], str]:
-    name = rng.choice(("VolumeBinding", "VolumeZone", "DefaultPreemption"))
-    point = {"VolumeBinding": "filter", "VolumeZone": "filter", "DefaultPreemption": "postFilter"}[name]
+    name = rng.choice(("VolumeBinding", "DefaultPreemption"))
+    point = {"VolumeBinding": "filter", "DefaultPreemption": "postFilter"}[name]
     return {"plugins": _plugins(point, [_entry(name)])}, "omitted-default-enabled"
 
 

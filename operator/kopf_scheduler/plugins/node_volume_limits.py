@@ -1,0 +1,476 @@
+"""NodeVolumeLimits: a node takes no more CSI volumes per driver than its CSINode allows (§2.16).
+
+Upstream ``plugins/nodevolumelimits/csi.go`` (CSILimits), v1.36 with its default gates (VolumeLimitScaling
+off). PreFilter returns Skip unless the pod has a ``persistentVolumeClaim``, an ``ephemeral`` or an inline
+in-tree volume CSI migration covers (GCE PD, AWS EBS, Cinder, Azure Disk, Azure File, vSphere, Portworx).
+
+Filter, per node: the pod's attachable volumes are keyed ``<driver>/<volume handle>``: a claim bound to a
+CSI PV gives its driver and handle; a claim bound to an in-tree PV, or an inline in-tree volume, gives the
+CSI translation's driver and handle when migration is on for that plugin (upstream's ``isCSIMigrationOn``:
+the node has a CSINode and the plugin is AWS EBS, GCE PD, Azure Disk, Cinder or Portworx); an unbound claim
+(or one whose PV is missing) gives its class's provisioner (translated likewise) and a handle unique to the
+claim. Nothing attachable, or no ``spec.drivers[].allocatable.count`` on the node's CSINode: the node passes.
+Otherwise the volumes of the pods already on the node are collected the same way (their missing claims are
+skipped), volumes the node already has do not count again, and for each driver with a limit
+``attached + new > limit`` fails the node with Unschedulable ``node(s) exceed max volume count``. A missing
+claim of the pod itself fails it with UUR (``looking up PVC ns/name: persistentvolumeclaim "name" not found``);
+a malformed volume is an Error.
+
+Upstream also counts VolumeAttachments on the node whose PV is not used by a pod there; the store
+(:class:`~kopf_scheduler.state.storage.StorageObjects`) holds them only when it knows the kind, and they are
+counted when it does.
+
+QueueingHints: a CSINode added, or updated with a higher count for some driver; a bound or nominated pod
+with claim, ephemeral or migratable volumes deleted; a claim the pod names created; a VolumeAttachment
+deleted (for pods with claims, or with an inline volume of the attacher's driver).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EventResource,
+    FilterPlugin,
+    FilterResult,
+    PodInfo,
+    PreFilterPlugin,
+    PreFilterResult,
+    QueueingHint,
+    Snapshot,
+    Status,
+    as_object,
+    as_pod,
+    is_assigned_or_nominated,
+)
+from kopf_scheduler.plugins._volumes import (
+    PVC_RESOURCE,
+    bound_volume_name,
+    claim_class,
+    ephemeral_claim_name,
+    not_found_message,
+    pod_volumes,
+)
+from kopf_scheduler.state import storage as storage_kinds
+from kopf_scheduler.state.storage import StorageObjects
+
+NAME = "NodeVolumeLimits"
+ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"
+
+Obj = Mapping[str, Any]
+#: ``<driver>/<handle>`` → driver.
+Volumes = dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class InTreePlugin:
+    """One in-tree volume plugin csi-translation-lib migrates: its volume source field and names."""
+
+    source: str
+    in_tree_name: str
+    csi_driver: str
+
+
+#: csi-translation-lib's in-tree plugins, in no significant order (each source field names one plugin).
+IN_TREE_PLUGINS = (
+    InTreePlugin("gcePersistentDisk", "kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+    InTreePlugin("awsElasticBlockStore", "kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+    InTreePlugin("cinder", "kubernetes.io/cinder", "cinder.csi.openstack.org"),
+    InTreePlugin("azureDisk", "kubernetes.io/azure-disk", "disk.csi.azure.com"),
+    InTreePlugin("azureFile", "kubernetes.io/azure-file", "file.csi.azure.com"),
+    InTreePlugin("vsphereVolume", "kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+    InTreePlugin("portworxVolume", "kubernetes.io/portworx-volume", "pxd.portworx.com"),
+)
+_BY_IN_TREE_NAME = {plugin.in_tree_name: plugin for plugin in IN_TREE_PLUGINS}
+#: The plugins upstream's ``isCSIMigrationOn`` says yes to (given a CSINode).
+MIGRATION_ON = frozenset(
+    {"kubernetes.io/aws-ebs", "kubernetes.io/gce-pd", "kubernetes.io/azure-disk", "kubernetes.io/cinder",
+     "kubernetes.io/portworx-volume"}
+)  # fmt: skip
+
+
+class TranslationError(ValueError):
+    """A volume csi-translation-lib cannot translate."""
+
+
+def migratable_plugin(source_holder: Obj) -> InTreePlugin | None:
+    """The in-tree plugin of an inline volume or a PV spec (``IsInlineMigratable`` / ``IsPVMigratable``)."""
+    for plugin in IN_TREE_PLUGINS:
+        if source_holder.get(plugin.source) is not None:
+            return plugin
+    return None
+
+
+def is_csi_migration_on(csi_node: Obj | None, in_tree_name: str) -> bool:
+    return csi_node is not None and in_tree_name in MIGRATION_ON
+
+
+# -- csi-translation-lib volume handles (only for the plugins migration is on for) ----------------------------
+_GCE_UNSPECIFIED = "UNSPECIFIED"
+_BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
+_GA_ZONE = "topology.kubernetes.io/zone"
+
+
+def ebs_volume_id(kubernetes_id: str) -> str:
+    """``KubernetesVolumeIDToEBSVolumeID``: ``aws://<zone>/<vol-id>`` (or a bare id) to the EBS volume id."""
+    if not kubernetes_id.startswith("aws://"):
+        return kubernetes_id
+    aws_id = urlsplit(kubernetes_id).path.strip("/")
+    if not aws_id.startswith("vol-") or "/" in aws_id:
+        raise TranslationError(
+            f"failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume ({kubernetes_id})"
+        )
+    return aws_id
+
+
+def _gce_region(zones: list[str]) -> str:
+    regions = set()
+    for zone in zones:
+        parts = zone.split("-")
+        if len(parts) != 3:
+            raise TranslationError(f"zone in unexpected format, expected: {{locale}}-{{region}}-{{zone}}, got: {zone}")
+        regions.add("-".join(parts[:2]))
+    if len(regions) != 1:
+        raise TranslationError("multiple or no regions gotten from zones")
+    return regions.pop()
+
+
+def _gce_pv_handle(pv: Obj, pd_name: str) -> str:
+    labels = (pv.get("metadata") or {}).get("labels") or {}
+    zones_label = (
+        labels.get("failure-domain.beta.kubernetes.io/zone") or labels.get("topology.kubernetes.io/zone") or ""
+    )
+    zones = zones_label.split("__")
+    if len(zones) == 1 and zones[0]:
+        return f"projects/{_GCE_UNSPECIFIED}/zones/{zones[0]}/disks/{pd_name}"
+    if len(zones) > 1:
+        return f"projects/{_GCE_UNSPECIFIED}/regions/{_gce_region(zones)}/disks/{pd_name}"
+    return f"projects/{_GCE_UNSPECIFIED}/zones/{_GCE_UNSPECIFIED}/disks/{pd_name}"
+
+
+def translated_handle(plugin: InTreePlugin, source: Obj, pv: Obj | None) -> str:
+    """The CSI volume handle csi-translation-lib gives an inline volume (``pv`` None) or an in-tree PV."""
+    if plugin.source == "awsElasticBlockStore":
+        return ebs_volume_id(source.get("volumeID") or "")
+    if plugin.source == "gcePersistentDisk":
+        pd_name = source.get("pdName") or ""
+        if pv is None:
+            return f"projects/{_GCE_UNSPECIFIED}/zones/{_GCE_UNSPECIFIED}/disks/{pd_name}"
+        return _gce_pv_handle(pv, pd_name)
+    if plugin.source == "azureDisk":
+        kind = source.get("kind")
+        if kind is not None and str(kind).lower() != "managed":
+            raise TranslationError(f"kind({kind}) is not supported in csi migration")
+        return source.get("diskURI") or ""
+    # cinder, portworxVolume
+    return source.get("volumeID") or ""
+
+
+# -- collecting a pod's attachable volumes --------------------------------------------------------------------
+class VolumeCollector:
+    """Upstream ``filterAttachableVolumes`` and its helpers, reading the storage store."""
+
+    def __init__(self, storage: StorageObjects, random_prefix: str) -> None:
+        self.storage = storage
+        self.random_prefix = random_prefix
+
+    def collect(self, pod: PodInfo, csi_node: Obj | None, *, new_pod: bool, into: Volumes) -> None:
+        """Add ``pod``'s attachable volumes to ``into``; raise for what fails the node (see module doc)."""
+        for volume in pod_volumes(pod):
+            if volume.get("persistentVolumeClaim") is not None:
+                pvc_name = volume["persistentVolumeClaim"].get("claimName") or ""
+                ephemeral = False
+            elif volume.get("ephemeral") is not None:
+                pvc_name = ephemeral_claim_name(pod.name, volume)
+                ephemeral = True
+            else:
+                self._inline(volume, csi_node, into)
+                continue
+            if not pvc_name:
+                raise ValueError("PersistentVolumeClaim had no name")
+            pvc = self.storage.pvc(pod.namespace, pvc_name)
+            if pvc is None:
+                if new_pod:
+                    raise ClaimLookupError(pod.namespace, pvc_name)
+                continue
+            if ephemeral and not _controlled_by(pvc, pod):
+                owner = f"{pod.namespace}/{pod.name}"
+                raise ValueError(f"PVC {pod.namespace}/{pvc_name} was not created for pod {owner} (pod is not owner)")
+            driver, handle = self._claim_driver_and_handle(csi_node, pvc)
+            if driver and handle:
+                into[f"{driver}/{handle}"] = driver
+
+    def _inline(self, volume: Obj, csi_node: Obj | None, into: Volumes) -> None:
+        plugin = migratable_plugin(volume)
+        if plugin is None or not is_csi_migration_on(csi_node, plugin.in_tree_name):
+            return
+        try:
+            handle = translated_handle(plugin, volume[plugin.source], None)
+        except TranslationError as exc:
+            raise ValueError(f"converting volume({volume.get('name') or ''}) from inline to csi: {exc}") from exc
+        into[f"{plugin.csi_driver}/{handle}"] = plugin.csi_driver
+
+    def _claim_driver_and_handle(self, csi_node: Obj | None, pvc: Obj) -> tuple[str, str]:
+        pv_name = bound_volume_name(pvc)
+        pv = self.storage.pv(pv_name) if pv_name else None
+        if pv is None:
+            return self._from_storage_class(csi_node, pvc)
+        spec = pv.get("spec") or {}
+        csi = spec.get("csi")
+        if csi is not None:
+            return csi.get("driver") or "", csi.get("volumeHandle") or ""
+        plugin = migratable_plugin(spec)
+        if plugin is None or not is_csi_migration_on(csi_node, plugin.in_tree_name):
+            return "", ""
+        try:
+            return plugin.csi_driver, translated_handle(plugin, spec[plugin.source], pv)
+        except TranslationError:
+            return "", ""
+
+    def _from_storage_class(self, csi_node: Obj | None, pvc: Obj) -> tuple[str, str]:
+        """An unbound claim counts as a volume of its class's provisioner, unique to the claim."""
+        class_name = claim_class(pvc)
+        storage_class = self.storage.storage_class(class_name) if class_name else None
+        if storage_class is None:
+            return "", ""
+        meta = pvc.get("metadata") or {}
+        handle = f"{self.random_prefix}-{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+        provisioner = storage_class.get("provisioner") or ""
+        plugin = _BY_IN_TREE_NAME.get(provisioner)
+        if plugin is None:
+            return provisioner, handle
+        if not is_csi_migration_on(csi_node, provisioner):
+            return "", ""
+        return plugin.csi_driver, handle
+
+
+class ClaimLookupError(LookupError):
+    """The pod's own claim is missing: UUR with upstream's wrapped text."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(f"looking up PVC {namespace}/{name}: {not_found_message(PVC_RESOURCE, name)}")
+
+
+def _controlled_by(pvc: Obj, pod: PodInfo) -> bool:
+    """metav1 ``IsControlledBy`` plus the namespace check of ``ephemeral.VolumeIsForPod``."""
+    meta = pvc.get("metadata") or {}
+    if (meta.get("namespace") or "") != pod.namespace:
+        return False
+    return any(ref.get("controller") and ref.get("uid") == pod.uid for ref in meta.get("ownerReferences") or ())
+
+
+def volume_limits(csi_node: Obj | None) -> dict[str, int]:
+    """Upstream ``getVolumeLimits``: driver → ``allocatable.count`` of the drivers that set one."""
+    limits: dict[str, int] = {}
+    for driver in ((csi_node or {}).get("spec") or {}).get("drivers") or ():
+        count = (driver.get("allocatable") or {}).get("count")
+        if count is not None:
+            limits[driver.get("name") or ""] = int(count)
+    return limits
+
+
+def attachment_volumes(storage: StorageObjects, attachments: Iterable[Obj], node_name: str) -> Volumes:
+    """Upstream ``getNodeVolumeAttachmentInfo``: CSI volumes attached to ``node_name`` by VolumeAttachments."""
+    found: Volumes = {}
+    for attachment in attachments:
+        spec = attachment.get("spec") or {}
+        attacher = spec.get("attacher") or ""
+        pv_name = (spec.get("source") or {}).get("persistentVolumeName")
+        if spec.get("nodeName") != node_name or not attacher or pv_name is None:
+            continue
+        pv = storage.pv(pv_name)
+        csi = ((pv or {}).get("spec") or {}).get("csi")
+        if csi is not None:
+            found[f"{attacher}/{csi.get('volumeHandle') or ''}"] = attacher
+    return found
+
+
+def _pod_needs_check(pod: PodInfo | Obj) -> bool:
+    return any(
+        volume.get("persistentVolumeClaim") is not None
+        or volume.get("ephemeral") is not None
+        or migratable_plugin(volume) is not None
+        for volume in pod_volumes(pod)
+    )
+
+
+class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
+    name: ClassVar[str] = NAME
+
+    _rejection = Status.unschedulable(ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED, plugin=NAME)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: Upstream's ``randomVolumeIDPrefix``: makes the handles of unbound claims unique to this scheduler.
+        self.random_prefix = secrets.token_hex(16)
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
+        if _pod_needs_check(pod):
+            return None, Status()
+        return None, Status.skip(plugin=NAME)
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
+        if not pod_volumes(pod):
+            return None
+        collector = VolumeCollector(snapshot.cache.storage, self.random_prefix)
+        # The pod's own volumes depend on the node only through whether it has a CSINode.
+        own: dict[bool, Volumes | Status] = {}
+        rejected = np.zeros(len(nodes), dtype=bool)
+        palette: dict[Status, int] = {}
+        index = np.zeros(len(nodes), dtype=np.int64)
+        for position, slot in enumerate(nodes):
+            status = self._filter_node(collector, own, pod, snapshot.node_info(int(slot)).name, snapshot)
+            if status is not None:
+                rejected[position] = True
+                index[position] = palette.setdefault(status, len(palette))
+        if not palette:
+            return None
+        return FilterResult(rejected, tuple(palette), index)
+
+    def _filter_node(
+        self,
+        collector: VolumeCollector,
+        own: dict[bool, Volumes | Status],
+        pod: PodInfo,
+        node_name: str,
+        snapshot: Snapshot,
+    ) -> Status | None:
+        storage = snapshot.cache.storage
+        csi_node = storage.csi_node(node_name)
+        has_csi_node = csi_node is not None
+        if has_csi_node not in own:
+            own[has_csi_node] = self._own_volumes(collector, pod, csi_node)
+        wanted = own[has_csi_node]
+        if isinstance(wanted, Status):
+            return wanted
+        if not wanted:
+            return None
+        limits = volume_limits(csi_node)
+        if not limits:
+            return None
+        node = snapshot.cache.node(node_name)
+        attached: Volumes = {}
+        try:
+            for existing in node.pods.values() if node is not None else ():
+                collector.collect(existing, csi_node, new_pod=False, into=attached)
+        except ValueError as exc:
+            return Status.as_error(exc, plugin=NAME)
+        new_volumes = {key: driver for key, driver in wanted.items() if key not in attached}
+        attached_count = Counter(attached.values())
+        if storage_kinds.KINDS.get("VolumeAttachment") is not None:
+            by_attachment = attachment_volumes(storage, storage.all("VolumeAttachment"), node_name)
+            attached_count.update(driver for key, driver in by_attachment.items() if key not in attached)
+        for driver, count in Counter(new_volumes.values()).items():
+            limit = limits.get(driver)
+            if limit is not None and attached_count[driver] + count > limit:
+                return self._rejection
+        return None
+
+    @staticmethod
+    def _own_volumes(collector: VolumeCollector, pod: PodInfo, csi_node: Obj | None) -> Volumes | Status:
+        wanted: Volumes = {}
+        try:
+            collector.collect(pod, csi_node, new_pod=True, into=wanted)
+        except ClaimLookupError as exc:
+            return Status.unschedulable(str(exc), plugin=NAME, unresolvable=True)
+        except ValueError as exc:
+            return Status.as_error(exc, plugin=NAME)
+        return wanted
+
+    # -- EnqueueExtensions ----------------------------------------------------------------------------------
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.CSI_NODE, ActionType.ADD)),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.CSI_NODE, ActionType.UPDATE), is_schedulable_after_csi_node_updated
+            ),
+            ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.DELETE), is_schedulable_after_pod_deleted),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, ActionType.ADD), is_schedulable_after_pvc_added
+            ),
+            ClusterEventWithHint(
+                ClusterEvent(EventResource.VOLUME_ATTACHMENT, ActionType.DELETE),
+                is_schedulable_after_volume_attachment_deleted,
+            ),
+        ]
+
+
+def _required(obj: Any, what: str) -> Obj:
+    found = as_object(obj)
+    if found is None:
+        raise ValueError(f"{what} hint called without the object")
+    return found
+
+
+def is_schedulable_after_pod_deleted(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A bound or nominated pod with claim, ephemeral or migratable inline volumes went away."""
+    deleted = as_pod(old)
+    if deleted is None:
+        raise ValueError("pod delete hint called without the deleted pod")
+    if not pod_volumes(deleted) or not is_assigned_or_nominated(deleted):
+        return QUEUE_SKIP
+    return QUEUE if _pod_needs_check(deleted) else QUEUE_SKIP
+
+
+def is_schedulable_after_pvc_added(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A claim the pod names (directly or as an ephemeral volume's claim) was created in its namespace."""
+    meta = _required(new, "PVC").get("metadata") or {}
+    if (meta.get("namespace") or "") != pod.namespace:
+        return QUEUE_SKIP
+    name = meta.get("name") or ""
+    for volume in pod_volumes(pod):
+        if volume.get("persistentVolumeClaim") is not None:
+            wanted = volume["persistentVolumeClaim"].get("claimName") or ""
+        elif volume.get("ephemeral") is not None:
+            wanted = ephemeral_claim_name(pod.name, volume)
+        else:
+            continue
+        if wanted == name:
+            return QUEUE
+    return QUEUE_SKIP
+
+
+def is_schedulable_after_volume_attachment_deleted(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A detached volume frees a slot: for a pod with claims, or with an inline volume of the attacher's driver."""
+    attacher = (_required(old, "VolumeAttachment").get("spec") or {}).get("attacher") or ""
+    for volume in pod_volumes(pod):
+        if volume.get("persistentVolumeClaim") is not None:
+            return QUEUE
+        plugin = migratable_plugin(volume)
+        if plugin is None:
+            continue
+        if plugin.in_tree_name in MIGRATION_ON:
+            # As upstream, the volume is translated first: one that cannot be raises, and a raising hint queues.
+            translated_handle(plugin, volume[plugin.source], None)
+        if plugin.csi_driver == attacher:
+            return QUEUE
+    return QUEUE_SKIP
+
+
+def is_schedulable_after_csi_node_updated(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """Some driver's ``allocatable.count`` went up (a driver without one counts as 0)."""
+    old_limits = _counts(_required(old, "CSINode"))
+    for driver, count in _counts(_required(new, "CSINode")).items():
+        if count > old_limits.get(driver, 0):
+            return QUEUE
+    return QUEUE_SKIP
+
+
+def _counts(csi_node: Obj) -> dict[str, int]:
+    return {
+        driver.get("name") or "": int((driver.get("allocatable") or {}).get("count") or 0)
+        for driver in (csi_node.get("spec") or {}).get("drivers") or ()
+    }
