@@ -51,6 +51,7 @@ _STORAGE_PATHS = {
     "CSINode": ("/apis/storage.k8s.io/v1", "csinodes"),
     "CSIDriver": ("/apis/storage.k8s.io/v1", "csidrivers"),
     "CSIStorageCapacity": ("/apis/storage.k8s.io/v1", "csistoragecapacities"),
+    "VolumeAttachment": ("/apis/storage.k8s.io/v1", "volumeattachments"),
 }
 _STORAGE_RESOURCES = {
     "PersistentVolume": EventResource.PERSISTENT_VOLUME,
@@ -59,6 +60,7 @@ _STORAGE_RESOURCES = {
     "CSINode": EventResource.CSI_NODE,
     "CSIDriver": EventResource.CSI_DRIVER,
     "CSIStorageCapacity": EventResource.CSI_STORAGE_CAPACITY,
+    "VolumeAttachment": EventResource.VOLUME_ATTACHMENT,
 }
 
 #: Called when a pod is bound or gone, with its uid and ``namespace/name`` key (reports about it are void).

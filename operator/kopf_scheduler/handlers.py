@@ -217,6 +217,11 @@ async def csi_storage_capacity_event(event: dict[str, Any], memo: Any, **_: Any)
     _app(memo).on_storage_event("CSIStorageCapacity", event.get("type"), event["object"])
 
 
+@kopf.on.event("storage.k8s.io", "v1", "volumeattachments")
+async def volume_attachment_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("VolumeAttachment", event.get("type"), event["object"])
+
+
 # -- SchedulerProfiles ----------------------------------------------------------------------------------
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)

@@ -74,7 +74,9 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     # system:volume-scheduler), get on all six as upstream's system:kube-scheduler.
     allow("", ["persistentvolumes", "persistentvolumeclaims"], ["get", "list", "watch", "update", "patch"])
     allow(
-        "storage.k8s.io", ["storageclasses", "csinodes", "csidrivers", "csistoragecapacities"], ["get", "list", "watch"]
+        "storage.k8s.io",
+        ["storageclasses", "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments"],
+        ["get", "list", "watch"],
     )
     allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles/status"], ["patch"])

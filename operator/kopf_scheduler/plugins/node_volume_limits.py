@@ -16,9 +16,8 @@ skipped), volumes the node already has do not count again, and for each driver w
 claim of the pod itself fails it with UUR (``looking up PVC ns/name: persistentvolumeclaim "name" not found``);
 a malformed volume is an Error.
 
-Upstream also counts VolumeAttachments on the node whose PV is not used by a pod there; the store
-(:class:`~kopf_scheduler.state.storage.StorageObjects`) holds them only when it knows the kind, and they are
-counted when it does.
+As upstream, VolumeAttachments on the node whose volume no pod there uses count too (a volume still
+attached after its pod left).
 
 QueueingHints: a CSINode added, or updated with a higher count for some driver; a bound or nominated pod
 with claim, ephemeral or migratable volumes deleted; a claim the pod names created; a VolumeAttachment
@@ -64,8 +63,7 @@ from kopf_scheduler.plugins._volumes import (
     not_found_message,
     pod_volumes,
 )
-from kopf_scheduler.state import storage as storage_kinds
-from kopf_scheduler.state.storage import StorageObjects
+from kopf_scheduler.state.storage import VOLUME_ATTACHMENT, StorageObjects
 
 NAME = "NodeVolumeLimits"
 ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"
@@ -370,9 +368,8 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
             return Status.as_error(exc, plugin=NAME)
         new_volumes = {key: driver for key, driver in wanted.items() if key not in attached}
         attached_count = Counter(attached.values())
-        if storage_kinds.KINDS.get("VolumeAttachment") is not None:
-            by_attachment = attachment_volumes(storage, storage.all("VolumeAttachment"), node_name)
-            attached_count.update(driver for key, driver in by_attachment.items() if key not in attached)
+        by_attachment = attachment_volumes(storage, storage.all(VOLUME_ATTACHMENT), node_name)
+        attached_count.update(driver for key, driver in by_attachment.items() if key not in attached)
         for driver, count in Counter(new_volumes.values()).items():
             limit = limits.get(driver)
             if limit is not None and attached_count[driver] + count > limit:

@@ -1,8 +1,8 @@
 """The storage objects the volume plugins read, as the API server last reported them.
 
 Upstream's volume plugins (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits) read
-PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes, CSIDrivers and CSIStorageCapacities
-through informer listers from the framework handle's SharedInformerFactory. Here the watch handlers
+PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities and
+VolumeAttachments through informer listers from the framework handle's SharedInformerFactory. Here the watch handlers
 (``eventhandlers.py``) keep one :class:`StorageObjects` inside the :class:`~kopf_scheduler.state.cache.ClusterCache`
 current, and plugins read it through ``snapshot.cache.storage``. Objects are the API dicts as watched (the
 scheduler never mutates them: VolumeBinding keeps its assumed versions beside them, as upstream's
@@ -22,6 +22,7 @@ STORAGE_CLASS = "StorageClass"
 CSI_NODE = "CSINode"
 CSI_DRIVER = "CSIDriver"
 CSI_STORAGE_CAPACITY = "CSIStorageCapacity"
+VOLUME_ATTACHMENT = "VolumeAttachment"
 
 #: Every kind this store holds → whether it is namespaced.
 KINDS: Mapping[str, bool] = {
@@ -31,6 +32,7 @@ KINDS: Mapping[str, bool] = {
     CSI_NODE: False,
     CSI_DRIVER: False,
     CSI_STORAGE_CAPACITY: True,
+    VOLUME_ATTACHMENT: False,
 }
 
 Key = tuple[str, str]

@@ -140,3 +140,41 @@ def test_hints() -> None:
     ]
     assert len(csi_node_add) == 1
     assert csi_node_add[0].hint is None
+
+
+def _attachment(name: str, pv_name: str, node: str = "n", attacher: str = "d.csi.io") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"attacher": attacher, "nodeName": node, "source": {"persistentVolumeName": pv_name}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("attachments", "existing", "limit", "expected"),
+    [
+        # A volume still attached to the node with no pod using it takes a slot (upstream counts it).
+        ([_attachment("va2", "pv2")], [], 1, EXCEEDED),
+        ([_attachment("va2", "pv2")], [], 2, "fits"),
+        # Attached to another node: not ours to count.
+        ([_attachment("va2", "pv2", node="other")], [], 1, "fits"),
+        # The attachment of a volume a pod on the node uses is that pod's volume: counted once.
+        ([_attachment("va2", "pv2")], [[claim_volume("c2")]], 2, "fits"),
+        # As upstream (csi.go Filter): only volumes of pods on the node are dropped from the new pod's volumes,
+        # so an attachment of the very volume the pod wants, with no pod using it, still counts beside it.
+        ([_attachment("va1", "pv1")], [], 1, EXCEEDED),
+    ],
+)
+def test_volume_attachments_on_the_node_count(
+    attachments: list[dict[str, Any]], existing: list[list[dict[str, Any]]], limit: int, expected: Any
+) -> None:
+    pods = [make_pod(f"old{i}", node_name="n", spec={"volumes": v}) for i, v in enumerate(existing)]
+    objects = [*OBJECTS, ("CSINode", csi_node("n", d_csi_io=limit))]
+    cache = fill(make_cache([make_node("n")], pods), *objects, *(("VolumeAttachment", a) for a in attachments))
+    snapshot = cache.snapshot()
+    plugin = NodeVolumeLimits(handle=FakeHandle(cache))
+    pod = pod_info(make_pod(spec={"volumes": [claim_volume("c1")]}))
+    state = CycleState()
+    plugin.pre_filter(state, pod, snapshot)
+    result = plugin.filter(state, pod, slots(snapshot), snapshot)
+    got = "fits" if result is None else (result.status_at(0).code, result.status_at(0).message)
+    assert got == expected
