@@ -28,7 +28,7 @@ from tests.e2e.operator_process import (
 )
 
 STAND_IN = (
-    "pod uses ResourceClaims: DynamicResources is not implemented by kopf-scheduler yet (issue 12); "
+    "pod uses ResourceClaims: DynamicResources is not implemented by kopf-scheduler yet; "
     "disable it in the profile to bind such pods without device allocation"
 )
 

@@ -35,7 +35,7 @@ from kopf_scheduler.state.pod_info import PodInfo
 
 #: The FailedScheduling text of a refused pod (after upstream's ``0/N nodes are available: ``).
 NOT_IMPLEMENTED = (
-    "pod uses ResourceClaims: DynamicResources is not implemented by kopf-scheduler yet (issue 12); "
+    "pod uses ResourceClaims: DynamicResources is not implemented by kopf-scheduler yet; "
     "disable it in the profile to bind such pods without device allocation"
 )
 

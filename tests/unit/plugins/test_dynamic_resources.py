@@ -20,7 +20,7 @@ from tests.unit.factories import FakeHandle, make_node, make_pod, pod_info
 
 CLAIMS = {"resourceClaims": [{"name": "gpu", "resourceClaimName": "my-gpu"}]}
 MESSAGE = (
-    "pod uses ResourceClaims: DynamicResources is not implemented by kopf-scheduler yet (issue 12); "
+    "pod uses ResourceClaims: DynamicResources is not implemented by kopf-scheduler yet; "
     "disable it in the profile to bind such pods without device allocation"
 )
 DISABLED = {"plugins": {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}}
