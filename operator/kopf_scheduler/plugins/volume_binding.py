@@ -6,8 +6,8 @@ Upstream ``plugins/volumebinding`` (``volume_binding.go``, ``binder.go``), v1.36
   volumes, whose claim is ``<pod>-<volume>``). A missing claim, a claim whose PV is lost, a claim being
   deleted, an ephemeral claim the pod does not own: UnschedulableAndUnresolvable with the error's text. An
   unbound claim whose class binds immediately (or a claim pre-bound to a PV by name but not bound yet):
-  UUR ``pod has unbound immediate PersistentVolumeClaims``. Bound claims on local PVs (``hostname In``
-  terms) narrow the nodes through the PreFilterResult.
+  UUR ``pod has unbound immediate PersistentVolumeClaims``. No PreFilterResult (1.36 does not narrow the
+  nodes by local PVs' hostnames).
 - Filter, per node: a bound claim's PV must exist and its node affinity match; each unbound claim of a
   WaitForFirstConsumer class gets the smallest matching Available PV (class, size, access and volume modes,
   selector, node affinity, not chosen for another claim of the pod), else dynamic provisioning when its
@@ -77,7 +77,6 @@ from kopf_scheduler.plugins._volumes import (
     find_matching_volume,
     is_claim_fully_bound,
     is_delay_binding_mode,
-    local_volume_node_names,
     match_topology_selector_terms,
     meta,
     name_of,
@@ -237,11 +236,9 @@ class VolumeBinder:
 
     def _claim(self, pod: PodInfo, claim: PodClaim) -> Obj:
         pvc = self.pvc_cache.get(claim.name, pod.namespace)
-        key = f"{pod.namespace}/{claim.name}"
         if pvc is None:
-            raise VolumeError(
-                f"error getting PVC {go_quote(key)}: could not find v1.PersistentVolumeClaim {go_quote(key)}"
-            )
+            key = go_quote(f"{pod.namespace}/{claim.name}")
+            raise VolumeError(f"error getting PVC {key}: {self.pvc_cache.not_found(claim.name, pod.namespace)}")
         if claim.ephemeral:
             error = volume_is_for_pod(pod.namespace, pod.name, pod.uid, pvc)
             if error is not None:
@@ -271,19 +268,6 @@ class VolumeBinder:
                     lambda pv, wanted=class_name: volume_class(pv) == wanted
                 )
         return result
-
-    def eligible_nodes(self, bound: Sequence[Obj]) -> frozenset[str] | None:
-        """Upstream ``GetEligibleNodes``: the nodes every bound local PV pins by hostname (None: no restriction,
-        or some bound PV is missing)."""
-        eligible: set[str] | None = None
-        for pvc in bound:
-            pv = self.pv_cache.get(spec(pvc).get("volumeName") or "")
-            if pv is None:
-                return None
-            names = local_volume_node_names(pv)
-            if names:
-                eligible = names if eligible is None else eligible & names
-        return None if eligible is None else frozenset(eligible)
 
     # -- Filter -------------------------------------------------------------------------------------------
     def find_pod_volumes(self, claims: PodVolumeClaims, node: NodeInfo) -> tuple[PodVolumes, tuple[str, ...]]:
@@ -429,11 +413,11 @@ class VolumeBinder:
 
     def _revert_pvs(self, bindings: Sequence[BindingInfo]) -> None:
         for binding in bindings:
-            self.pv_cache.restore(name_of(binding.pv))
+            self.pv_cache.restore(binding.pv)
 
     def _revert_pvcs(self, claims: Sequence[Obj]) -> None:
         for pvc in claims:
-            self.pvc_cache.restore(name_of(pvc), namespace_of(pvc))
+            self.pvc_cache.restore(pvc)
 
     # -- PreBind ------------------------------------------------------------------------------------------
     async def bind_pod_volumes(self, node_name: str, volumes: PodVolumes) -> None:
@@ -482,13 +466,11 @@ class VolumeBinder:
         for binding in volumes.static_bindings:
             pv = self.pv_cache.get_api(name_of(binding.pv))
             if pv is None:
-                raise VolumeError(
-                    f"failed to check binding: could not find v1.PersistentVolume {go_quote(name_of(binding.pv))}"
-                )
+                raise VolumeError(f"failed to check binding: {self.pv_cache.not_found(name_of(binding.pv))}")
             pvc = self.pvc_cache.get_api(name_of(binding.pvc), namespace_of(binding.pvc))
             if pvc is None:
-                key = go_quote(claim_key(binding.pvc))
-                raise VolumeError(f"failed to check binding: could not find v1.PersistentVolumeClaim {key}")
+                missing = self.pvc_cache.not_found(name_of(binding.pvc), namespace_of(binding.pvc))
+                raise VolumeError(f"failed to check binding: {missing}")
             if resource_version(binding.pv) > resource_version(pv):
                 return False  # our write has not come back through the watch yet
             _check_volume_node(pv, node)
@@ -500,13 +482,15 @@ class VolumeBinder:
         for claim in volumes.dynamic_provisions:
             pvc = self.pvc_cache.get_api(name_of(claim), namespace_of(claim))
             if pvc is None:
-                key = go_quote(claim_key(claim))
-                raise VolumeError(f"failed to check provisioning pvc: could not find v1.PersistentVolumeClaim {key}")
+                missing = self.pvc_cache.not_found(name_of(claim), namespace_of(claim))
+                raise VolumeError(f"failed to check provisioning pvc: {missing}")
             if resource_version(claim) > resource_version(pvc):
                 return False
+            if not meta(pvc).get("annotations"):
+                raise VolumeError(f"selectedNode annotation reset for PVC {go_quote(name_of(pvc))}")
             if annotations(pvc).get(ANN_SELECTED_NODE) != node_name:
                 # The provisioner removes the annotation to hand the claim back to the scheduler.
-                raise VolumeError(f"selectedNode annotation reset for PVC {go_quote(name_of(pvc))}")
+                raise VolumeError(f"provisioning failed for PVC {go_quote(name_of(pvc))}")
             volume_name = spec(pvc).get("volumeName")
             if volume_name:
                 pv = self.pv_cache.get_api(volume_name)
@@ -588,9 +572,8 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
             return None, Status.as_error(exc, plugin=NAME)
         if volume_claims.unbound_immediate:
             return None, self._unbound_immediate
-        eligible = self.binder.eligible_nodes(volume_claims.bound)
         state.write(STATE_KEY, _StateData(claims=volume_claims))
-        return (None if eligible is None else PreFilterResult(eligible)), SUCCESS
+        return None, SUCCESS
 
     def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         data: _StateData = state.read(STATE_KEY)

@@ -237,7 +237,8 @@ def test_pre_filter(volumes: list[dict[str, Any]], objects: list[Any], expected:
     assert result is None
 
 
-def test_bound_local_volumes_narrow_the_nodes() -> None:
+def test_bound_local_volumes_are_judged_per_node_not_by_a_pre_filter_result() -> None:
+    # 1.36 has no GetEligibleNodes (it narrowed nodes by local PVs' hostname terms in some releases).
     objects = [
         V(pv("pv1", node="n2", phase="Bound")),
         V(pv("pv2", node=None, phase="Bound")),
@@ -249,7 +250,7 @@ def test_bound_local_volumes_narrow_the_nodes() -> None:
         plugin_for(cache), cache, a_pod(claim_volume("a", "va"), claim_volume("b", "vb"))
     )
     assert status.is_success
-    assert result.node_names == frozenset({"n2"})
+    assert result is None
     assert rejections(verdicts) == {"n1": (ERR_REASON_NODE_CONFLICT,), "n3": (ERR_REASON_NODE_CONFLICT,)}
 
 
@@ -526,13 +527,18 @@ def test_assume_cache_newer_watch_version_supersedes_equal_one_does_not() -> Non
     cache.storage.apply(PERSISTENT_VOLUME, "MODIFIED", newer)
     assert not pv_cache.is_assumed("pv1")
     assert pv_cache.get("pv1") is newer
-    with pytest.raises(
-        AssumeCacheError, match=r'^v1\.PersistentVolume "pv1" is out of sync \(stored: 11, assume: 10\)$'
-    ):
+    with pytest.raises(AssumeCacheError, match=r'^"pv1" is out of sync \(stored: 11, assume: 10\)$'):
         pv_cache.assume(pv("pv1", rv="10"))
+    # Only the version assumed is restored: restoring an older one leaves a newer assumption alone.
+    assumed = {**newer, "spec": {**newer["spec"], "claimRef": {"name": "x", "namespace": "default"}}}
+    pv_cache.assume(assumed)
+    pv_cache.restore(pv("pv1", rv="10"))
+    assert pv_cache.get("pv1") is assumed
+    pv_cache.restore(assumed)
+    assert pv_cache.get("pv1") is newer
     cache.storage.apply(PERSISTENT_VOLUME, "DELETED", newer)
     assert pv_cache.get("pv1") is None
-    with pytest.raises(AssumeCacheError, match=r'^could not find v1\.PersistentVolume "pv1"$'):
+    with pytest.raises(AssumeCacheError, match=r'^persistentvolumes "pv1" not found$'):
         pv_cache.assume(newer)
 
 
@@ -542,7 +548,7 @@ def test_reserve_of_a_vanished_pv_is_an_error() -> None:
     state, _, _, _ = cycle(plugin, cache, a_pod(claim_volume()))
     cache.storage.apply(PERSISTENT_VOLUME, "DELETED", pv("pv1"))
     status = plugin.reserve(state, a_pod(claim_volume()), "n1")
-    assert (status.code, status.reasons) == (Code.ERROR, ('could not find v1.PersistentVolume "pv1"',))
+    assert (status.code, status.reasons) == (Code.ERROR, ('persistentvolumes "pv1" not found',))
 
 
 # -- PreBind ----------------------------------------------------------------------------------------------------
@@ -689,14 +695,22 @@ def test_pre_bind_fails_when_the_pv_controller_resets_the_claim_ref() -> None:
     assert status.reasons == ('binding volumes: ClaimRef got reset for pv "pv1"',)
 
 
-def test_pre_bind_fails_when_the_provisioner_hands_the_claim_back() -> None:
+@pytest.mark.parametrize(
+    ("notes", "message"),
+    [
+        pytest.param({}, 'binding volumes: selectedNode annotation reset for PVC "data"', id="no-annotations"),
+        pytest.param({"other": "x"}, 'binding volumes: provisioning failed for PVC "data"', id="annotation-removed"),
+    ],
+)
+def test_pre_bind_fails_when_the_provisioner_hands_the_claim_back(notes: dict[str, str], message: str) -> None:
     cache = cluster(CSI_CLASS, C(pvc(cls="csi")))
     plugin, fake = wired(cache, FakeClient())
     pod = a_pod(claim_volume())
     state = reserved(cache, plugin, pod, "n1")
-    fake.on_tick = lambda n: cache.storage.apply(PERSISTENT_VOLUME_CLAIM, "MODIFIED", pvc(cls="csi", rv="40"))
+    handed_back = pvc(cls="csi", rv="40", annotations=notes)
+    fake.on_tick = lambda n: cache.storage.apply(PERSISTENT_VOLUME_CLAIM, "MODIFIED", handed_back)
     status = asyncio.run(plugin.pre_bind(state, pod, "n1"))
-    assert status.reasons == ('binding volumes: selectedNode annotation reset for PVC "data"',)
+    assert status.reasons == (message,)
 
 
 def test_pre_bind_without_a_client_is_an_error() -> None:
