@@ -1,0 +1,124 @@
+"""VolumeBinding end to end (issue 10): a WaitForFirstConsumer claim pulls its pod to the node of the only
+fitting local PV, the PV controller (kube-controller-manager) binds the claim after our PreBind wrote the PV's
+claimRef, and a pod whose claim does not exist stays Pending with upstream's text. Observed from the API server.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.conftest import Cluster, NodeFactory
+from tests.e2e.conftest import ProfileFactory
+from tests.e2e.operator_process import (
+    OperatorProcess,
+    create_pods,
+    pod_events,
+    pod_manifest,
+    wait_for,
+    wait_pods_bound,
+    wait_profile_status,
+)
+
+
+@pytest.fixture
+def local_class(cluster: Cluster) -> Iterator[str]:
+    """A WaitForFirstConsumer StorageClass without a provisioner (local volumes), removed afterwards."""
+    name = f"local-{secrets.token_hex(3)}"
+    storage = client.StorageV1Api(cluster.api)
+    body = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    storage.create_storage_class(body)
+    yield name
+    storage.delete_storage_class(name)
+
+
+def local_pv(name: str, storage_class: str, node: str, size: str) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": storage_class,
+            "local": {"path": "/mnt/disk"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [term]}},
+        },
+    }
+
+
+def claim(name: str, storage_class: str, size: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+
+
+def test_a_wait_for_first_consumer_claim_pulls_its_pod_to_the_pv_and_gets_bound(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+    local_class: str,
+) -> None:
+    labels = {"e2e-group": secrets.token_hex(4)}
+    nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(3)]
+    pvs = [f"pv-{secrets.token_hex(3)}" for _ in range(2)]
+    # The only PV big enough is on the last node; a small one sits on the first.
+    cluster.core.create_persistent_volume(local_pv(pvs[0], local_class, nodes[0], "1Gi"))
+    cluster.core.create_persistent_volume(local_pv(pvs[1], local_class, nodes[2], "10Gi"))
+    try:
+        cluster.core.create_namespaced_persistent_volume_claim(namespace, claim("data", local_class, "5Gi"))
+        name = profiles({})
+        wait_profile_status(cluster.api, name, ready=True)
+        volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+        missing = {"name": "data", "persistentVolumeClaim": {"claimName": "nope"}}
+        create_pods(
+            cluster.core,
+            namespace,
+            [
+                pod_manifest("db-0", name, cpu="100m", node_selector=labels, spec={"volumes": [volume]}),
+                pod_manifest("orphan", name, cpu="100m", node_selector=labels, spec={"volumes": [missing]}),
+            ],
+        )
+        bound = wait_pods_bound(cluster.core, namespace, ["db-0"], timeout=90)
+        assert bound == {"db-0": nodes[2]}, operator.log_tail()
+        pvc = wait_for(
+            lambda: (
+                (p := cluster.core.read_namespaced_persistent_volume_claim("data", namespace)).status.phase == "Bound"
+                and p
+            ),
+            timeout=60,
+            message="the claim never became Bound",
+        )
+        assert pvc.spec.volume_name == pvs[1]
+
+        failed = wait_for(
+            lambda: pod_events(cluster.api, namespace, "orphan", reason="FailedScheduling"),
+            timeout=30,
+            message=lambda: operator.log_tail(),
+        )
+        assert 'persistentvolumeclaim "nope" not found' in failed[-1].note
+        assert cluster.core.read_namespaced_pod("orphan", namespace).spec.node_name is None
+    finally:
+        for pv in pvs:
+            cluster.core.delete_persistent_volume(pv)
