@@ -182,12 +182,23 @@ def volume_node_selector(volume: Obj) -> NodeSelector | None:
     return NodeSelector.parse(required)
 
 
-def check_node_affinity(volume: Obj, node_labels: Mapping[str, str]) -> bool:
+#: Parsed PV node affinities of one scheduling cycle, by ``id`` of the PV (kept with it, so the id stays its).
+SelectorMemo = dict[int, tuple[Obj, NodeSelector | None]]
+
+
+def check_node_affinity(volume: Obj, node_labels: Mapping[str, str], memo: SelectorMemo | None = None) -> bool:
     """Upstream ``CheckNodeAffinity``: does the node (by its labels only) satisfy the PV's node affinity?
 
     Upstream matches a node built from the labels alone, so ``matchFields`` on ``metadata.name`` never match.
+    ``memo`` saves re-parsing the same PV for every node of a cycle.
     """
-    selector = volume_node_selector(volume)
+    if memo is None:
+        selector = volume_node_selector(volume)
+    else:
+        held = memo.get(id(volume))
+        if held is None:
+            held = memo[id(volume)] = (volume, volume_node_selector(volume))
+        selector = held[1]
     return selector is None or selector.matches(node_labels, "")
 
 
@@ -259,29 +270,31 @@ def _attributes_class_mismatch(claim: Obj, volume: Obj) -> bool:
     return wanted is not None and wanted != (spec(volume).get("volumeAttributesClassName") or "")
 
 
-def find_matching_volume(
-    claim: Obj,
-    volumes: Iterable[Obj],
-    node_labels: Mapping[str, str],
-    excluded: Mapping[str, Any],
-) -> Obj | None:
-    """Upstream ``FindMatchingVolume`` on the scheduler's path (a node given, delayed binding).
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A PV that passed FindMatchingVolume's node-independent checks for one claim."""
 
-    A PV pre-bound to this claim wins at once (None if the node does not fit it). Otherwise the smallest
-    Available PV of the claim's class that is big enough, of the same volume mode and attributes class,
-    not being deleted, selected by the claim's selector, reachable from the node and offering the claim's
-    access modes; the first of equal sizes, in the order given. PVs named in ``excluded`` (chosen for
-    another claim of the pod) and PVs claimed by someone else are skipped.
+    volume: Obj
+    size: Fraction
+    #: The PV's claimRef names the claim: it wins at once, on a node that fits it.
+    pre_bound: bool
+
+
+def matching_candidates(claim: Obj, volumes: Iterable[Obj]) -> list[Candidate]:
+    """Upstream ``FindMatchingVolume`` (scheduler path: a node given, delayed binding), first half: the PVs it
+    could pick for ``claim`` on *some* node, in order.
+
+    A PV pre-bound to the claim needs only the size, mode and deletion checks (upstream returns it before
+    looking at phase, selector, class and access modes); any other PV must pass them all. What depends on
+    the node (affinity) or on the pod's other claims (PVs already chosen) is left to
+    :func:`pick_matching_volume`, so a cycle judges each PV's node-independent fit once, not once per node.
     """
     requested = storage_request(claim) or Fraction(0)
     requested_class = claim_class(claim)
     raw_selector = spec(claim).get("selector")
     selector = LabelSelector.parse(raw_selector) if raw_selector is not None else None
-    smallest: Obj | None = None
-    smallest_size = Fraction(0)
+    found: list[Candidate] = []
     for volume in volumes:
-        if name_of(volume) in excluded:
-            continue
         if spec(volume).get("claimRef") is not None and not is_volume_bound_to_claim(volume, claim):
             continue
         size = storage_capacity(volume)
@@ -289,18 +302,38 @@ def find_matching_volume(
             continue
         if meta(volume).get("deletionTimestamp") is not None:
             continue
-        fits_node = check_node_affinity(volume, node_labels)
         if is_volume_bound_to_claim(volume, claim):
-            return volume if fits_node else None
+            found.append(Candidate(volume, size, True))
+            continue
         if (volume.get("status") or {}).get("phase") != VOLUME_AVAILABLE:
             continue
         if selector is not None and not selector.matches(meta(volume).get("labels") or {}):
             continue
-        if volume_class(volume) != requested_class or not fits_node or not access_modes_match(claim, volume):
+        if volume_class(volume) != requested_class or not access_modes_match(claim, volume):
             continue
-        if smallest is None or smallest_size > size:
-            smallest, smallest_size = volume, size
-    return smallest
+        found.append(Candidate(volume, size, False))
+    return found
+
+
+def pick_matching_volume(
+    candidates: Iterable[Candidate],
+    node_labels: Mapping[str, str],
+    excluded: Mapping[str, Any],
+    memo: SelectorMemo | None = None,
+) -> Obj | None:
+    """The rest of ``FindMatchingVolume`` for one node: the first pre-bound candidate decides (it or
+    nothing, by the node's fit); otherwise the smallest candidate reachable from the node, the first of equal
+    sizes. Candidates named in ``excluded`` (chosen for another claim of the pod) are skipped."""
+    smallest: Candidate | None = None
+    for candidate in candidates:
+        if name_of(candidate.volume) in excluded:
+            continue
+        fits_node = check_node_affinity(candidate.volume, node_labels, memo)
+        if candidate.pre_bound:
+            return candidate.volume if fits_node else None
+        if fits_node and (smallest is None or smallest.size > candidate.size):
+            smallest = candidate
+    return None if smallest is None else smallest.volume
 
 
 def claim_reference(claim: Obj) -> dict[str, Any]:

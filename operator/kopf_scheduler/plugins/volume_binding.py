@@ -67,20 +67,23 @@ from kopf_scheduler.plugins._volumes import (
     ANN_SELECTED_NODE,
     CLAIM_LOST,
     NOT_SUPPORTED_PROVISIONER,
+    Candidate,
     PodClaim,
+    SelectorMemo,
     VolumeError,
     annotations,
     bind_volume_to_claim,
     check_node_affinity,
     claim_class,
     claim_key,
-    find_matching_volume,
     is_claim_fully_bound,
     is_delay_binding_mode,
     match_topology_selector_terms,
+    matching_candidates,
     meta,
     name_of,
     namespace_of,
+    pick_matching_volume,
     pod_claims,
     resource_version,
     spec,
@@ -150,6 +153,19 @@ class PodVolumeClaims:
     unbound_delay: list[Obj] = field(default_factory=list)
     unbound_immediate: list[Obj] = field(default_factory=list)
     volumes_by_class: dict[str, list[Obj]] = field(default_factory=dict)
+    #: The PVs' parsed node affinities, shared by the cycle's Filter calls.
+    selectors: SelectorMemo = field(default_factory=dict)
+    #: Per delayed claim (by key), the PVs that fit it on some node: judged once per cycle.
+    candidates: dict[str, list[Candidate]] = field(default_factory=dict)
+
+    def candidates_for(self, claim: Obj) -> list[Candidate]:
+        key = claim_key(claim)
+        found = self.candidates.get(key)
+        if found is None:
+            found = self.candidates[key] = matching_candidates(
+                claim, self.volumes_by_class.get(claim_class(claim)) or ()
+            )
+        return found
 
 
 @dataclass(slots=True)
@@ -275,17 +291,19 @@ class VolumeBinder:
         outcome = _FindOutcome()
         volumes = PodVolumes()
         if claims.bound:
-            outcome.bound_satisfied, outcome.bound_pvs_found = self._check_bound_claims(claims.bound, node)
+            outcome.bound_satisfied, outcome.bound_pvs_found = self._check_bound_claims(
+                claims.bound, node, claims.selectors
+            )
         if claims.unbound_delay:
             self._find_unbound(claims, node, outcome, volumes)
         return volumes, outcome.reasons()
 
-    def _check_bound_claims(self, bound: Sequence[Obj], node: NodeInfo) -> tuple[bool, bool]:
+    def _check_bound_claims(self, bound: Sequence[Obj], node: NodeInfo, memo: SelectorMemo) -> tuple[bool, bool]:
         for pvc in bound:
             pv = self.pv_cache.get(spec(pvc).get("volumeName") or "")
             if pv is None:
                 return True, False
-            if not check_node_affinity(pv, node.labels):
+            if not check_node_affinity(pv, node.labels, memo):
                 return False, True
         return True, True
 
@@ -303,7 +321,7 @@ class VolumeBinder:
                 to_provision.append(pvc)
         if to_match:
             outcome.unbound_satisfied, out.static_bindings, unmatched = self._find_matching_volumes(
-                to_match, claims.volumes_by_class, node
+                to_match, claims, node
             )
             to_provision.extend(unmatched)
         if to_provision:
@@ -313,7 +331,7 @@ class VolumeBinder:
 
     @staticmethod
     def _find_matching_volumes(
-        to_match: list[Obj], volumes_by_class: Mapping[str, list[Obj]], node: NodeInfo
+        to_match: list[Obj], claims: PodVolumeClaims, node: NodeInfo
     ) -> tuple[bool, list[BindingInfo], list[Obj]]:
         """Upstream ``findMatchingVolumes``: smallest claims first, each PV chosen at most once."""
         chosen: dict[str, Obj] = {}
@@ -321,7 +339,7 @@ class VolumeBinder:
         unmatched: list[Obj] = []
         found = True
         for pvc in sorted(to_match, key=lambda c: storage_request(c) or Fraction(0)):
-            pv = find_matching_volume(pvc, volumes_by_class.get(claim_class(pvc)) or (), node.labels, chosen)
+            pv = pick_matching_volume(claims.candidates_for(pvc), node.labels, chosen, claims.selectors)
             if pv is None:
                 unmatched.append(pvc)
                 found = False
