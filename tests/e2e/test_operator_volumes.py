@@ -1,6 +1,7 @@
 """VolumeBinding end to end (issue 10): a WaitForFirstConsumer claim pulls its pod to the node of the only
 fitting local PV, the PV controller (kube-controller-manager) binds the claim after our PreBind wrote the PV's
-claimRef, and a pod whose claim does not exist stays Pending with upstream's text. Observed from the API server.
+claimRef, and a pod whose claim does not exist stays Pending with upstream's text until the claim is created.
+Observed from the API server.
 """
 
 from __future__ import annotations
@@ -119,6 +120,10 @@ def test_a_wait_for_first_consumer_claim_pulls_its_pod_to_the_pv_and_gets_bound(
         )
         assert 'persistentvolumeclaim "nope" not found' in failed[-1].note
         assert cluster.core.read_namespaced_pod("orphan", namespace).spec.node_name is None
+
+        # The claim appears (the small PV fits it): VolumeBinding's hint requeues the pod, which follows that PV.
+        cluster.core.create_namespaced_persistent_volume_claim(namespace, claim("nope", local_class, "1Gi"))
+        assert wait_pods_bound(cluster.core, namespace, ["orphan"], timeout=60) == {"orphan": nodes[0]}
     finally:
         for pv in pvs:
             cluster.core.delete_persistent_volume(pv)
