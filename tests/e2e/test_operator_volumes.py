@@ -127,3 +127,54 @@ def test_a_wait_for_first_consumer_claim_pulls_its_pod_to_the_pv_and_gets_bound(
     finally:
         for pv in pvs:
             cluster.core.delete_persistent_volume(pv)
+
+
+def test_a_claim_to_provision_gets_the_selected_node_and_an_unfinished_provisioning_fails_prebind(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+) -> None:
+    # Nobody runs this provisioner, so the claim is never bound: PreBind must give up after bindTimeoutSeconds
+    # with upstream's error, and the pod must not be bound without its volume.
+    labels = {"e2e-group": secrets.token_hex(4)}
+    nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(2)]
+    storage = client.StorageV1Api(cluster.api)
+    class_name = f"remote-{secrets.token_hex(3)}"
+    storage.create_storage_class(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": class_name},
+            "provisioner": "example.com/nobody",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }
+    )
+    try:
+        cluster.core.create_namespaced_persistent_volume_claim(namespace, claim("data", class_name, "1Gi"))
+        name = profiles({"pluginConfig": [{"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 2}}]})
+        wait_profile_status(cluster.api, name, ready=True)
+        volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+        create_pods(
+            cluster.core,
+            namespace,
+            [pod_manifest("app", name, cpu="100m", node_selector=labels, spec={"volumes": [volume]})],
+        )
+        selected = wait_for(
+            lambda: (
+                cluster.core.read_namespaced_persistent_volume_claim("data", namespace).metadata.annotations or {}
+            ).get("volume.kubernetes.io/selected-node"),
+            timeout=60,
+            message=lambda: operator.log_tail(),
+        )
+        assert selected in nodes
+        failed = wait_for(
+            lambda: pod_events(cluster.api, namespace, "app", reason="FailedScheduling"),
+            timeout=60,
+            message=lambda: operator.log_tail(),
+        )
+        assert 'running PreBind plugin "VolumeBinding": binding volumes: context deadline exceeded' in failed[-1].note
+        assert cluster.core.read_namespaced_pod("app", namespace).spec.node_name is None
+    finally:
+        storage.delete_storage_class(class_name)
