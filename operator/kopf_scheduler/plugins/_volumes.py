@@ -11,7 +11,7 @@ arguments (``bind_volume_to_claim`` returns a copy, as upstream's deep copy).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -316,22 +316,20 @@ def matching_candidates(claim: Obj, volumes: Iterable[Obj]) -> list[Candidate]:
 
 
 def pick_matching_volume(
-    candidates: Iterable[Candidate],
-    node_labels: Mapping[str, str],
-    excluded: Mapping[str, Any],
-    memo: SelectorMemo | None = None,
+    candidates: Iterable[Candidate], fits_node: Callable[[Obj], bool], excluded: Mapping[str, Any]
 ) -> Obj | None:
     """The rest of ``FindMatchingVolume`` for one node: the first pre-bound candidate decides (it or
     nothing, by the node's fit); otherwise the smallest candidate reachable from the node, the first of equal
-    sizes. Candidates named in ``excluded`` (chosen for another claim of the pod) are skipped."""
+    sizes. ``fits_node(pv)`` is :func:`check_node_affinity` for the node; candidates named in ``excluded``
+    (chosen for another claim of the pod) are skipped."""
     smallest: Candidate | None = None
     for candidate in candidates:
         if name_of(candidate.volume) in excluded:
             continue
-        fits_node = check_node_affinity(candidate.volume, node_labels, memo)
+        fits = fits_node(candidate.volume)
         if candidate.pre_bound:
-            return candidate.volume if fits_node else None
-        if fits_node and (smallest is None or smallest.size > candidate.size):
+            return candidate.volume if fits else None
+        if fits and (smallest is None or smallest.size > candidate.size):
             smallest = candidate
     return None if smallest is None else smallest.volume
 

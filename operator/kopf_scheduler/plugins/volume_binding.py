@@ -48,6 +48,7 @@ from kopf_scheduler.framework import (
     ClusterEventWithHint,
     CycleState,
     EventResource,
+    FilterResult,
     Handle,
     NodeFilterPlugin,
     PreBindPlugin,
@@ -90,6 +91,7 @@ from kopf_scheduler.plugins._volumes import (
     storage_request,
     volume_class,
     volume_is_for_pod,
+    volume_node_selector,
     with_annotation,
 )
 from kopf_scheduler.state.quantity import QuantityError, int_value
@@ -126,6 +128,8 @@ ERR_NO_CLIENT = "no API client to bind volumes with"
 POLL_INTERVAL_SECONDS = 1.0
 
 Obj = Mapping[str, Any]
+#: Whether a PV's node affinity admits the node being judged.
+FitsNode = Callable[[Obj], bool]
 
 
 # -- what the cycle carries ----------------------------------------------------------------------------------
@@ -286,28 +290,35 @@ class VolumeBinder:
         return result
 
     # -- Filter -------------------------------------------------------------------------------------------
-    def find_pod_volumes(self, claims: PodVolumeClaims, node: NodeInfo) -> tuple[PodVolumes, tuple[str, ...]]:
-        """Upstream ``FindPodVolumes`` for one node: what the pod would need there, or why it cannot go."""
+    def find_pod_volumes(
+        self, claims: PodVolumeClaims, node: NodeInfo, fits_node: FitsNode | None = None
+    ) -> tuple[PodVolumes, tuple[str, ...]]:
+        """Upstream ``FindPodVolumes`` for one node: what the pod would need there, or why it cannot go.
+
+        ``fits_node(pv)`` judges a PV's node affinity on this node (by default from the node's labels).
+        """
+        if fits_node is None:
+            fits_node = lambda pv: check_node_affinity(pv, node.labels, claims.selectors)  # noqa: E731
         outcome = _FindOutcome()
         volumes = PodVolumes()
         if claims.bound:
-            outcome.bound_satisfied, outcome.bound_pvs_found = self._check_bound_claims(
-                claims.bound, node, claims.selectors
-            )
+            outcome.bound_satisfied, outcome.bound_pvs_found = self._check_bound_claims(claims.bound, fits_node)
         if claims.unbound_delay:
-            self._find_unbound(claims, node, outcome, volumes)
+            self._find_unbound(claims, node, fits_node, outcome, volumes)
         return volumes, outcome.reasons()
 
-    def _check_bound_claims(self, bound: Sequence[Obj], node: NodeInfo, memo: SelectorMemo) -> tuple[bool, bool]:
+    def _check_bound_claims(self, bound: Sequence[Obj], fits_node: FitsNode) -> tuple[bool, bool]:
         for pvc in bound:
             pv = self.pv_cache.get(spec(pvc).get("volumeName") or "")
             if pv is None:
                 return True, False
-            if not check_node_affinity(pv, node.labels, memo):
+            if not fits_node(pv):
                 return False, True
         return True, True
 
-    def _find_unbound(self, claims: PodVolumeClaims, node: NodeInfo, outcome: _FindOutcome, out: PodVolumes) -> None:
+    def _find_unbound(
+        self, claims: PodVolumeClaims, node: NodeInfo, fits_node: FitsNode, outcome: _FindOutcome, out: PodVolumes
+    ) -> None:
         to_match: list[Obj] = []
         to_provision: list[Obj] = []
         for pvc in claims.unbound_delay:
@@ -321,7 +332,7 @@ class VolumeBinder:
                 to_provision.append(pvc)
         if to_match:
             outcome.unbound_satisfied, out.static_bindings, unmatched = self._find_matching_volumes(
-                to_match, claims, node
+                to_match, claims, fits_node
             )
             to_provision.extend(unmatched)
         if to_provision:
@@ -331,7 +342,7 @@ class VolumeBinder:
 
     @staticmethod
     def _find_matching_volumes(
-        to_match: list[Obj], claims: PodVolumeClaims, node: NodeInfo
+        to_match: list[Obj], claims: PodVolumeClaims, fits_node: FitsNode
     ) -> tuple[bool, list[BindingInfo], list[Obj]]:
         """Upstream ``findMatchingVolumes``: smallest claims first, each PV chosen at most once."""
         chosen: dict[str, Obj] = {}
@@ -339,7 +350,7 @@ class VolumeBinder:
         unmatched: list[Obj] = []
         found = True
         for pvc in sorted(to_match, key=lambda c: storage_request(c) or Fraction(0)):
-            pv = pick_matching_volume(claims.candidates_for(pvc), node.labels, chosen, claims.selectors)
+            pv = pick_matching_volume(claims.candidates_for(pvc), fits_node, chosen)
             if pv is None:
                 unmatched.append(pvc)
                 found = False
@@ -551,6 +562,37 @@ def _node_has_access(node: NodeInfo, capacity: Obj) -> bool:
     return LabelSelector.parse(topology).matches(node.labels)
 
 
+class _NodeFit:
+    """PV node-affinity verdicts for the nodes of one Filter call: a vector per PV, computed on first use
+    over the node table's label columns (upstream matches a node by its labels alone)."""
+
+    __slots__ = ("_masks", "_nodes", "_snapshot", "position")
+
+    def __init__(self, snapshot: Snapshot, nodes: np.ndarray) -> None:
+        self._snapshot = snapshot
+        self._nodes = nodes
+        #: id(pv) → (pv, mask); the PV is held so that its id stays its own.
+        self._masks: dict[int, tuple[Obj, np.ndarray]] = {}
+        #: The position in ``nodes`` of the node being judged.
+        self.position = 0
+
+    def fits(self, pv: Obj) -> bool:
+        held = self._masks.get(id(pv))
+        if held is None:
+            held = self._masks[id(pv)] = (pv, self._mask(pv))
+        return bool(held[1][self.position])
+
+    def _mask(self, pv: Obj) -> np.ndarray:
+        selector = volume_node_selector(pv)
+        if selector is None:
+            return np.ones(len(self._nodes), dtype=bool)
+        if any(term.fields for term in selector.terms):
+            # matchFields see a node without a name here: judge those PVs node by node.
+            infos = self._snapshot.node_infos(self._nodes.tolist())
+            return np.fromiter((selector.matches(i.labels, "") for i in infos), dtype=bool, count=len(self._nodes))
+        return selector.mask(self._snapshot.table, self._nodes)
+
+
 # -- the plugin ---------------------------------------------------------------------------------------------
 class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlugin, ReservePlugin, PreBindPlugin):
     name: ClassVar[str] = NAME
@@ -593,12 +635,31 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
         state.write(STATE_KEY, _StateData(claims=volume_claims))
         return None, SUCCESS
 
-    def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+    def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
+        """One node at a time as upstream, but each PV's node affinity judged for all ``nodes`` at once."""
         data: _StateData = state.read(STATE_KEY)
         if data.claims is None:
-            return SUCCESS
+            return None
+        fit = _NodeFit(snapshot, nodes)
+        rejected = np.zeros(len(nodes), dtype=bool)
+        palette: dict[Status, int] = {}
+        index = np.zeros(len(nodes), dtype=np.int64)
+        for position, slot in enumerate(nodes.tolist()):
+            fit.position = position
+            status = self._filter_one(data, snapshot.node_info(slot), fit.fits)
+            if not status.is_success:
+                rejected[position] = True
+                index[position] = palette.setdefault(status, len(palette))
+        return FilterResult(rejected, tuple(palette), index) if palette else None
+
+    def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        data: _StateData = state.read(STATE_KEY)
+        return SUCCESS if data.claims is None else self._filter_one(data, node, None)
+
+    def _filter_one(self, data: _StateData, node: NodeInfo, fits_node: FitsNode | None) -> Status:
+        assert data.claims is not None
         try:
-            volumes, reasons = self.binder.find_pod_volumes(data.claims, node)
+            volumes, reasons = self.binder.find_pod_volumes(data.claims, node, fits_node)
         except VolumeError as exc:
             return Status.as_error(exc, plugin=NAME)
         if reasons:

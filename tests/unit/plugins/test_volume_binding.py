@@ -11,7 +11,7 @@ import pytest
 
 from kopf_scheduler.api.args import VolumeBindingArgs
 from kopf_scheduler.api.profile import SchedulerProfileSpec
-from kopf_scheduler.framework import APIError, Code, CycleState, EventResource, Status
+from kopf_scheduler.framework import SUCCESS, APIError, Code, CycleState, EventResource, Status
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.events import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent
 from kopf_scheduler.framework.registry import in_tree_registry
@@ -162,6 +162,13 @@ def cycle(plugin: VolumeBinding, cache: ClusterCache, pod: Any) -> tuple[CycleSt
     if status.is_success:
         for info in snapshot.node_infos():
             verdicts[info.name] = plugin.filter_node(state, pod, info)
+        # The vectorised Filter (node affinity judged over the node table) agrees with the scalar one.
+        outcome = plugin.filter(state, pod, snapshot.order, snapshot)
+        vectorised = {
+            info.name: outcome.status_at(i) if outcome is not None and outcome.rejected[i] else SUCCESS
+            for i, info in enumerate(snapshot.node_infos())
+        }
+        assert vectorised == verdicts
     return state, result, status, verdicts
 
 
@@ -265,6 +272,13 @@ def test_a_pod_without_claims_costs_a_skip_and_reserve_prebind_do_nothing() -> N
 
 
 # -- Filter ---------------------------------------------------------------------------------------------------
+def by_name_field(name: str, node: str) -> dict[str, Any]:
+    volume = pv(name, node=None, phase="Bound")
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    volume["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+    return volume
+
+
 def bound_claim_cases() -> list[Any]:
     return [
         pytest.param(
@@ -274,6 +288,11 @@ def bound_claim_cases() -> list[Any]:
         ),
         pytest.param(
             [C(pvc(volume="pv1", bound=True))], dict.fromkeys(NODES, (ERR_REASON_PV_NOT_EXIST,)), id="pv-missing"
+        ),
+        pytest.param(
+            [V(by_name_field("pv1", "n1")), C(pvc(volume="pv1", bound=True))],
+            dict.fromkeys(NODES, (ERR_REASON_NODE_CONFLICT,)),
+            id="match-fields-never-match",  # upstream matches a node built from its labels only
         ),
     ]
 
