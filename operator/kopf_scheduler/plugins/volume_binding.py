@@ -14,6 +14,8 @@ Upstream ``plugins/volumebinding`` (``volume_binding.go``, ``binder.go``), v1.36
   class has a provisioner whose allowed topologies include the node and, for CSI drivers that publish
   storage capacity, some CSIStorageCapacity reachable from the node is big enough. Reasons, UUR, several at
   once in upstream's order: node affinity conflict, no volume to bind, not enough storage, PV missing.
+  Each PV's node-independent fit is judged once per cycle and its node affinity once per Filter call,
+  for all candidate nodes at once over the node table.
 - PreScore skips: scoring needs the StorageCapacityScoring gate, alpha and off in 1.36.
 - Reserve assumes the chosen bindings in the assume cache (:mod:`._assume_cache`): each PV pre-bound to its
   claim, each claim to provision annotated with the node; Unreserve rolls them back.
@@ -21,6 +23,8 @@ Upstream ``plugins/volumebinding`` (``volume_binding.go``, ``binder.go``), v1.36
   ``volume.kubernetes.io/selected-node``) and polls every second until the PV controller has bound every
   claim (``pv.kubernetes.io/bind-completed``), failing after ``bindTimeoutSeconds`` or as soon as a binding
   is undone (claimRef reset, selected-node removed, PV node affinity no longer matching).
+  ``pre_bind_pre_flight`` is upstream's PreBindPreFlight (Skip when nothing is to be bound), for
+  NominatedNodeNameForExpectation; the binding cycle does not ask it yet.
 
 Not restated: translating in-tree PVs to CSI (CSI migration) before the node-affinity checks, and
 PreBind's "pod does not exist any more" check (the scheduler's pending pods are not visible to plugins);
