@@ -12,6 +12,7 @@ import pytest
 from kopf_scheduler.api.args import VolumeBindingArgs
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework import SUCCESS, APIError, Code, CycleState, EventResource, Status
+from kopf_scheduler.framework import ExtensionPoint as E
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.events import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent
 from kopf_scheduler.framework.registry import in_tree_registry
@@ -25,6 +26,7 @@ from kopf_scheduler.plugins.volume_binding import (
     STATE_KEY,
     VolumeBinding,
 )
+from kopf_scheduler.scheduler import assume_and_reserve, bind_pod, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.storage import (
     CSI_DRIVER,
@@ -34,6 +36,7 @@ from kopf_scheduler.state.storage import (
     STORAGE_CLASS,
 )
 from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info
+from tests.unit.test_runtime import build
 
 WFFC = "WaitForFirstConsumer"
 NODES = ("n1", "n2", "n3")
@@ -839,3 +842,27 @@ def test_hints(resource: EventResource, old: Any, new: Any, expected: Any) -> No
 def test_the_default_profile_no_longer_omits_volume_binding() -> None:
     profile = resolve_profile("default-scheduler", SchedulerProfileSpec(), in_tree_registry())
     assert "VolumeBinding" not in profile.omitted_defaults
+
+
+# -- through the framework's binding cycle ---------------------------------------------------------------------
+def test_a_failed_pre_bind_in_the_binding_cycle_rolls_the_assumed_pv_back_and_forgets_the_pod() -> None:
+
+    cache = cluster(LOCAL, V(pv("pv1", node="n2")), C(pvc()))
+    points = {point: (VolumeBinding.name,) for point in (E.PRE_FILTER, E.FILTER, E.RESERVE, E.PRE_BIND)}
+    framework = build([VolumeBinding], points, cache=cache)
+    conflict = APIError(409, 'Operation cannot be fulfilled on persistentvolumes "pv1"')
+    framework.handle.client = FakeClient(conflict)  # type: ignore[attr-defined]
+    ((_, plugin),) = framework.pre_bind_plugins
+    pod = a_pod(claim_volume())
+    state = CycleState()
+    result = schedule_pod(framework, state, pod, cache.snapshot())
+    assert result.suggested_host == "n2"
+    assumed = assume_and_reserve(framework, state, pod, result, cache)
+    assert plugin.binder.pv_cache.is_assumed("pv1")
+    status = asyncio.run(bind_pod(framework, state, assumed, result, cache))
+    assert (status.code, status.message) == (
+        Code.ERROR,
+        'running PreBind plugin "VolumeBinding": Operation cannot be fulfilled on persistentvolumes "pv1"',
+    )
+    assert not plugin.binder.pv_cache.is_assumed("pv1")
+    assert not cache.is_assumed(pod.uid)
