@@ -178,3 +178,57 @@ def test_a_claim_to_provision_gets_the_selected_node_and_an_unfinished_provision
         assert cluster.core.read_namespaced_pod("app", namespace).spec.node_name is None
     finally:
         storage.delete_storage_class(class_name)
+
+
+def test_a_stateful_set_with_volume_claim_templates_follows_its_local_pvs(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+    local_class: str,
+) -> None:
+    labels = {"e2e-group": secrets.token_hex(4)}
+    nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(3)]
+    pvs = {f"pv-{secrets.token_hex(3)}": node for node in nodes[1:]}  # no PV on the first node
+    for pv, node in pvs.items():
+        cluster.core.create_persistent_volume(local_pv(pv, local_class, node, "2Gi"))
+    try:
+        name = profiles({})
+        wait_profile_status(cluster.api, name, ready=True)
+        pod_spec = pod_manifest("ignored", name, cpu="100m", node_selector=labels)["spec"]
+        pod_spec["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        template = {"metadata": {"labels": {"app": "db"}}, "spec": pod_spec}
+        claim_template = {k: v for k, v in claim("data", local_class, "1Gi").items() if k in ("metadata", "spec")}
+        cluster.apps.create_namespaced_stateful_set(
+            namespace,
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {"name": "db"},
+                "spec": {
+                    "replicas": 2,
+                    "serviceName": "db",
+                    "podManagementPolicy": "Parallel",
+                    "selector": {"matchLabels": {"app": "db"}},
+                    "template": template,
+                    "volumeClaimTemplates": [claim_template],
+                },
+            },
+        )
+        bound = wait_pods_bound(cluster.core, namespace, ["db-0", "db-1"], timeout=90)
+        assert sorted(bound.values()) == sorted(pvs.values()), operator.log_tail()
+        for pod, node in bound.items():
+            pvc = wait_for(
+                lambda pod=pod: (
+                    (c := cluster.core.read_namespaced_persistent_volume_claim(f"data-{pod}", namespace)).status.phase
+                    == "Bound"
+                    and c
+                ),
+                timeout=60,
+                message=f"data-{pod} never became Bound",
+            )
+            assert pvs[pvc.spec.volume_name] == node
+    finally:
+        for pv in pvs:
+            cluster.core.delete_persistent_volume(pv)
