@@ -21,30 +21,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kopf_scheduler.client import ClientRef
-from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource, node_events, pod_events
+from kopf_scheduler.framework.events import ClusterEvent, node_events, pod_events
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import SchedulingQueue
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.selectors import LabelSelector
-from kopf_scheduler.state.storage import (
-    CSI_DRIVER,
-    CSI_NODE,
-    CSI_STORAGE_CAPACITY,
-    PERSISTENT_VOLUME,
-    PERSISTENT_VOLUME_CLAIM,
-    STORAGE_CLASS,
-)
-
-#: The cluster-event resource of each storage kind.
-_STORAGE_RESOURCES = {
-    PERSISTENT_VOLUME: EventResource.PERSISTENT_VOLUME,
-    PERSISTENT_VOLUME_CLAIM: EventResource.PERSISTENT_VOLUME_CLAIM,
-    STORAGE_CLASS: EventResource.STORAGE_CLASS,
-    CSI_NODE: EventResource.CSI_NODE,
-    CSI_DRIVER: EventResource.CSI_DRIVER,
-    CSI_STORAGE_CAPACITY: EventResource.CSI_STORAGE_CAPACITY,
-}
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -181,12 +163,6 @@ class EventHandlers:
         meta = obj.get("metadata") or {}
         labels = None if event_type == "DELETED" else dict(meta.get("labels") or {})
         self._cache.set_namespace_labels(meta.get("name", ""), labels)
-
-    def on_storage_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
-        """A PV, PVC, StorageClass, CSINode, CSIDriver or CSIStorageCapacity watch event: store it, tell the queues."""
-        old, new = self._cache.storage.apply(kind, event_type, obj)
-        action = ActionType.ADD if old is None else ActionType.DELETE if new is None else ActionType.UPDATE
-        self._broadcast([ClusterEvent(_STORAGE_RESOURCES[kind], action)], old, new)
 
     def _queue_for(self, scheduler_name: str, action: Callable[[SchedulingQueue], None]) -> None:
         runtime = self._profiles.get(scheduler_name)

@@ -185,37 +185,6 @@ async def stateful_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None
     _app(memo).on_workload_event("StatefulSet", event.get("type"), event["object"])
 
 
-# Storage objects VolumeBinding reads (a minimal wiring: no reconciling LIST of them yet).
-@kopf.on.event("", "v1", "persistentvolumes")
-async def persistent_volume_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("PersistentVolume", event.get("type"), dict(event["object"]))
-
-
-@kopf.on.event("", "v1", "persistentvolumeclaims")
-async def persistent_volume_claim_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("PersistentVolumeClaim", event.get("type"), dict(event["object"]))
-
-
-@kopf.on.event("storage.k8s.io", "v1", "storageclasses")
-async def storage_class_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("StorageClass", event.get("type"), dict(event["object"]))
-
-
-@kopf.on.event("storage.k8s.io", "v1", "csinodes")
-async def csi_node_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("CSINode", event.get("type"), dict(event["object"]))
-
-
-@kopf.on.event("storage.k8s.io", "v1", "csidrivers")
-async def csi_driver_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("CSIDriver", event.get("type"), dict(event["object"]))
-
-
-@kopf.on.event("storage.k8s.io", "v1", "csistoragecapacities")
-async def csi_storage_capacity_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("CSIStorageCapacity", event.get("type"), dict(event["object"]))
-
-
 # -- SchedulerProfiles ----------------------------------------------------------------------------------
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
