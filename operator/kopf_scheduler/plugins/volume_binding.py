@@ -67,7 +67,7 @@ from kopf_scheduler.framework import (
 )
 from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.plugins._assume_cache import AssumeCache
-from kopf_scheduler.plugins._volumes import (
+from kopf_scheduler.plugins._persistent_volumes import (
     ANN_MIGRATED_PLUGINS,
     ANN_SELECTED_NODE,
     CLAIM_LOST,
