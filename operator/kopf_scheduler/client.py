@@ -1,9 +1,10 @@
 """The one I/O seam between the operator's parts and the API server.
 
-:class:`Client` lists the calls the event handlers (the reconciling LIST), the binding cycle (through the
-DefaultBinder plugin) and reporting (events, the PodScheduled condition) make. ``kube.KubeClient`` implements
-it over HTTP; unit tests pass a fake of the same shape. It lives in its own module so that every part can
-name it without importing the composition root (``app.py``), and there stays exactly one such seam.
+:class:`Client` lists the calls the event handlers (the reconciling LIST), the binding cycle (Bind through the
+DefaultBinder plugin, PUT of PVs and claims through VolumeBinding's PreBind) and reporting (events, the
+PodScheduled condition) make. ``kube.KubeClient`` implements it over HTTP; unit tests pass a fake of the same
+shape. It lives in its own module so that every part can name it without importing the composition root
+(``app.py``), and there stays exactly one such seam.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ class Client(Protocol):
     """The calls the app makes (``kube.KubeClient``; a fake in unit tests)."""
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None: ...
+
+    async def replace_persistent_volume(self, *, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def replace_persistent_volume_claim(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
     async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
 

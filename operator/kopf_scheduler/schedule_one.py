@@ -129,7 +129,8 @@ class ScheduleOne:
         """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod``; then settle it either way."""
         try:
             status = await runtime.scheduler.bind_pod(state, pod, result, self._cache)
-        except Exception as e:  # the bind task must always settle the pod
+        except Exception as e:  # the bind task must always settle the pod (bind_pod itself does not raise)
+            runtime.scheduler.framework.run_reserve_plugins_unreserve(state, pod, result.suggested_host)
             self._cache.forget(pod.uid)
             status = Status.as_error(e)
         if status.is_success:

@@ -459,8 +459,26 @@ async def bind_pod(
     """The binding cycle: WaitOnPermit → PreBind → Bind → PostBind; on failure Unreserve and forget.
 
     Returns SUCCESS, or the failing status (a Permit rejection comes back as Unschedulable with the
-    FitError text in its message, as upstream's failure handler would print it).
+    FitError text in its message, as upstream's failure handler would print it). It never raises (bar
+    cancellation): an exception on the way is an Error status, and the assumption and every Reserve plugin's
+    claim (VolumeBinding's assumed PVs and claims) are undone as for any other failure.
     """
+    host = result.suggested_host
+    try:
+        status = await _wait_pre_bind_and_bind(framework, state, assumed, result)
+    except Exception as exc:
+        status = Status.as_error(exc)
+    if status.is_success:
+        framework.run_post_bind_plugins(state, assumed, host)
+        return SUCCESS
+    framework.run_reserve_plugins_unreserve(state, assumed, host)
+    cache.forget(assumed.uid)
+    return status
+
+
+async def _wait_pre_bind_and_bind(
+    framework: Framework, state: CycleState, assumed: PodInfo, result: ScheduleResult
+) -> Status:
     host = result.suggested_host
     status = await framework.wait_on_permit(assumed)
     if status.is_rejected:
@@ -470,11 +488,6 @@ async def bind_pod(
         status = await framework.run_pre_bind_plugins(state, assumed, host)
     if status.is_success:
         status = await framework.run_bind_plugins(state, assumed, host)
-    if status.is_success:
-        framework.run_post_bind_plugins(state, assumed, host)
-        return SUCCESS
-    framework.run_reserve_plugins_unreserve(state, assumed, host)
-    cache.forget(assumed.uid)
     return status
 
 

@@ -12,7 +12,7 @@ A spec is the ``spec`` of a SchedulerProfile, which is one KubeSchedulerConfigur
 one plugin's args, extension-point mixes, unknown plugins, percentageOfNodesToScore, a valid tweak) and then
 draws the details. Specs name only plugins both sides know (the ones kopf-scheduler implements, listed here
 with the extension points upstream's implementations have), upstream's removed ones, and names nobody
-registers. Upstream defaults we do not implement (VolumeBinding, ...) stay out of generated specs: our
+registers. Upstream defaults we do not implement (DefaultPreemption, ...) stay out of generated specs: our
 builder leaves them out of the pipeline (``omitted_defaults``) and the upstream side disables them (see
 :func:`tests.conformance.profile_validation.upstream_config`), except in the one category that is about them.
 
@@ -42,6 +42,7 @@ PLUGIN_POINTS: dict[str, tuple[str, ...]] = {
     "NodeResourcesBalancedAllocation": ("preScore", "score"),
     "ImageLocality": ("score",),
     "DefaultBinder": ("bind",),
+    "VolumeBinding": ("preFilter", "filter", "reserve", "preBind", "preScore", "score"),
 }
 SCORE_PLUGINS = tuple(name for name, points in PLUGIN_POINTS.items() if "score" in points)
 POINTS = (
@@ -61,7 +62,6 @@ POINTS = (
 #: Upstream defaults kopf-scheduler does not implement (our builder's ``omitted_defaults``; DynamicResources runs
 #: as a stand-in that only refuses pods with ResourceClaims, and the generated pods have none).
 OMITTED_DEFAULTS = (
-    "VolumeBinding",
     "DynamicResources",
     "DefaultPreemption",
     "NodeDeclaredFeatures",
@@ -421,8 +421,10 @@ def _fit_args_when_disabled(rng: random.Random) -> tuple[dict[str, Any], str]:
 
 
 def _omitted_default(rng: random.Random) -> tuple[dict[str, Any], str]:
-    name = rng.choice(("VolumeBinding", "DefaultPreemption"))
-    point = {"VolumeBinding": "filter", "DefaultPreemption": "postFilter"}[name]
+    # DefaultPreemption is the one omitted default left that a profile can name at a point upstream accepts
+    # (DynamicResources is a stand-in; NodeDeclaredFeatures is not generated).
+    name = "DefaultPreemption"
+    point = "postFilter"
     return {"plugins": _plugins(point, [_entry(name)])}, "omitted-default-enabled"
 
 

@@ -80,7 +80,7 @@ DELIBERATE: dict[str, str] = {
         "plugin`). Adding the fields would mean CRD fields that can only ever be empty."
     ),
     "omitted-default-enabled": (
-        "a user who enables an upstream default we have not implemented (VolumeBinding, DefaultPreemption, ...) "
+        "a user who enables an upstream default we have not implemented (VolumeZone, DefaultPreemption, ...) "
         "gets `... does not exist (a kube-scheduler default plugin that kopf-scheduler does not implement "
         "yet)`: we cannot run it, and silently leaving it out would schedule differently than asked. "
         "DynamicResources is the exception: a stand-in holds its name (plugins/dynamic_resources.py, PreFilter "

@@ -26,11 +26,21 @@ class FakeClient:
         self.status_patches: list[tuple[str, dict[str, Any]]] = []
         self.bind_errors: dict[str, APIError] = {}
         self.lists: dict[str, list[dict[str, Any]]] = {}
+        #: PUTs of PVs and claims (VolumeBinding's PreBind), as (kind, body); answered with the body.
+        self.replaced: list[tuple[str, dict[str, Any]]] = []
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
             raise self.bind_errors[name]
         self.bindings.append((namespace, name, node_name))
+
+    async def replace_persistent_volume(self, *, body: dict[str, Any]) -> dict[str, Any]:
+        self.replaced.append(("PersistentVolume", body))
+        return body
+
+    async def replace_persistent_volume_claim(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.replaced.append(("PersistentVolumeClaim", body))
+        return body
 
     async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> Any:
         self.status_patches.append((name, patch))

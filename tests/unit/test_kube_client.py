@@ -101,6 +101,33 @@ def test_events_and_status_patches_use_their_content_types() -> None:
     }
 
 
+def test_volume_binding_puts_pvs_and_claims_and_gets_the_stored_objects() -> None:
+    seen: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def echo(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        seen.append((request.method, request.path, body))
+        return web.json_response({**body, "metadata": {**body["metadata"], "resourceVersion": "8"}})
+
+    routes = {
+        ("PUT", "/api/v1/persistentvolumes/pv1"): echo,
+        ("PUT", "/api/v1/namespaces/ns/persistentvolumeclaims/data"): echo,
+    }
+
+    async def scenario(client: KubeClient) -> tuple[Any, Any]:
+        pv = await client.replace_persistent_volume(body={"metadata": {"name": "pv1", "resourceVersion": "7"}})
+        claim = {"metadata": {"name": "data", "namespace": "ns", "resourceVersion": "7"}}
+        return pv, await client.replace_persistent_volume_claim(namespace="ns", body=claim)
+
+    pv, claim = serve(routes, scenario)
+    assert [(m, p, b["kind"], b["apiVersion"]) for m, p, b in seen] == [
+        ("PUT", "/api/v1/persistentvolumes/pv1", "PersistentVolume", "v1"),
+        ("PUT", "/api/v1/namespaces/ns/persistentvolumeclaims/data", "PersistentVolumeClaim", "v1"),
+    ]
+    assert seen[0][2]["metadata"]["resourceVersion"] == "7"  # the update is conditional on the version read
+    assert (pv["metadata"]["resourceVersion"], claim["metadata"]["resourceVersion"]) == ("8", "8")
+
+
 def test_list_pages_follows_continue_tokens_one_page_at_a_time() -> None:
     queries: list[dict[str, str]] = []
 

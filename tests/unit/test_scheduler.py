@@ -390,6 +390,28 @@ def test_bind_failure_unreserves_and_forgets() -> None:
     assert calls("post_bind") == []
 
 
+def test_an_exception_in_the_binding_cycle_unreserves_and_forgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing may stay half-claimed: a raise on the way (here from the framework itself, past the plugin
+    # wrappers) is an Error status, and Unreserve runs as for any failure, not only the cache's forget.
+    cache = cluster(1)
+    framework = build([lifecycle("V")], {E.RESERVE: ("V",), E.PRE_BIND: ("V",), E.POST_BIND: ("V",)}, cache=cache)
+    pod = pod_info(make_pod())
+    state = CycleState()
+    result = scheduled(framework, pod)
+    assumed = assume_and_reserve(framework, state, pod, result, cache)
+
+    async def explode(*args: Any) -> Status:
+        raise RuntimeError("framework broke")
+
+    monkeypatch.setattr(framework, "run_pre_bind_plugins", explode)
+    status = asyncio.run(bind_pod(framework, state, assumed, result, cache))
+    assert (status.code, status.message) == (Code.ERROR, "framework broke")
+    assert cache.pod(pod.uid) is None
+    assert not cache.is_assumed(pod.uid)
+    assert [name for name, _ in calls("unreserve")] == ["V"]
+    assert calls("post_bind") == []
+
+
 def test_permit_wait_rejected_in_the_binding_cycle() -> None:
     cache = cluster(1)
     framework = build(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 from pydantic import BaseModel
@@ -40,6 +40,14 @@ class APIClient(Protocol):
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         """POST ``pods/<name>/binding``; raises :class:`APIError` on a non-2xx answer."""
+        ...
+
+    async def replace_persistent_volume(self, *, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT a PersistentVolume (VolumeBinding's PreBind); the object as stored. 409 if ``body`` is stale."""
+        ...
+
+    async def replace_persistent_volume_claim(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT a PersistentVolumeClaim (VolumeBinding's PreBind); the object as stored. 409 if stale."""
         ...
 
 

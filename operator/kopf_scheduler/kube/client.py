@@ -121,6 +121,19 @@ class KubeClient:
         }
         await self.send("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body=body)
 
+    async def replace_persistent_volume(self, *, body: JSON) -> JSON:
+        """PUT a PersistentVolume (VolumeBinding writes a claimRef); the stored object. 409 if ``body`` is stale."""
+        name = (body.get("metadata") or {}).get("name") or ""
+        full = {**body, "apiVersion": "v1", "kind": "PersistentVolume"}
+        return await self.request("PUT", f"/api/v1/persistentvolumes/{quote(name)}", body=full)
+
+    async def replace_persistent_volume_claim(self, *, namespace: str, body: JSON) -> JSON:
+        """PUT a PersistentVolumeClaim (VolumeBinding sets the selected-node annotation); the stored object."""
+        name = (body.get("metadata") or {}).get("name") or ""
+        full = {**body, "apiVersion": "v1", "kind": "PersistentVolumeClaim"}
+        path = f"/api/v1/namespaces/{quote(namespace)}/persistentvolumeclaims/{quote(name)}"
+        return await self.request("PUT", path, body=full)
+
     async def patch_pod_status(self, *, namespace: str, name: str, patch: JSON) -> None:
         """Strategic-merge patch of ``pods/status`` (conditions merge by type, as kube-scheduler's do)."""
         await self.send(

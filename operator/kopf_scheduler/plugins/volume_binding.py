@@ -1,0 +1,791 @@
+"""VolumeBinding: a pod's PersistentVolumeClaims bound or provisioned where the pod goes (§2.14).
+
+Upstream ``plugins/volumebinding`` (``volume_binding.go``, ``binder.go``), v1.36 with its default gates:
+
+- PreFilter skips pods without claim-backed volumes (``persistentVolumeClaim`` volumes and generic ephemeral
+  volumes, whose claim is ``<pod>-<volume>``). A missing claim, a claim whose PV is lost, a claim being
+  deleted, an ephemeral claim the pod does not own: UnschedulableAndUnresolvable with the error's text. An
+  unbound claim whose class binds immediately (or a claim pre-bound to a PV by name but not bound yet):
+  UUR ``pod has unbound immediate PersistentVolumeClaims``. No PreFilterResult (1.36 does not narrow the
+  nodes by local PVs' hostnames).
+- Filter, per node: a bound claim's PV must exist and its node affinity match; each unbound claim of a
+  WaitForFirstConsumer class gets the smallest matching Available PV (class, size, access and volume modes,
+  selector, node affinity, not chosen for another claim of the pod), else dynamic provisioning when its
+  class has a provisioner whose allowed topologies include the node and, for CSI drivers that publish
+  storage capacity, some CSIStorageCapacity reachable from the node is big enough. Reasons, UUR, several at
+  once in upstream's order: node affinity conflict, no volume to bind, not enough storage, PV missing.
+  Each PV's node-independent fit is judged once per cycle and its node affinity once per Filter call,
+  for all candidate nodes at once over the node table.
+- PreScore skips: scoring needs the StorageCapacityScoring gate, alpha and off in 1.36.
+- Reserve assumes the chosen bindings in the assume cache (:mod:`._assume_cache`): each PV pre-bound to its
+  claim, each claim to provision annotated with the node; Unreserve rolls them back.
+- PreBind writes them through the API (PUT of each PV with its ``claimRef``, PUT of each claim with
+  ``volume.kubernetes.io/selected-node``) and polls every second until the PV controller has bound every
+  claim (``pv.kubernetes.io/bind-completed``), failing after ``bindTimeoutSeconds`` or as soon as a binding
+  is undone (claimRef reset, selected-node removed, PV node affinity no longer matching).
+  ``pre_bind_pre_flight`` is upstream's PreBindPreFlight (Skip when nothing is to be bound), for
+  NominatedNodeNameForExpectation; the binding cycle does not ask it yet.
+
+Not restated: translating in-tree PVs to CSI (CSI migration) before the node-affinity checks, and
+PreBind's "pod does not exist any more" check (the scheduler's pending pods are not visible to plugins);
+a deleted pod's PreBind runs until the claims are bound or the timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from kopf_scheduler.api.args import VolumeBindingArgs
+from kopf_scheduler.framework import (
+    QUEUE,
+    QUEUE_SKIP,
+    SUCCESS,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EventResource,
+    FilterResult,
+    Handle,
+    NodeFilterPlugin,
+    PreBindPlugin,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    QueueingHint,
+    ReservePlugin,
+    ScorePlugin,
+    Status,
+    as_object,
+)
+from kopf_scheduler.go_format import go_quote
+from kopf_scheduler.plugins._assume_cache import AssumeCache
+from kopf_scheduler.plugins._persistent_volumes import (
+    ANN_MIGRATED_PLUGINS,
+    ANN_SELECTED_NODE,
+    CLAIM_LOST,
+    NOT_SUPPORTED_PROVISIONER,
+    Candidate,
+    PodClaim,
+    SelectorMemo,
+    VolumeError,
+    annotations,
+    bind_volume_to_claim,
+    check_node_affinity,
+    claim_class,
+    claim_key,
+    is_claim_fully_bound,
+    is_delay_binding_mode,
+    match_topology_selector_terms,
+    matching_candidates,
+    meta,
+    name_of,
+    namespace_of,
+    pick_matching_volume,
+    pod_claims,
+    resource_version,
+    spec,
+    storage_request,
+    volume_class,
+    volume_is_for_pod,
+    volume_node_selector,
+    with_annotation,
+)
+from kopf_scheduler.state.quantity import QuantityError, int_value
+from kopf_scheduler.state.selectors import LabelSelector
+from kopf_scheduler.state.storage import (
+    CSI_STORAGE_CAPACITY,
+    PERSISTENT_VOLUME,
+    PERSISTENT_VOLUME_CLAIM,
+    StorageObjects,
+)
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from kopf_scheduler.framework import APIClient
+    from kopf_scheduler.state.cache import ClusterCache, NodeInfo, Snapshot
+    from kopf_scheduler.state.pod_info import PodInfo
+
+NAME = "VolumeBinding"
+STATE_KEY = NAME
+
+ERR_REASON_BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
+ERR_REASON_NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
+ERR_REASON_NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"
+ERR_REASON_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+ERR_UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+#: Go's ``context.DeadlineExceeded`` text, what PreBind's wait ends with after ``bindTimeoutSeconds``.
+ERR_DEADLINE_EXCEEDED = "context deadline exceeded"
+ERR_NO_POD_VOLUMES = "no pod volume found for node"
+#: Our own text for a framework without an API client (tests, dry runs).
+ERR_NO_CLIENT = "no API client to bind volumes with"
+
+#: How often PreBind re-reads the claims while the PV controller works (upstream: every second).
+POLL_INTERVAL_SECONDS = 1.0
+
+Obj = Mapping[str, Any]
+#: Whether a PV's node affinity admits the node being judged.
+FitsNode = Callable[[Obj], bool]
+
+
+# -- what the cycle carries ----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class BindingInfo:
+    """A claim and the static PV proposed for it (after Reserve: the PV as assumed, then as written)."""
+
+    pvc: Obj
+    pv: Obj
+
+
+@dataclass(slots=True)
+class PodVolumes:
+    """What one node needs for the pod: static bindings and claims to provision (upstream ``PodVolumes``)."""
+
+    static_bindings: list[BindingInfo] = field(default_factory=list)
+    dynamic_provisions: list[Obj] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PodVolumeClaims:
+    """The pod's claims by state, and the PVs of each delayed-binding class (upstream ``PodVolumeClaims``)."""
+
+    bound: list[Obj] = field(default_factory=list)
+    unbound_delay: list[Obj] = field(default_factory=list)
+    unbound_immediate: list[Obj] = field(default_factory=list)
+    volumes_by_class: dict[str, list[Obj]] = field(default_factory=dict)
+    #: The PVs' parsed node affinities, shared by the cycle's Filter calls.
+    selectors: SelectorMemo = field(default_factory=dict)
+    #: Per delayed claim (by key), the PVs that fit it on some node: judged once per cycle.
+    candidates: dict[str, list[Candidate]] = field(default_factory=dict)
+
+    def candidates_for(self, claim: Obj) -> list[Candidate]:
+        key = claim_key(claim)
+        found = self.candidates.get(key)
+        if found is None:
+            found = self.candidates[key] = matching_candidates(
+                claim, self.volumes_by_class.get(claim_class(claim)) or ()
+            )
+        return found
+
+
+@dataclass(slots=True)
+class _StateData:
+    """Upstream ``stateData``; shared, not copied, by clones (upstream's Clone returns the same pointer)."""
+
+    claims: PodVolumeClaims | None = None
+    by_node: dict[str, PodVolumes] = field(default_factory=dict)
+    all_bound: bool = False
+
+    def clone(self) -> _StateData:
+        return self
+
+
+@dataclass(slots=True)
+class _FindOutcome:
+    """FindPodVolumes' four verdicts; turned into reasons in upstream's order."""
+
+    bound_satisfied: bool = True
+    unbound_satisfied: bool = True
+    sufficient_storage: bool = True
+    bound_pvs_found: bool = True
+
+    def reasons(self) -> tuple[str, ...]:
+        reasons = []
+        if not self.bound_satisfied:
+            reasons.append(ERR_REASON_NODE_CONFLICT)
+        if not self.unbound_satisfied:
+            reasons.append(ERR_REASON_BIND_CONFLICT)
+        if not self.sufficient_storage:
+            reasons.append(ERR_REASON_NOT_ENOUGH_SPACE)
+        if not self.bound_pvs_found:
+            reasons.append(ERR_REASON_PV_NOT_EXIST)
+        return tuple(reasons)
+
+
+# -- the binder ---------------------------------------------------------------------------------------------
+class VolumeBinder:
+    """Upstream's ``volumeBinder``: the claim/PV logic, over the store and the assume caches."""
+
+    def __init__(
+        self,
+        cluster: Callable[[], ClusterCache],
+        client: Callable[[], APIClient | None],
+        *,
+        bind_timeout: float,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cluster = cluster
+        self._client = client
+        self.bind_timeout = bind_timeout
+        self.poll_interval = POLL_INTERVAL_SECONDS
+        self.sleep = sleep
+        self.clock = clock
+        self.pv_cache = AssumeCache(PERSISTENT_VOLUME, self._storage)
+        self.pvc_cache = AssumeCache(PERSISTENT_VOLUME_CLAIM, self._storage)
+
+    def _storage(self) -> StorageObjects:
+        return self._cluster().storage
+
+    # -- PreFilter ----------------------------------------------------------------------------------------
+    def claims_error(self, pod: PodInfo, claims: Sequence[PodClaim]) -> str | None:
+        """Upstream ``podHasPVCs``' errors, read from the watched claims (the lister, not the assume cache)."""
+        storage = self._storage()
+        for claim in claims:
+            pvc = storage.pvc(pod.namespace, claim.name)
+            if pvc is None:
+                if claim.ephemeral:
+                    waiting = "waiting for ephemeral volume controller to create the persistentvolumeclaim"
+                    return f"{waiting} {go_quote(claim.name)}"
+                return f"persistentvolumeclaim {go_quote(claim.name)} not found"
+            if (pvc.get("status") or {}).get("phase") == CLAIM_LOST:
+                volume = spec(pvc).get("volumeName") or ""
+                lost = f"persistentvolumeclaim {go_quote(name_of(pvc))} bound to non-existent persistentvolume"
+                return f"{lost} {go_quote(volume)}"
+            if meta(pvc).get("deletionTimestamp") is not None:
+                return f"persistentvolumeclaim {go_quote(name_of(pvc))} is being deleted"
+            if claim.ephemeral:
+                error = volume_is_for_pod(pod.namespace, pod.name, pod.uid, pvc)
+                if error is not None:
+                    return error
+        return None
+
+    def _claim(self, pod: PodInfo, claim: PodClaim) -> Obj:
+        pvc = self.pvc_cache.get(claim.name, pod.namespace)
+        if pvc is None:
+            key = go_quote(f"{pod.namespace}/{claim.name}")
+            raise VolumeError(f"error getting PVC {key}: {self.pvc_cache.not_found(claim.name, pod.namespace)}")
+        if claim.ephemeral:
+            error = volume_is_for_pod(pod.namespace, pod.name, pod.uid, pvc)
+            if error is not None:
+                raise VolumeError(error)
+        return pvc
+
+    def pod_volume_claims(self, pod: PodInfo, claims: Sequence[PodClaim]) -> PodVolumeClaims:
+        """Upstream ``GetPodVolumeClaims``: bound, unbound delayed and unbound immediate claims, and the PVs
+        of every delayed class (listed once per cycle, assumed versions included)."""
+        result = PodVolumeClaims()
+        storage = self._storage()
+        for claim in claims:
+            pvc = self._claim(pod, claim)
+            if is_claim_fully_bound(pvc):
+                result.bound.append(pvc)
+                continue
+            delayed = is_delay_binding_mode(pvc, storage.storage_class(claim_class(pvc)))
+            # A claim pre-bound to a PV by name is left to the PV controller, as an immediate one.
+            if delayed and not spec(pvc).get("volumeName"):
+                result.unbound_delay.append(pvc)
+            else:
+                result.unbound_immediate.append(pvc)
+        for pvc in result.unbound_delay:
+            class_name = claim_class(pvc)
+            if class_name not in result.volumes_by_class:
+                result.volumes_by_class[class_name] = self.pv_cache.list(
+                    lambda pv, wanted=class_name: volume_class(pv) == wanted
+                )
+        return result
+
+    # -- Filter -------------------------------------------------------------------------------------------
+    def find_pod_volumes(
+        self, claims: PodVolumeClaims, node: NodeInfo, fits_node: FitsNode | None = None
+    ) -> tuple[PodVolumes, tuple[str, ...]]:
+        """Upstream ``FindPodVolumes`` for one node: what the pod would need there, or why it cannot go.
+
+        ``fits_node(pv)`` judges a PV's node affinity on this node (by default from the node's labels).
+        """
+        if fits_node is None:
+            fits_node = lambda pv: check_node_affinity(pv, node.labels, claims.selectors)  # noqa: E731
+        outcome = _FindOutcome()
+        volumes = PodVolumes()
+        if claims.bound:
+            outcome.bound_satisfied, outcome.bound_pvs_found = self._check_bound_claims(claims.bound, fits_node)
+        if claims.unbound_delay:
+            self._find_unbound(claims, node, fits_node, outcome, volumes)
+        return volumes, outcome.reasons()
+
+    def _check_bound_claims(self, bound: Sequence[Obj], fits_node: FitsNode) -> tuple[bool, bool]:
+        for pvc in bound:
+            pv = self.pv_cache.get(spec(pvc).get("volumeName") or "")
+            if pv is None:
+                return True, False
+            if not fits_node(pv):
+                return False, True
+        return True, True
+
+    def _find_unbound(
+        self, claims: PodVolumeClaims, node: NodeInfo, fits_node: FitsNode, outcome: _FindOutcome, out: PodVolumes
+    ) -> None:
+        to_match: list[Obj] = []
+        to_provision: list[Obj] = []
+        for pvc in claims.unbound_delay:
+            selected = annotations(pvc).get(ANN_SELECTED_NODE)
+            if selected is None:
+                to_match.append(pvc)
+            elif selected != node.name:
+                outcome.unbound_satisfied = False  # provisioning already started for another node
+                return
+            else:
+                to_provision.append(pvc)
+        if to_match:
+            outcome.unbound_satisfied, out.static_bindings, unmatched = self._find_matching_volumes(
+                to_match, claims, fits_node
+            )
+            to_provision.extend(unmatched)
+        if to_provision:
+            satisfied, sufficient, provisions = self._check_volume_provisions(to_provision, node)
+            outcome.unbound_satisfied, outcome.sufficient_storage = satisfied, sufficient
+            out.dynamic_provisions = provisions
+
+    @staticmethod
+    def _find_matching_volumes(
+        to_match: list[Obj], claims: PodVolumeClaims, fits_node: FitsNode
+    ) -> tuple[bool, list[BindingInfo], list[Obj]]:
+        """Upstream ``findMatchingVolumes``: smallest claims first, each PV chosen at most once."""
+        chosen: dict[str, Obj] = {}
+        bindings: list[BindingInfo] = []
+        unmatched: list[Obj] = []
+        found = True
+        for pvc in sorted(to_match, key=lambda c: storage_request(c) or Fraction(0)):
+            pv = pick_matching_volume(claims.candidates_for(pvc), fits_node, chosen)
+            if pv is None:
+                unmatched.append(pvc)
+                found = False
+                continue
+            chosen[name_of(pv)] = pv
+            bindings.append(BindingInfo(pvc, pv))
+        return found, bindings, unmatched
+
+    def _check_volume_provisions(self, claims: list[Obj], node: NodeInfo) -> tuple[bool, bool, list[Obj]]:
+        """Upstream ``checkVolumeProvisions``: (provisioning possible, enough storage, claims to provision)."""
+        storage = self._storage()
+        provisions: list[Obj] = []
+        for pvc in claims:
+            class_name = claim_class(pvc)
+            if not class_name:
+                raise VolumeError(f"no class for claim {go_quote(claim_key(pvc))}")
+            storage_class = storage.storage_class(class_name)
+            if storage_class is None:
+                raise VolumeError(f"failed to find storage class {go_quote(class_name)}")
+            provisioner = storage_class.get("provisioner") or ""
+            if not provisioner or provisioner == NOT_SUPPORTED_PROVISIONER:
+                return False, True, []
+            if not match_topology_selector_terms(storage_class.get("allowedTopologies"), node.labels):
+                return False, True, []
+            if not self._has_enough_capacity(provisioner, pvc, class_name, node):
+                return True, False, []
+            provisions.append(pvc)
+        return True, True, provisions
+
+    def _has_enough_capacity(self, provisioner: str, pvc: Obj, class_name: str, node: NodeInfo) -> bool:
+        """Upstream ``hasEnoughCapacity``: only for CSI drivers that publish capacity (``storageCapacity``)."""
+        requested = ((spec(pvc).get("resources") or {}).get("requests") or {}).get("storage")
+        if requested is None:
+            return True
+        storage = self._storage()
+        driver = storage.csi_driver(provisioner)
+        if driver is None or spec(driver).get("storageCapacity") is not True:
+            return True
+        size = _int_quantity(requested)
+        for capacity in storage.all(CSI_STORAGE_CAPACITY):
+            if capacity.get("storageClassName") != class_name:
+                continue
+            limit = capacity_limit(capacity)
+            if limit is not None and limit >= size and _node_has_access(node, capacity):
+                return True
+        return False
+
+    # -- Reserve / Unreserve --------------------------------------------------------------------------------
+    def assume_pod_volumes(self, pod: PodInfo, claims: Sequence[PodClaim], node_name: str, volumes: PodVolumes) -> bool:
+        """Upstream ``AssumePodVolumes``; True when every claim is bound already (nothing to do)."""
+        if self._all_bound(pod, claims):
+            return True
+        bindings: list[BindingInfo] = []
+        for binding in volumes.static_bindings:
+            pv, dirty = bind_volume_to_claim(binding.pv, binding.pvc)
+            if dirty:
+                try:
+                    self.pv_cache.assume(pv)
+                except Exception:
+                    self._revert_pvs(bindings)
+                    raise
+            bindings.append(BindingInfo(binding.pvc, pv))
+        provisions: list[Obj] = []
+        for pvc in volumes.dynamic_provisions:
+            annotated = with_annotation(pvc, ANN_SELECTED_NODE, node_name)
+            try:
+                self.pvc_cache.assume(annotated)
+            except Exception:
+                self._revert_pvs(bindings)
+                self._revert_pvcs(provisions)
+                raise
+            provisions.append(annotated)
+        volumes.static_bindings, volumes.dynamic_provisions = bindings, provisions
+        return False
+
+    def _all_bound(self, pod: PodInfo, claims: Sequence[PodClaim]) -> bool:
+        for claim in claims:
+            try:
+                pvc = self._claim(pod, claim)
+            except VolumeError:
+                return False
+            if not is_claim_fully_bound(pvc):
+                return False
+        return True
+
+    def revert_assumed_pod_volumes(self, volumes: PodVolumes) -> None:
+        self._revert_pvs(volumes.static_bindings)
+        self._revert_pvcs(volumes.dynamic_provisions)
+
+    def _revert_pvs(self, bindings: Sequence[BindingInfo]) -> None:
+        for binding in bindings:
+            self.pv_cache.restore(binding.pv)
+
+    def _revert_pvcs(self, claims: Sequence[Obj]) -> None:
+        for pvc in claims:
+            self.pvc_cache.restore(pvc)
+
+    # -- PreBind ------------------------------------------------------------------------------------------
+    async def bind_pod_volumes(self, node_name: str, volumes: PodVolumes) -> None:
+        """Upstream ``BindPodVolumes``: write the bindings, then wait for the PV controller to finish them."""
+        await self._bind_api_update(volumes)
+        deadline = self.clock() + self.bind_timeout
+        while True:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise VolumeError(f"binding volumes: {ERR_DEADLINE_EXCEEDED}")
+            await self.sleep(min(self.poll_interval, remaining))
+            if self.clock() >= deadline:
+                raise VolumeError(f"binding volumes: {ERR_DEADLINE_EXCEEDED}")
+            try:
+                done = self._check_bindings(node_name, volumes)
+            except VolumeError as exc:
+                raise VolumeError(f"binding volumes: {exc}") from exc
+            if done:
+                return
+
+    async def _bind_api_update(self, volumes: PodVolumes) -> None:
+        """PUT each assumed PV, then each assumed claim; on failure the ones not written are un-assumed."""
+        bindings, provisions = volumes.static_bindings, volumes.dynamic_provisions
+        written_pvs = written_pvcs = 0
+        try:
+            client = self._client()
+            if client is None:
+                raise VolumeError(ERR_NO_CLIENT)
+            for binding in bindings:
+                binding.pv = await client.replace_persistent_volume(body=dict(binding.pv))
+                written_pvs += 1
+            for index, pvc in enumerate(provisions):
+                provisions[index] = await client.replace_persistent_volume_claim(
+                    namespace=namespace_of(pvc), body=dict(pvc)
+                )
+                written_pvcs += 1
+        finally:
+            self._revert_pvs(bindings[written_pvs:])
+            self._revert_pvcs(provisions[written_pvcs:])
+
+    def _check_bindings(self, node_name: str, volumes: PodVolumes) -> bool:
+        """Upstream ``checkBindings``: True when every claim is fully bound; raises when a binding was undone."""
+        node = self._cluster().node(node_name)
+        if node is None:
+            raise VolumeError(f"failed to get node {go_quote(node_name)}: node {go_quote(node_name)} not found")
+        for binding in volumes.static_bindings:
+            pv = self.pv_cache.get_api(name_of(binding.pv))
+            if pv is None:
+                raise VolumeError(f"failed to check binding: {self.pv_cache.not_found(name_of(binding.pv))}")
+            pvc = self.pvc_cache.get_api(name_of(binding.pvc), namespace_of(binding.pvc))
+            if pvc is None:
+                missing = self.pvc_cache.not_found(name_of(binding.pvc), namespace_of(binding.pvc))
+                raise VolumeError(f"failed to check binding: {missing}")
+            if resource_version(binding.pv) > resource_version(pv):
+                return False  # our write has not come back through the watch yet
+            _check_volume_node(pv, node)
+            ref = spec(pv).get("claimRef")
+            if ref is None or not ref.get("uid"):
+                raise VolumeError(f"ClaimRef got reset for pv {go_quote(name_of(pv))}")
+            if not is_claim_fully_bound(pvc):
+                return False
+        for claim in volumes.dynamic_provisions:
+            pvc = self.pvc_cache.get_api(name_of(claim), namespace_of(claim))
+            if pvc is None:
+                missing = self.pvc_cache.not_found(name_of(claim), namespace_of(claim))
+                raise VolumeError(f"failed to check provisioning pvc: {missing}")
+            if resource_version(claim) > resource_version(pvc):
+                return False
+            if not meta(pvc).get("annotations"):
+                raise VolumeError(f"selectedNode annotation reset for PVC {go_quote(name_of(pvc))}")
+            if annotations(pvc).get(ANN_SELECTED_NODE) != node_name:
+                # The provisioner removes the annotation to hand the claim back to the scheduler.
+                raise VolumeError(f"provisioning failed for PVC {go_quote(name_of(pvc))}")
+            volume_name = spec(pvc).get("volumeName")
+            if volume_name:
+                pv = self.pv_cache.get_api(volume_name)
+                if pv is None:
+                    return False  # not watched yet, or deleted (then the claim gets unbound)
+                _check_volume_node(pv, node)
+            if not is_claim_fully_bound(pvc):
+                return False
+        return True
+
+
+def _check_volume_node(pv: Obj, node: NodeInfo) -> None:
+    if not check_node_affinity(pv, node.labels):
+        raise VolumeError(
+            f"pv {go_quote(name_of(pv))} node affinity doesn't match node {go_quote(node.name)}: "
+            "no matching NodeSelectorTerms"
+        )
+
+
+def _int_quantity(raw: Any) -> int:
+    """Upstream ``Quantity.Value()``; an unparsable value (the API server rejects those) counts as 0."""
+    try:
+        return int_value(raw)
+    except (QuantityError, ValueError, TypeError):
+        return 0
+
+
+def capacity_limit(capacity: Obj) -> int | None:
+    """Upstream ``volumeLimit``: ``maximumVolumeSize`` when set (more precise), else ``capacity``."""
+    raw = capacity.get("maximumVolumeSize")
+    if raw is None:
+        raw = capacity.get("capacity")
+    return None if raw is None else _int_quantity(raw)
+
+
+def _node_has_access(node: NodeInfo, capacity: Obj) -> bool:
+    topology = capacity.get("nodeTopology")
+    if topology is None:
+        return False
+    return LabelSelector.parse(topology).matches(node.labels)
+
+
+class _NodeFit:
+    """PV node-affinity verdicts for the nodes of one Filter call: a vector per PV, computed on first use
+    over the node table's label columns (upstream matches a node by its labels alone)."""
+
+    __slots__ = ("_masks", "_nodes", "_snapshot", "position")
+
+    def __init__(self, snapshot: Snapshot, nodes: np.ndarray) -> None:
+        self._snapshot = snapshot
+        self._nodes = nodes
+        #: id(pv) → (pv, mask); the PV is held so that its id stays its own.
+        self._masks: dict[int, tuple[Obj, np.ndarray]] = {}
+        #: The position in ``nodes`` of the node being judged.
+        self.position = 0
+
+    def fits(self, pv: Obj) -> bool:
+        held = self._masks.get(id(pv))
+        if held is None:
+            held = self._masks[id(pv)] = (pv, self._mask(pv))
+        return bool(held[1][self.position])
+
+    def _mask(self, pv: Obj) -> np.ndarray:
+        selector = volume_node_selector(pv)
+        if selector is None:
+            return np.ones(len(self._nodes), dtype=bool)
+        if any(term.fields for term in selector.terms):
+            # matchFields see a node without a name here: judge those PVs node by node.
+            infos = self._snapshot.node_infos(self._nodes.tolist())
+            return np.fromiter((selector.matches(i.labels, "") for i in infos), dtype=bool, count=len(self._nodes))
+        return selector.mask(self._snapshot.table, self._nodes)
+
+
+# -- the plugin ---------------------------------------------------------------------------------------------
+class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlugin, ReservePlugin, PreBindPlugin):
+    name: ClassVar[str] = NAME
+    args_model: ClassVar[type[BaseModel] | None] = VolumeBindingArgs
+
+    _unbound_immediate = Status.unschedulable(ERR_UNBOUND_IMMEDIATE, plugin=NAME, unresolvable=True)
+
+    def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:
+        super().__init__(handle=handle, args=args)
+        timeout = (
+            args.bind_timeout_seconds
+            if isinstance(args, VolumeBindingArgs)
+            else VolumeBindingArgs().bind_timeout_seconds
+        )
+        #: The cluster cache the snapshots read; remembered from the first PreFilter (it is one object).
+        self._cache: ClusterCache | None = None
+        self.binder = VolumeBinder(self._cluster, lambda: self.handle.client, bind_timeout=float(timeout))
+
+    def _cluster(self) -> ClusterCache:
+        if self._cache is None:
+            self._cache = self.handle.snapshot().cache
+        return self._cache
+
+    # -- PreFilter / Filter ---------------------------------------------------------------------------------
+    def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
+        claims = _pod_claims(pod)
+        if not claims:
+            state.write(STATE_KEY, _StateData())
+            return None, Status.skip(plugin=NAME)
+        self._cache = snapshot.cache
+        error = self.binder.claims_error(pod, claims)
+        if error is not None:
+            return None, Status.unschedulable(error, plugin=NAME, unresolvable=True)
+        try:
+            volume_claims = self.binder.pod_volume_claims(pod, claims)
+        except VolumeError as exc:
+            return None, Status.as_error(exc, plugin=NAME)
+        if volume_claims.unbound_immediate:
+            return None, self._unbound_immediate
+        state.write(STATE_KEY, _StateData(claims=volume_claims))
+        return None, SUCCESS
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
+        """One node at a time as upstream, but each PV's node affinity judged for all ``nodes`` at once."""
+        data: _StateData = state.read(STATE_KEY)
+        if data.claims is None:
+            return None
+        fit = _NodeFit(snapshot, nodes)
+        rejected = np.zeros(len(nodes), dtype=bool)
+        palette: dict[Status, int] = {}
+        index = np.zeros(len(nodes), dtype=np.int64)
+        for position, slot in enumerate(nodes.tolist()):
+            fit.position = position
+            status = self._filter_one(data, snapshot.node_info(slot), fit.fits)
+            if not status.is_success:
+                rejected[position] = True
+                index[position] = palette.setdefault(status, len(palette))
+        return FilterResult(rejected, tuple(palette), index) if palette else None
+
+    def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        data: _StateData = state.read(STATE_KEY)
+        return SUCCESS if data.claims is None else self._filter_one(data, node, None)
+
+    def _filter_one(self, data: _StateData, node: NodeInfo, fits_node: FitsNode | None) -> Status:
+        assert data.claims is not None
+        try:
+            volumes, reasons = self.binder.find_pod_volumes(data.claims, node, fits_node)
+        except VolumeError as exc:
+            return Status.as_error(exc, plugin=NAME)
+        if reasons:
+            return Status.unschedulable(*reasons, plugin=NAME, unresolvable=True)
+        data.by_node[node.name] = volumes
+        return SUCCESS
+
+    # -- PreScore / Score: only with the StorageCapacityScoring gate (alpha, off in 1.36) ---------------------
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> Status:
+        return Status.skip(plugin=NAME)
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
+        return np.zeros(len(nodes), dtype=np.int64)
+
+    # -- Reserve / Unreserve --------------------------------------------------------------------------------
+    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        data: _StateData = state.read(STATE_KEY)
+        volumes = data.by_node.get(node_name)
+        if volumes is None:
+            data.all_bound = True  # the pod has no claims
+            return SUCCESS
+        try:
+            data.all_bound = self.binder.assume_pod_volumes(pod, _pod_claims(pod), node_name, volumes)
+        except Exception as exc:
+            return Status.as_error(exc, plugin=NAME)
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        data: _StateData | None = state.get(STATE_KEY)
+        volumes = None if data is None else data.by_node.get(node_name)
+        if volumes is not None:
+            self.binder.revert_assumed_pod_volumes(volumes)
+
+    # -- PreBind --------------------------------------------------------------------------------------------
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Upstream ``PreBindPreFlight``: Skip when PreBind has nothing to do (for NominatedNodeNameForExpectation)."""
+        data: _StateData = state.read(STATE_KEY)
+        return Status.skip(plugin=NAME) if data.all_bound else SUCCESS
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        data: _StateData = state.read(STATE_KEY)
+        if data.all_bound:
+            return SUCCESS
+        volumes = data.by_node.get(node_name)
+        if volumes is None:
+            return Status.as_error(VolumeError(ERR_NO_POD_VOLUMES), plugin=NAME)
+        try:
+            await self.binder.bind_pod_volumes(node_name, volumes)
+        except Exception as exc:
+            return Status.as_error(exc, plugin=NAME)
+        return SUCCESS
+
+    # -- events ---------------------------------------------------------------------------------------------
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        add_or_update = ActionType.ADD | ActionType.UPDATE
+        return [
+            ClusterEventWithHint(ClusterEvent(EventResource.STORAGE_CLASS, add_or_update), storage_class_hint),
+            ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, add_or_update), claim_hint),
+            ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME, add_or_update)),
+            # With QueueingHints on (1.36) upstream no longer registers UpdateNodeTaint here.
+            ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)),
+            ClusterEventWithHint(ClusterEvent(EventResource.CSI_NODE, add_or_update), csi_node_hint),
+            ClusterEventWithHint(ClusterEvent(EventResource.CSI_DRIVER, ActionType.UPDATE), csi_driver_hint),
+            ClusterEventWithHint(ClusterEvent(EventResource.CSI_STORAGE_CAPACITY, add_or_update), capacity_hint),
+        ]
+
+
+def _pod_claims(pod: PodInfo) -> list[PodClaim]:
+    """The pod's claim-backed volumes; cheap for the common pod without volumes."""
+    pod_spec = pod.obj.get("spec") or {}
+    if not pod_spec.get("volumes"):
+        return []
+    return list(pod_claims(pod.name, pod_spec))
+
+
+# -- QueueingHints ------------------------------------------------------------------------------------------
+def storage_class_hint(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A new class may serve the pod; an updated one only if its allowedTopologies changed."""
+    original, modified = as_object(old), as_object(new)
+    if original is None or modified is None:
+        return QUEUE
+    return QUEUE if original.get("allowedTopologies") != modified.get("allowedTopologies") else QUEUE_SKIP
+
+
+def claim_hint(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """Any add or update of one of the pod's own claims (same namespace, a name its volumes use)."""
+    modified = as_object(new)
+    if modified is None or namespace_of(modified) != pod.namespace:
+        return QUEUE_SKIP
+    wanted = name_of(modified)
+    return QUEUE if any(claim.name == wanted for claim in _pod_claims(pod)) else QUEUE_SKIP
+
+
+def csi_node_hint(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A new CSINode, or a change of the migrated-plugins annotation (it decides in-tree translation)."""
+    original, modified = as_object(old), as_object(new)
+    if original is None or modified is None:
+        return QUEUE
+    changed = annotations(original).get(ANN_MIGRATED_PLUGINS) != annotations(modified).get(ANN_MIGRATED_PLUGINS)
+    return QUEUE if changed else QUEUE_SKIP
+
+
+def csi_driver_hint(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A driver of one of the pod's inline CSI volumes stopped publishing storage capacity."""
+    original, modified = as_object(old), as_object(new)
+    if original is None or modified is None:
+        return QUEUE
+    driver = name_of(modified)
+    for volume in (pod.obj.get("spec") or {}).get("volumes") or ():
+        if (volume.get("csi") or {}).get("driver") != driver:
+            continue
+        if spec(original).get("storageCapacity") is True and spec(modified).get("storageCapacity") is not True:
+            return QUEUE
+    return QUEUE_SKIP
+
+
+def capacity_hint(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """A new CSIStorageCapacity, or one whose volume limit appeared or grew."""
+    original, modified = as_object(old), as_object(new)
+    if original is None or modified is None:
+        return QUEUE
+    old_limit, new_limit = capacity_limit(original), capacity_limit(modified)
+    if new_limit is not None and (old_limit is None or new_limit > old_limit):
+        return QUEUE
+    return QUEUE_SKIP

@@ -1,0 +1,234 @@
+"""VolumeBinding end to end (issue 10): a WaitForFirstConsumer claim pulls its pod to the node of the only
+fitting local PV, the PV controller (kube-controller-manager) binds the claim after our PreBind wrote the PV's
+claimRef, and a pod whose claim does not exist stays Pending with upstream's text until the claim is created.
+Observed from the API server.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.conftest import Cluster, NodeFactory
+from tests.e2e.conftest import ProfileFactory
+from tests.e2e.operator_process import (
+    OperatorProcess,
+    create_pods,
+    pod_events,
+    pod_manifest,
+    wait_for,
+    wait_pods_bound,
+    wait_profile_status,
+)
+
+
+@pytest.fixture
+def local_class(cluster: Cluster) -> Iterator[str]:
+    """A WaitForFirstConsumer StorageClass without a provisioner (local volumes), removed afterwards."""
+    name = f"local-{secrets.token_hex(3)}"
+    storage = client.StorageV1Api(cluster.api)
+    body = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    storage.create_storage_class(body)
+    yield name
+    storage.delete_storage_class(name)
+
+
+def local_pv(name: str, storage_class: str, node: str, size: str) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": storage_class,
+            "local": {"path": "/mnt/disk"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [term]}},
+        },
+    }
+
+
+def claim(name: str, storage_class: str, size: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+
+
+def test_a_wait_for_first_consumer_claim_pulls_its_pod_to_the_pv_and_gets_bound(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+    local_class: str,
+) -> None:
+    labels = {"e2e-group": secrets.token_hex(4)}
+    nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(3)]
+    pvs = [f"pv-{secrets.token_hex(3)}" for _ in range(2)]
+    # The only PV big enough is on the last node; a small one sits on the first.
+    cluster.core.create_persistent_volume(local_pv(pvs[0], local_class, nodes[0], "1Gi"))
+    cluster.core.create_persistent_volume(local_pv(pvs[1], local_class, nodes[2], "10Gi"))
+    try:
+        cluster.core.create_namespaced_persistent_volume_claim(namespace, claim("data", local_class, "5Gi"))
+        name = profiles({})
+        wait_profile_status(cluster.api, name, ready=True)
+        volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+        missing = {"name": "data", "persistentVolumeClaim": {"claimName": "nope"}}
+        create_pods(
+            cluster.core,
+            namespace,
+            [
+                pod_manifest("db-0", name, cpu="100m", node_selector=labels, spec={"volumes": [volume]}),
+                pod_manifest("orphan", name, cpu="100m", node_selector=labels, spec={"volumes": [missing]}),
+            ],
+        )
+        bound = wait_pods_bound(cluster.core, namespace, ["db-0"], timeout=90)
+        assert bound == {"db-0": nodes[2]}, operator.log_tail()
+        pvc = wait_for(
+            lambda: (
+                (p := cluster.core.read_namespaced_persistent_volume_claim("data", namespace)).status.phase == "Bound"
+                and p
+            ),
+            timeout=60,
+            message="the claim never became Bound",
+        )
+        assert pvc.spec.volume_name == pvs[1]
+
+        failed = wait_for(
+            lambda: pod_events(cluster.api, namespace, "orphan", reason="FailedScheduling"),
+            timeout=30,
+            message=lambda: operator.log_tail(),
+        )
+        assert 'persistentvolumeclaim "nope" not found' in failed[-1].note
+        assert cluster.core.read_namespaced_pod("orphan", namespace).spec.node_name is None
+
+        # The claim appears (the small PV fits it): VolumeBinding's hint requeues the pod, which follows that PV.
+        cluster.core.create_namespaced_persistent_volume_claim(namespace, claim("nope", local_class, "1Gi"))
+        assert wait_pods_bound(cluster.core, namespace, ["orphan"], timeout=60) == {"orphan": nodes[0]}
+    finally:
+        for pv in pvs:
+            cluster.core.delete_persistent_volume(pv)
+
+
+def test_a_claim_to_provision_gets_the_selected_node_and_an_unfinished_provisioning_fails_prebind(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+) -> None:
+    # Nobody runs this provisioner, so the claim is never bound: PreBind must give up after bindTimeoutSeconds
+    # with upstream's error, and the pod must not be bound without its volume.
+    labels = {"e2e-group": secrets.token_hex(4)}
+    nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(2)]
+    storage = client.StorageV1Api(cluster.api)
+    class_name = f"remote-{secrets.token_hex(3)}"
+    storage.create_storage_class(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": class_name},
+            "provisioner": "example.com/nobody",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }
+    )
+    try:
+        cluster.core.create_namespaced_persistent_volume_claim(namespace, claim("data", class_name, "1Gi"))
+        name = profiles({"pluginConfig": [{"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 2}}]})
+        wait_profile_status(cluster.api, name, ready=True)
+        volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+        create_pods(
+            cluster.core,
+            namespace,
+            [pod_manifest("app", name, cpu="100m", node_selector=labels, spec={"volumes": [volume]})],
+        )
+        selected = wait_for(
+            lambda: (
+                cluster.core.read_namespaced_persistent_volume_claim("data", namespace).metadata.annotations or {}
+            ).get("volume.kubernetes.io/selected-node"),
+            timeout=60,
+            message=lambda: operator.log_tail(),
+        )
+        assert selected in nodes
+        failed = wait_for(
+            lambda: pod_events(cluster.api, namespace, "app", reason="FailedScheduling"),
+            timeout=60,
+            message=lambda: operator.log_tail(),
+        )
+        assert 'running PreBind plugin "VolumeBinding": binding volumes: context deadline exceeded' in failed[-1].note
+        assert cluster.core.read_namespaced_pod("app", namespace).spec.node_name is None
+    finally:
+        storage.delete_storage_class(class_name)
+
+
+def test_a_stateful_set_with_volume_claim_templates_follows_its_local_pvs(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+    local_class: str,
+) -> None:
+    labels = {"e2e-group": secrets.token_hex(4)}
+    nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(3)]
+    pvs = {f"pv-{secrets.token_hex(3)}": node for node in nodes[1:]}  # no PV on the first node
+    for pv, node in pvs.items():
+        cluster.core.create_persistent_volume(local_pv(pv, local_class, node, "2Gi"))
+    try:
+        name = profiles({})
+        wait_profile_status(cluster.api, name, ready=True)
+        pod_spec = pod_manifest("ignored", name, cpu="100m", node_selector=labels)["spec"]
+        pod_spec["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        template = {"metadata": {"labels": {"app": "db"}}, "spec": pod_spec}
+        claim_template = {k: v for k, v in claim("data", local_class, "1Gi").items() if k in ("metadata", "spec")}
+        cluster.apps.create_namespaced_stateful_set(
+            namespace,
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": {"name": "db"},
+                "spec": {
+                    "replicas": 2,
+                    "serviceName": "db",
+                    "podManagementPolicy": "Parallel",
+                    "selector": {"matchLabels": {"app": "db"}},
+                    "template": template,
+                    "volumeClaimTemplates": [claim_template],
+                },
+            },
+        )
+        bound = wait_pods_bound(cluster.core, namespace, ["db-0", "db-1"], timeout=90)
+        assert sorted(bound.values()) == sorted(pvs.values()), operator.log_tail()
+        for pod, node in bound.items():
+            pvc = wait_for(
+                lambda pod=pod: (
+                    (c := cluster.core.read_namespaced_persistent_volume_claim(f"data-{pod}", namespace)).status.phase
+                    == "Bound"
+                    and c
+                ),
+                timeout=60,
+                message=f"data-{pod} never became Bound",
+            )
+            assert pvs[pvc.spec.volume_name] == node
+    finally:
+        for pv in pvs:
+            cluster.core.delete_persistent_volume(pv)
