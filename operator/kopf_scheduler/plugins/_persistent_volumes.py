@@ -17,6 +17,12 @@ from fractions import Fraction
 from typing import Any
 
 from kopf_scheduler.go_format import go_quote
+from kopf_scheduler.plugins._volumes import (
+    BETA_STORAGE_CLASS_ANNOTATION,
+    WAIT_FOR_FIRST_CONSUMER,
+    claim_class,
+    ephemeral_claim_name,
+)
 from kopf_scheduler.state.node_affinity import NodeSelector
 from kopf_scheduler.state.quantity import QuantityError, parse_quantity
 from kopf_scheduler.state.selectors import LabelSelector
@@ -30,13 +36,11 @@ ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 #: Set on a PV the PV controller (or the scheduler, for it) bound, as opposed to one pre-bound by a user.
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 #: The beta annotation that still wins over ``spec.storageClassName``.
-ANN_BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
 #: CSINode annotation listing the in-tree plugins migrated to CSI on that node.
 ANN_MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"
 #: The provisioner of classes meant for static PVs only (local volumes).
 NOT_SUPPORTED_PROVISIONER = "kubernetes.io/no-provisioner"
 
-WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 CLAIM_LOST = "Lost"
 VOLUME_AVAILABLE = "Available"
 FILESYSTEM = "Filesystem"
@@ -114,12 +118,7 @@ def pod_claims(pod_name: str, pod_spec: Mapping[str, Any]) -> Iterator[PodClaim]
         if source is not None:
             yield PodClaim(source.get("claimName") or "", False)
         elif volume.get("ephemeral") is not None:
-            yield PodClaim(ephemeral_claim_name(pod_name, volume.get("name") or ""), True)
-
-
-def ephemeral_claim_name(pod_name: str, volume_name: str) -> str:
-    """Upstream ``ephemeral.VolumeClaimName``: ``<pod name>-<volume name>``."""
-    return f"{pod_name}-{volume_name}"
+            yield PodClaim(ephemeral_claim_name(pod_name, volume), True)
 
 
 def volume_is_for_pod(pod_namespace: str, pod_name: str, pod_uid: str, claim: Obj) -> str | None:
@@ -137,19 +136,11 @@ def _controlled_by(obj: Obj, uid: str) -> bool:
 
 
 # -- classes and binding modes -----------------------------------------------------------------------------
-def claim_class(claim: Obj) -> str:
-    """Upstream ``GetPersistentVolumeClaimClass``: the beta annotation, else ``spec.storageClassName``, else ""."""
-    ann = annotations(claim)
-    if ANN_BETA_STORAGE_CLASS in ann:
-        return ann[ANN_BETA_STORAGE_CLASS]
-    return spec(claim).get("storageClassName") or ""
-
-
 def volume_class(volume: Obj) -> str:
     """Upstream ``GetPersistentVolumeClass``: the beta annotation, else ``spec.storageClassName``, else ""."""
     ann = annotations(volume)
-    if ANN_BETA_STORAGE_CLASS in ann:
-        return ann[ANN_BETA_STORAGE_CLASS]
+    if BETA_STORAGE_CLASS_ANNOTATION in ann:
+        return ann[BETA_STORAGE_CLASS_ANNOTATION]
     return spec(volume).get("storageClassName") or ""
 
 

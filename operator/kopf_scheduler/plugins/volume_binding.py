@@ -79,7 +79,6 @@ from kopf_scheduler.plugins._persistent_volumes import (
     annotations,
     bind_volume_to_claim,
     check_node_affinity,
-    claim_class,
     claim_key,
     is_claim_fully_bound,
     is_delay_binding_mode,
@@ -98,6 +97,7 @@ from kopf_scheduler.plugins._persistent_volumes import (
     volume_node_selector,
     with_annotation,
 )
+from kopf_scheduler.plugins._volumes import claim_class
 from kopf_scheduler.state.quantity import QuantityError, int_value
 from kopf_scheduler.state.selectors import LabelSelector
 from kopf_scheduler.state.storage import (
