@@ -112,6 +112,7 @@ class SchedulerApp:
             metrics=self.metrics,
             clock=clock,
             spawn=self.spawn,
+            move_all=self.events.move_all_to_active_or_backoff,
         )
 
     @property

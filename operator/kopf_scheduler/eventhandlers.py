@@ -206,12 +206,18 @@ class EventHandlers:
 
     def _broadcast(self, events: Iterable[ClusterEvent], old: Any, new: Any) -> None:
         """Every profile's queue hears every cluster event (upstream's MoveAllToActiveOrBackoffQueue)."""
-        events = list(events)
-        if not events:
-            return
+        for event in events:
+            self.move_all_to_active_or_backoff(event, old, new)
+
+    def move_all_to_active_or_backoff(
+        self, event: ClusterEvent, old: Any, new: Any, pre_check: Callable[[PodInfo], bool] | None = None
+    ) -> None:
+        """One cluster event to every profile's queue; ``pre_check`` limits the pods it may move.
+
+        Also what the binding cycle calls after a failure freed an assumed pod's place (AssignedPodDelete).
+        """
         for runtime in self._profiles.values():
-            for event in events:
-                runtime.queue.move_all_to_active_or_backoff(event, old, new)
+            runtime.queue.move_all_to_active_or_backoff(event, old, new, pre_check=pre_check)
 
     # -- authoritative re-list -----------------------------------------------------------------------
     def invalidate(self) -> None:

@@ -6,6 +6,9 @@ would change. What is ours: a FailedScheduling event is posted once per distinct
 the maximum pod backoff (upstream relies on the recorder's aggregation), and each FitError's node-by-node
 account is kept for ``/explain`` (see ``explain.py``).
 
+The binding cycle also publishes ``status.nominatedNodeName`` through :meth:`Reporter.nominate` before a
+PreBind that has work (upstream's NominatedNodeNameForExpectation), and a failed binding cycle clears it.
+
 Everything here is best effort: a failed event post or status patch is logged and never changes a scheduling
 decision. The posts run as tasks (``spawn``) so the scheduling cycle never waits for the API server.
 """
@@ -19,7 +22,7 @@ from typing import Any
 
 from kopf_scheduler.client import ClientRef
 from kopf_scheduler.explain import Explanations, explain_fit_error
-from kopf_scheduler.framework import APIError
+from kopf_scheduler.framework import APIError, nominated_node_name
 from kopf_scheduler.kube.events import event_body
 from kopf_scheduler.scheduler import FitError
 from kopf_scheduler.state.pod_info import PodInfo
@@ -59,15 +62,31 @@ class Reporter:
             pod, profile, "Normal", "Scheduled", "Binding", f"Successfully assigned {pod.key} to {node}"
         )
 
-    def failed(self, pod: PodInfo, profile: str, *, reason: str, message: str) -> None:
-        """FailedScheduling (deduplicated by message) and the PodScheduled condition (only if it changes)."""
+    def failed(self, pod: PodInfo, profile: str, *, reason: str, message: str, clear_nomination: bool = False) -> None:
+        """FailedScheduling (deduplicated by message) and the PodScheduled condition (only if it changes).
+
+        ``clear_nomination`` (a failed binding cycle, upstream's ``clearNominatedNode``) also removes the pod's
+        ``status.nominatedNodeName`` in the same patch, if it has one.
+        """
         now = self._clock()
         last = self._last_failure.get(pod.uid)
         if last is None or last[0] != message or now - last[1] >= self._repeat_after:
             self._last_failure[pod.uid] = (message, now)
             self._spawn(self.post_event(pod, profile, "Warning", "FailedScheduling", "Scheduling", message))
-        if _needs_condition_patch(pod.obj, reason, message):
-            self._spawn(self.patch_condition(pod, reason, message))
+        condition = _needs_condition_patch(pod.obj, reason, message)
+        clear = clear_nomination and bool(nominated_node_name(pod))
+        if condition or clear:
+            self._spawn(self.patch_condition(pod, reason, message, condition=condition, clear_nomination=clear))
+
+    async def nominate(self, pod: PodInfo, node: str) -> None:
+        """Set ``status.nominatedNodeName`` to ``node`` unless the pod has it already (upstream ``updatePod``).
+
+        The binding cycle awaits this before a PreBind that will take a while, so that other components (the
+        cluster autoscaler) know the pod is about to land there. A failure is logged, never fatal.
+        """
+        if nominated_node_name(pod) == node:
+            return
+        await self._patch_status(pod, {"nominatedNodeName": node}, "nominatedNodeName")
 
     def explain(self, profile: str, fit: FitError) -> None:
         """Keep the per-node account of this failure (read within the cycle: node names are live)."""
@@ -102,27 +121,38 @@ class Reporter:
         except Exception as e:  # events are best effort, as client-go's recorder
             logger.warning("could not post %s event for %s: %s", reason, pod.key, e)
 
-    async def patch_condition(self, pod: PodInfo, reason: str, message: str) -> None:
+    async def patch_condition(
+        self, pod: PodInfo, reason: str, message: str, *, condition: bool = True, clear_nomination: bool = False
+    ) -> None:
+        """Patch PodScheduled=False (if ``condition``) and remove nominatedNodeName (if ``clear_nomination``)."""
+        status: dict[str, Any] = {}
+        if condition:
+            status["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            ]
+        if clear_nomination:
+            status["nominatedNodeName"] = None  # null deletes the field in a strategic merge patch
+        await self._patch_status(pod, status, "PodScheduled")
+
+    async def _patch_status(self, pod: PodInfo, status: dict[str, Any], what: str) -> None:
+        """One best-effort ``pods/status`` patch; a pod gone meanwhile (404) is not worth a warning."""
         client = self._client()
         if client is None:
             return
-        condition = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": reason,
-            "message": message,
-            "lastProbeTime": None,
-            "lastTransitionTime": now_rfc3339(),
-        }
         try:
-            await client.patch_pod_status(
-                namespace=pod.namespace, name=pod.name, patch={"status": {"conditions": [condition]}}
-            )
+            await client.patch_pod_status(namespace=pod.namespace, name=pod.name, patch={"status": status})
         except APIError as e:
             if e.status != 404:
-                logger.warning("could not patch PodScheduled of %s: %s", pod.key, e)
+                logger.warning("could not patch %s of %s: %s", what, pod.key, e)
         except Exception as e:
-            logger.warning("could not patch PodScheduled of %s: %s", pod.key, e)
+            logger.warning("could not patch %s of %s: %s", what, pod.key, e)
 
 
 def _needs_condition_patch(obj: dict[str, Any], reason: str, message: str) -> bool:

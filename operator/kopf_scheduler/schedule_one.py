@@ -9,9 +9,14 @@ The shape is upstream's ``scheduleOne``:
   while Bindings are in flight.
 - A FitError runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA deallocation) before the
   failure is explained and handled; any other failure goes straight to :meth:`handle_scheduling_failure`.
-- :meth:`ScheduleOne._binding_cycle` runs WaitOnPermit, PreBind, Bind and PostBind (``Scheduler.bind_pod``,
-  which on failure runs Unreserve in reverse order and forgets the pod in the cache), then settles the pod:
-  success is reported as Scheduled; failures go to :meth:`_handle_binding_cycle_error`.
+- :meth:`ScheduleOne._binding_cycle` runs PreBindPreFlight, WaitOnPermit, PreBind, Bind and PostBind
+  (``Scheduler.bind_pod``, which on failure runs Unreserve in reverse order and forgets the pod in the cache),
+  then settles the pod: success is reported as Scheduled; failures go to :meth:`_handle_binding_cycle_error`.
+  When PreBind has work (or Permit makes the pod wait), the pod's ``status.nominatedNodeName`` is set to the
+  chosen node first (upstream's NominatedNodeNameForExpectation), through :meth:`Reporter.nominate`.
+- A failed binding cycle freed what the assumed pod held, so, as upstream's ``handleBindingCycleError``, it
+  moves parked pods with an AssignedPodDelete event (``move_all``, the event handlers' broadcast), and clears
+  the nomination with the failure's status patch.
 - :meth:`handle_scheduling_failure` requeues the pod (unschedulable pool or backoff) and reports it.
 
 I/O is two collaborators away: the API calls are the framework's (Bind through the DefaultBinder plugin) and
@@ -23,8 +28,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
-from kopf_scheduler.framework import CycleState, Status
+from kopf_scheduler.framework import ClusterEvent, CycleState, Status
+from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import QueuedPodInfo
@@ -34,6 +41,10 @@ from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 
 logger = logging.getLogger("kopf_scheduler")
+
+#: Moves the parked pods of every profile that ``event`` may help (``EventHandlers.move_all_to_active_or_backoff``):
+#: ``(event, old, new, pre_check)``, where ``pre_check`` (if not None) limits the candidates.
+MoveAll = Callable[[ClusterEvent, Any, Any, Callable[[PodInfo], bool] | None], None]
 
 
 class ScheduleOne:
@@ -48,6 +59,7 @@ class ScheduleOne:
         metrics: SchedulerMetrics,
         clock: Callable[[], float],
         spawn: Spawn,
+        move_all: MoveAll,
     ) -> None:
         self._cache = cache
         #: Every pending pod by uid, as the event handlers keep it (its latest version is what is scheduled).
@@ -56,6 +68,7 @@ class ScheduleOne:
         self._metrics = metrics
         self._clock = clock
         self._spawn = spawn
+        self._move_all = move_all
 
     def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> None:
         """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async."""
@@ -128,7 +141,7 @@ class ScheduleOne:
     ) -> None:
         """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod``; then settle it either way."""
         try:
-            status = await runtime.scheduler.bind_pod(state, pod, result, self._cache)
+            status = await runtime.scheduler.bind_pod(state, pod, result, self._cache, nominate=self._reporter.nominate)
         except Exception as e:  # the bind task must always settle the pod (bind_pod itself does not raise)
             runtime.scheduler.framework.run_reserve_plugins_unreserve(state, pod, result.suggested_host)
             self._cache.forget(pod.uid)
@@ -150,7 +163,23 @@ class ScheduleOne:
     def _handle_binding_cycle_error(
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, status: Status, started: float
     ) -> None:
-        """The assumption is already undone (Unreserve, forget); decide whether the pod goes back to a queue."""
+        """The assumption is already undone (Unreserve, forget): what the pod held is free, so parked pods hear
+        an AssignedPodDelete; then the pod is settled.
+
+        As upstream, a rejected pod is settled first and left out of the move (it is Unschedulable, and the event
+        must not count as in flight for it); otherwise the move comes first.
+        """
+        if status.is_rejected:
+            self._settle_binding_failure(runtime, qpod, pod, status, started)
+            self._move_all(EVENT_ASSIGNED_POD_DELETE, pod.obj, None, lambda other: other.uid != pod.uid)
+            return
+        self._move_all(EVENT_ASSIGNED_POD_DELETE, pod.obj, None, None)
+        self._settle_binding_failure(runtime, qpod, pod, status, started)
+
+    def _settle_binding_failure(
+        self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, status: Status, started: float
+    ) -> None:
+        """Decide whether the pod goes back to a queue, and report it (clearing its nomination)."""
         http_status = getattr(status.error, "status", None)
         if http_status == 409:
             # Already bound (another replica during a peering overlap): its watch event brings the truth.
@@ -164,7 +193,13 @@ class ScheduleOne:
             return
         if status.is_rejected:  # Permit rejected while waiting: the message is already the FitError text
             self.handle_scheduling_failure(
-                runtime, qpod, message=status.message, reason="Unschedulable", plugins={status.plugin}, started=started
+                runtime,
+                qpod,
+                message=status.message,
+                reason="Unschedulable",
+                plugins={status.plugin},
+                started=started,
+                clear_nomination=True,
             )
             return
         self.handle_scheduling_failure(
@@ -174,6 +209,7 @@ class ScheduleOne:
             reason="SchedulerError",
             plugins=set(),
             started=started,
+            clear_nomination=True,
         )
 
     def handle_scheduling_failure(
@@ -185,8 +221,12 @@ class ScheduleOne:
         reason: str,
         plugins: set[str],
         started: float,
+        clear_nomination: bool = False,
     ) -> None:
-        """Upstream's handleSchedulingFailure: requeue, then report (event deduplicated, condition patched)."""
+        """Upstream's handleSchedulingFailure: requeue, then report (event deduplicated, condition patched).
+
+        ``clear_nomination``: the failure also removes the pod's nominatedNodeName (a failed binding cycle).
+        """
         uid = qpod.pod.uid
         qpod.clear_rejector_plugins()
         if reason == "Unschedulable":
@@ -198,4 +238,4 @@ class ScheduleOne:
         result = UNSCHEDULABLE if reason == "Unschedulable" else ERROR
         self._metrics.observe_attempt(result=result, profile=runtime.name, seconds=time.perf_counter() - started)
         pod = self._unassigned.get(uid, qpod.pod)
-        self._reporter.failed(pod, runtime.name, reason=reason, message=message)
+        self._reporter.failed(pod, runtime.name, reason=reason, message=message, clear_nomination=clear_nomination)

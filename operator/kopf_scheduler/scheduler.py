@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,9 @@ _WINDOW_SLACK_DIVISOR = 2
 _WINDOW_SLACK_MIN = 16
 
 _DEFAULT_RNG = random.Random()
+
+#: Publishes that ``pod`` is about to be bound to ``node`` (its ``status.nominatedNodeName``); best effort.
+Nominate = Callable[[PodInfo, str], Awaitable[None]]
 
 
 def num_feasible_nodes_to_find(percentage_of_nodes_to_score: int | None, num_all_nodes: int) -> int:
@@ -402,9 +405,15 @@ class Scheduler:
         return assume_and_reserve(self.framework, state, pod, result, cache)
 
     async def bind_pod(
-        self, state: CycleState, assumed: PodInfo, result: ScheduleResult, cache: ClusterCache
+        self,
+        state: CycleState,
+        assumed: PodInfo,
+        result: ScheduleResult,
+        cache: ClusterCache,
+        *,
+        nominate: Nominate | None = None,
     ) -> Status:
-        return await bind_pod(self.framework, state, assumed, result, cache)
+        return await bind_pod(self.framework, state, assumed, result, cache, nominate=nominate)
 
 
 # -- assume, reserve, permit ---------------------------------------------------------------------------
@@ -455,8 +464,14 @@ async def bind_pod(
     assumed: PodInfo,
     result: ScheduleResult,
     cache: ClusterCache,
+    *,
+    nominate: Nominate | None = None,
 ) -> Status:
-    """The binding cycle: WaitOnPermit → PreBind → Bind → PostBind; on failure Unreserve and forget.
+    """The binding cycle: PreBindPreFlight → WaitOnPermit → PreBind → Bind → PostBind; on failure Unreserve, forget.
+
+    When PreBind has work (a PreBindPreFlight said Success) or the pod waits on Permit, ``nominate`` is awaited
+    first with the chosen node, so that others see where the pod is about to go while it is not bound yet
+    (upstream's NominatedNodeNameForExpectation, on by default); otherwise the Binding follows at once.
 
     Returns SUCCESS, or the failing status (a Permit rejection comes back as Unschedulable with the
     FitError text in its message, as upstream's failure handler would print it). It never raises (bar
@@ -465,7 +480,7 @@ async def bind_pod(
     """
     host = result.suggested_host
     try:
-        status = await _wait_pre_bind_and_bind(framework, state, assumed, result)
+        status = await _wait_pre_bind_and_bind(framework, state, assumed, result, nominate)
     except Exception as exc:
         status = Status.as_error(exc)
     if status.is_success:
@@ -477,9 +492,12 @@ async def bind_pod(
 
 
 async def _wait_pre_bind_and_bind(
-    framework: Framework, state: CycleState, assumed: PodInfo, result: ScheduleResult
+    framework: Framework, state: CycleState, assumed: PodInfo, result: ScheduleResult, nominate: Nominate | None
 ) -> Status:
     host = result.suggested_host
+    status = await _pre_flight(framework, state, assumed, host, nominate)
+    if not status.is_success:
+        return status
     status = await framework.wait_on_permit(assumed)
     if status.is_rejected:
         fit_error = _single_node_fit_error(assumed, result.slot, status, result.diagnosis.names)
@@ -491,6 +509,20 @@ async def _wait_pre_bind_and_bind(
     return status
 
 
+async def _pre_flight(
+    framework: Framework, state: CycleState, assumed: PodInfo, host: str, nominate: Nominate | None
+) -> Status:
+    """PreBindPreFlight; nominate ``host`` when PreBind or Permit will make the Binding wait. SUCCESS to go on."""
+    status = framework.run_pre_bind_pre_flights(state, assumed, host)
+    if not (status.is_success or status.is_skip):
+        # An Error (the framework turns any other answer into one). A parked pod is not waited for any more.
+        framework.waiting_pods.pop(assumed.uid, None)
+        return status
+    if nominate is not None and (status.is_success or framework.will_wait_on_permit(assumed)):
+        await nominate(assumed, host)
+    return SUCCESS
+
+
 __all__ = [
     "MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND",
     "MIN_FEASIBLE_NODES_TO_FIND",
@@ -498,6 +530,7 @@ __all__ = [
     "Diagnosis",
     "FitError",
     "NoNodesAvailableError",
+    "Nominate",
     "ScheduleResult",
     "Scheduler",
     "SchedulingError",

@@ -125,3 +125,43 @@ def test_scheduled_event_names_the_profile_and_instance() -> None:
     [event] = client.events
     assert (event["reason"], event["note"]) == ("Scheduled", "Successfully assigned default/p to n1")
     assert (event["reportingController"], event["reportingInstance"]) == ("sp", "sp-test")
+
+
+def _nominated(node: str | None) -> PodInfo:
+    obj = pending("p")
+    if node is not None:
+        obj["status"] = {"nominatedNodeName": node}
+    return PodInfo.from_obj(obj)
+
+
+@pytest.mark.parametrize(("current", "patched"), [(None, True), ("n2", True), ("n1", False)])
+def test_nominate_patches_nominated_node_name_only_when_it_changes(current: str | None, patched: bool) -> None:
+    client = FakeClient()
+    rep, _ = reporter(client, FakeClock())
+    asyncio.run(rep.nominate(_nominated(current), "n1"))
+    assert client.status_patches == ([("p", {"status": {"nominatedNodeName": "n1"}})] if patched else [])
+
+
+def test_a_failed_binding_clears_the_nomination_in_the_same_patch() -> None:
+    client = FakeClient()
+    rep, spawned = reporter(client, FakeClock())
+    rep.failed(_nominated("n1"), "sp", reason="SchedulerError", message="boom", clear_nomination=True)
+    settle(spawned)
+    [(_, patch)] = client.status_patches
+    assert patch["status"]["nominatedNodeName"] is None
+    assert patch["status"]["conditions"][0]["message"] == "boom"
+
+
+def test_clearing_alone_when_the_condition_is_unchanged_and_nothing_without_a_nomination() -> None:
+    client = FakeClient()
+    rep, spawned = reporter(client, FakeClock())
+    pod = _nominated("n1")
+    condition = {"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": "boom"}
+    pod.obj["status"]["conditions"] = [condition]
+    rep.failed(pod, "sp", reason="SchedulerError", message="boom", clear_nomination=True)
+    rep.failed(_nominated(None), "sp", reason="SchedulerError", message="boom", clear_nomination=True)
+    rep.failed(pod, "sp", reason="SchedulerError", message="boom")  # a scheduling-cycle failure keeps it
+    settle(spawned)
+    patches = [patch for _, patch in client.status_patches]
+    assert patches[0] == {"status": {"nominatedNodeName": None}}
+    assert [("nominatedNodeName" in p["status"]) for p in patches] == [True, False]

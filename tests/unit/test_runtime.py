@@ -158,6 +158,9 @@ def lifecycle(plugin_name: str, **statuses: Any) -> type[Any]:
             CALLS.append((self.name, "permit", node_name))
             return statuses.get("permit", (Status(), 0.0))
 
+        def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+            return statuses.get("pre_flight", Status())
+
         async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
             CALLS.append((self.name, "pre_bind", node_name))
             return statuses.get("pre_bind", Status())
@@ -795,6 +798,36 @@ def test_pre_bind_and_post_bind() -> None:
     assert (status.code, status.message) == (Code.ERROR, 'running PreBind plugin "B": volume')
     framework.run_post_bind_plugins(CycleState(), pod_info(make_pod()), "n1")
     assert [name for name, _ in calls("post_bind")] == ["A", "B"]
+
+
+def test_pre_bind_pre_flights_success_if_any_plugin_has_work_and_skipped_plugins_skip_pre_bind() -> None:
+    points = {E.PRE_BIND: ("A", "B")}
+    framework = build([lifecycle("A", pre_flight=Status.skip()), lifecycle("B")], points)
+    state, pod = CycleState(), pod_info(make_pod())
+    assert framework.run_pre_bind_pre_flights(state, pod, "n1").is_success
+    assert state.skip_pre_bind_plugins == {"A"}
+    assert asyncio.run(framework.run_pre_bind_plugins(state, pod, "n1")).is_success
+    assert [name for name, _ in calls("pre_bind")] == ["B"]
+    framework = build([lifecycle("A", pre_flight=Status.skip()), lifecycle("B", pre_flight=Status.skip())], points)
+    assert framework.run_pre_bind_pre_flights(CycleState(), pod, "n1").is_skip
+    assert build([], {}).run_pre_bind_pre_flights(CycleState(), pod, "n1").is_skip  # no PreBind plugins
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (Status.as_error(RuntimeError("no volumes")), 'running PreBindPreFlight "B": no volumes'),
+        (
+            Status.unschedulable("full"),
+            'PreBindPreFlight B returned "Unschedulable", which is unsupported. '
+            "It is supposed to return Success, Skip, or Error status",
+        ),
+    ],
+)
+def test_pre_bind_pre_flights_errors(answer: Status, message: str) -> None:
+    framework = build([lifecycle("A"), lifecycle("B", pre_flight=answer)], {E.PRE_BIND: ("A", "B")})
+    status = framework.run_pre_bind_pre_flights(CycleState(), pod_info(make_pod()), "n1")
+    assert (status.code, status.message) == (Code.ERROR, message)
 
 
 def test_filter_result_of_the_wrong_length_is_a_plugin_error() -> None:

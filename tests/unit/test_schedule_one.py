@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from kopf_scheduler.framework import APIError
-from tests.unit.app_harness import FakeClient, drive, new_app, pending
+from kopf_scheduler.app import SchedulerApp
+from kopf_scheduler.framework import APIError, ClusterEvent, Status
+from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
+from kopf_scheduler.schedule_one import ScheduleOne
+from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
+from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
 from tests.unit.factories import make_node
+from tests.unit.plugins.test_volume_binding import claim_volume, pv, pvc, storage_class
 
 
 def test_binds_and_reports_scheduled() -> None:
@@ -108,3 +116,126 @@ def test_the_cycle_schedules_the_latest_version_of_the_pod() -> None:
 
     asyncio.run(cycle())
     assert client.bindings == [("default", "p", "n1")]
+
+
+# -- nominatedNodeName when PreBind has work (NominatedNodeNameForExpectation) ------------------------------
+def _volume_app(client: FakeClient, *, claim_bound: bool) -> SchedulerApp:
+    """One node n1 with a local PV; the pod's claim is either already bound to it or WaitForFirstConsumer."""
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    claim = pvc(volume="pv1", bound=True, phase="Bound") if claim_bound else pvc()
+    volume = pv("pv1", node="n1", phase="Bound" if claim_bound else "Available")
+    if claim_bound:
+        volume["spec"]["claimRef"] = {"namespace": "default", "name": "data", "uid": "uid-data"}
+    for kind, obj in (
+        (STORAGE_CLASS, storage_class("local")),
+        (PERSISTENT_VOLUME, volume),
+        (PERSISTENT_VOLUME_CLAIM, claim),
+    ):
+        app.cache.storage.apply(kind, "ADDED", obj)
+    app.on_pod_event("ADDED", pending("p", spec={"volumes": [claim_volume()]}))
+    return app
+
+
+def test_a_pod_whose_prebind_has_work_is_nominated_to_its_node_before_prebind() -> None:
+    client = FakeClient()
+
+    async def put_fails(*, body: dict[str, Any]) -> dict[str, Any]:
+        assert client.status_patches == [("p", {"status": {"nominatedNodeName": "n1"}})]  # nominated first
+        raise APIError(500, "etcd timeout")
+
+    client.replace_persistent_volume = put_fails  # type: ignore[method-assign]
+    app = _volume_app(client, claim_bound=False)
+    drive(app)
+    assert client.bindings == []
+    nominate, failure = client.status_patches
+    assert nominate == ("p", {"status": {"nominatedNodeName": "n1"}})
+    assert failure[1]["status"]["conditions"][0]["reason"] == "SchedulerError"
+
+
+def test_a_pod_whose_claims_are_all_bound_is_bound_without_a_nomination() -> None:
+    client = FakeClient()
+    app = _volume_app(client, claim_bound=True)
+    drive(app)
+    assert client.bindings == [("default", "p", "n1")]
+    assert client.status_patches == []
+
+
+# -- AssignedPodDelete after a failed binding cycle (upstream handleBindingCycleError) -----------------------
+def test_a_failed_binding_frees_the_node_for_pods_parked_meanwhile() -> None:
+    client = FakeClient()
+    client.bind_errors = {"a": APIError(500, "etcd timeout"), "b": APIError(500, "etcd timeout")}
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1", cpu="2"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.on_pod_event("ADDED", pending("a", requests={"cpu": "2"}))
+    app.on_pod_event("ADDED", pending("b", requests={"cpu": "2"}))
+    runtime = app.profiles["sp"]
+
+    async def go() -> None:
+        for _ in range(2):  # the first is assumed (its Binding in flight), the second finds no CPU and parks
+            qpod = runtime.queue.pop_nowait()
+            assert qpod is not None
+            app.schedule_one(runtime, qpod)
+        assert runtime.queue.pending_pods()["unschedulable"] == 1
+        await app.drain()
+
+    asyncio.run(go())
+    counts = runtime.queue.pending_pods()
+    assert counts["unschedulable"] == 0  # the parked pod heard AssignedPodDelete, not only the flush
+    assert counts["backoff"] + counts["active"] == 2
+
+
+Move = tuple[ClusterEvent, Any, Any, Callable[[PodInfo], bool] | None, dict[str, int]]
+
+
+@pytest.mark.parametrize("rejected", [True, False])
+def test_the_assigned_pod_delete_move_spares_a_rejected_pod_and_comes_after_its_requeue(
+    rejected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = new_app(FakeClient())
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    pod = pending("p")
+    app.on_pod_event("ADDED", pod)
+    runtime = app.profiles["sp"]
+    moves: list[Move] = []
+
+    def move_all(event: ClusterEvent, old: Any, new: Any, pre_check: Callable[[PodInfo], bool] | None) -> None:
+        moves.append((event, old, new, pre_check, runtime.queue.pending_pods()))
+
+    failure = Status.unschedulable("rejected at Permit", plugin="Gang") if rejected else Status.as_error(OSError("x"))
+
+    async def failed_binding(*args: Any, **kwargs: Any) -> Status:
+        return failure
+
+    monkeypatch.setattr(runtime.scheduler, "bind_pod", failed_binding)
+    cycles = ScheduleOne(
+        cache=app.cache,
+        unassigned=app.unassigned,
+        reporter=app.reporter,
+        metrics=app.metrics,
+        clock=FakeClock(),
+        spawn=app.spawn,
+        move_all=move_all,
+    )
+
+    async def go() -> None:
+        qpod = runtime.queue.pop_nowait()
+        assert qpod is not None
+        cycles.schedule_one(runtime, qpod)
+        await app.drain()
+
+    asyncio.run(go())
+    [(event, old, new, pre_check, counts_then)] = moves
+    assert (event, old["spec"]["nodeName"], new) == (EVENT_ASSIGNED_POD_DELETE, "n1", None)
+    parked = counts_then["unschedulable"] + counts_then["backoff"]
+    if rejected:
+        assert pre_check is not None
+        assert not pre_check(PodInfo.from_obj(pod))
+        assert pre_check(PodInfo.from_obj(pending("q")))
+        assert parked == 1  # already requeued when the event is broadcast
+    else:
+        assert pre_check is None
+        assert parked == 0  # still in flight: the event is recorded for it

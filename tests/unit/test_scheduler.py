@@ -390,6 +390,67 @@ def test_bind_failure_unreserves_and_forgets() -> None:
     assert calls("post_bind") == []
 
 
+@pytest.mark.parametrize(
+    ("pre_flight", "permit", "nominated"),
+    [
+        (Status(), (Status(), 0.0), True),  # PreBind has work
+        (Status.skip(), (Status(Code.WAIT), 5.0), True),  # nothing to pre-bind, but Permit makes it wait
+        (Status.skip(), (Status(), 0.0), False),  # the Binding follows at once: no nomination
+    ],
+)
+def test_the_binding_cycle_nominates_the_node_before_a_binding_that_will_wait(
+    pre_flight: Status, permit: tuple[Status, float], nominated: bool
+) -> None:
+    cache = cluster(1)
+    framework = build(
+        [lifecycle("V", pre_flight=pre_flight, permit=permit)],
+        {E.RESERVE: ("V",), E.PERMIT: ("V",), E.PRE_BIND: ("V",), E.BIND: ("V",)},
+        cache=cache,
+    )
+    pod = pod_info(make_pod())
+    state = CycleState()
+    result = scheduled(framework, pod)
+    assumed = assume_and_reserve(framework, state, pod, result, cache)
+    nominations: list[tuple[str, str, int]] = []
+
+    async def nominate(who: Any, node: str) -> None:
+        nominations.append((who.uid, node, len(calls("pre_bind"))))
+
+    async def go() -> Status:
+        task = asyncio.ensure_future(bind_pod(framework, state, assumed, result, cache, nominate=nominate))
+        await asyncio.sleep(0)
+        if framework.get_waiting_pod(pod.uid) is not None:
+            framework.get_waiting_pod(pod.uid).allow("V")  # type: ignore[union-attr]
+        return await task
+
+    assert asyncio.run(go()).is_success
+    assert nominations == ([(pod.uid, result.suggested_host, 0)] if nominated else [])  # before PreBind
+    assert [name for name, _ in calls("pre_bind")] == ([] if pre_flight.is_skip else ["V"])
+
+
+def test_a_pre_bind_pre_flight_error_fails_the_binding_cycle_without_a_nomination() -> None:
+    cache = cluster(1)
+    framework = build(
+        [lifecycle("V", pre_flight=Status.as_error(RuntimeError("no volumes")))],
+        {E.RESERVE: ("V",), E.PRE_BIND: ("V",), E.BIND: ("V",)},
+        cache=cache,
+    )
+    pod = pod_info(make_pod())
+    state = CycleState()
+    result = scheduled(framework, pod)
+    assumed = assume_and_reserve(framework, state, pod, result, cache)
+    nominations: list[str] = []
+
+    async def nominate(who: Any, node: str) -> None:
+        nominations.append(node)
+
+    status = asyncio.run(bind_pod(framework, state, assumed, result, cache, nominate=nominate))
+    assert (status.code, status.message) == (Code.ERROR, 'running PreBindPreFlight "V": no volumes')
+    assert (nominations, calls("pre_bind"), calls("bind")) == ([], [], [])
+    assert cache.pod(pod.uid) is None
+    assert [name for name, _ in calls("unreserve")] == ["V"]
+
+
 def test_an_exception_in_the_binding_cycle_unreserves_and_forgets(monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing may stay half-claimed: a raise on the way (here from the framework itself, past the plugin
     # wrappers) is an Error status, and Unreserve runs as for any failure, not only the cache's forget.

@@ -278,6 +278,14 @@ class PermitPlugin(Plugin):
 
 
 class PreBindPlugin(Plugin):
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Upstream ``PreBindPreFlight``: Success if PreBind has work for this pod, Skip if not, or Error.
+
+        Lightweight and side-effect free. Skip also spares the plugin its PreBind this cycle. The default says
+        "has work", so a plugin that does not answer keeps its PreBind (and the pod gets nominatedNodeName).
+        """
+        return SUCCESS
+
     async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         raise NotImplementedError
 

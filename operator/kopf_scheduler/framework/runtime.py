@@ -614,8 +614,38 @@ class Framework:
         return _wrapped_error("waiting on permit for pod", status).with_plugin(status.plugin)
 
     # -- binding cycle ---------------------------------------------------------------------------------
+    def run_pre_bind_pre_flights(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Ask every PreBind plugin whether it has work: Success if any has, Skip if none, else an Error.
+
+        Upstream ``RunPreBindPreFlights``: the plugins that answer Skip are remembered in ``state`` and their
+        PreBind is not run; any other answer than Success, Skip or Error is itself an error.
+        """
+        skipped: set[str] = set()
+        verdict = Status.skip()
+        for name, plugin in self.pre_bind_plugins:
+            try:
+                status = plugin.pre_bind_pre_flight(state, pod, node_name)
+            except Exception as exc:
+                return _wrapped_error(f"running PreBindPreFlight {go_quote(name)}", exc)
+            if status.code is Code.ERROR:
+                return _wrapped_error(f"running PreBindPreFlight {go_quote(name)}", status)
+            if status.is_success:
+                verdict = SUCCESS
+            elif status.is_skip:
+                skipped.add(name)
+            else:
+                text = (
+                    f"PreBindPreFlight {name} returned {go_quote(status.code.label)}, which is unsupported. "
+                    "It is supposed to return Success, Skip, or Error status"
+                )
+                return Status.as_error(RuntimeError(text))
+        state.skip_pre_bind_plugins = skipped
+        return verdict
+
     async def run_pre_bind_plugins(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         for name, plugin in self.pre_bind_plugins:
+            if name in state.skip_pre_bind_plugins:
+                continue
             try:
                 status = await plugin.pre_bind(state, pod, node_name)
             except Exception as exc:

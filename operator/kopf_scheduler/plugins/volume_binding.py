@@ -23,8 +23,8 @@ Upstream ``plugins/volumebinding`` (``volume_binding.go``, ``binder.go``), v1.36
   ``volume.kubernetes.io/selected-node``) and polls every second until the PV controller has bound every
   claim (``pv.kubernetes.io/bind-completed``), failing after ``bindTimeoutSeconds`` or as soon as a binding
   is undone (claimRef reset, selected-node removed, PV node affinity no longer matching).
-  ``pre_bind_pre_flight`` is upstream's PreBindPreFlight (Skip when nothing is to be bound), for
-  NominatedNodeNameForExpectation; the binding cycle does not ask it yet.
+  ``pre_bind_pre_flight`` is upstream's PreBindPreFlight (Skip when nothing is to be bound): the binding cycle
+  asks it first, and sets the pod's nominatedNodeName when PreBind has work (NominatedNodeNameForExpectation).
 
 Not restated: translating in-tree PVs to CSI (CSI migration) before the node-affinity checks, and
 PreBind's "pod does not exist any more" check (the scheduler's pending pods are not visible to plugins);
@@ -699,9 +699,13 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
 
     # -- PreBind --------------------------------------------------------------------------------------------
     def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
-        """Upstream ``PreBindPreFlight``: Skip when PreBind has nothing to do (for NominatedNodeNameForExpectation)."""
+        """Upstream ``PreBindPreFlight``: Skip when every claim is bound, an Error without volumes for the node."""
         data: _StateData = state.read(STATE_KEY)
-        return Status.skip(plugin=NAME) if data.all_bound else SUCCESS
+        if data.all_bound:
+            return Status.skip(plugin=NAME)
+        if node_name not in data.by_node:
+            return _no_pod_volumes(node_name)
+        return SUCCESS
 
     async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         data: _StateData = state.read(STATE_KEY)
@@ -709,7 +713,7 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
             return SUCCESS
         volumes = data.by_node.get(node_name)
         if volumes is None:
-            return Status.as_error(VolumeError(ERR_NO_POD_VOLUMES), plugin=NAME)
+            return _no_pod_volumes(node_name)
         try:
             await self.binder.bind_pod_volumes(node_name, volumes)
         except Exception as exc:
@@ -729,6 +733,11 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
             ClusterEventWithHint(ClusterEvent(EventResource.CSI_DRIVER, ActionType.UPDATE), csi_driver_hint),
             ClusterEventWithHint(ClusterEvent(EventResource.CSI_STORAGE_CAPACITY, add_or_update), capacity_hint),
         ]
+
+
+def _no_pod_volumes(node_name: str) -> Status:
+    """Upstream's ``errNoPodVolumeForNode`` for ``node_name``: Reserve found no volumes for the node."""
+    return Status.as_error(VolumeError(f"{ERR_NO_POD_VOLUMES} {go_quote(node_name)}"), plugin=NAME)
 
 
 def _pod_claims(pod: PodInfo) -> list[PodClaim]:

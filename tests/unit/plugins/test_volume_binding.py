@@ -676,6 +676,20 @@ def test_pre_bind_writes_the_selected_node_on_claims_to_provision() -> None:
     assert body["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] == "n1"
 
 
+def test_pre_bind_pre_flight_says_whether_pre_bind_has_work() -> None:
+    cache = cluster(LOCAL, V(pv("pv1", node="n2")), C(pvc()))
+    plugin, _ = wired(cache, FakeClient())
+    pod = a_pod(claim_volume())
+    state = reserved(cache, plugin, pod, "n2")
+    assert plugin.pre_bind_pre_flight(state, pod, "n2") == SUCCESS
+    status = plugin.pre_bind_pre_flight(state, pod, "n3")  # Reserve did not run for n3
+    assert (status.code, status.message) == (Code.ERROR, 'no pod volume found for node "n3"')
+    bound = cluster(LOCAL, V(pv("pv1", node="n2", phase="Bound")), C(pvc(volume="pv1", bound=True, phase="Bound")))
+    plugin, _ = wired(bound, FakeClient())
+    state = reserved(bound, plugin, pod, "n2")
+    assert plugin.pre_bind_pre_flight(state, pod, "n2").is_skip
+
+
 def test_pre_bind_times_out_with_upstreams_text() -> None:
     cache = cluster(LOCAL, V(pv("pv1", node="n2")), C(pvc()))
     plugin, fake = wired(cache, FakeClient(), timeout=3)
