@@ -232,3 +232,90 @@ def test_a_stateful_set_with_volume_claim_templates_follows_its_local_pvs(
     finally:
         for pv in pvs:
             cluster.core.delete_persistent_volume(pv)
+
+
+def zonal_pv(name: str, zone: str, claim_namespace: str, claim_name: str) -> dict[str, Any]:
+    """A pre-bound cloud-style disk: zone label (VolumeZone) and zone node affinity (VolumeBinding)."""
+    term = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "csi": {"driver": "disk.example.com", "volumeHandle": name},
+            "claimRef": {"namespace": claim_namespace, "name": claim_name},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [term]}},
+        },
+    }
+
+
+def test_a_claim_bound_to_a_zonal_pv_pulls_its_pod_to_that_zone_and_an_unreachable_zone_waits(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+) -> None:
+    group = secrets.token_hex(4)
+    zones = {
+        f"zone-{z}-{group}": kwok_nodes(
+            cpu="4", memory="16Gi", labels={"e2e-group": group, "topology.kubernetes.io/zone": f"zone-{z}-{group}"}
+        )
+        for z in "abc"
+    }
+    wanted_zone = sorted(zones)[1]
+    nowhere = f"zone-x-{group}"  # no node of this group is in it
+    near_pv, far_pv = (f"pv-{secrets.token_hex(3)}" for _ in range(2))
+    pvs = {near_pv: (wanted_zone, "data"), far_pv: (nowhere, "far")}
+    for pv, (zone, claim_name) in pvs.items():
+        cluster.core.create_persistent_volume(zonal_pv(pv, zone, namespace, claim_name))
+    try:
+        for pv, (_, claim_name) in pvs.items():
+            body = claim(claim_name, "", "1Gi")
+            body["spec"]["volumeName"] = pv
+            cluster.core.create_namespaced_persistent_volume_claim(namespace, body)
+        for claim_name in ("data", "far"):
+            wait_for(
+                lambda c=claim_name: (
+                    cluster.core.read_namespaced_persistent_volume_claim(c, namespace).status.phase == "Bound"
+                ),
+                timeout=60,
+                message=f"the PV controller never bound {claim_name}",
+            )
+        name = profiles({})
+        wait_profile_status(cluster.api, name, ready=True)
+        selector = {"e2e-group": group}
+        create_pods(
+            cluster.core,
+            namespace,
+            [
+                pod_manifest(
+                    pod,
+                    name,
+                    cpu="100m",
+                    node_selector=selector,
+                    spec={"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim_name}}]},
+                )
+                for pod, claim_name in (("near", "data"), ("stranded", "far"))
+            ],
+        )
+        assert wait_pods_bound(cluster.core, namespace, ["near"], timeout=60) == {"near": zones[wanted_zone]}, (
+            operator.log_tail()
+        )
+        failed = wait_for(
+            lambda: pod_events(cluster.api, namespace, "stranded", reason="FailedScheduling"),
+            timeout=30,
+            message=lambda: operator.log_tail(),
+        )
+        # VolumeBinding runs before VolumeZone in the default profile, so its reason names the group's nodes.
+        assert "3 node(s) didn't match PersistentVolume's node affinity" in failed[-1].note, failed[-1].note
+        assert cluster.core.read_namespaced_pod("stranded", namespace).spec.node_name is None
+    finally:
+        for claim_name in ("data", "far"):
+            cluster.core.delete_namespaced_persistent_volume_claim(claim_name, namespace)
+        for pv in pvs:
+            cluster.core.delete_persistent_volume(pv)
