@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from tests.conftest import Cluster, NodeFactory
-from tests.e2e.conftest import ProfileFactory
+from tests.e2e.conftest import OperatorFactory, ProfileFactory
 from tests.e2e.operator_process import (
     OperatorProcess,
     create_pods,
@@ -319,3 +319,69 @@ def test_a_claim_bound_to_a_zonal_pv_pulls_its_pod_to_that_zone_and_an_unreachab
             cluster.core.delete_namespaced_persistent_volume_claim(claim_name, namespace)
         for pv in pvs:
             cluster.core.delete_persistent_volume(pv)
+
+
+def test_an_operator_killed_during_prebind_leaves_no_pod_bound_without_its_volume_and_the_next_finishes(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator_factory: OperatorFactory,
+) -> None:
+    # A provisioner class nobody serves until the test plays the provisioner: PreBind writes the selected-node
+    # annotation and waits (bindTimeoutSeconds is long); the operator is SIGKILLed there.
+    labels = {"e2e-group": secrets.token_hex(4)}
+    nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(2)]
+    storage = client.StorageV1Api(cluster.api)
+    class_name = f"late-{secrets.token_hex(3)}"
+    storage.create_storage_class(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": class_name},
+            "provisioner": "example.com/late",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }
+    )
+    pv_name = f"pv-{secrets.token_hex(3)}"
+    try:
+        first = operator_factory(100, name="first")
+        cluster.core.create_namespaced_persistent_volume_claim(namespace, claim("data", class_name, "1Gi"))
+        name = profiles({"pluginConfig": [{"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 300}}]})
+        wait_profile_status(cluster.api, name, ready=True)
+        volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+        create_pods(
+            cluster.core,
+            namespace,
+            [pod_manifest("app", name, cpu="100m", node_selector=labels, spec={"volumes": [volume]})],
+        )
+
+        def selected_node() -> str | None:
+            annotations = cluster.core.read_namespaced_persistent_volume_claim("data", namespace).metadata.annotations
+            return (annotations or {}).get("volume.kubernetes.io/selected-node")
+
+        chosen = wait_for(selected_node, timeout=60, message=lambda: first.log_tail())
+        assert chosen in nodes
+        first.kill()  # mid-PreBind: the claim is annotated, the pod not bound
+        assert cluster.core.read_namespaced_pod("app", namespace).spec.node_name is None
+
+        second = operator_factory(200, name="second")
+        second.wait_log("cache reconciled", timeout=60)
+        # No volume yet, so nothing may bind the pod.
+        assert cluster.core.read_namespaced_pod("app", namespace).spec.node_name is None
+
+        # The provisioner finishes: a PV on the selected node, pre-bound to the claim; the PV controller binds.
+        pv = local_pv(pv_name, class_name, chosen, "1Gi")
+        pv["spec"]["claimRef"] = {"namespace": namespace, "name": "data"}
+        cluster.core.create_persistent_volume(pv)
+        bound = wait_pods_bound(cluster.core, namespace, ["app"], timeout=120)
+        assert bound == {"app": chosen}, second.log_tail()
+        pvc = cluster.core.read_namespaced_persistent_volume_claim("data", namespace)
+        assert (pvc.status.phase, pvc.spec.volume_name) == ("Bound", pv_name)
+    finally:
+        storage.delete_storage_class(class_name)
+        try:
+            cluster.core.delete_persistent_volume(pv_name)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
