@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.conformance.volumes import VOLUME_PLUGINS, add_storage
+
 #: Cluster-wide objects every scenario may refer to (created once per run by the runner).
 PRIORITY_CLASSES = {"conformance-high": 1000, "conformance-low": -100}
 RUNTIME_CLASS = "conformance-overhead"
@@ -92,6 +94,7 @@ PLUGINS = (
     "InterPodAffinity",
     "NodeResourcesBalancedAllocation",
     "ImageLocality",
+    *VOLUME_PLUGINS,
 )
 
 
@@ -122,6 +125,11 @@ class Scenario:
     services: list[dict[str, Any]] = field(default_factory=list)
     replica_sets: list[dict[str, Any]] = field(default_factory=list)
     pending: list[PendingPod] = field(default_factory=list)
+    #: Storage (tests.conformance.volumes), created before the existing pods; empty in most scenarios.
+    storage_classes: list[dict[str, Any]] = field(default_factory=list)
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    csinodes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def node_names(self) -> list[str]:
@@ -762,6 +770,7 @@ def generate(seed: int, size: str = "normal") -> Scenario:
     builder.workloads()
     builder.existing_pods()
     builder.pending_pods()
+    add_storage(builder.scenario, builder.ns_a, builder.zones)
     return builder.scenario
 
 

@@ -3,9 +3,10 @@
 Equivalent profile. A SchedulerProfile's ``spec`` is one KubeSchedulerConfiguration profile minus
 ``schedulerName``, so upstream gets the same spec under another scheduler name. The only difference is
 what we have not implemented: our builder leaves upstream's unimplemented default plugins out of the
-pipeline (``omitted_defaults``: VolumeBinding, DynamicResources, DefaultPreemption, NodeDeclaredFeatures;
-our DynamicResources is a stand-in that only refuses pods with ResourceClaims, which the generated scenarios
-never have), so upstream's profile disables exactly those in ``multiPoint``. Without
+pipeline (``omitted_defaults``: DynamicResources, DefaultPreemption, NodeDeclaredFeatures; our
+DynamicResources is a stand-in that only refuses pods with ResourceClaims, which the generated scenarios
+never have), so upstream's profile disables exactly those in ``multiPoint``. The four volume plugins
+(VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone) run on both sides. Without
 DefaultPreemption neither side has a PostFilter plugin, so FailedScheduling texts carry no preemption suffix.
 
 Scores. kube-scheduler prints, at verbosity 10 in ``schedule_one.go``, every plugin's weighted score per
@@ -187,6 +188,16 @@ REASON_PLUGINS: tuple[tuple[str, str], ...] = (
     ("anti-affinity rules", "InterPodAffinity"),
     ("pod affinity rules", "InterPodAffinity"),
     ("didn't match Pod's node affinity", "NodeAffinity"),
+    ("had no available disk", "VolumeRestrictions"),
+    ("ReadWriteOncePod access mode", "VolumeRestrictions"),
+    ("exceed max volume count", "NodeVolumeLimits"),
+    ("available persistent volumes to bind", "VolumeBinding"),
+    ("PersistentVolume's node affinity", "VolumeBinding"),
+    ("enough free storage", "VolumeBinding"),
+    ("bound to non-existent pv", "VolumeBinding"),
+    ("unbound immediate PersistentVolumeClaims", "VolumeBinding"),
+    ('persistentvolumeclaim "', "VolumeBinding"),
+    ("had no available volume zone", "VolumeZone"),
 )
 _PLUGIN_LIST = re.compile(r"didn't satisfy plugin\(s\) \[([^\]]*)\]")
 

@@ -10,7 +10,9 @@ Fairness: both must decide pod *i* on the same state, and a binding cannot be un
 binds: it runs with its own ServiceAccount, and a ValidatingAdmissionPolicy denies that account's
 ``pods/binding`` requests with a message naming the node it chose. Upstream's decision (and, from its log,
 the per-plugin and total scores of that cycle) is complete at that point; the failed bind only makes it
-forget the assumed pod. Per pending pod:
+forget the assumed pod. Nor does it write volume bindings (VolumeBinding's PreBind): a second policy denies
+its PV and claim updates, the node comes from the nomination it sets before PreBind, and on our side the
+harness stands in for the PV controller (see :mod:`tests.conformance.volume_harness`). Per pending pod:
 
 1. upstream's copy is created; upstream decides; we record its verdict (the node from the denied binding,
    or the FailedScheduling note and PodScheduled message), then delete the copy. It was never bound, so
@@ -74,6 +76,16 @@ from tests.conformance.oracle import (
     varying_plugins,
 )
 from tests.conformance.sim import Model, ModelVerdict
+from tests.conformance.volume_harness import (
+    DENIED_MARKER,
+    STORAGE_KINDS,
+    NominationWatch,
+    complete_bindings,
+    create_storage,
+    delete_storage,
+    no_volume_writes_policy,
+    read_storage,
+)
 from tests.e2e.operator_process import OperatorProcess, apply_crds, create_profile, wait_profile_status
 from tools.localcluster import LocalCluster
 
@@ -387,6 +399,9 @@ class Harness:
         self.cluster: LocalCluster | None = None
         self.operator: OperatorProcess | None = None
         self.upstream_log: LogCursor | None = None
+        self.nominations: NominationWatch | None = None
+        #: The scenario being run (its PVs are the ones the PV controller stand-in completes).
+        self._scenario: Scenario | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -420,6 +435,7 @@ class Harness:
         config = scheduler_config(p.upstream() for p in self.profiles.values())
         config["clientConnection"] = {"kubeconfig": str(self._upstream_kubeconfig())}
         self._install_no_binding_policy()
+        self.nominations = NominationWatch(self.cluster.api_client()).start()
         component = self.cluster.start_kube_scheduler(config, extra_args=UPSTREAM_FLAGS)
         self.upstream_log = LogCursor(component.log_path)
         self._check_no_binding()
@@ -437,6 +453,9 @@ class Harness:
         )
 
     def stop(self) -> None:
+        if self.nominations is not None:
+            self.nominations.stop()
+            self.nominations = None
         if self.operator is not None:
             self.operator.stop()
             self.operator = None
@@ -510,8 +529,11 @@ class Harness:
             "metadata": {"name": NO_BINDING_POLICY},
             "spec": {"policyName": NO_BINDING_POLICY, "validationActions": ["Deny"]},
         }
-        self._create_ignoring_conflict(lambda: admission.create_validating_admission_policy(policy))
-        self._create_ignoring_conflict(lambda: admission.create_validating_admission_policy_binding(binding))
+        volume_policy, volume_binding = no_volume_writes_policy(UPSTREAM_USER)
+        for body in (volume_policy, policy):
+            self._create_ignoring_conflict(lambda b=body: admission.create_validating_admission_policy(b))
+        for body in (volume_binding, binding):
+            self._create_ignoring_conflict(lambda b=body: admission.create_validating_admission_policy_binding(b))
 
     def _check_no_binding(self) -> None:
         """Wait until the policy is in force: upstream's bind of a throwaway pod must be denied."""
@@ -615,6 +637,8 @@ class Harness:
             return _raw(self.core.create_namespaced_service(ns, body, _preload_content=False))
         if kind == "ReplicaSet":
             return _raw(self.apps.create_namespaced_replica_set(ns, body, _preload_content=False))
+        if kind in STORAGE_KINDS:
+            return create_storage(self.api, obj)
         raise ValueError(kind)
 
     def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -668,12 +692,24 @@ class Harness:
                 chose = _CHOSE.search(condition.get("message") or "") if upstream else None
                 if chose is not None:
                     return Decision("bound", node=chose.group(1), detail="denied")
+                if upstream and DENIED_MARKER in (condition.get("message") or ""):
+                    return Decision("bound", node=self._nominated(uid), detail="prebind-denied")
                 if condition["reason"] != "SchedulingGated":
                     return Decision("error", condition=condition.get("message"), detail=condition["reason"])
             if time.monotonic() > deadline:
                 return Decision("timeout", detail=f"no verdict in {timeout:.0f}s")
             self._check_alive()
+            if not upstream and self._scenario is not None and self._scenario.volumes:
+                complete_bindings(self.api, self._scenario)
             time.sleep(POLL)
+
+    def _nominated(self, uid: str) -> str | None:
+        """The node upstream nominated the pod for before its PreBind was denied (the watch may lag a little)."""
+        assert self.nominations is not None
+        deadline = time.monotonic() + 2
+        while (node := self.nominations.get(uid)) is None and time.monotonic() < deadline:
+            time.sleep(POLL)
+        return node
 
     def _failed_scheduling_note(self, namespace: str, uid: str, deadline: float) -> str | None:
         deadline = max(deadline, time.monotonic() + 10)
@@ -698,7 +734,9 @@ class Harness:
         started = time.monotonic()
         model = Model({p.name: p.spec for p in self.profiles.values()})
         since = self._mark()
-        for obj in (*scenario.namespaces, *scenario.nodes, *scenario.services, *scenario.replica_sets):
+        self._scenario = scenario
+        storage = (*scenario.storage_classes, *scenario.csinodes, *scenario.volumes, *scenario.claims)
+        for obj in (*scenario.namespaces, *scenario.nodes, *scenario.services, *scenario.replica_sets, *storage):
             model.load(self._create(obj))
         wanted = [("Add event for node", "node", n) for n in scenario.node_names]
         for obj in scenario.existing_pods:
@@ -732,6 +770,7 @@ class Harness:
                     + (f" model={result.model_notes}" if result.model_notes else "")
                 )
         finally:
+            self._scenario = None
             self._cleanup(scenario)
         return ScenarioResult(
             seed=scenario.seed,
@@ -823,6 +862,7 @@ class Harness:
             for svc in self.core.list_namespaced_service(namespace).items:
                 self.core.delete_namespaced_service(svc.metadata.name, namespace)
             self.apps.delete_collection_namespaced_replica_set(namespace)
+        delete_storage(self.api, scenario)
         for name in scenario.node_names:
             self.core.delete_node(name)
         self._wait_upstream(since, [("Delete event for node", "node", n) for n in scenario.node_names])
@@ -841,7 +881,15 @@ class Harness:
         verdict = model.decide(profile.name, upstream_obj)
         upstream = self._decide(namespace, name, uid, upstream=True)
         cycle = UpstreamCycle()
-        if upstream.kind == "bound":
+        if upstream.detail == "prebind-denied":
+            # No "Attempting to bind" line: PreBind failed first. Its failure handler's line ends the cycle.
+            with contextlib.suppress(TimeoutError):
+                self._wait_upstream(since, [("Error scheduling pod; retrying", "pod", key)], timeout=5)
+            cycle = parse_cycle(self._upstream_lines(since), key)
+            if upstream.node is None and len(cycle.top_nodes) == 1:
+                upstream.node = next(iter(cycle.top_nodes))  # the watch missed the nomination
+            cycle.bound_node = upstream.node
+        elif upstream.kind == "bound":
             self._wait_upstream(since, [("Attempting to bind pod to node", "pod", key)])
             cycle = parse_cycle(self._upstream_lines(since), key)
         self._delete_pod(namespace, name, uid)
@@ -862,6 +910,12 @@ class Harness:
             result.context = self._context(model, result, verdict, cycle)
         if bound is not None:
             model.load(bound)
+        if scenario.volumes and pending.manifest["spec"].get("volumes"):
+            # Our PreBind may have bound claims (the stand-in PV controller finished them): both sides must see
+            # them before the next pod. Upstream logs nothing for PV/PVC events; its informers are quick.
+            for obj in read_storage(self.api, scenario):
+                model.load(obj)
+            time.sleep(0.3)
         return result
 
     def _judge(

@@ -23,6 +23,7 @@ from kopf_scheduler.framework import CycleState
 from kopf_scheduler.scheduler import FitError, SchedulingError
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.pod_info import PodInfo
+from tests.conformance.volumes import STORAGE_KINDS  # fed to ``cache.storage`` as the operator's watches do
 
 _WORKLOAD_KINDS = {"Service": "Service", "ReplicaSet": "ReplicaSet"}
 
@@ -60,7 +61,7 @@ class Model:
                 raise ValueError(f"profile {name} does not build: {outcome.message}")
 
     def load(self, obj: Mapping[str, Any]) -> None:
-        """Add or update one object (Node, Pod, Namespace, Service, ReplicaSet) as the API server returned it."""
+        """Add or update one object (Node, Pod, Namespace, workload, storage) as the API server returned it."""
         kind = obj.get("kind")
         body = dict(obj)
         if kind == "Node":
@@ -71,6 +72,8 @@ class Model:
             self.app.on_namespace_event("ADDED", body)
         elif kind in _WORKLOAD_KINDS:
             self.app.on_workload_event(_WORKLOAD_KINDS[kind], "ADDED", body)
+        elif kind in STORAGE_KINDS:
+            self.app.on_storage_event(str(kind), "ADDED", body)
         else:
             raise ValueError(f"the model does not take {kind} objects")
 
@@ -85,6 +88,8 @@ class Model:
             self.app.on_workload_event(_WORKLOAD_KINDS[kind], "DELETED", body)
         elif kind == "Namespace":
             self.app.on_namespace_event("DELETED", body)
+        elif kind in STORAGE_KINDS:
+            self.app.on_storage_event(str(kind), "DELETED", body)
 
     def decide(self, profile: str, pod_obj: Mapping[str, Any]) -> ModelVerdict:
         """Schedule ``pod_obj`` with ``profile`` on the current state, without assuming or binding it."""

@@ -7,6 +7,7 @@ agreement" meaningless. These run in milliseconds.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
 from pathlib import Path
@@ -408,3 +409,57 @@ def test_freed_host_port_nodes_and_predicate() -> None:
         result(Decision("unschedulable", note=ours, condition=ours), Decision("unschedulable", note=up), hint)
     )
     assert not known.explain(result(Decision("bound", node="n2"), Decision("bound", node="n3"), hint))
+
+
+def test_storage_is_added_to_some_seeds_only_and_leaves_the_rest_of_the_scenario_alone() -> None:
+    with_storage = [seed for seed in range(1, 41) if generate(seed, "small").volumes]
+    assert 8 <= len(with_storage) <= 32
+    seed = with_storage[0]
+    scenario = generate(seed, "small")
+    plain = generator._Builder(seed, "small")
+    plain.namespaces()
+    plain.nodes()
+    plain.workloads()
+    plain.existing_pods()
+    plain.pending_pods()
+
+    def without_volumes(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = copy.deepcopy(pods)
+        for pod in out:
+            pod["spec"]["volumes"] = [v for v in pod["spec"].get("volumes", ()) if "persistentVolumeClaim" not in v]
+        return out
+
+    assert scenario.nodes == plain.scenario.nodes
+    assert without_volumes(scenario.existing_pods) == without_volumes(plain.scenario.existing_pods)
+    assert without_volumes([p.manifest for p in scenario.pending]) == without_volumes(
+        [p.manifest for p in plain.scenario.pending]
+    )
+
+
+def test_storage_scenarios_bind_claims_consistently_and_use_every_volume_plugin() -> None:
+    features: Counter[str] = Counter()
+    claim_kinds: Counter[str] = Counter()
+    for seed in range(1, 60):
+        scenario = generate(seed)
+        pvs = {pv["metadata"]["name"]: pv for pv in scenario.volumes}
+        claims = {c["metadata"]["name"]: c for c in scenario.claims}
+        for claim in scenario.claims:
+            volume = claim["spec"].get("volumeName")
+            claim_kinds["bound" if volume else claim["spec"]["storageClassName"].rsplit("-", 1)[1]] += 1
+            if volume:  # both halves of a binding, as the PV controller leaves them
+                ref = pvs[volume]["spec"]["claimRef"]
+                assert (ref["namespace"], ref["name"]) == (claim["metadata"]["namespace"], claim["metadata"]["name"])
+                assert claim["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] == "yes"
+        for pod in scenario.existing_pods:
+            for volume in pod["spec"].get("volumes", ()):
+                claim = claims[volume["persistentVolumeClaim"]["claimName"]]
+                assert claim["metadata"]["namespace"] == pod["metadata"]["namespace"]
+                assert claim["spec"].get("volumeName")  # existing pods only use bound claims
+        for pending in scenario.pending:
+            features.update(f for f in pending.features if f.startswith(("Volume", "NodeVolume")))
+            if "persistentVolumeClaim" in str(pending.manifest["spec"].get("volumes")):
+                claim_kinds["pod"] += 1
+                assert "VolumeBinding" in pending.features
+    assert set(features) == {"VolumeBinding", "VolumeZone", "VolumeRestrictions", "NodeVolumeLimits"}
+    for kind in ("bound", "wffc", "immediate", "pod"):
+        assert claim_kinds[kind] > 0, kind

@@ -1,0 +1,228 @@
+"""The harness's storage half: upstream never writes a volume binding, ours has a PV controller to finish them.
+
+Why: VolumeBinding's PreBind (upstream ``volumebinding/binder.go`` ``BindPodVolumes``) writes a PV's
+``claimRef`` for each claim it matched statically (and a claim's ``volume.kubernetes.io/selected-node`` for
+dynamic provisioning, which the generated no-provisioner classes never need), then waits for the PV
+controller to finish the binding. Upstream decides first on every pod and must leave the state as it
+found it, so:
+
+- a ValidatingAdmissionPolicy (:data:`NO_VOLUME_WRITES_POLICY`) denies upstream's ServiceAccount every
+  UPDATE of PersistentVolumes and PersistentVolumeClaims. Its PreBind fails on the first write, nothing is
+  written, and the pod gets a ``SchedulerError`` condition whose message carries :data:`DENIED_MARKER`.
+  The node it chose is not in that message: with NominatedNodeNameForExpectation (beta, on in 1.36) upstream
+  sets the pod's ``status.nominatedNodeName`` at the start of a binding cycle whose PreBind has work, and its
+  failure handler clears it again. :class:`NominationWatch` watches pods and keeps the first nomination
+  each pod UID ever had, which is that node. A pod whose claims are all bound has no PreBind work and reaches
+  Bind, denied as before (runner.py);
+- the light control plane runs no kube-controller-manager, so the harness stands in for the PV controller
+  on our side only (:func:`complete_bindings`, called while waiting for our verdict): a PV whose ``claimRef``
+  now carries a claim UID (what our PreBind writes) gets its claim bound (``spec.volumeName`` and
+  ``pv.kubernetes.io/bind-completed``) and both statuses set to Bound. Our PreBind then sees the binding
+  complete and binds the pod, and the next pod meets the bound claim on both sides, as it would after a
+  real cluster's controller.
+
+A controller-manager limited to ``--controllers=persistentvolume-binder`` was the other way; it would also
+bind Immediate claims on its own the moment a PV matches, which would change the scenario under both
+schedulers at a time of its choosing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from tests.conformance.volumes import BIND_COMPLETED, STORAGE_KINDS
+
+__all__ = ["STORAGE_KINDS", "complete_bindings", "create_storage", "delete_storage", "read_storage"]
+
+NO_VOLUME_WRITES_POLICY = "conformance-upstream-never-writes-volumes"
+DENIED_MARKER = "conformance: upstream may not write volume bindings"
+
+Obj = dict[str, Any]
+
+
+def _raw(response: Any) -> Obj:
+    return json.loads(response.data)  # type: ignore[no-any-return]
+
+
+def no_volume_writes_policy(upstream_user: str) -> tuple[Obj, Obj]:
+    """The policy and its binding that deny ``upstream_user``'s PV and PVC updates."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": NO_VOLUME_WRITES_POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["persistentvolumes", "persistentvolumeclaims"],
+                    }
+                ]
+            },
+            "validations": [
+                {"expression": f"request.userInfo.username != '{upstream_user}'", "message": DENIED_MARKER}
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": NO_VOLUME_WRITES_POLICY},
+        "spec": {"policyName": NO_VOLUME_WRITES_POLICY, "validationActions": ["Deny"]},
+    }
+    return policy, binding
+
+
+class NominationWatch:
+    """Pod UID → the first ``status.nominatedNodeName`` it was seen with (a watch on its own thread)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.nominated: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._thread = threading.Thread(target=self._run, name="nomination-watch", daemon=True)
+
+    def start(self) -> NominationWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._watch is not None:
+            self._watch.stop()
+        self._thread.join(timeout=10)
+
+    def get(self, uid: str) -> str | None:
+        with self._lock:
+            return self.nominated.get(uid)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._watch = watch.Watch()
+            with contextlib.suppress(Exception):  # a dropped watch is restarted; missed pods fall back to the log
+                for event in self._watch.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=60):
+                    pod = event["object"]
+                    node = pod.status.nominated_node_name if pod.status else None
+                    if node:
+                        with self._lock:
+                            self.nominated.setdefault(pod.metadata.uid, node)
+                    if self._stopped.is_set():
+                        return
+
+
+def create_storage(api: client.ApiClient, obj: Mapping[str, Any]) -> Obj:
+    """Create one storage object; a PV's or claim's ``status`` (phase) is then written as the controller would."""
+    kind = obj["kind"]
+    body = {k: v for k, v in obj.items() if k != "status"}
+    core, storage = client.CoreV1Api(api), client.StorageV1Api(api)
+    if kind == "StorageClass":
+        return _raw(storage.create_storage_class(body, _preload_content=False))
+    if kind == "CSINode":
+        return _raw(storage.create_csi_node(body, _preload_content=False))
+    status = {"status": obj["status"]} if obj.get("status") else None
+    if kind == "PersistentVolume":
+        created = _raw(core.create_persistent_volume(body, _preload_content=False))
+        if status is None:
+            return created
+        return _raw(core.patch_persistent_volume_status(created["metadata"]["name"], status, _preload_content=False))
+    if kind == "PersistentVolumeClaim":
+        namespace = obj["metadata"]["namespace"]
+        created = _raw(core.create_namespaced_persistent_volume_claim(namespace, body, _preload_content=False))
+        if status is None:
+            return created
+        name = created["metadata"]["name"]
+        return _raw(
+            core.patch_namespaced_persistent_volume_claim_status(name, namespace, status, _preload_content=False)
+        )
+    raise ValueError(kind)
+
+
+def read_storage(api: client.ApiClient, scenario: Any) -> list[Obj]:
+    """The scenario's PVs and claims as they are now (after bindings), for the in-process model."""
+    core = client.CoreV1Api(api)
+    out: list[Obj] = []
+    for pv in scenario.volumes:
+        with contextlib.suppress(ApiException):
+            out.append(_raw(core.read_persistent_volume(pv["metadata"]["name"], _preload_content=False)))
+    for claim in scenario.claims:
+        meta = claim["metadata"]
+        with contextlib.suppress(ApiException):
+            out.append(
+                _raw(
+                    core.read_namespaced_persistent_volume_claim(
+                        meta["name"], meta["namespace"], _preload_content=False
+                    )
+                )
+            )
+    for obj in out:
+        obj.setdefault("kind", "PersistentVolume" if "namespace" not in obj["metadata"] else "PersistentVolumeClaim")
+    return out
+
+
+def complete_bindings(api: client.ApiClient, scenario: Any) -> int:
+    """The PV controller's half of a static binding our PreBind started; returns how many it completed."""
+    core = client.CoreV1Api(api)
+    selector = f"conformance/seed={scenario.seed}"
+    done = 0
+    for pv in _raw(core.list_persistent_volume(label_selector=selector, _preload_content=False))["items"]:
+        ref = pv["spec"].get("claimRef") or {}
+        if ref.get("uid") and (pv.get("status") or {}).get("phase") != "Bound":
+            with contextlib.suppress(ApiException):
+                done += _bind_claim(core, pv, ref)
+    return done
+
+
+def _bind_claim(core: client.CoreV1Api, pv: Obj, ref: Mapping[str, str]) -> int:
+    namespace, claim_name, name = ref["namespace"], ref["name"], pv["metadata"]["name"]
+    claim = _raw(core.read_namespaced_persistent_volume_claim(claim_name, namespace, _preload_content=False))
+    if claim["metadata"]["uid"] != ref["uid"]:
+        return 0
+    if not claim["spec"].get("volumeName"):
+        annotations = {BIND_COMPLETED: "yes", "pv.kubernetes.io/bound-by-controller": "yes"}
+        patch = {"metadata": {"annotations": annotations}, "spec": {"volumeName": name}}
+        core.patch_namespaced_persistent_volume_claim(claim_name, namespace, patch)
+    status = {"phase": "Bound", "accessModes": pv["spec"]["accessModes"], "capacity": pv["spec"]["capacity"]}
+    core.patch_namespaced_persistent_volume_claim_status(claim_name, namespace, {"status": status})
+    core.patch_persistent_volume_status(name, {"status": {"phase": "Bound"}})
+    return 1
+
+
+def delete_storage(api: client.ApiClient, scenario: Any) -> None:
+    """Remove the scenario's storage (protection finalizers dropped: no controller would ever drop them)."""
+    core, storage = client.CoreV1Api(api), client.StorageV1Api(api)
+    unhold = {"metadata": {"finalizers": None}}
+    calls: list[tuple[Callable[..., Any], Callable[..., Any], tuple[str, ...]]] = []
+    for claim in scenario.claims:
+        meta = claim["metadata"]
+        calls.append(
+            (
+                core.patch_namespaced_persistent_volume_claim,
+                core.delete_namespaced_persistent_volume_claim,
+                (meta["name"], meta["namespace"]),
+            )
+        )
+    for pv in scenario.volumes:
+        calls.append((core.patch_persistent_volume, core.delete_persistent_volume, (pv["metadata"]["name"],)))
+    for patch, delete, args in calls:
+        with contextlib.suppress(ApiException):
+            patch(*args, unhold)
+        with contextlib.suppress(ApiException):
+            delete(*args)
+    for obj in scenario.storage_classes:
+        with contextlib.suppress(ApiException):
+            storage.delete_storage_class(obj["metadata"]["name"])
+    for obj in scenario.csinodes:
+        with contextlib.suppress(ApiException):
+            storage.delete_csi_node(obj["metadata"]["name"])
