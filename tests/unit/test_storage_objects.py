@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, StorageObjects
+from kopf_scheduler.state.storage import (
+    PERSISTENT_VOLUME,
+    PERSISTENT_VOLUME_CLAIM,
+    VOLUME_ATTACHMENT,
+    StorageObjects,
+)
 
 
 def _obj(name: str, namespace: str | None = None, rv: str = "1") -> dict:
@@ -37,3 +42,23 @@ def test_cluster_scoped_kinds_ignore_a_namespace() -> None:
 
 def test_the_cache_carries_one_store() -> None:
     assert isinstance(ClusterCache().storage, StorageObjects)
+
+
+def _attachment(name: str, node: str, rv: str = "1") -> dict:
+    return {"metadata": {"name": name, "resourceVersion": rv}, "spec": {"nodeName": node}}
+
+
+def test_volume_attachments_are_indexed_by_node_through_moves_deletes_and_purges() -> None:
+    store = StorageObjects()
+    store.apply(VOLUME_ATTACHMENT, "ADDED", _attachment("a", "n1"))
+    store.apply(VOLUME_ATTACHMENT, "ADDED", _attachment("b", "n1"))
+    assert sorted(a["metadata"]["name"] for a in store.attachments_on("n1")) == ["a", "b"]
+    moved = _attachment("a", "n2", rv="2")
+    store.apply(VOLUME_ATTACHMENT, "MODIFIED", moved)
+    assert [a["metadata"]["name"] for a in store.attachments_on("n1")] == ["b"]
+    assert list(store.attachments_on("n2")) == [moved]
+    store.apply(VOLUME_ATTACHMENT, "DELETED", moved)
+    assert list(store.attachments_on("n2")) == []
+    store.remove(VOLUME_ATTACHMENT, ("", "b"))
+    assert list(store.attachments_on("n1")) == []
+    assert store.count(VOLUME_ATTACHMENT) == 0

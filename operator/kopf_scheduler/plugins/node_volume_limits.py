@@ -63,7 +63,7 @@ from kopf_scheduler.plugins._volumes import (
     not_found_message,
     pod_volumes,
 )
-from kopf_scheduler.state.storage import VOLUME_ATTACHMENT, StorageObjects
+from kopf_scheduler.state.storage import StorageObjects
 
 NAME = "NodeVolumeLimits"
 ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"
@@ -368,7 +368,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
             return Status.as_error(exc, plugin=NAME)
         new_volumes = {key: driver for key, driver in wanted.items() if key not in attached}
         attached_count = Counter(attached.values())
-        by_attachment = attachment_volumes(storage, storage.all(VOLUME_ATTACHMENT), node_name)
+        by_attachment = attachment_volumes(storage, storage.attachments_on(node_name), node_name)
         attached_count.update(driver for key, driver in by_attachment.items() if key not in attached)
         for driver, count in Counter(new_volumes.values()).items():
             limit = limits.get(driver)

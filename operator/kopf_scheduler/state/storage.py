@@ -9,6 +9,8 @@ scheduler never mutates them: VolumeBinding keeps its assumed versions beside th
 AssumeCache does beside the informer).
 
 Keys: cluster-scoped kinds by name, namespaced kinds (PVCs, CSIStorageCapacities) by ``(namespace, name)``.
+VolumeAttachments are also indexed by ``spec.nodeName`` (upstream's NodeVolumeLimits keeps the same index on
+its informer), so a node's attachments are found without scanning all of them.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ def object_key(kind: str, obj: Mapping[str, Any]) -> Key:
 class StorageObjects:
     """The latest watched version of every storage object, by kind and key."""
 
-    __slots__ = ("_by_kind",)
+    __slots__ = ("_attachments_by_node", "_by_kind")
 
     def __init__(self) -> None:
         self._by_kind: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
+        #: node name → key → VolumeAttachment attached to that node.
+        self._attachments_by_node: dict[str, dict[Key, Obj]] = {}
 
     # -- feeding (the watch handlers and the reconciling LIST) -------------------------------------------
     def apply(self, kind: str, event_type: str | None, obj: Obj) -> tuple[Obj | None, Obj | None]:
@@ -60,9 +64,12 @@ class StorageObjects:
         key = object_key(kind, obj)
         old = objects.get(key)
         if event_type == "DELETED":
-            objects.pop(key, None)
+            self.remove(kind, key)
             return old, None
         objects[key] = obj
+        if kind == VOLUME_ATTACHMENT:
+            self._unindex_attachment(key, old)
+            self._attachments_by_node.setdefault(_attached_node(obj), {})[key] = obj
         return old, obj
 
     def keys(self, kind: str) -> set[Key]:
@@ -70,7 +77,20 @@ class StorageObjects:
 
     def remove(self, kind: str, key: Key) -> Obj | None:
         """Drop an object the reconciling LIST no longer returns; the dropped object, if any."""
-        return self._by_kind[kind].pop(key, None)
+        dropped = self._by_kind[kind].pop(key, None)
+        if kind == VOLUME_ATTACHMENT:
+            self._unindex_attachment(key, dropped)
+        return dropped
+
+    def _unindex_attachment(self, key: Key, attachment: Obj | None) -> None:
+        if attachment is None:
+            return
+        node = _attached_node(attachment)
+        on_node = self._attachments_by_node.get(node)
+        if on_node is not None:
+            on_node.pop(key, None)
+            if not on_node:
+                del self._attachments_by_node[node]
 
     # -- reading (the plugins) -------------------------------------------------------------------------
     def get(self, kind: str, name: str, namespace: str = "") -> Obj | None:
@@ -96,3 +116,11 @@ class StorageObjects:
 
     def csi_driver(self, name: str) -> Obj | None:
         return self.get(CSI_DRIVER, name)
+
+    def attachments_on(self, node_name: str) -> Iterator[Obj]:
+        """The VolumeAttachments whose ``spec.nodeName`` is ``node_name``."""
+        return iter(self._attachments_by_node.get(node_name, {}).values())
+
+
+def _attached_node(attachment: Mapping[str, Any]) -> str:
+    return (attachment.get("spec") or {}).get("nodeName") or ""
