@@ -34,6 +34,16 @@ section 5):
   ``/proc/<pid>/stat``, both read after the last bind, before the process is stopped (whole process
   lifetime: start-up, initial LIST, scheduling).
 
+* **Volumes** (``csi-pvs``, scheduler_perf's SchedulingCSIPVs): each pod mounts its own claim, created
+  pre-bound to its own CSI PV (PV ``claimRef`` + claim ``volumeName``, both phases Bound written through the
+  status subresource, as scheduler_perf's CreatePodWithPersistentVolume), so no PV controller is needed and
+  VolumeBinding's PreBind has nothing to write; every node gets a CSINode with the driver's 39-volume limit
+  (NodeVolumeLimits counts against it). scheduler_perf also sets ``attachable-volumes-csi-*`` in the node's
+  allocatable; we leave the Node objects, shared with the other workloads, as they are (the CSINode is the
+  limit both schedulers read). The admission plugin StorageObjectInUseProtection puts protection finalizers on
+  claims and PVs and no controller removes them here, so after each run the harness drops them and deletes the
+  run's claims and PVs (:func:`delete_volumes`). The ceiling ignores volumes, as it ignores everything else.
+
 Sizes are configurable with environment variables (see :class:`Config`); the defaults are the issue's.
 """
 
