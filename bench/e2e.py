@@ -34,6 +34,16 @@ section 5):
   ``/proc/<pid>/stat``, both read after the last bind, before the process is stopped (whole process
   lifetime: start-up, initial LIST, scheduling).
 
+* **Volumes** (``csi-pvs``, scheduler_perf's SchedulingCSIPVs): each pod mounts its own claim, created
+  pre-bound to its own CSI PV (PV ``claimRef`` + claim ``volumeName``, both phases Bound written through the
+  status subresource, as scheduler_perf's CreatePodWithPersistentVolume), so no PV controller is needed and
+  VolumeBinding's PreBind has nothing to write; every node gets a CSINode with the driver's 39-volume limit
+  (NodeVolumeLimits counts against it). scheduler_perf also sets ``attachable-volumes-csi-*`` in the node's
+  allocatable; we leave the Node objects, shared with the other workloads, as they are (the CSINode is the
+  limit both schedulers read). The admission plugin StorageObjectInUseProtection puts protection finalizers on
+  claims and PVs and no controller removes them here, so after each run the harness drops them and deletes the
+  run's claims and PVs (:func:`delete_volumes`). The ceiling ignores volumes, as it ignores everything else.
+
 Sizes are configurable with environment variables (see :class:`Config`); the defaults are the issue's.
 """
 
@@ -41,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import json
 import math
@@ -51,7 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,6 +174,70 @@ def node_affinity_pod(name: str, scheduler_name: str) -> dict[str, Any]:
     return pod
 
 
+#: scheduler_perf's SchedulingCSIPVs: the CSI driver of ``pv-csi.yaml`` and the per-node volume limit of its
+#: ``csiNodeAllocatable``.
+CSI_DRIVER = "ebs.csi.aws.com"
+CSI_NODE_LIMIT = 39
+#: Labels the harness's PVs with the run's namespace, so a run's PVs (cluster-scoped) can be deleted together.
+PV_NAMESPACE_LABEL = "bench.kopf-scheduler.dev/namespace"
+
+
+def csi_pv_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    """pod-default with one volume from the claim of the same name (scheduler_perf's CreatePodWithPersistentVolume)."""
+    pod = base_pod(name, scheduler_name)
+    pod["spec"]["volumes"] = [{"name": "vol", "persistentVolumeClaim": {"claimName": name}}]
+    return pod
+
+
+def pv_name(namespace: str, claim: str) -> str:
+    """PVs are cluster-wide: the run's namespace makes the name unique, as scheduler_perf prefixes it."""
+    return f"{namespace}-{claim}"
+
+
+def bound_pvc_manifest(namespace: str, claim: str) -> dict[str, Any]:
+    """scheduler_perf's ``pvc.yaml`` pre-bound to its own PV (``volumeName``; ``status`` is written separately)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "annotations": {"pv.kubernetes.io/bind-completed": "true"}},
+        "spec": {
+            "accessModes": ["ReadOnlyMany"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "volumeName": pv_name(namespace, claim),
+        },
+        "status": {"phase": "Bound"},
+    }
+
+
+def bound_csi_pv_manifest(namespace: str, claim: str) -> dict[str, Any]:
+    """scheduler_perf's ``pv-csi.yaml`` with a ``claimRef`` to its claim and its name as the volume handle."""
+    name = pv_name(namespace, claim)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {PV_NAMESPACE_LABEL: namespace}},
+        "spec": {
+            "accessModes": ["ReadOnlyMany"],
+            "capacity": {"storage": "1Gi"},
+            "csi": {"driver": CSI_DRIVER, "volumeHandle": name},
+            "persistentVolumeReclaimPolicy": "Retain",
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace, "name": claim},
+        },
+        "status": {"phase": "Bound"},
+    }
+
+
+def csinode_manifest(index: int) -> dict[str, Any]:
+    """The CSINode of a bench node: the CSI driver with scheduler_perf's attach limit (NodeVolumeLimits reads it)."""
+    name = node_name(index)
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": {"name": name},
+        "spec": {"drivers": [{"name": CSI_DRIVER, "nodeID": name, "allocatable": {"count": CSI_NODE_LIMIT}}]},
+    }
+
+
 @dataclass(frozen=True)
 class Workload:
     id: str
@@ -171,6 +246,8 @@ class Workload:
     pods: int
     make_pod: Callable[[str, str], dict[str, Any]]
     description: str
+    #: Each pod gets its own claim, pre-bound to its own CSI PV, and every node a CSINode (SchedulingCSIPVs).
+    volumes: bool = False
 
 
 #: The issue's workloads at their default sizes; ``BENCH_<ID>=NODESxPODS`` overrides one (ID upper-cased, - → _).
@@ -200,6 +277,16 @@ DEFAULT_WORKLOADS: tuple[Workload, ...] = (
         5000,
         node_affinity_pod,
         "preferred node affinity: zone-a weight 10, zone-b weight 5",
+    ),
+    Workload(
+        "csi-pvs",
+        "SchedulingCSIPVs",
+        1000,
+        2000,
+        csi_pv_pod,
+        f"pod-default with its own PVC, pre-bound (status Bound) to its own CSI PV ({CSI_DRIVER}); "
+        f"every node a CSINode with a limit of {CSI_NODE_LIMIT} volumes",
+        volumes=True,
     ),
 )
 
@@ -267,7 +354,7 @@ class Config:
                 n, _, p = size.lower().partition("x")
                 nodes, pods = int(n), int(p)
             pods = max(1, round(pods * scale))
-            workloads.append(Workload(w.id, w.name, nodes, pods, w.make_pod, w.description))
+            workloads.append(dataclasses.replace(w, nodes=nodes, pods=pods))
         schedulers = [s.strip() for s in os.environ.get("BENCH_SCHEDULERS", "").split(",") if s.strip()]
         bad = [s for s in schedulers if s not in SCHEDULER_NAMES]
         if bad:
@@ -307,10 +394,17 @@ class Api:
         await self.session.close()
 
     async def request(
-        self, method: str, path: str, *, body: Any = None, params: dict[str, str] | None = None, ok404: bool = False
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        ok404: bool = False,
+        content_type: str = "application/json",
     ) -> dict[str, Any]:
         data = None if body is None else json.dumps(body)
-        headers = {"Content-Type": "application/json"} if data is not None else {}
+        headers = {"Content-Type": content_type} if data is not None else {}
         async with self.session.request(method, self.server + path, data=data, params=params, headers=headers) as r:
             text = await r.text()
             if r.status == 404 and ok404:
@@ -319,24 +413,35 @@ class Api:
                 raise RuntimeError(f"{method} {path}: HTTP {r.status}: {text[:500]}")
             return json.loads(text) if text else {}
 
+    async def create(self, path: str, body: dict[str, Any]) -> None:
+        """POST with retries; an object that already exists (409) counts as created."""
+        for attempt in range(5):
+            try:
+                await self.request("POST", path, body=body)
+                return
+            except RuntimeError as e:
+                if "HTTP 409" in str(e):
+                    return
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.2 * (attempt + 1))
+
     async def create_many(self, path: str, bodies: Sequence[dict[str, Any]], *, concurrency: int = 32) -> None:
-        queue = list(reversed(bodies))
+        await for_each(bodies, lambda body: self.create(path, body), concurrency=concurrency)
 
-        async def worker() -> None:
-            while queue:
-                body = queue.pop()
-                for attempt in range(5):
-                    try:
-                        await self.request("POST", path, body=body)
-                        break
-                    except RuntimeError as e:
-                        if "HTTP 409" in str(e):
-                            break
-                        if attempt == 4:
-                            raise
-                        await asyncio.sleep(0.2 * (attempt + 1))
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> None:
+        await self.request("PATCH", path, body=body, content_type="application/merge-patch+json")
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+async def for_each(items: Sequence[Any], action: Callable[[Any], Awaitable[None]], *, concurrency: int = 32) -> None:
+    """``action`` on every item, ``concurrency`` at a time."""
+    queue = list(reversed(items))
+
+    async def worker() -> None:
+        while queue:
+            await action(queue.pop())
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
 class PodWatch:
@@ -549,8 +654,12 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
+def node_name(index: int) -> str:
+    return f"bench-node-{index:05d}"
+
+
 def node_manifest(index: int) -> dict[str, Any]:
-    name = f"bench-node-{index:05d}"
+    name = node_name(index)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -597,6 +706,67 @@ async def delete_namespace_pods(api: Api, namespace: str, wait_seconds: float = 
         await asyncio.sleep(0.5)
 
 
+async def ensure_csinodes(api: Api, nodes: int) -> None:
+    """A CSINode for each of the first ``nodes`` nodes (kept: CSINodes of nodes already created are skipped)."""
+    await api.create_many("/apis/storage.k8s.io/v1/csinodes", [csinode_manifest(i) for i in range(nodes)])
+
+
+async def create_bound_volume(api: Api, namespace: str, claim: str) -> None:
+    """One claim and its PV, bound both ways, as scheduler_perf's CreatePodWithPersistentVolume does.
+
+    Creating resets ``status``, so the Bound phases go through the status subresource afterwards. The claim
+    comes first: the PV refers to it.
+    """
+    pvc = bound_pvc_manifest(namespace, claim)
+    pv = bound_csi_pv_manifest(namespace, claim)
+    claims = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+    await api.create(claims, pvc)
+    await api.merge_patch(f"{claims}/{claim}/status", {"status": pvc["status"]})
+    await api.create("/api/v1/persistentvolumes", pv)
+    await api.merge_patch(f"/api/v1/persistentvolumes/{pv['metadata']['name']}/status", {"status": pv["status"]})
+
+
+async def delete_volumes(api: Api, namespace: str, wait_seconds: float = 600.0) -> None:
+    """Delete the run's claims and PVs; wait until they are gone.
+
+    The StorageObjectInUseProtection admission plugin puts a protection finalizer on every claim and PV, and
+    no controller here removes it, so the harness drops the finalizers itself before deleting.
+    """
+    claims = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+    pvs = "/api/v1/persistentvolumes"
+    selector = {"labelSelector": f"{PV_NAMESPACE_LABEL}={namespace}"}
+    for path, params, item_path in (
+        (claims, None, lambda name: f"{claims}/{name}"),
+        (pvs, selector, lambda name: f"{pvs}/{name}"),
+    ):
+        listed = await api.request("GET", path, params=params)
+        names = [item["metadata"]["name"] for item in listed.get("items") or []]
+
+        async def unprotect(name: str, item_path: Callable[[str], str] = item_path) -> None:
+            with contextlib.suppress(RuntimeError):  # already gone
+                await api.merge_patch(item_path(name), {"metadata": {"finalizers": None}})
+
+        await for_each(names, unprotect)
+        await api.request("DELETE", path, params=params, ok404=True)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        left_claims = await api.request("GET", claims, params={"limit": "1"})
+        left_pvs = await api.request("GET", pvs, params={**selector, "limit": "1"})
+        if not left_claims.get("items") and not left_pvs.get("items"):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"claims or PVs of {namespace} not gone after {wait_seconds:.0f}s")
+        await asyncio.sleep(0.5)
+
+
+async def create_pods(api: Api, workload: Workload, namespace: str, scheduler_name: str) -> None:
+    """The run's pods, pending; with their bound claims and PVs first when the workload has volumes."""
+    names = [f"pod-{i:05d}" for i in range(workload.pods)]
+    if workload.volumes:
+        await for_each(names, lambda name: create_bound_volume(api, namespace, name))
+    await api.create_many(f"/api/v1/namespaces/{namespace}/pods", [workload.make_pod(n, scheduler_name) for n in names])
+
+
 async def run_one(
     api: Api, cluster: LocalCluster, config: Config, workload: Workload, scheduler: str, rep: int, log_dir: Path
 ) -> tuple[dict[str, Any], list[tuple[float, int]]]:
@@ -608,9 +778,7 @@ async def run_one(
     await watch.start()
     name = SCHEDULER_NAMES[scheduler]
     started = time.monotonic()
-    await api.create_many(
-        f"/api/v1/namespaces/{namespace}/pods", [workload.make_pod(f"pod-{i:05d}", name) for i in range(workload.pods)]
-    )
+    await create_pods(api, workload, namespace, name)
     while len(watch.created) < workload.pods:
         watch.check()
         await asyncio.sleep(0.05)
@@ -689,6 +857,8 @@ async def run_one(
     }
     timeline = _timeline(bind_times, spawn)
     await delete_namespace_pods(api, namespace)
+    if workload.volumes:
+        await delete_volumes(api, namespace)
     print(
         f"  {workload.id:16s} {scheduler:15s} rep {rep}: avg {row['throughput_avg']:7.1f} pods/s "
         f"p50 {row['p50']:7.1f} p99 {row['p99']:7.1f} | lat p50 {row['latency_p50_ms']:8.0f} ms "
@@ -822,6 +992,8 @@ async def run_all(config: Config) -> dict[str, Any]:
             nodes = 0
             for workload in sorted(config.workloads, key=lambda w: w.nodes):
                 nodes = await ensure_nodes(api, nodes, workload.nodes)
+                if workload.volumes:
+                    await ensure_csinodes(api, workload.nodes)
                 print(f"{workload.id}: {workload.name}, {workload.nodes} nodes, {workload.pods} pods", flush=True)
                 for rep in range(1, config.reps + 1):
                     for scheduler in config.schedulers:

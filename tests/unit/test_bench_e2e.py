@@ -4,11 +4,14 @@ These pin the arithmetic that makes our SchedulingThroughput comparable with ups
 (util.go, v1.36): the first tick with progress is only a baseline, zero-progress ticks are merged into the
 next interval with progress and recorded once per tick, percentiles use ``ceil(n*p/100)-1``.
 No timing is measured here: every time is given explicitly.
+The volume workload's manifests (claim, PV, CSINode) are checked to hang together and to be read by our
+NodeVolumeLimits as CSI volumes of the node's limited driver.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -240,3 +243,87 @@ def test_merge_replaces_rerun_workloads_and_keeps_the_others() -> None:
         "- Measured at commit `ccc` on wednesday (1 min): topology-spread.",
     ]
     assert [s["throughput_avg"] for s in merged["summary"]] == [300.0, 50.0]
+
+
+# --- SchedulingCSIPVs (csi-pvs): the manifests hang together and our volume plugins read them as upstream's ---
+
+
+def _bench_volume(namespace: str, claim: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    from bench.e2e import bound_csi_pv_manifest, bound_pvc_manifest
+
+    pvc = bound_pvc_manifest(namespace, claim)
+    pvc["metadata"]["namespace"] = namespace  # the harness POSTs it to the namespace's collection
+    return pvc, bound_csi_pv_manifest(namespace, claim)
+
+
+def test_each_pod_claim_and_pv_are_bound_to_each_other() -> None:
+    from bench.e2e import CSI_DRIVER, PV_NAMESPACE_LABEL, csi_pv_pod
+
+    pod = csi_pv_pod("pod-00007", "bench-kopf")
+    claim = pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    pvc, pv = _bench_volume("ns-1", claim)
+    assert pvc["metadata"]["name"] == claim == "pod-00007"
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] == "ns-1-pod-00007"
+    assert pv["spec"]["claimRef"] == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "namespace": "ns-1",
+        "name": "pod-00007",
+    }
+    assert pvc["status"] == pv["status"] == {"phase": "Bound"}
+    assert pvc["spec"]["accessModes"] == pv["spec"]["accessModes"] == ["ReadOnlyMany"]
+    assert pv["spec"]["csi"] == {"driver": CSI_DRIVER, "volumeHandle": "ns-1-pod-00007"}
+    assert pv["metadata"]["labels"] == {PV_NAMESPACE_LABEL: "ns-1"}  # how delete_volumes finds a run's PVs
+    assert pod["spec"]["schedulerName"] == "bench-kopf"
+
+
+def test_csinode_belongs_to_its_bench_node() -> None:
+    from bench.e2e import CSI_DRIVER, CSI_NODE_LIMIT, csinode_manifest, node_manifest
+
+    node, csinode = node_manifest(12), csinode_manifest(12)
+    assert csinode["metadata"]["name"] == node["metadata"]["name"] == "bench-node-00012"
+    assert csinode["spec"]["drivers"] == [
+        {"name": CSI_DRIVER, "nodeID": "bench-node-00012", "allocatable": {"count": CSI_NODE_LIMIT}}
+    ]
+
+
+def test_the_volume_workload_is_selectable_and_sizable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.e2e import Config
+
+    monkeypatch.setenv("BENCH_WORKLOADS", "csi-pvs")
+    monkeypatch.setenv("BENCH_CSI_PVS", "30x70")
+    (workload,) = Config.from_env().workloads
+    assert (workload.id, workload.name, workload.nodes, workload.pods) == ("csi-pvs", "SchedulingCSIPVs", 30, 70)
+    assert workload.volumes is True
+
+
+@pytest.mark.parametrize(("attached", "expected"), [(38, "fits"), (39, "exceeded")])
+def test_node_volume_limits_counts_the_bench_volumes_against_the_csinode(attached: int, expected: str) -> None:
+    from bench.e2e import csi_pv_pod, csinode_manifest, node_manifest
+    from kopf_scheduler.plugins.node_volume_limits import NodeVolumeLimits
+    from kopf_scheduler.state.storage import CSI_NODE, PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM
+    from tests.unit.factories import FakeHandle, make_cache, new_state, pod_info, slots
+
+    node = node_manifest(0)
+    name = node["metadata"]["name"]
+    existing = []
+    for i in range(attached):
+        pod = csi_pv_pod(f"old-{i}", "s")
+        pod["metadata"].update(namespace="ns", uid=f"uid-old-{i}")
+        pod["spec"]["nodeName"] = name
+        existing.append(pod)
+    cache = make_cache([node], existing)
+    cache.storage.apply(CSI_NODE, "ADDED", csinode_manifest(0))
+    for claim in [f"old-{i}" for i in range(attached)] + ["new"]:
+        pvc, pv = _bench_volume("ns", claim)
+        cache.storage.apply(PERSISTENT_VOLUME_CLAIM, "ADDED", pvc)
+        cache.storage.apply(PERSISTENT_VOLUME, "ADDED", pv)
+    new = csi_pv_pod("new", "s")
+    new["metadata"].update(namespace="ns", uid="uid-new")
+    snapshot = cache.snapshot()
+    plugin = NodeVolumeLimits(handle=FakeHandle(cache))
+    state = new_state()
+    _, status = plugin.pre_filter(state, pod_info(new), snapshot)
+    assert status.is_success
+    result = plugin.filter(state, pod_info(new), slots(snapshot), snapshot)
+    assert ("fits" if result is None or not result.rejected[0] else "exceeded") == expected
