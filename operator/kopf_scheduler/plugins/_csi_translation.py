@@ -159,12 +159,17 @@ def try_translate_pv_to_csi(pv: Obj, csi_node: Obj | None) -> Obj:
 
     Raises :class:`TranslationError` (``could not translate pv: ...``) when the PV cannot be translated.
     """
+    plugin = translation_plugin(pv, csi_node)
+    return pv if plugin is None else translate_pv_to_csi(pv, plugin)
+
+
+def translation_plugin(pv: Obj, csi_node: Obj | None) -> InTreePlugin | None:
+    """The in-tree plugin whose CSI translation applies to ``pv`` on the node of ``csi_node``: a PV of a
+    plugin migration is on for, which the node's CSINode lists as migrated; else None."""
     plugin = migratable_plugin(pv.get("spec") or {})
     if plugin is None or plugin.in_tree_name not in MIGRATION_ON:
-        return pv
-    if not is_migrated_on_node(plugin.in_tree_name, csi_node):
-        return pv
-    return translate_pv_to_csi(pv, plugin)
+        return None
+    return plugin if is_migrated_on_node(plugin.in_tree_name, csi_node) else None
 
 
 def translate_pv_to_csi(pv: Obj, plugin: InTreePlugin) -> dict[str, Any]:
