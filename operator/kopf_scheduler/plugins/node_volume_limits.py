@@ -17,7 +17,9 @@ claim of the pod itself fails it with UUR (``looking up PVC ns/name: persistentv
 a malformed volume is an Error.
 
 As upstream, VolumeAttachments on the node whose volume no pod there uses count too (a volume still
-attached after its pod left).
+attached after its pod left); they are read through the store's index by ``spec.nodeName``
+(``StorageObjects.by_node``), as upstream reads its informer indexer. The CSI translation of in-tree volumes
+is :mod:`._csi_translation`, shared with VolumeBinding.
 
 QueueingHints: a CSINode added, or updated with a higher count for some driver; a bound or nominated pod
 with claim, ephemeral or migratable volumes deleted; a claim the pod names created; a VolumeAttachment
