@@ -87,6 +87,9 @@ class BenchHandle:
     def snapshot(self) -> Snapshot:
         return self.cache.snapshot()
 
+    def pod_exists(self, pod: PodInfo) -> bool:
+        return True
+
 
 def default_scheduler(cache: ClusterCache, seed: int) -> Scheduler:
     """The default profile, resolved and instantiated exactly as the operator does for a SchedulerProfile."""

@@ -126,7 +126,7 @@ class SchedulerApp:
         try:
             model = SchedulerProfileSpec.model_validate(spec or {})
             resolved = resolve_profile(name, model, self.registry)
-            handle = ProfileHandle(name, client=lambda: self.client, cache=self.cache)
+            handle = ProfileHandle(name, client=lambda: self.client, cache=self.cache, unassigned=self.unassigned)
             framework = Framework(resolved, registry=self.registry, handle=handle)
         except Exception as e:  # nothing a user applies may crash the operator
             message = str(e) or type(e).__name__

@@ -10,6 +10,7 @@ the scheduling cycle only read these.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,12 +57,16 @@ class ProfileRuntime:
 
 
 class ProfileHandle:
-    """The framework Handle of one profile: its name, the API client, the cache snapshot."""
+    """The framework Handle of one profile: its name, the API client, the cache snapshot, the known pods."""
 
-    def __init__(self, name: str, *, client: ClientRef, cache: ClusterCache) -> None:
+    def __init__(
+        self, name: str, *, client: ClientRef, cache: ClusterCache, unassigned: Mapping[str, PodInfo] | None = None
+    ) -> None:
         self._name = name
         self._client = client
         self._cache = cache
+        #: The pending pods as watched (the app's map by uid); assigned and assumed ones are in the cache.
+        self._unassigned: Mapping[str, PodInfo] = {} if unassigned is None else unassigned
 
     @property
     def profile_name(self) -> str:
@@ -73,6 +78,14 @@ class ProfileHandle:
 
     def snapshot(self) -> Snapshot:
         return self._cache.snapshot()
+
+    def pod_exists(self, pod: PodInfo) -> bool:
+        """By uid first (the common case, O(1)); a pod of that namespace and name under another uid counts
+        too, as upstream's lister looks pods up by name."""
+        if pod.uid in self._unassigned or self._cache.pod(pod.uid) is not None:
+            return True
+        known = (*self._unassigned.values(), *self._cache.pods_in_namespace(pod.namespace))
+        return any(p.namespace == pod.namespace and p.name == pod.name for p in known)
 
 
 def pipeline_status(resolved: ResolvedProfile) -> dict[str, Any]:

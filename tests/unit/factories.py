@@ -97,6 +97,8 @@ class FakeHandle:
         self.cache = cache or ClusterCache()
         self._profile_name = profile_name
         self.client = None
+        #: Uids of pods the test deleted: :meth:`pod_exists` says no for them.
+        self.deleted: set[str] = set()
 
     @property
     def profile_name(self) -> str:
@@ -104,6 +106,9 @@ class FakeHandle:
 
     def snapshot(self) -> Snapshot:
         return self.cache.snapshot()
+
+    def pod_exists(self, pod: PodInfo) -> bool:
+        return pod.uid not in self.deleted
 
 
 def new_state() -> CycleState:

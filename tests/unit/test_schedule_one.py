@@ -162,6 +162,30 @@ def test_a_pod_whose_claims_are_all_bound_is_bound_without_a_nomination() -> Non
     assert client.status_patches == []
 
 
+def test_a_pod_deleted_while_prebind_waits_fails_its_binding_cycle_at_the_next_poll() -> None:
+    client = FakeClient()
+    app = _volume_app(client, claim_bound=False)
+    framework = app.profiles["sp"].framework
+    (plugin,) = [p for name, p in framework.pre_bind_plugins if name == "VolumeBinding"]
+    (pending_pod,) = app.unassigned.values()
+    pod = pending_pod.obj
+    polls: list[int] = []
+
+    async def sleep(seconds: float) -> None:  # the PV controller never binds; the pod's deletion is watched
+        polls.append(1)
+        if len(polls) == 1:
+            app.on_pod_event("DELETED", pod)
+
+    plugin.binder.sleep = sleep  # type: ignore[attr-defined]
+    drive(app)
+    assert len(polls) == 1  # failed at the first poll after the deletion, not at bindTimeoutSeconds
+    assert client.bindings == []
+    assert not plugin.binder.pv_cache.is_assumed("pv1")  # type: ignore[attr-defined]
+    assert not app.cache.is_assumed(pod["metadata"]["uid"])
+    assert not any(app.profiles["sp"].queue.pending_pods().values())  # not requeued: it is gone
+    assert "pod does not exist any more" in client.events[-1]["note"]
+
+
 # -- AssignedPodDelete after a failed binding cycle (upstream handleBindingCycleError) -----------------------
 def test_a_failed_binding_frees_the_node_for_pods_parked_meanwhile() -> None:
     client = FakeClient()

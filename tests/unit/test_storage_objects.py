@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import (
-    PERSISTENT_VOLUME,
-    PERSISTENT_VOLUME_CLAIM,
-    VOLUME_ATTACHMENT,
-    StorageObjects,
-)
+from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, VOLUME_ATTACHMENT, StorageObjects
 
 
 def _obj(name: str, namespace: str | None = None, rv: str = "1") -> dict:
@@ -44,21 +43,60 @@ def test_the_cache_carries_one_store() -> None:
     assert isinstance(ClusterCache().storage, StorageObjects)
 
 
-def _attachment(name: str, node: str, rv: str = "1") -> dict:
-    return {"metadata": {"name": name, "resourceVersion": rv}, "spec": {"nodeName": node}}
+def _attachment(name: str, node: str | None, rv: str = "1") -> dict:
+    body = _obj(name, rv=rv)
+    body["spec"] = {"attacher": "d.csi.io", "source": {"persistentVolumeName": "pv"}}
+    if node is not None:
+        body["spec"]["nodeName"] = node
+    return body
 
 
-def test_volume_attachments_are_indexed_by_node_through_moves_deletes_and_purges() -> None:
+def _names(store: StorageObjects, node: str) -> list[str]:
+    return sorted(obj["metadata"]["name"] for obj in store.by_node(VOLUME_ATTACHMENT, node))
+
+
+def _move(store: StorageObjects) -> None:
+    store.apply(VOLUME_ATTACHMENT, "MODIFIED", _attachment("a", "n2", rv="2"))
+
+
+def _delete(store: StorageObjects) -> None:
+    store.apply(VOLUME_ATTACHMENT, "DELETED", _attachment("a", "n1"))
+
+
+def _remove(store: StorageObjects) -> None:
+    store.remove(VOLUME_ATTACHMENT, ("", "a"))
+
+
+def _same_node_update(store: StorageObjects) -> None:
+    store.apply(VOLUME_ATTACHMENT, "MODIFIED", _attachment("a", "n1", rv="2"))
+
+
+@pytest.mark.parametrize(
+    ("change", "on_n1", "on_n2"),
+    [
+        pytest.param(lambda store: None, ["a", "b"], ["c"], id="added"),
+        pytest.param(_same_node_update, ["a", "b"], ["c"], id="updated-same-node"),
+        pytest.param(_move, ["b"], ["a", "c"], id="moved-to-another-node"),
+        pytest.param(_delete, ["b"], ["c"], id="deleted"),
+        pytest.param(_remove, ["b"], ["c"], id="removed-by-relist"),
+    ],
+)
+def test_volume_attachments_are_indexed_by_node(
+    change: Callable[[StorageObjects], None], on_n1: list[str], on_n2: list[str]
+) -> None:
+    store = StorageObjects()
+    for name, node in (("a", "n1"), ("b", "n1"), ("c", "n2"), ("d", None)):
+        store.apply(VOLUME_ATTACHMENT, "ADDED", _attachment(name, node))
+    change(store)
+    assert _names(store, "n1") == on_n1
+    assert _names(store, "n2") == on_n2
+    assert _names(store, "n3") == []
+    assert _names(store, "") == ["d"]  # no nodeName: indexed under "", as upstream's indexer does
+
+
+def test_the_index_holds_the_latest_version() -> None:
     store = StorageObjects()
     store.apply(VOLUME_ATTACHMENT, "ADDED", _attachment("a", "n1"))
-    store.apply(VOLUME_ATTACHMENT, "ADDED", _attachment("b", "n1"))
-    assert sorted(a["metadata"]["name"] for a in store.attachments_on("n1")) == ["a", "b"]
-    moved = _attachment("a", "n2", rv="2")
-    store.apply(VOLUME_ATTACHMENT, "MODIFIED", moved)
-    assert [a["metadata"]["name"] for a in store.attachments_on("n1")] == ["b"]
-    assert list(store.attachments_on("n2")) == [moved]
-    store.apply(VOLUME_ATTACHMENT, "DELETED", moved)
-    assert list(store.attachments_on("n2")) == []
-    store.remove(VOLUME_ATTACHMENT, ("", "b"))
-    assert list(store.attachments_on("n1")) == []
-    assert store.count(VOLUME_ATTACHMENT) == 0
+    latest = _attachment("a", "n1", rv="2")
+    store.apply(VOLUME_ATTACHMENT, "MODIFIED", latest)
+    assert list(store.by_node(VOLUME_ATTACHMENT, "n1")) == [latest]

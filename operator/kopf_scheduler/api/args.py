@@ -439,7 +439,7 @@ def _label_requirement_errors(expr: Mapping[str, Any], path: str) -> list[FieldE
             if not _is_go_int64(v)
         ]
     for i, value in enumerate(values):
-        value_errors = _label_value_errors(value)
+        value_errors = label_value_errors(value)
         if value_errors:
             errors.append(invalid(f"{path}.values[{i}][{key}]", value, "; ".join(value_errors)))
     return errors
@@ -450,7 +450,7 @@ def _is_go_int64(text: Any) -> bool:
     return isinstance(text, str) and bool(_GO_INT64_RE.fullmatch(text)) and -(2**63) <= int(text) < 2**63
 
 
-def _label_value_errors(value: Any) -> list[str]:
+def label_value_errors(value: Any) -> list[str]:
     """Upstream ``IsValidLabelValue``."""
     text = str(value)
     errors = ["must be no more than 63 characters"] if len(text) > 63 else []

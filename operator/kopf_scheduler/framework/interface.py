@@ -70,6 +70,11 @@ class Handle(Protocol):
 
     def snapshot(self) -> Snapshot: ...
 
+    def pod_exists(self, pod: PodInfo) -> bool:
+        """Upstream's pod lister lookup by namespace and name: whether the watches still know the pod (pending,
+        assumed or bound); False once its deletion was watched."""
+        ...
+
 
 # -- results -------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from kopf_scheduler.api.args import aggregate_message, invalid, label_key_errors, label_value_errors
 from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.plugins._volumes import (
     BETA_STORAGE_CLASS_ANNOTATION,
@@ -35,9 +36,6 @@ ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 #: Set on a PV the PV controller (or the scheduler, for it) bound, as opposed to one pre-bound by a user.
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
-#: The beta annotation that still wins over ``spec.storageClassName``.
-#: CSINode annotation listing the in-tree plugins migrated to CSI on that node.
-ANN_MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"
 #: The provisioner of classes meant for static PVs only (local volumes).
 NOT_SUPPORTED_PROVISIONER = "kubernetes.io/no-provisioner"
 
@@ -261,6 +259,45 @@ def _attributes_class_mismatch(claim: Obj, volume: Obj) -> bool:
     return wanted is not None and wanted != (spec(volume).get("volumeAttributesClassName") or "")
 
 
+#: ``metav1.LabelSelectorAsSelector``'s operators.
+_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+
+
+def label_selector_error(raw: Mapping[str, Any]) -> str | None:
+    """Why upstream ``LabelSelectorAsSelector`` rejects a selector (the first failing requirement: matchLabels
+    by key, then matchExpressions in order), or None when it is valid."""
+    for key, value in sorted((raw.get("matchLabels") or {}).items()):
+        error = _requirement_error(key, "=", [value])
+        if error is not None:
+            return error
+    for expr in raw.get("matchExpressions") or ():
+        operator = expr.get("operator") or ""
+        if operator not in _SELECTOR_OPERATORS:
+            return f"{go_quote(operator)} is not a valid label selector operator"
+        error = _requirement_error(expr.get("key") or "", operator, list(expr.get("values") or ()))
+        if error is not None:
+            return error
+    return None
+
+
+def _requirement_error(key: str, operator: str, values: list[str]) -> str | None:
+    """``labels.NewRequirement``'s errors (no field path prefix), aggregated as Go prints them."""
+    errors = []
+    key_errors = label_key_errors(key)
+    if key_errors:
+        errors.append(invalid("key", key, "; ".join(key_errors)))
+    shown = values or None  # Go copies the values into a nil slice: none print as null
+    if operator in ("In", "NotIn") and not values:
+        errors.append(invalid("values", shown, "for 'in', 'notin' operators, values set can't be empty"))
+    elif operator in ("Exists", "DoesNotExist") and values:
+        errors.append(invalid("values", shown, "values set must be empty for exists and does not exist"))
+    for index, value in enumerate(values):
+        value_errors = label_value_errors(value)
+        if value_errors:
+            errors.append(invalid(f"values[{index}][{key}]", value, "; ".join(value_errors)))
+    return aggregate_message(errors) if errors else None
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A PV that passed FindMatchingVolume's node-independent checks for one claim."""
@@ -273,7 +310,8 @@ class Candidate:
 
 def matching_candidates(claim: Obj, volumes: Iterable[Obj]) -> list[Candidate]:
     """Upstream ``FindMatchingVolume`` (scheduler path: a node given, delayed binding), first half: the PVs it
-    could pick for ``claim`` on *some* node, in order.
+    could pick for ``claim`` on *some* node, in order. A malformed ``spec.selector`` raises
+    :class:`VolumeError` with upstream's text.
 
     A PV pre-bound to the claim needs only the size, mode and deletion checks (upstream returns it before
     looking at phase, selector, class and access modes); any other PV must pass them all. What depends on
@@ -283,7 +321,12 @@ def matching_candidates(claim: Obj, volumes: Iterable[Obj]) -> list[Candidate]:
     requested = storage_request(claim) or Fraction(0)
     requested_class = claim_class(claim)
     raw_selector = spec(claim).get("selector")
-    selector = LabelSelector.parse(raw_selector) if raw_selector is not None else None
+    selector = None
+    if raw_selector is not None:
+        error = label_selector_error(raw_selector)
+        if error is not None:
+            raise VolumeError(f"error creating internal label selector for claim: {claim_key(claim)}: {error}")
+        selector = LabelSelector.parse(raw_selector)
     found: list[Candidate] = []
     for volume in volumes:
         if spec(volume).get("claimRef") is not None and not is_volume_bound_to_claim(volume, claim):

@@ -17,7 +17,9 @@ claim of the pod itself fails it with UUR (``looking up PVC ns/name: persistentv
 a malformed volume is an Error.
 
 As upstream, VolumeAttachments on the node whose volume no pod there uses count too (a volume still
-attached after its pod left).
+attached after its pod left); they are read through the store's index by ``spec.nodeName``
+(``StorageObjects.by_node``), as upstream reads its informer indexer. The CSI translation of in-tree volumes
+is :mod:`._csi_translation`, shared with VolumeBinding.
 
 QueueingHints: a CSINode added, or updated with a higher count for some driver; a bound or nominated pod
 with claim, ephemeral or migratable volumes deleted; a claim the pod names created; a VolumeAttachment
@@ -29,9 +31,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -55,6 +55,14 @@ from kopf_scheduler.framework import (
     as_pod,
     is_assigned_or_nominated,
 )
+from kopf_scheduler.plugins._csi_translation import (
+    BY_IN_TREE_NAME,
+    MIGRATION_ON,
+    TranslationError,
+    is_csi_migration_on,
+    migratable_plugin,
+    translated_handle,
+)
 from kopf_scheduler.plugins._volumes import (
     PVC_RESOURCE,
     bound_volume_name,
@@ -63,7 +71,7 @@ from kopf_scheduler.plugins._volumes import (
     not_found_message,
     pod_volumes,
 )
-from kopf_scheduler.state.storage import StorageObjects
+from kopf_scheduler.state.storage import VOLUME_ATTACHMENT, StorageObjects
 
 NAME = "NodeVolumeLimits"
 ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"
@@ -71,110 +79,6 @@ ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"
 Obj = Mapping[str, Any]
 #: ``<driver>/<handle>`` → driver.
 Volumes = dict[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class InTreePlugin:
-    """One in-tree volume plugin csi-translation-lib migrates: its volume source field and names."""
-
-    source: str
-    in_tree_name: str
-    csi_driver: str
-
-
-#: csi-translation-lib's in-tree plugins, in no significant order (each source field names one plugin).
-IN_TREE_PLUGINS = (
-    InTreePlugin("gcePersistentDisk", "kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
-    InTreePlugin("awsElasticBlockStore", "kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
-    InTreePlugin("cinder", "kubernetes.io/cinder", "cinder.csi.openstack.org"),
-    InTreePlugin("azureDisk", "kubernetes.io/azure-disk", "disk.csi.azure.com"),
-    InTreePlugin("azureFile", "kubernetes.io/azure-file", "file.csi.azure.com"),
-    InTreePlugin("vsphereVolume", "kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
-    InTreePlugin("portworxVolume", "kubernetes.io/portworx-volume", "pxd.portworx.com"),
-)
-_BY_IN_TREE_NAME = {plugin.in_tree_name: plugin for plugin in IN_TREE_PLUGINS}
-#: The plugins upstream's ``isCSIMigrationOn`` says yes to (given a CSINode).
-MIGRATION_ON = frozenset(
-    {"kubernetes.io/aws-ebs", "kubernetes.io/gce-pd", "kubernetes.io/azure-disk", "kubernetes.io/cinder",
-     "kubernetes.io/portworx-volume"}
-)  # fmt: skip
-
-
-class TranslationError(ValueError):
-    """A volume csi-translation-lib cannot translate."""
-
-
-def migratable_plugin(source_holder: Obj) -> InTreePlugin | None:
-    """The in-tree plugin of an inline volume or a PV spec (``IsInlineMigratable`` / ``IsPVMigratable``)."""
-    for plugin in IN_TREE_PLUGINS:
-        if source_holder.get(plugin.source) is not None:
-            return plugin
-    return None
-
-
-def is_csi_migration_on(csi_node: Obj | None, in_tree_name: str) -> bool:
-    return csi_node is not None and in_tree_name in MIGRATION_ON
-
-
-# -- csi-translation-lib volume handles (only for the plugins migration is on for) ----------------------------
-_GCE_UNSPECIFIED = "UNSPECIFIED"
-_BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
-_GA_ZONE = "topology.kubernetes.io/zone"
-
-
-def ebs_volume_id(kubernetes_id: str) -> str:
-    """``KubernetesVolumeIDToEBSVolumeID``: ``aws://<zone>/<vol-id>`` (or a bare id) to the EBS volume id."""
-    if not kubernetes_id.startswith("aws://"):
-        return kubernetes_id
-    aws_id = urlsplit(kubernetes_id).path.strip("/")
-    if not aws_id.startswith("vol-") or "/" in aws_id:
-        raise TranslationError(
-            f"failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume ({kubernetes_id})"
-        )
-    return aws_id
-
-
-def _gce_region(zones: list[str]) -> str:
-    regions = set()
-    for zone in zones:
-        parts = zone.split("-")
-        if len(parts) != 3:
-            raise TranslationError(f"zone in unexpected format, expected: {{locale}}-{{region}}-{{zone}}, got: {zone}")
-        regions.add("-".join(parts[:2]))
-    if len(regions) != 1:
-        raise TranslationError("multiple or no regions gotten from zones")
-    return regions.pop()
-
-
-def _gce_pv_handle(pv: Obj, pd_name: str) -> str:
-    labels = (pv.get("metadata") or {}).get("labels") or {}
-    zones_label = (
-        labels.get("failure-domain.beta.kubernetes.io/zone") or labels.get("topology.kubernetes.io/zone") or ""
-    )
-    zones = zones_label.split("__")
-    if len(zones) == 1 and zones[0]:
-        return f"projects/{_GCE_UNSPECIFIED}/zones/{zones[0]}/disks/{pd_name}"
-    if len(zones) > 1:
-        return f"projects/{_GCE_UNSPECIFIED}/regions/{_gce_region(zones)}/disks/{pd_name}"
-    return f"projects/{_GCE_UNSPECIFIED}/zones/{_GCE_UNSPECIFIED}/disks/{pd_name}"
-
-
-def translated_handle(plugin: InTreePlugin, source: Obj, pv: Obj | None) -> str:
-    """The CSI volume handle csi-translation-lib gives an inline volume (``pv`` None) or an in-tree PV."""
-    if plugin.source == "awsElasticBlockStore":
-        return ebs_volume_id(source.get("volumeID") or "")
-    if plugin.source == "gcePersistentDisk":
-        pd_name = source.get("pdName") or ""
-        if pv is None:
-            return f"projects/{_GCE_UNSPECIFIED}/zones/{_GCE_UNSPECIFIED}/disks/{pd_name}"
-        return _gce_pv_handle(pv, pd_name)
-    if plugin.source == "azureDisk":
-        kind = source.get("kind")
-        if kind is not None and str(kind).lower() != "managed":
-            raise TranslationError(f"kind({kind}) is not supported in csi migration")
-        return source.get("diskURI") or ""
-    # cinder, portworxVolume
-    return source.get("volumeID") or ""
 
 
 # -- collecting a pod's attachable volumes --------------------------------------------------------------------
@@ -247,7 +151,7 @@ class VolumeCollector:
         meta = pvc.get("metadata") or {}
         handle = f"{self.random_prefix}-{meta.get('namespace') or ''}/{meta.get('name') or ''}"
         provisioner = storage_class.get("provisioner") or ""
-        plugin = _BY_IN_TREE_NAME.get(provisioner)
+        plugin = BY_IN_TREE_NAME.get(provisioner)
         if plugin is None:
             return provisioner, handle
         if not is_csi_migration_on(csi_node, provisioner):
@@ -368,7 +272,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
             return Status.as_error(exc, plugin=NAME)
         new_volumes = {key: driver for key, driver in wanted.items() if key not in attached}
         attached_count = Counter(attached.values())
-        by_attachment = attachment_volumes(storage, storage.attachments_on(node_name), node_name)
+        by_attachment = attachment_volumes(storage, storage.by_node(VOLUME_ATTACHMENT, node_name), node_name)
         attached_count.update(driver for key, driver in by_attachment.items() if key not in attached)
         for driver, count in Counter(new_volumes.values()).items():
             limit = limits.get(driver)

@@ -26,9 +26,12 @@ Upstream ``plugins/volumebinding`` (``volume_binding.go``, ``binder.go``), v1.36
   ``pre_bind_pre_flight`` is upstream's PreBindPreFlight (Skip when nothing is to be bound): the binding cycle
   asks it first, and sets the pod's nominatedNodeName when PreBind has work (NominatedNodeNameForExpectation).
 
-Not restated: translating in-tree PVs to CSI (CSI migration) before the node-affinity checks, and
-PreBind's "pod does not exist any more" check (the scheduler's pending pods are not visible to plugins);
-a deleted pod's PreBind runs until the claims are bound or the timeout.
+CSI migration (``tryTranslatePVToCSI``, :mod:`._csi_translation`): a bound in-tree PV (Filter) and each PV
+PreBind waits on are judged in their CSI form on a node whose CSINode lists their plugin as migrated (the zone
+key becomes the CSI driver's); one that cannot be translated is an Error. A claim whose ``spec.selector`` is
+malformed is an Error of Filter (``error creating internal label selector for claim: ...``). PreBind's wait
+fails with ``pod does not exist any more: pod "<name>" not found`` once the pod's deletion was watched
+(upstream re-reads its pod lister each poll; here ``Handle.pod_exists``).
 """
 
 from __future__ import annotations
@@ -67,8 +70,14 @@ from kopf_scheduler.framework import (
 )
 from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.plugins._assume_cache import AssumeCache
-from kopf_scheduler.plugins._persistent_volumes import (
+from kopf_scheduler.plugins._csi_translation import (
     ANN_MIGRATED_PLUGINS,
+    TranslationError,
+    translate_pv_to_csi,
+    translation_plugin,
+    try_translate_pv_to_csi,
+)
+from kopf_scheduler.plugins._persistent_volumes import (
     ANN_SELECTED_NODE,
     CLAIM_LOST,
     NOT_SUPPORTED_PROVISIONER,
@@ -97,7 +106,7 @@ from kopf_scheduler.plugins._persistent_volumes import (
     volume_node_selector,
     with_annotation,
 )
-from kopf_scheduler.plugins._volumes import claim_class
+from kopf_scheduler.plugins._volumes import claim_class, not_found_message
 from kopf_scheduler.state.quantity import QuantityError, int_value
 from kopf_scheduler.state.selectors import LabelSelector
 from kopf_scheduler.state.storage import (
@@ -165,6 +174,9 @@ class PodVolumeClaims:
     selectors: SelectorMemo = field(default_factory=dict)
     #: Per delayed claim (by key), the PVs that fit it on some node: judged once per cycle.
     candidates: dict[str, list[Candidate]] = field(default_factory=dict)
+    #: CSI translations of bound in-tree PVs, by ``id`` of the PV (kept with it): one object per PV for the
+    #: cycle, so its node affinity is judged once for all nodes it is migrated on.
+    translations: dict[int, tuple[Obj, Obj]] = field(default_factory=dict)
 
     def candidates_for(self, claim: Obj) -> list[Candidate]:
         key = claim_key(claim)
@@ -174,6 +186,20 @@ class PodVolumeClaims:
                 claim, self.volumes_by_class.get(claim_class(claim)) or ()
             )
         return found
+
+    def csi_form(self, pv: Obj, csi_node: Obj | None) -> Obj:
+        """Upstream ``tryTranslatePVToCSI`` for the node of ``csi_node``; the translation kept for the cycle."""
+        plugin = translation_plugin(pv, csi_node)
+        if plugin is None:
+            return pv
+        held = self.translations.get(id(pv))
+        if held is None:
+            try:
+                translated = translate_pv_to_csi(pv, plugin)
+            except TranslationError as exc:
+                raise VolumeError(str(exc)) from exc
+            held = self.translations[id(pv)] = (pv, translated)
+        return held[1]
 
 
 @dataclass(slots=True)
@@ -220,11 +246,13 @@ class VolumeBinder:
         client: Callable[[], APIClient | None],
         *,
         bind_timeout: float,
+        pod_exists: Callable[[PodInfo], bool] = lambda pod: True,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._cluster = cluster
         self._client = client
+        self._pod_exists = pod_exists
         self.bind_timeout = bind_timeout
         self.poll_interval = POLL_INTERVAL_SECONDS
         self.sleep = sleep
@@ -306,17 +334,20 @@ class VolumeBinder:
         outcome = _FindOutcome()
         volumes = PodVolumes()
         if claims.bound:
-            outcome.bound_satisfied, outcome.bound_pvs_found = self._check_bound_claims(claims.bound, fits_node)
+            outcome.bound_satisfied, outcome.bound_pvs_found = self._check_bound_claims(claims, node, fits_node)
         if claims.unbound_delay:
             self._find_unbound(claims, node, fits_node, outcome, volumes)
         return volumes, outcome.reasons()
 
-    def _check_bound_claims(self, bound: Sequence[Obj], fits_node: FitsNode) -> tuple[bool, bool]:
-        for pvc in bound:
+    def _check_bound_claims(self, claims: PodVolumeClaims, node: NodeInfo, fits_node: FitsNode) -> tuple[bool, bool]:
+        """Upstream ``checkBoundClaims``: (every bound PV's node affinity fits, every bound PV exists); an
+        in-tree PV migrated on the node is judged in its CSI form."""
+        csi_node = self._storage().csi_node(node.name)
+        for pvc in claims.bound:
             pv = self.pv_cache.get(spec(pvc).get("volumeName") or "")
             if pv is None:
                 return True, False
-            if not fits_node(pv):
+            if not fits_node(claims.csi_form(pv, csi_node)):
                 return False, True
         return True, True
 
@@ -453,7 +484,7 @@ class VolumeBinder:
             self.pvc_cache.restore(pvc)
 
     # -- PreBind ------------------------------------------------------------------------------------------
-    async def bind_pod_volumes(self, node_name: str, volumes: PodVolumes) -> None:
+    async def bind_pod_volumes(self, pod: PodInfo, node_name: str, volumes: PodVolumes) -> None:
         """Upstream ``BindPodVolumes``: write the bindings, then wait for the PV controller to finish them."""
         await self._bind_api_update(volumes)
         deadline = self.clock() + self.bind_timeout
@@ -465,7 +496,7 @@ class VolumeBinder:
             if self.clock() >= deadline:
                 raise VolumeError(f"binding volumes: {ERR_DEADLINE_EXCEEDED}")
             try:
-                done = self._check_bindings(node_name, volumes)
+                done = self._check_bindings(pod, node_name, volumes)
             except VolumeError as exc:
                 raise VolumeError(f"binding volumes: {exc}") from exc
             if done:
@@ -491,11 +522,15 @@ class VolumeBinder:
             self._revert_pvs(bindings[written_pvs:])
             self._revert_pvcs(provisions[written_pvcs:])
 
-    def _check_bindings(self, node_name: str, volumes: PodVolumes) -> bool:
-        """Upstream ``checkBindings``: True when every claim is fully bound; raises when a binding was undone."""
+    def _check_bindings(self, pod: PodInfo, node_name: str, volumes: PodVolumes) -> bool:
+        """Upstream ``checkBindings``: True when every claim is fully bound; raises when a binding was undone
+        or the pod was deleted meanwhile. In-tree PVs migrated on the node are judged in their CSI form."""
         node = self._cluster().node(node_name)
         if node is None:
             raise VolumeError(f"failed to get node {go_quote(node_name)}: node {go_quote(node_name)} not found")
+        csi_node = self._storage().csi_node(node_name)
+        if not self._pod_exists(pod):
+            raise VolumeError(f"pod does not exist any more: {not_found_message('pod', pod.name)}")
         for binding in volumes.static_bindings:
             pv = self.pv_cache.get_api(name_of(binding.pv))
             if pv is None:
@@ -506,6 +541,10 @@ class VolumeBinder:
                 raise VolumeError(f"failed to check binding: {missing}")
             if resource_version(binding.pv) > resource_version(pv):
                 return False  # our write has not come back through the watch yet
+            try:
+                pv = try_translate_pv_to_csi(pv, csi_node)
+            except TranslationError as exc:
+                raise VolumeError(f"failed to translate pv to csi: {exc}") from exc
             _check_volume_node(pv, node)
             ref = spec(pv).get("claimRef")
             if ref is None or not ref.get("uid"):
@@ -529,6 +568,10 @@ class VolumeBinder:
                 pv = self.pv_cache.get_api(volume_name)
                 if pv is None:
                     return False  # not watched yet, or deleted (then the claim gets unbound)
+                try:
+                    pv = try_translate_pv_to_csi(pv, csi_node)
+                except TranslationError as exc:
+                    raise VolumeError(str(exc)) from exc
                 _check_volume_node(pv, node)
             if not is_claim_fully_bound(pvc):
                 return False
@@ -613,7 +656,12 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
         )
         #: The cluster cache the snapshots read; remembered from the first PreFilter (it is one object).
         self._cache: ClusterCache | None = None
-        self.binder = VolumeBinder(self._cluster, lambda: self.handle.client, bind_timeout=float(timeout))
+        self.binder = VolumeBinder(
+            self._cluster,
+            lambda: self.handle.client,
+            bind_timeout=float(timeout),
+            pod_exists=lambda pod: self.handle.pod_exists(pod),
+        )
 
     def _cluster(self) -> ClusterCache:
         if self._cache is None:
@@ -715,7 +763,7 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
         if volumes is None:
             return _no_pod_volumes(node_name)
         try:
-            await self.binder.bind_pod_volumes(node_name, volumes)
+            await self.binder.bind_pod_volumes(pod, node_name, volumes)
         except Exception as exc:
             return Status.as_error(exc, plugin=NAME)
         return SUCCESS

@@ -9,8 +9,8 @@ scheduler never mutates them: VolumeBinding keeps its assumed versions beside th
 AssumeCache does beside the informer).
 
 Keys: cluster-scoped kinds by name, namespaced kinds (PVCs, CSIStorageCapacities) by ``(namespace, name)``.
-VolumeAttachments are also indexed by ``spec.nodeName`` (upstream's NodeVolumeLimits keeps the same index on
-its informer), so a node's attachments are found without scanning all of them.
+VolumeAttachments are also indexed by ``spec.nodeName`` (:meth:`StorageObjects.by_node`), as upstream's
+NodeVolumeLimits lists them through an informer indexer on that field instead of walking them all per node.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ KINDS: Mapping[str, bool] = {
 Key = tuple[str, str]
 Obj = dict[str, Any]
 
+#: The kinds indexed by the node they concern.
+NODE_INDEXED = frozenset({VOLUME_ATTACHMENT})
+
 
 def object_key(kind: str, obj: Mapping[str, Any]) -> Key:
     """``(namespace, name)`` of ``obj``; the namespace is "" for cluster-scoped kinds."""
@@ -50,12 +53,12 @@ def object_key(kind: str, obj: Mapping[str, Any]) -> Key:
 class StorageObjects:
     """The latest watched version of every storage object, by kind and key."""
 
-    __slots__ = ("_attachments_by_node", "_by_kind")
+    __slots__ = ("_by_kind", "_by_node")
 
     def __init__(self) -> None:
         self._by_kind: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
-        #: node name → key → VolumeAttachment attached to that node.
-        self._attachments_by_node: dict[str, dict[Key, Obj]] = {}
+        #: kind (of :data:`NODE_INDEXED`) → ``spec.nodeName`` → key → object.
+        self._by_node: dict[str, dict[str, dict[Key, Obj]]] = {kind: {} for kind in NODE_INDEXED}
 
     # -- feeding (the watch handlers and the reconciling LIST) -------------------------------------------
     def apply(self, kind: str, event_type: str | None, obj: Obj) -> tuple[Obj | None, Obj | None]:
@@ -63,13 +66,12 @@ class StorageObjects:
         objects = self._by_kind[kind]
         key = object_key(kind, obj)
         old = objects.get(key)
+        self._unindex(kind, key, old)
         if event_type == "DELETED":
-            self.remove(kind, key)
+            objects.pop(key, None)
             return old, None
         objects[key] = obj
-        if kind == VOLUME_ATTACHMENT:
-            self._unindex_attachment(key, old)
-            self._attachments_by_node.setdefault(_attached_node(obj), {})[key] = obj
+        self._index(kind, key, obj)
         return old, obj
 
     def keys(self, kind: str) -> set[Key]:
@@ -77,20 +79,25 @@ class StorageObjects:
 
     def remove(self, kind: str, key: Key) -> Obj | None:
         """Drop an object the reconciling LIST no longer returns; the dropped object, if any."""
-        dropped = self._by_kind[kind].pop(key, None)
-        if kind == VOLUME_ATTACHMENT:
-            self._unindex_attachment(key, dropped)
-        return dropped
+        old = self._by_kind[kind].pop(key, None)
+        self._unindex(kind, key, old)
+        return old
 
-    def _unindex_attachment(self, key: Key, attachment: Obj | None) -> None:
-        if attachment is None:
+    def _index(self, kind: str, key: Key, obj: Obj) -> None:
+        index = self._by_node.get(kind)
+        if index is not None:
+            index.setdefault(_node_name(obj), {})[key] = obj
+
+    def _unindex(self, kind: str, key: Key, old: Obj | None) -> None:
+        index = self._by_node.get(kind)
+        if index is None or old is None:
             return
-        node = _attached_node(attachment)
-        on_node = self._attachments_by_node.get(node)
-        if on_node is not None:
-            on_node.pop(key, None)
-            if not on_node:
-                del self._attachments_by_node[node]
+        node = _node_name(old)
+        bucket = index.get(node)
+        if bucket is not None:
+            bucket.pop(key, None)
+            if not bucket:
+                del index[node]
 
     # -- reading (the plugins) -------------------------------------------------------------------------
     def get(self, kind: str, name: str, namespace: str = "") -> Obj | None:
@@ -98,6 +105,10 @@ class StorageObjects:
 
     def all(self, kind: str) -> Iterator[Obj]:
         return iter(self._by_kind[kind].values())
+
+    def by_node(self, kind: str, node_name: str) -> Iterator[Obj]:
+        """The objects of ``kind`` (one of :data:`NODE_INDEXED`) whose ``spec.nodeName`` is ``node_name``."""
+        return iter((self._by_node[kind].get(node_name) or {}).values())
 
     def count(self, kind: str) -> int:
         return len(self._by_kind[kind])
@@ -117,10 +128,6 @@ class StorageObjects:
     def csi_driver(self, name: str) -> Obj | None:
         return self.get(CSI_DRIVER, name)
 
-    def attachments_on(self, node_name: str) -> Iterator[Obj]:
-        """The VolumeAttachments whose ``spec.nodeName`` is ``node_name``."""
-        return iter(self._attachments_by_node.get(node_name, {}).values())
 
-
-def _attached_node(attachment: Mapping[str, Any]) -> str:
-    return (attachment.get("spec") or {}).get("nodeName") or ""
+def _node_name(obj: Obj) -> str:
+    return (obj.get("spec") or {}).get("nodeName") or ""

@@ -10,7 +10,6 @@ from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent
 from kopf_scheduler.plugins.node_volume_limits import (
     ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED,
     NodeVolumeLimits,
-    ebs_volume_id,
 )
 from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info, slots
 from tests.unit.plugins._storage import claim_volume, csi_node, fill, pv, pvc, storage_class
@@ -100,14 +99,6 @@ EXCEEDED = (Code.UNSCHEDULABLE, ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED)
 )
 def test_verdicts(existing: list[list[dict[str, Any]]], wanted: list[dict[str, Any]], node: Any, expected: Any) -> None:
     assert run(existing, wanted, node) == expected
-
-
-@pytest.mark.parametrize(
-    ("kubernetes_id", "volume_id"),
-    [("vol-1", "vol-1"), ("aws://us-east-1a/vol-1", "vol-1"), ("aws:///vol-2", "vol-2")],
-)
-def test_ebs_volume_id(kubernetes_id: str, volume_id: str) -> None:
-    assert ebs_volume_id(kubernetes_id) == volume_id
 
 
 def test_hints() -> None:

@@ -30,6 +30,7 @@ from kopf_scheduler.scheduler import assume_and_reserve, bind_pod, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.storage import (
     CSI_DRIVER,
+    CSI_NODE,
     CSI_STORAGE_CAPACITY,
     PERSISTENT_VOLUME,
     PERSISTENT_VOLUME_CLAIM,
@@ -880,3 +881,202 @@ def test_a_failed_pre_bind_in_the_binding_cycle_rolls_the_assumed_pv_back_and_fo
     )
     assert not plugin.binder.pv_cache.is_assumed("pv1")
     assert not cache.is_assumed(pod.uid)
+
+
+# -- CSI migration: in-tree PVs judged in their CSI form (upstream tryTranslatePVToCSI) -----------------------
+GA_ZONE = "topology.kubernetes.io/zone"
+GKE_ZONE = "topology.gke.io/zone"
+GCE_PLUGIN = "kubernetes.io/gce-pd"
+EBS_PLUGIN = "kubernetes.io/aws-ebs"
+BAD_EBS = "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS volume (aws://z1/bad)"
+
+
+def in_tree_pv(source: dict[str, Any], *, zone_key: str | None = GA_ZONE, **kwargs: Any) -> dict[str, Any]:
+    volume = pv("pv1", node=None, **kwargs)
+    volume["spec"].update(source)
+    if zone_key is not None:
+        term = {"matchExpressions": [{"key": zone_key, "operator": "In", "values": ["z1"]}]}
+        volume["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
+    return volume
+
+
+GCE_PD = {"gcePersistentDisk": {"pdName": "disk"}}
+BAD_EBS_SOURCE = {"awsElasticBlockStore": {"volumeID": "aws://z1/bad"}}
+
+
+def migration_cluster(*objects: tuple[str, dict[str, Any]]) -> ClusterCache:
+    """n1: GA zone label, CSINode migrating GCE PD and EBS; n2: only the GCE PD CSI driver's zone label,
+    same CSINode; n3: GA zone label, a CSINode without the annotation (nothing migrated there)."""
+    cache = make_cache(
+        [
+            make_node("n1", labels={GA_ZONE: "z1"}),
+            make_node("n2", labels={GKE_ZONE: "z1"}),
+            make_node("n3", labels={GA_ZONE: "z1"}),
+        ]
+    )
+    migrated = {MIGRATED: f"{GCE_PLUGIN},{EBS_PLUGIN}"}
+    for name, notes in (("n1", migrated), ("n2", migrated), ("n3", {})):
+        cache.storage.apply(CSI_NODE, "ADDED", {"metadata": {"name": name, "annotations": notes}, "spec": {}})
+    for kind, obj in objects:
+        cache.storage.apply(kind, "ADDED", obj)
+    return cache
+
+
+_node = (ERR_REASON_NODE_CONFLICT,)
+UUR = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+BOUND = C(pvc(volume="pv1", bound=True, phase="Bound"))
+
+
+@pytest.mark.parametrize(
+    ("volume", "expected", "code"),
+    [
+        pytest.param(in_tree_pv(GCE_PD, phase="Bound"), {"n1": _node}, UUR, id="zone-key-becomes-csi-key"),
+        pytest.param(
+            in_tree_pv(GCE_PD, zone_key=None, phase="Bound", labels={GA_ZONE: "z1"}),
+            {"n1": _node},
+            UUR,
+            id="zone-label-becomes-csi-affinity",
+        ),
+        pytest.param(
+            in_tree_pv({"azureFile": {"shareName": "s"}}, phase="Bound"),
+            {"n2": _node},
+            UUR,
+            id="migration-off-for-azure-file",
+        ),
+        pytest.param(
+            in_tree_pv(BAD_EBS_SOURCE, zone_key=None, phase="Bound"),
+            {"n1": (f"could not translate pv: {BAD_EBS}",), "n2": (f"could not translate pv: {BAD_EBS}",)},
+            Code.ERROR,
+            id="untranslatable-is-an-error-where-migrated",
+        ),
+    ],
+)
+def test_filter_judges_a_bound_in_tree_pv_in_its_csi_form(volume: dict[str, Any], expected: Any, code: Code) -> None:
+    cache = migration_cluster(V(volume), BOUND)
+    _, _, status, verdicts = cycle(plugin_for(cache), cache, a_pod(claim_volume()))
+    assert status.is_success
+    assert rejections(verdicts) == expected
+    assert all(s.code is code for s in verdicts.values() if not s.is_success)
+
+
+@pytest.mark.parametrize(
+    ("source", "node", "reasons"),
+    [
+        pytest.param(GCE_PD, "n3", None, id="not-migrated-on-the-node"),
+        pytest.param(
+            GCE_PD,
+            "n1",
+            ('binding volumes: pv "pv1" node affinity doesn\'t match node "n1": no matching NodeSelectorTerms',),
+            id="migrated-affinity-no-longer-matches",  # matching (Filter) does not translate; checkBindings does
+        ),
+        pytest.param(
+            BAD_EBS_SOURCE,
+            "n1",
+            (f"binding volumes: failed to translate pv to csi: could not translate pv: {BAD_EBS}",),
+            id="untranslatable",
+        ),
+    ],
+)
+def test_pre_bind_judges_the_written_pv_in_its_csi_form(source: Any, node: str, reasons: Any) -> None:
+    cache = migration_cluster(LOCAL, V(in_tree_pv(source)), C(pvc()))
+    client = FakeClient()
+    plugin, fake = wired(cache, client)
+    pod = a_pod(claim_volume())
+    state = reserved(cache, plugin, pod, node)
+    fake.on_tick = pv_controller_binds(cache, client, at_tick=1)
+    status = asyncio.run(plugin.pre_bind(state, pod, node))
+    assert (status.code, status.reasons) == ((Code.SUCCESS, ()) if reasons is None else (Code.ERROR, reasons))
+
+
+def test_pre_bind_judges_a_provisioned_in_tree_pv_in_its_csi_form() -> None:
+    cache = migration_cluster(CSI_CLASS, C(pvc(cls="csi")))
+    provisioned = in_tree_pv(BAD_EBS_SOURCE, cls="csi", phase="Bound")
+    provisioned["metadata"]["name"] = "pvc-provisioned"
+    cache.storage.apply(PERSISTENT_VOLUME, "ADDED", provisioned)
+    client = FakeClient()
+    plugin, fake = wired(cache, client)
+    pod = a_pod(claim_volume())
+    state = reserved(cache, plugin, pod, "n1")
+    fake.on_tick = pv_controller_binds(cache, client, at_tick=1)
+    status = asyncio.run(plugin.pre_bind(state, pod, "n1"))
+    assert (status.code, status.reasons) == (Code.ERROR, (f"binding volumes: could not translate pv: {BAD_EBS}",))
+
+
+# -- a claim's malformed selector (upstream FindMatchingVolume's LabelSelectorAsSelector) ----------------------
+BAD_KEY = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+    "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+BAD_VALUE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "
+    "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+
+
+def expression(key: str, operator: str, values: list[str] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"key": key, "operator": operator}
+    if values is not None:
+        body["values"] = values
+    return body
+
+
+@pytest.mark.parametrize(
+    ("selector", "error"),
+    [
+        pytest.param(
+            {"matchExpressions": [expression("tier", "Gt", ["1"])]},
+            '"Gt" is not a valid label selector operator',
+            id="operator",
+        ),
+        pytest.param(
+            {"matchExpressions": [expression("tier", "In")]},
+            "values: Invalid value: null: for 'in', 'notin' operators, values set can't be empty",
+            id="in-without-values",
+        ),
+        pytest.param(
+            {"matchExpressions": [expression("tier", "Exists", ["x"])]},
+            'values: Invalid value: ["x"]: values set must be empty for exists and does not exist',
+            id="exists-with-values",
+        ),
+        pytest.param({"matchLabels": {"bad key": "x"}}, f'key: Invalid value: "bad key": {BAD_KEY}', id="label-key"),
+        pytest.param(
+            {"matchLabels": {"tier": "x y"}}, f'values[0][tier]: Invalid value: "x y": {BAD_VALUE}', id="label-value"
+        ),
+        pytest.param(
+            {"matchExpressions": [expression("bad key", "NotIn", [])]},
+            f"[key: Invalid value: \"bad key\": {BAD_KEY}, values: Invalid value: null: for 'in', 'notin' operators, "
+            "values set can't be empty]",
+            id="several-errors-aggregated",
+        ),
+        pytest.param(
+            {"matchLabels": {"tier": "fast"}, "matchExpressions": [expression("x", "Bad")]},
+            '"Bad" is not a valid label selector operator',
+            id="labels-then-expressions",
+        ),
+    ],
+)
+def test_a_malformed_claim_selector_is_an_error_of_filter(selector: dict[str, Any], error: str) -> None:
+    cache = cluster(LOCAL, V(pv("pv1", labels={"tier": "fast"})), C(pvc(selector=selector)))
+    _, _, status, verdicts = cycle(plugin_for(cache), cache, a_pod(claim_volume()))
+    assert status.is_success
+    message = f"error creating internal label selector for claim: default/data: {error}"
+    assert {node: (s.code, s.reasons) for node, s in verdicts.items()} == dict.fromkeys(NODES, (Code.ERROR, (message,)))
+
+
+# -- the pod deleted while PreBind waits (upstream checkBindings re-reads the pod lister) ----------------------
+def test_pre_bind_fails_once_the_pods_deletion_is_watched() -> None:
+    cache = cluster(LOCAL, V(pv("pv1", node="n2")), C(pvc()))
+    plugin, fake = wired(cache, FakeClient())
+    pod = a_pod(claim_volume())
+    state = reserved(cache, plugin, pod, "n2")
+    handle = plugin.handle
+    assert isinstance(handle, FakeHandle)
+    fake.on_tick = lambda n: handle.deleted.add(pod.uid) if n == 2 else None
+    status = asyncio.run(plugin.pre_bind(state, pod, "n2"))
+    assert (status.code, status.reasons) == (
+        Code.ERROR,
+        ('binding volumes: pod does not exist any more: pod "web-0" not found',),
+    )
+    assert fake.ticks == 2  # noticed at the first poll after the deletion, not at the timeout
