@@ -130,6 +130,8 @@ class Scenario:
     volumes: list[dict[str, Any]] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
     csinodes: list[dict[str, Any]] = field(default_factory=list)
+    csi_drivers: list[dict[str, Any]] = field(default_factory=list)
+    capacities: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def node_names(self) -> list[str]:

@@ -735,7 +735,14 @@ class Harness:
         model = Model({p.name: p.spec for p in self.profiles.values()})
         since = self._mark()
         self._scenario = scenario
-        storage = (*scenario.storage_classes, *scenario.csinodes, *scenario.volumes, *scenario.claims)
+        storage = (
+            *scenario.storage_classes,
+            *scenario.csinodes,
+            *scenario.csi_drivers,
+            *scenario.capacities,
+            *scenario.volumes,
+            *scenario.claims,
+        )
         for obj in (*scenario.namespaces, *scenario.nodes, *scenario.services, *scenario.replica_sets, *storage):
             model.load(self._create(obj))
         wanted = [("Add event for node", "node", n) for n in scenario.node_names]

@@ -18,7 +18,7 @@ import pytest
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.registry import default_registry
-from tests.conformance import generator, oracle
+from tests.conformance import generator, oracle, volume_harness, volumes
 from tests.conformance.generator import GPU, HUGEPAGES, PLUGINS, SIZES, generate
 from tests.conformance.report import RunInfo, summary, write_markdown
 from tests.conformance.runner import (
@@ -463,3 +463,121 @@ def test_storage_scenarios_bind_claims_consistently_and_use_every_volume_plugin(
     assert set(features) == {"VolumeBinding", "VolumeZone", "VolumeRestrictions", "NodeVolumeLimits"}
     for kind in ("bound", "wffc", "immediate", "pod"):
         assert claim_kinds[kind] > 0, kind
+
+
+def _storage_scenarios(seeds: range = range(1, 60)) -> list[generator.Scenario]:
+    return [s for s in (generate(seed) for seed in seeds) if s.volumes]
+
+
+def test_zone_labelled_volumes_without_node_affinity_leave_the_verdict_to_volume_zone() -> None:
+    seen: Counter[str] = Counter()
+    for scenario in _storage_scenarios():
+        for pv in scenario.volumes:
+            labels = pv["metadata"]["labels"]
+            keys = set(volumes.VOLUME_ZONE_KEYS) & set(labels)
+            if not keys or "nodeAffinity" in pv["spec"]:
+                continue
+            seen["zone-only"] += 1
+            seen.update(key.split("/")[0] for key in keys)
+            for key in keys & {volumes.ZONE_KEY, volumes.BETA_ZONE_KEY}:
+                values = labels[key].split("__")
+                assert values == sorted(set(values)), labels
+                assert all(v.startswith("zone-") for v in values), labels
+                seen["multi-zone"] += len(values) > 1
+    assert seen["zone-only"] >= 10
+    for kind in ("topology.kubernetes.io", "failure-domain.beta.kubernetes.io", "multi-zone"):
+        assert seen[kind] > 0, kind
+
+
+def test_dynamic_provisioning_classes_capacities_and_claims() -> None:
+    seen: Counter[str] = Counter()
+    for scenario in _storage_scenarios():
+        classes = {c["metadata"]["name"]: c for c in scenario.storage_classes}
+        dynamic = {n for n, c in classes.items() if c["provisioner"] == volumes.CSI_DRIVER}
+        assert len(dynamic) == 2
+        assert all(classes[n]["volumeBindingMode"] == "WaitForFirstConsumer" for n in dynamic)
+        seen["allowedTopologies"] += sum("allowedTopologies" in classes[n] for n in dynamic)
+        for claim in scenario.claims:
+            if claim["spec"]["storageClassName"] in dynamic:
+                seen["claim"] += 1
+                assert not claim["spec"].get("volumeName")
+        if scenario.capacities:
+            assert [d["spec"]["storageCapacity"] for d in scenario.csi_drivers] == [True]
+            covered = set()
+            for capacity in scenario.capacities:
+                assert capacity["storageClassName"] in dynamic
+                covered.add(capacity["nodeTopology"]["matchLabels"][volumes.HOSTNAME_KEY])
+            assert covered <= set(scenario.node_names)
+            seen["node without capacity"] += len(set(scenario.node_names) - covered)
+            seen["capacity"] += 1
+        else:
+            assert not scenario.csi_drivers  # no CSIDriver: capacity is never checked
+            seen["no capacity"] += 1
+    for kind in ("allowedTopologies", "claim", "node without capacity", "capacity", "no capacity"):
+        assert seen[kind] > 0, kind
+
+
+def test_provisioned_volume_is_pinned_to_the_selected_node_and_pre_bound_by_uid() -> None:
+    claim = {
+        "metadata": {"name": "dynamic0", "namespace": "ns", "uid": "u1"},
+        "spec": {
+            "storageClassName": "c1-dynamic",
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "5Gi"}},
+        },
+    }
+    pv = volume_harness.provisioned_volume(claim, "node-3", 1)
+    assert pv["metadata"]["labels"] == {"conformance/seed": "1"}  # listed and deleted with the scenario
+    assert pv["spec"]["claimRef"] == {"namespace": "ns", "name": "dynamic0", "uid": "u1"}
+    assert pv["spec"]["capacity"] == {"storage": "5Gi"}
+    assert pv["spec"]["storageClassName"] == "c1-dynamic"
+    assert pv["spec"]["csi"]["driver"] == volumes.CSI_DRIVER
+    term = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert (term["key"], term["values"]) == (volumes.HOSTNAME_KEY, ["node-3"])
+
+
+def test_upstream_is_denied_claim_updates_too() -> None:
+    """The selected-node annotation is a PVC UPDATE: the same policy must deny it."""
+    policy, binding = volume_harness.no_volume_writes_policy("upstream")
+    rule = policy["spec"]["matchConstraints"]["resourceRules"][0]
+    assert {"persistentvolumes", "persistentvolumeclaims"} <= set(rule["resources"])
+    assert rule["operations"] == ["UPDATE"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+
+
+def test_model_reports_missing_capacity_like_volume_binding() -> None:
+    scenario = next(s for s in _storage_scenarios() if s.capacities)
+    dynamic = next(c for c in scenario.storage_classes if c["metadata"]["name"].endswith("-dynamic"))
+    model = Model({"p": {}})
+    for name in ("a", "b"):
+        labels = {volumes.HOSTNAME_KEY: name}
+        model.load(
+            {"kind": "Node", "metadata": {"name": name, "labels": labels}, "status": {"allocatable": {"pods": "9"}}}
+        )
+    capacity = copy.deepcopy(
+        next(c for c in scenario.capacities if c["storageClassName"] == dynamic["metadata"]["name"])
+    )
+    capacity["nodeTopology"] = {"matchLabels": {volumes.HOSTNAME_KEY: "a"}}
+    capacity["capacity"] = "2Gi"
+    claim = {
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "d0", "namespace": "ns"},
+        "spec": {
+            "storageClassName": dynamic["metadata"]["name"],
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    for obj in (dynamic, *scenario.csi_drivers, capacity, claim):
+        model.load(obj)
+    pod: dict[str, Any] = {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns", "uid": "p1"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x"}],
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "d0"}}],
+        },
+    }
+    verdict = model.decide("p", pod)
+    assert verdict.node == "a"
+    assert "did not have enough free storage" in verdict.rejections["b"]

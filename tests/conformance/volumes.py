@@ -10,12 +10,20 @@ volumes to some existing and pending pods (their seeds' results may change for t
 What a storage scenario holds (every cluster-scoped name carries the seed, so scenarios never meet):
 
 - two StorageClasses without a provisioner (``kubernetes.io/no-provisioner``): one WaitForFirstConsumer, one
-  Immediate; no dynamic provisioning, so an unmatched WaitForFirstConsumer claim is "didn't find available
-  persistent volumes to bind" on both sides and nobody writes a selected-node annotation;
+  Immediate; an unmatched claim of theirs is "didn't find available persistent volumes to bind" on both sides;
+- dynamic provisioning (:meth:`StorageBuilder.provisioning`): WaitForFirstConsumer classes whose provisioner
+  is :data:`CSI_DRIVER`, one with ``allowedTopologies`` (a zone) and one without; in some scenarios a
+  CSIDriver with ``storageCapacity: true`` and CSIStorageCapacity objects by node (``kubernetes.io/hostname``
+  topology, some too small, some nodes without any), so VolumeBinding says "did not have enough free
+  storage"; unbound claims of those classes. The selected-node annotation upstream's PreBind writes is
+  denied like its PV writes, and the harness provisions for our side (see volume_harness);
 - PersistentVolumes with status ``Available`` (the runner writes statuses, there is no PV controller):
   local ones pinned to a node by ``kubernetes.io/hostname`` node affinity, zonal ones (zone label, which
-  VolumeZone reads, and zone node affinity, which VolumeBinding reads), CSI ones (``spec.csi`` of
-  :data:`CSI_DRIVER`, counted by NodeVolumeLimits) and plain ones; some pre-bound to a claim by ``claimRef``;
+  VolumeZone reads, and zone node affinity, which VolumeBinding reads), zone-labelled ones with no node
+  affinity at all (:meth:`StorageBuilder.zone_label`: only VolumeZone can reject a node for them; GA or
+  deprecated ``failure-domain.beta`` keys, a zone and/or a region, sometimes a multi-zone ``a__b`` value), CSI
+  ones (``spec.csi`` of :data:`CSI_DRIVER`, counted by NodeVolumeLimits) and plain ones; some pre-bound to a
+  claim by ``claimRef``;
 - claims: bound to a PV (``spec.volumeName`` plus ``pv.kubernetes.io/bind-completed``, status ``Bound``, the
   PV's ``claimRef`` back), unbound WaitForFirstConsumer, unbound Immediate, ReadWriteOncePod claims in use by
   an existing pod; pods may also name a claim that does not exist;
@@ -35,12 +43,24 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 CSI_DRIVER = "csi.conformance.example.com"
 BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 ZONE_KEY = "topology.kubernetes.io/zone"
+REGION_KEY = "topology.kubernetes.io/region"
+BETA_ZONE_KEY = "failure-domain.beta.kubernetes.io/zone"
+BETA_REGION_KEY = "failure-domain.beta.kubernetes.io/region"
+#: Every PV label VolumeZone reads.
+VOLUME_ZONE_KEYS = (ZONE_KEY, REGION_KEY, BETA_ZONE_KEY, BETA_REGION_KEY)
 HOSTNAME_KEY = "kubernetes.io/hostname"
 SIZES = ("1Gi", "5Gi", "10Gi")
 #: The volume plugins, in the order upstream's default profile runs their filters.
 VOLUME_PLUGINS = ("VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone")
 #: The storage kinds a scenario creates (and the model feeds to ``cache.storage``).
-STORAGE_KINDS = ("StorageClass", "PersistentVolume", "PersistentVolumeClaim", "CSINode")
+STORAGE_KINDS = (
+    "StorageClass",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "CSINode",
+    "CSIDriver",
+    "CSIStorageCapacity",
+)
 
 Obj = dict[str, Any]
 
@@ -66,6 +86,8 @@ class StorageBuilder:
         self.prefix = f"c{scenario.seed}"
         self.wffc = f"{self.prefix}-wffc"
         self.immediate = f"{self.prefix}-immediate"
+        self.dynamic = f"{self.prefix}-dynamic"
+        self.dynamic_zonal = f"{self.prefix}-dynamic-zonal"
         #: claim name → the PV it is bound to (None when unbound).
         self.bound: dict[str, Obj | None] = {}
 
@@ -77,6 +99,7 @@ class StorageBuilder:
         for index in range(self.rng.randint(3, 8)):
             self.volume(index)
         self.claims()
+        self.provisioning()
         self.existing_users()
         self.pending_users()
 
@@ -131,6 +154,8 @@ class StorageBuilder:
             zone = rng.choice(self.zones)
             labels[ZONE_KEY] = zone
             spec["nodeAffinity"] = _affinity(ZONE_KEY, zone)
+        elif kind in ("plain", "csi") and self.zones and rng.random() < 0.6:
+            labels.update(self.zone_label())
         self.scenario.volumes.append(
             {
                 "apiVersion": "v1",
@@ -140,6 +165,20 @@ class StorageBuilder:
                 "status": {"phase": "Available"},
             }
         )
+
+    def zone_label(self) -> dict[str, str]:
+        """VolumeZone's labels without node affinity: a zone and/or a region, GA or deprecated keys."""
+        rng = self.rng
+        beta = rng.random() < 0.35
+        zone_key, region_key = (BETA_ZONE_KEY, BETA_REGION_KEY) if beta else (ZONE_KEY, REGION_KEY)
+        out: dict[str, str] = {}
+        roll = rng.random()
+        if roll < 0.8:
+            k = 2 if len(self.zones) > 1 and rng.random() < 0.3 else 1
+            out[zone_key] = "__".join(sorted(rng.sample(self.zones, k=k)))
+        if roll >= 0.6:
+            out[region_key] = rng.choice(["region-1", "region-1", "region-2"])
+        return out
 
     def claims(self) -> None:
         rng = self.rng
@@ -157,6 +196,53 @@ class StorageBuilder:
             self.claim(f"wffc{index}", self.wffc, modes, rng.choice(SIZES))
         if rng.random() < 0.5:
             self.claim("immediate0", self.immediate, ["ReadWriteOnce"], "1Gi")
+
+    def provisioning(self) -> None:
+        """Dynamic provisioning: CSI classes (WaitForFirstConsumer), maybe capacity by node, unbound claims."""
+        rng = self.rng
+        zonal = rng.choice(self.zones) if self.zones else None
+        for name, zone in ((self.dynamic, None), (self.dynamic_zonal, zonal)):
+            storage_class: Obj = {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": name},
+                "provisioner": CSI_DRIVER,
+                "volumeBindingMode": "WaitForFirstConsumer",
+            }
+            if zone is not None:
+                storage_class["allowedTopologies"] = [{"matchLabelExpressions": [{"key": ZONE_KEY, "values": [zone]}]}]
+            self.scenario.storage_classes.append(storage_class)
+        if rng.random() < 0.7:
+            self.capacities()
+        for index in range(rng.randint(1, 3)):
+            storage_class = rng.choice([self.dynamic, self.dynamic, self.dynamic_zonal])
+            self.claim(f"dynamic{index}", storage_class, ["ReadWriteOnce"], rng.choice(SIZES))
+
+    def capacities(self) -> None:
+        """A CSIDriver that publishes capacity, and per-node capacities (some nodes none, some too small)."""
+        rng = self.rng
+        self.scenario.csi_drivers.append(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSIDriver",
+                "metadata": {"name": CSI_DRIVER},
+                "spec": {"storageCapacity": True, "attachRequired": True, "podInfoOnMount": False},
+            }
+        )
+        for node in self.scenario.node_names:
+            if rng.random() < 0.25:
+                continue  # no capacity published for this node: not enough free storage there
+            for storage_class in (self.dynamic, self.dynamic_zonal):
+                self.scenario.capacities.append(
+                    {
+                        "apiVersion": "storage.k8s.io/v1",
+                        "kind": "CSIStorageCapacity",
+                        "metadata": {"name": f"{storage_class}-{node}", "namespace": self.namespace},
+                        "storageClassName": storage_class,
+                        "nodeTopology": {"matchLabels": {HOSTNAME_KEY: node}},
+                        "capacity": rng.choice(["2Gi", "6Gi", "20Gi"]),
+                    }
+                )
 
     def smaller(self, pv: Obj) -> str:
         size = pv["spec"]["capacity"]["storage"]
@@ -242,7 +328,7 @@ class StorageBuilder:
             claim, pv = claims.get(name), self.bound.get(name)
             if claim is not None and "ReadWriteOncePod" in claim["spec"]["accessModes"]:
                 out.add("VolumeRestrictions")
-            if pv is not None and ZONE_KEY in pv["metadata"]["labels"]:
+            if pv is not None and set(VOLUME_ZONE_KEYS) & set(pv["metadata"]["labels"]):
                 out.add("VolumeZone")
             if pv is not None and "csi" in pv["spec"] and self.scenario.csinodes:
                 out.add("NodeVolumeLimits")
