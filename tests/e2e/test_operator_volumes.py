@@ -26,21 +26,30 @@ from tests.e2e.operator_process import (
 )
 
 
-@pytest.fixture
-def local_class(cluster: Cluster) -> Iterator[str]:
-    """A WaitForFirstConsumer StorageClass without a provisioner (local volumes), removed afterwards."""
-    name = f"local-{secrets.token_hex(3)}"
-    storage = client.StorageV1Api(cluster.api)
+def create_first_consumer_class(cluster: Cluster, prefix: str, provisioner: str) -> str:
+    """A new WaitForFirstConsumer StorageClass of ``provisioner``; its name."""
+    name = f"{prefix}-{secrets.token_hex(3)}"
     body = {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
         "metadata": {"name": name},
-        "provisioner": "kubernetes.io/no-provisioner",
+        "provisioner": provisioner,
         "volumeBindingMode": "WaitForFirstConsumer",
     }
-    storage.create_storage_class(body)
+    client.StorageV1Api(cluster.api).create_storage_class(body)
+    return name
+
+
+def delete_storage_class(cluster: Cluster, name: str) -> None:
+    client.StorageV1Api(cluster.api).delete_storage_class(name)
+
+
+@pytest.fixture
+def local_class(cluster: Cluster) -> Iterator[str]:
+    """A WaitForFirstConsumer StorageClass without a provisioner (local volumes), removed afterwards."""
+    name = create_first_consumer_class(cluster, "local", "kubernetes.io/no-provisioner")
     yield name
-    storage.delete_storage_class(name)
+    delete_storage_class(cluster, name)
 
 
 def local_pv(name: str, storage_class: str, node: str, size: str) -> dict[str, Any]:
@@ -140,17 +149,7 @@ def test_a_claim_to_provision_gets_the_selected_node_and_an_unfinished_provision
     # with upstream's error, and the pod must not be bound without its volume.
     labels = {"e2e-group": secrets.token_hex(4)}
     nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(2)]
-    storage = client.StorageV1Api(cluster.api)
-    class_name = f"remote-{secrets.token_hex(3)}"
-    storage.create_storage_class(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": class_name},
-            "provisioner": "example.com/nobody",
-            "volumeBindingMode": "WaitForFirstConsumer",
-        }
-    )
+    class_name = create_first_consumer_class(cluster, "remote", "example.com/nobody")
     try:
         cluster.core.create_namespaced_persistent_volume_claim(namespace, claim("data", class_name, "1Gi"))
         name = profiles({"pluginConfig": [{"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 2}}]})
@@ -177,7 +176,7 @@ def test_a_claim_to_provision_gets_the_selected_node_and_an_unfinished_provision
         assert 'running PreBind plugin "VolumeBinding": binding volumes: context deadline exceeded' in failed[-1].note
         assert cluster.core.read_namespaced_pod("app", namespace).spec.node_name is None
     finally:
-        storage.delete_storage_class(class_name)
+        delete_storage_class(cluster, class_name)
 
 
 def test_a_stateful_set_with_volume_claim_templates_follows_its_local_pvs(
@@ -332,17 +331,7 @@ def test_an_operator_killed_during_prebind_leaves_no_pod_bound_without_its_volum
     # annotation and waits (bindTimeoutSeconds is long); the operator is SIGKILLed there.
     labels = {"e2e-group": secrets.token_hex(4)}
     nodes = [kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(2)]
-    storage = client.StorageV1Api(cluster.api)
-    class_name = f"late-{secrets.token_hex(3)}"
-    storage.create_storage_class(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": class_name},
-            "provisioner": "example.com/late",
-            "volumeBindingMode": "WaitForFirstConsumer",
-        }
-    )
+    class_name = create_first_consumer_class(cluster, "late", "example.com/late")
     pv_name = f"pv-{secrets.token_hex(3)}"
     try:
         first = operator_factory(100, name="first")
@@ -379,7 +368,7 @@ def test_an_operator_killed_during_prebind_leaves_no_pod_bound_without_its_volum
         pvc = cluster.core.read_namespaced_persistent_volume_claim("data", namespace)
         assert (pvc.status.phase, pvc.spec.volume_name) == ("Bound", pv_name)
     finally:
-        storage.delete_storage_class(class_name)
+        delete_storage_class(cluster, class_name)
         try:
             cluster.core.delete_persistent_volume(pv_name)
         except client.ApiException as e:
