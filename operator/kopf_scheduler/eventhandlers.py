@@ -52,6 +52,7 @@ _STORAGE_PATHS = {
     "CSIDriver": ("/apis/storage.k8s.io/v1", "csidrivers"),
     "CSIStorageCapacity": ("/apis/storage.k8s.io/v1", "csistoragecapacities"),
     "VolumeAttachment": ("/apis/storage.k8s.io/v1", "volumeattachments"),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
 }
 _STORAGE_RESOURCES = {
     "PersistentVolume": EventResource.PERSISTENT_VOLUME,
@@ -197,7 +198,9 @@ class EventHandlers:
         if event_type != "DELETED" and (_same_version(old, obj) or (old is not None and 0 < _rv(obj) < _rv(old))):
             return  # a version we hold already, or an older one (a LIST that raced a watch event)
         old, new = storage.apply(kind, event_type, _slim(obj))
-        self._broadcast(object_events(_STORAGE_RESOURCES[kind], old, new), old, new)
+        resource = _STORAGE_RESOURCES.get(kind)
+        if resource is not None:  # PDBs move no pod: upstream registers no cluster event for them
+            self._broadcast(object_events(resource, old, new), old, new)
 
     def _queue_for(self, scheduler_name: str, action: Callable[[SchedulingQueue], None]) -> None:
         runtime = self._profiles.get(scheduler_name)

@@ -222,6 +222,11 @@ async def volume_attachment_event(event: dict[str, Any], memo: Any, **_: Any) ->
     _app(memo).on_storage_event("VolumeAttachment", event.get("type"), event["object"])
 
 
+@kopf.on.event("policy", "v1", "poddisruptionbudgets")
+async def pod_disruption_budget_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("PodDisruptionBudget", event.get("type"), event["object"])
+
+
 # -- SchedulerProfiles ----------------------------------------------------------------------------------
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)

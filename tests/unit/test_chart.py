@@ -78,6 +78,7 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
         ["storageclasses", "csinodes", "csidrivers", "csistoragecapacities", "volumeattachments"],
         ["get", "list", "watch"],
     )
+    allow("policy", ["poddisruptionbudgets"], ["get", "list", "watch"])  # DefaultPreemption's PDB accounting
     allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles/status"], ["patch"])
     allow("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])

@@ -13,7 +13,7 @@ with a :class:`FilterResult` (which nodes fail, with which Status); Score with a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -26,6 +26,7 @@ from kopf_scheduler.framework.status import SUCCESS, Status
 
 if TYPE_CHECKING:
     from kopf_scheduler.framework.events import ClusterEventWithHint
+    from kopf_scheduler.framework.nominator import Nominator
     from kopf_scheduler.state.cache import NodeInfo, Snapshot
     from kopf_scheduler.state.pod_info import PodInfo
 
@@ -48,6 +49,15 @@ class APIClient(Protocol):
 
     async def replace_persistent_volume_claim(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         """PUT a PersistentVolumeClaim (VolumeBinding's PreBind); the object as stored. 409 if stale."""
+        ...
+
+    async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """Strategic-merge PATCH of ``pods/<name>/status`` (preemption: the victim's DisruptionTarget condition,
+        clearing a lower-priority pod's ``nominatedNodeName``); ``patch`` is the whole body (``{"status": ...}``)."""
+        ...
+
+    async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
+        """DELETE a pod with a UID precondition (preemption's victims); a 404 is not an error."""
         ...
 
 
@@ -73,6 +83,52 @@ class Handle(Protocol):
     def pod_exists(self, pod: PodInfo) -> bool:
         """Upstream's pod lister lookup by namespace and name: whether the watches still know the pod (pending,
         assumed or bound); False once its deletion was watched."""
+        ...
+
+    def get_pod(self, uid: str) -> PodInfo | None:
+        """The latest watched version of a pod (pending, assumed or bound), by uid; None once deleted."""
+        ...
+
+    @property
+    def nominator(self) -> Nominator:
+        """The pods nominated onto nodes, across every profile (upstream's PodNominator of the one queue)."""
+        ...
+
+    def activate(self, pods: Iterable[PodInfo]) -> None:
+        """Move these pending pods to the active queue now, whichever profile's queue holds them (upstream
+        ``Handle.Activate``); unknown or in-flight pods are ignored."""
+        ...
+
+    def reject_waiting_pod(self, uid: str) -> bool:
+        """Reject a pod waiting at Permit in any profile (upstream ``RejectWaitingPod``); True if one waited."""
+        ...
+
+    def record_event(self, regarding: PodInfo, *, event_type: str, reason: str, action: str, note: str) -> None:
+        """Post an event about a pod, reported by this profile's scheduler name (upstream ``EventRecorder``);
+        fire and forget: a failed POST is logged, never raised."""
+        ...
+
+    def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:
+        """Run API work off the scheduling cycle (upstream's goroutine, e.g. asynchronous preemption); the
+        runtime keeps the task, logs an exception it raises, and cancels it at shutdown."""
+        ...
+
+    @property
+    def metrics(self) -> PluginMetrics:
+        """Where plugins record the metrics upstream's plugins record themselves."""
+        ...
+
+
+class PluginMetrics(Protocol):
+    """The metrics upstream's plugins observe directly (``pkg/scheduler/metrics``); ``kopf_scheduler.metrics``
+    implements it, tests pass a recorder."""
+
+    def preemption_attempt(self) -> None:
+        """``scheduler_preemption_attempts_total``: one DefaultPreemption PostFilter call."""
+        ...
+
+    def preemption_victims(self, count: int) -> None:
+        """``scheduler_preemption_victims``: the victims of one executed preemption."""
         ...
 
 
@@ -122,9 +178,17 @@ class PreFilterResult:
 
 @dataclass(frozen=True, slots=True)
 class PostFilterResult:
-    """What a PostFilter plugin (preemption) proposes: a node to nominate, or nothing."""
+    """What a PostFilter plugin (preemption) proposes: a node to nominate, or nothing.
+
+    Upstream's ``NominatingInfo`` with mode ``Override``: the scheduler records the nomination in the
+    nominator and writes it to the pod's ``status.nominatedNodeName`` when it handles the failure. A result
+    with ``nominated_node_name`` None (or no result) leaves an existing nomination as it is; upstream clears
+    it only when preemption is not helpful anywhere (``clear_nomination``).
+    """
 
     nominated_node_name: str | None = None
+    #: Upstream ``ModeOverride`` with an empty name: remove the pod's nomination (preemption cannot help).
+    clear_nomination: bool = False
 
 
 #: Node name → the Status that rejected it; what PostFilter plugins read (upstream ``NodeToStatus``).

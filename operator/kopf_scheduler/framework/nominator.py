@@ -28,6 +28,11 @@ class Nominator(Protocol):
 
     def nominated_pods_for_node(self, node_name: str) -> Sequence[PodInfo]: ...
 
+    def add_nominated_pod(self, pod: PodInfo, node_name: str) -> None:
+        """Record (or move) ``pod``'s nomination onto ``node_name`` (upstream ``AddNominatedPod`` with a
+        PostFilter's ``Override``); the pod's ``status.nominatedNodeName`` is written separately."""
+        ...
+
     def delete_nominated_pod_if_exists(self, pod: PodInfo) -> None: ...
 
 
@@ -39,6 +44,9 @@ class NoNominator:
 
     def nominated_pods_for_node(self, node_name: str) -> Sequence[PodInfo]:
         return ()
+
+    def add_nominated_pod(self, pod: PodInfo, node_name: str) -> None:
+        return None
 
     def delete_nominated_pod_if_exists(self, pod: PodInfo) -> None:
         return None

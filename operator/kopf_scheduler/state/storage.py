@@ -25,6 +25,8 @@ CSI_NODE = "CSINode"
 CSI_DRIVER = "CSIDriver"
 CSI_STORAGE_CAPACITY = "CSIStorageCapacity"
 VOLUME_ATTACHMENT = "VolumeAttachment"
+#: Not storage, but read the same way (DefaultPreemption's PDB lister): policy/v1 PodDisruptionBudgets.
+POD_DISRUPTION_BUDGET = "PodDisruptionBudget"
 
 #: Every kind this store holds → whether it is namespaced.
 KINDS: Mapping[str, bool] = {
@@ -35,6 +37,7 @@ KINDS: Mapping[str, bool] = {
     CSI_DRIVER: False,
     CSI_STORAGE_CAPACITY: True,
     VOLUME_ATTACHMENT: False,
+    POD_DISRUPTION_BUDGET: True,
 }
 
 Key = tuple[str, str]
