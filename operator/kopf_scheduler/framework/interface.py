@@ -189,6 +189,8 @@ class PostFilterResult:
     nominated_node_name: str | None = None
     #: Upstream ``ModeOverride`` with an empty name: remove the pod's nomination (preemption cannot help).
     clear_nomination: bool = False
+    #: For ``kopf-scheduler explain``: per node, why preemption did or did not help there (not upstream's).
+    node_messages: Mapping[str, str] | None = None
 
 
 #: Node name → the Status that rejected it; what PostFilter plugins read (upstream ``NodeToStatus``).
