@@ -44,6 +44,15 @@ section 5):
   claims and PVs and no controller removes them here, so after each run the harness drops them and deletes the
   run's claims and PVs (:func:`delete_volumes`). The ceiling ignores volumes, as it ignores everything else.
 
+* **Preemption** (``preemption``, scheduler_perf's PreemptionAsync): every node starts full of low-priority
+  pods (four ``pod-low-priority`` pods of 900m CPU each, 3.6 of 4 CPUs, created bound to their node so both
+  schedulers find the same state); among the pending pods every :data:`PREEMPTOR_EVERY`-th is a
+  ``pod-high-priority`` preemptor (3 CPU, PriorityClass ``bench-high`` = 10) that must evict three victims,
+  and the rest are ``pod-default`` (100m, always fits). scheduler_perf creates its preemptors at 5/s while the
+  measured pods arrive; here, as in every workload, all pending pods exist before the scheduler starts.
+  Victims have ``terminationGracePeriodSeconds: 0``, so the schedulers' DELETEs remove them at once (there is
+  no kubelet). A run completes when every pending pod, preemptors included, is bound.
+
 Sizes are configurable with environment variables (see :class:`Config`); the defaults are the issue's.
 """
 
@@ -189,6 +198,44 @@ def csi_pv_pod(name: str, scheduler_name: str) -> dict[str, Any]:
     return pod
 
 
+#: scheduler_perf's PreemptionAsync: pod-low-priority.yaml (no priority, 900m), pod-high-priority.yaml (10, 3 CPU).
+LOW_PRIORITY_RESOURCES = {"cpu": "900m", "memory": "500Mi"}
+HIGH_PRIORITY_RESOURCES = {"cpu": "3000m", "memory": "500Mi"}
+LOW_PRIORITY_PODS_PER_NODE = 4
+HIGH_PRIORITY_CLASS = {
+    "apiVersion": "scheduling.k8s.io/v1",
+    "kind": "PriorityClass",
+    "metadata": {"name": "bench-high"},
+    "value": 10,
+    "description": "PreemptionAsync's pod-high-priority (priority 10)",
+}
+#: One pending pod in this many is a preemptor (scheduler_perf: one every 200 ms while ~160+ pods/s arrive).
+PREEMPTOR_EVERY = 25
+
+
+def _with_resources(pod: dict[str, Any], resources: dict[str, str]) -> dict[str, Any]:
+    container = pod["spec"]["containers"][0]
+    container["resources"] = {"requests": dict(resources), "limits": dict(resources)}
+    return pod
+
+
+def low_priority_pod(name: str, node: str) -> dict[str, Any]:
+    """pod-low-priority.yaml, already bound to ``node`` (it fills the node before the scheduler starts)."""
+    pod = _with_resources(base_pod(name, "default-scheduler"), LOW_PRIORITY_RESOURCES)
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
+def preemption_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    """Every :data:`PREEMPTOR_EVERY`-th pod is pod-high-priority.yaml, the others pod-default.yaml."""
+    pod = base_pod(name, scheduler_name)
+    if int(name.rsplit("-", 1)[-1]) % PREEMPTOR_EVERY == PREEMPTOR_EVERY - 1:
+        pod["metadata"]["labels"]["bench-role"] = "preemptor"
+        pod["spec"]["priorityClassName"] = HIGH_PRIORITY_CLASS["metadata"]["name"]
+        _with_resources(pod, HIGH_PRIORITY_RESOURCES)
+    return pod
+
+
 def pv_name(namespace: str, claim: str) -> str:
     """PVs are cluster-wide: the run's namespace makes the name unique, as scheduler_perf prefixes it."""
     return f"{namespace}-{claim}"
@@ -248,6 +295,8 @@ class Workload:
     description: str
     #: Each pod gets its own claim, pre-bound to its own CSI PV, and every node a CSINode (SchedulingCSIPVs).
     volumes: bool = False
+    #: Every node starts with four low-priority pods bound to it (PreemptionAsync).
+    full_nodes: bool = False
 
 
 #: The issue's workloads at their default sizes; ``BENCH_<ID>=NODESxPODS`` overrides one (ID upper-cased, - → _).
@@ -287,6 +336,16 @@ DEFAULT_WORKLOADS: tuple[Workload, ...] = (
         f"pod-default with its own PVC, pre-bound (status Bound) to its own CSI PV ({CSI_DRIVER}); "
         f"every node a CSINode with a limit of {CSI_NODE_LIMIT} volumes",
         volumes=True,
+    ),
+    Workload(
+        "preemption",
+        "PreemptionAsync",
+        500,
+        2000,
+        preemption_pod,
+        f"nodes full of low-priority pods (4 x 900m); every {PREEMPTOR_EVERY}th pending pod a 3-CPU preemptor "
+        "of priority 10, the others pod-default",
+        full_nodes=True,
     ),
 )
 
@@ -445,7 +504,8 @@ async def for_each(items: Sequence[Any], action: Callable[[Any], Awaitable[None]
 
 
 class PodWatch:
-    """Watches one namespace's pods; records the receive time of each pod's creation and of its bind."""
+    """Watches one namespace's pods; records the receive time of each pod's creation and of its bind (pods
+    created already bound are left out)."""
 
     def __init__(self, api: Api, namespace: str) -> None:
         self.api = api
@@ -453,6 +513,8 @@ class PodWatch:
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.node_of: dict[str, str] = {}
+        #: Pods that already had a node when first seen: not the scheduler's work.
+        self.prebound: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._rv = ""
 
@@ -486,8 +548,11 @@ class PodWatch:
                     if event.get("type") not in ("ADDED", "MODIFIED"):
                         continue
                     uid = meta["uid"]
-                    self.created.setdefault(uid, now)
                     node = (obj.get("spec") or {}).get("nodeName")
+                    if uid not in self.created and (node or uid in self.prebound):
+                        self.prebound.add(uid)  # created bound (PreemptionAsync's low-priority pods): not measured
+                        continue
+                    self.created.setdefault(uid, now)
                     if node and uid not in self.bound:
                         self.bound[uid] = now
                         self.node_of[uid] = node
@@ -759,11 +824,22 @@ async def delete_volumes(api: Api, namespace: str, wait_seconds: float = 600.0) 
         await asyncio.sleep(0.5)
 
 
+async def fill_nodes(api: Api, namespace: str, nodes: int) -> None:
+    """PreemptionAsync's init pods: four low-priority pods bound to each of the first ``nodes`` nodes."""
+    await api.create("/apis/scheduling.k8s.io/v1/priorityclasses", HIGH_PRIORITY_CLASS)
+    per_node = range(LOW_PRIORITY_PODS_PER_NODE)
+    pods = [low_priority_pod(f"low-{i:05d}-{k}", node_name(i)) for i in range(nodes) for k in per_node]
+    await api.create_many(f"/api/v1/namespaces/{namespace}/pods", pods)
+
+
 async def create_pods(api: Api, workload: Workload, namespace: str, scheduler_name: str) -> None:
-    """The run's pods, pending; with their bound claims and PVs first when the workload has volumes."""
+    """The run's pods, pending; with their bound claims and PVs first when the workload has volumes, and the
+    nodes filled with bound low-priority pods first when it preempts."""
     names = [f"pod-{i:05d}" for i in range(workload.pods)]
     if workload.volumes:
         await for_each(names, lambda name: create_bound_volume(api, namespace, name))
+    if workload.full_nodes:
+        await fill_nodes(api, namespace, workload.nodes)
     await api.create_many(f"/api/v1/namespaces/{namespace}/pods", [workload.make_pod(n, scheduler_name) for n in names])
 
 

@@ -327,3 +327,36 @@ def test_node_volume_limits_counts_the_bench_volumes_against_the_csinode(attache
     assert status.is_success
     result = plugin.filter(state, pod_info(new), slots(snapshot), snapshot)
     assert ("fits" if result is None or not result.rejected[0] else "exceeded") == expected
+
+
+def test_preemption_workload_fills_nodes_and_mixes_in_preemptors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PreemptionAsync's shape: 3.6 of 4 CPUs taken by low-priority pods, a 3-CPU preemptor needs victims."""
+    from bench.e2e import (
+        HIGH_PRIORITY_CLASS,
+        LOW_PRIORITY_PODS_PER_NODE,
+        NODE_RESOURCES,
+        PREEMPTOR_EVERY,
+        Config,
+        low_priority_pod,
+        preemption_pod,
+    )
+    from kopf_scheduler.state.quantity import parse_quantity
+
+    monkeypatch.setenv("BENCH_WORKLOADS", "preemption")
+    monkeypatch.setenv("BENCH_PREEMPTION", "5x50")
+    (workload,) = Config.from_env().workloads
+    assert (workload.name, workload.nodes, workload.pods, workload.full_nodes) == ("PreemptionAsync", 5, 50, True)
+
+    def cpu(pod: dict[str, Any]) -> float:
+        return float(parse_quantity(pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]))
+
+    low = low_priority_pod("low-00003-0", "bench-node-00003")
+    assert low["spec"]["nodeName"] == "bench-node-00003"
+    assert "priorityClassName" not in low["spec"]
+    pods = [preemption_pod(f"pod-{i:05d}", "s") for i in range(workload.pods)]
+    preemptors = [p for p in pods if p["spec"].get("priorityClassName") == HIGH_PRIORITY_CLASS["metadata"]["name"]]
+    assert len(preemptors) == workload.pods // PREEMPTOR_EVERY
+    assert {cpu(p) for p in preemptors} == {3.0}
+    assert {cpu(p) for p in pods if p not in preemptors} == {0.1}
+    free = float(parse_quantity(NODE_RESOURCES["cpu"])) - LOW_PRIORITY_PODS_PER_NODE * cpu(low)
+    assert free < 3.0 <= free + 3 * cpu(low)  # three victims make room, fewer do not
