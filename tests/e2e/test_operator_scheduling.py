@@ -286,7 +286,9 @@ def test_pod_requiring_a_node_feature_goes_to_a_declaring_node_or_waits_for_one(
     plain = kwok_nodes(cpu="4", memory="8Gi", labels={**labels, "e2e-ndf": "plain"})
     _declare_features(cluster, declaring, ["ExtendWebSocketsToKubelet", RESTART_ALL_FEATURE])
     profile = profiles({})
-    wait_profile_status(cluster.api, profile, ready=True)
+    status = wait_profile_status(cluster.api, profile, ready=True)["status"]
+    assert "NodeDeclaredFeatures" not in status.get("omittedDefaultPlugins", [])
+    assert [p["name"] for p in status["effectivePlugins"]["filter"]][-1] == "NodeDeclaredFeatures"
 
     needs_feature = {"containers": [RESTART_ALL_CONTAINER]}
     pods = [
