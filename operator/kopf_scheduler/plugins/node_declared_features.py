@@ -105,11 +105,12 @@ class NodeDeclaredFeatures(PreFilterPlugin, FilterPlugin):
     name: ClassVar[str] = NAME
 
     _rejection = Status.unschedulable(ERR_REASON, plugin=NAME, unresolvable=True)
+    _skip = Status.skip(plugin=NAME)
 
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
         required = required_features(pod)
         if not required:
-            return None, Status.skip(plugin=NAME)
+            return None, self._skip
         state.write(PRE_FILTER_STATE_KEY, required)
         return None, SUCCESS
 
