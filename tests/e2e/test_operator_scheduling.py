@@ -9,6 +9,7 @@ adding a node gets it scheduled within the backoff bounds, i.e. driven by the cl
 
 from __future__ import annotations
 
+import json
 import secrets
 import subprocess
 import time
@@ -239,3 +240,82 @@ def test_unschedulable_pod_is_scheduled_after_a_node_is_added(
     assert elapsed <= MAX_BACKOFF + FLUSH_PERIOD + SLACK, f"scheduled {elapsed:.1f}s after the node became usable"
     pod = cluster.core.read_namespaced_pod("big", namespace)
     assert pod_condition(pod).status == "True"
+
+
+#: A feature kubelets of 1.36 declare (gate RestartAllContainersOnContainerExits, beta and on) and that pods
+#: require through a ``RestartAllContainers`` restart rule (NodeDeclaredFeatures, upstream's default profile).
+RESTART_ALL_FEATURE = "RestartAllContainersOnContainerExits"
+RESTART_ALL_CONTAINER = {
+    "name": "c",
+    "image": "registry.k8s.io/pause:3.10",
+    "restartPolicy": "Never",
+    "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}],
+}
+
+
+def _declare_features(cluster: Cluster, node: str, features: list[str]) -> None:
+    """What a 1.36 kubelet publishes in ``status.declaredFeatures`` (kwok leaves the field alone)."""
+    cluster.core.patch_node_status(node, {"status": {"declaredFeatures": sorted(features)}})
+
+
+def _declared_features(cluster: Cluster, node: str) -> list[str]:
+    # The raw object: the Python client's models may predate the field.
+    raw = json.loads(cluster.core.read_node(node, _preload_content=False).data)
+    return list(raw["status"].get("declaredFeatures") or [])
+
+
+def test_pod_requiring_a_node_feature_goes_to_a_declaring_node_or_waits_for_one(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator_factory: OperatorFactory,
+) -> None:
+    """NodeDeclaredFeatures: only nodes whose status declares the inferred feature fit; a node that starts
+    declaring it (UpdateNodeDeclaredFeature) takes a pod that waited for it."""
+    operator_factory(
+        extra_args=[
+            "--pod-initial-backoff-seconds",
+            str(INITIAL_BACKOFF),
+            "--pod-max-backoff-seconds",
+            str(MAX_BACKOFF),
+        ]
+    )
+    labels = _unique_label()
+    declaring = kwok_nodes(cpu="4", memory="8Gi", labels={**labels, "e2e-ndf": "declaring"})
+    plain = kwok_nodes(cpu="4", memory="8Gi", labels={**labels, "e2e-ndf": "plain"})
+    _declare_features(cluster, declaring, ["ExtendWebSocketsToKubelet", RESTART_ALL_FEATURE])
+    profile = profiles({})
+    status = wait_profile_status(cluster.api, profile, ready=True)["status"]
+    assert "NodeDeclaredFeatures" not in status.get("omittedDefaultPlugins", [])
+    assert [p["name"] for p in status["effectivePlugins"]["filter"]][-1] == "NodeDeclaredFeatures"
+
+    needs_feature = {"containers": [RESTART_ALL_CONTAINER]}
+    pods = [
+        pod_manifest(f"restart-all-{i}", profile, cpu="100m", node_selector=labels, spec=needs_feature)
+        for i in range(3)
+    ]
+    create_pods(cluster.core, namespace, pods)
+    bound = wait_pods_bound(cluster.core, namespace, [p["metadata"]["name"] for p in pods], timeout=60)
+    assert set(bound.values()) == {declaring}
+    # kwok's heartbeats kept the field (it is no model field of kwok's own).
+    assert _declared_features(cluster, declaring) == ["ExtendWebSocketsToKubelet", RESTART_ALL_FEATURE]
+
+    # Only the non-declaring node is selected: Pending with upstream's text, the other nodes failing NodeAffinity.
+    create_pods(
+        cluster.core,
+        namespace,
+        [pod_manifest("stuck", profile, cpu="100m", node_selector={**labels, "e2e-ndf": "plain"}, spec=needs_feature)],
+    )
+    total = len(cluster.core.list_node().items)
+    reasons = ["1 node(s) didn't match Pod's required features"]
+    reasons.append(f"{total - 1} node(s) didn't match Pod's node affinity/selector")
+    _wait_unschedulable(cluster, namespace, "stuck", f"0/{total} nodes are available: {', '.join(sorted(reasons))}.")
+
+    # The node starts declaring the feature: the update event requeues the pod, which is bound there.
+    declared_at = time.monotonic()
+    _declare_features(cluster, plain, [RESTART_ALL_FEATURE])
+    bound = wait_pods_bound(cluster.core, namespace, ["stuck"], timeout=60)
+    elapsed = time.monotonic() - declared_at
+    assert bound["stuck"] == plain
+    assert elapsed <= MAX_BACKOFF + FLUSH_PERIOD + SLACK, f"scheduled {elapsed:.1f}s after the node declared it"

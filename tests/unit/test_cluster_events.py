@@ -89,9 +89,10 @@ def test_action_bits_follow_upstream() -> None:
     assert int(A.ADD) == 1
     assert int(A.DELETE) == 2
     assert int(A.UPDATE_NODE_ALLOCATABLE) == 4
-    assert int(A.UPDATE_POD_LABEL) == 128
-    assert int(A.ALL) == 4095
-    assert int(A.UPDATE) == 4092
+    assert int(A.UPDATE_NODE_DECLARED_FEATURE) == 128
+    assert int(A.UPDATE_POD_LABEL) == 256
+    assert int(A.ALL) == 8191
+    assert int(A.UPDATE) == 8188
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ Pods may be given as :class:`~kopf_scheduler.state.pod_info.PodInfo` or as raw A
 other kind as raw API dicts. The helpers for writing QueueingHints (:func:`node_pair`,
 :func:`object_labels`, :func:`is_own_update` …) live here too; plugins import them from
 :mod:`kopf_scheduler.framework`. Behaviour follows Kubernetes v1.36 with its default feature gates
-(DynamicResourceAllocation and InPlacePodVerticalScaling on).
+(DynamicResourceAllocation, InPlacePodVerticalScaling and NodeDeclaredFeatures on).
 """
 
 from __future__ import annotations
@@ -44,17 +44,19 @@ class ActionType(IntFlag):
     UPDATE_NODE_TAINT = 1 << 4
     UPDATE_NODE_CONDITION = 1 << 5
     UPDATE_NODE_ANNOTATION = 1 << 6
+    #: ``status.declaredFeatures`` changed (NodeDeclaredFeatures gate, beta and on in 1.36).
+    UPDATE_NODE_DECLARED_FEATURE = 1 << 7
     # Pod-only update sub-kinds.
-    UPDATE_POD_LABEL = 1 << 7
+    UPDATE_POD_LABEL = 1 << 8
     #: Some resource request went down (or disappeared).
-    UPDATE_POD_SCALE_DOWN = 1 << 8
+    UPDATE_POD_SCALE_DOWN = 1 << 9
     #: A toleration was added (the API only allows adding).
-    UPDATE_POD_TOLERATION = 1 << 9
+    UPDATE_POD_TOLERATION = 1 << 10
     #: The last scheduling gate was removed.
-    UPDATE_POD_SCHEDULING_GATES_ELIMINATED = 1 << 10
-    UPDATE_POD_GENERATED_RESOURCE_CLAIM = 1 << 11
+    UPDATE_POD_SCHEDULING_GATES_ELIMINATED = 1 << 11
+    UPDATE_POD_GENERATED_RESOURCE_CLAIM = 1 << 12
 
-    ALL = (1 << 12) - 1
+    ALL = (1 << 13) - 1
     UPDATE = ALL & ~(ADD | DELETE)
 
     @property
@@ -74,6 +76,7 @@ _ACTION_LABELS: dict[ActionType, str] = {
     ActionType.UPDATE_NODE_TAINT: "UpdateNodeTaint",
     ActionType.UPDATE_NODE_CONDITION: "UpdateNodeCondition",
     ActionType.UPDATE_NODE_ANNOTATION: "UpdateNodeAnnotation",
+    ActionType.UPDATE_NODE_DECLARED_FEATURE: "UpdateNodeDeclaredFeature",
     ActionType.UPDATE_POD_LABEL: "UpdatePodLabel",
     ActionType.UPDATE_POD_SCALE_DOWN: "UpdatePodScaleDown",
     ActionType.UPDATE_POD_TOLERATION: "UpdatePodToleration",
@@ -82,7 +85,7 @@ _ACTION_LABELS: dict[ActionType, str] = {
     ActionType.ALL: "All",
     ActionType.UPDATE: "Update",
 }
-_SINGLE_ACTIONS = tuple(ActionType(1 << i) for i in range(12))
+_SINGLE_ACTIONS = tuple(ActionType(1 << i) for i in range(13))
 
 
 class EventResource(StrEnum):
@@ -442,6 +445,12 @@ def _node_annotations_changed(new: Mapping[str, Any], old: Mapping[str, Any]) ->
     return ActionType.UPDATE_NODE_ANNOTATION if changed else ActionType.NONE
 
 
+def _node_declared_features_changed(new: Mapping[str, Any], old: Mapping[str, Any]) -> ActionType:
+    # The API server keeps the list sorted, so comparing lists is comparing sets (upstream slices.Equal).
+    changed = list(_status(new).get("declaredFeatures") or ()) != list(_status(old).get("declaredFeatures") or ())
+    return ActionType.UPDATE_NODE_DECLARED_FEATURE if changed else ActionType.NONE
+
+
 _NODE_EXTRACTORS: tuple[Callable[[Mapping[str, Any], Mapping[str, Any]], ActionType], ...] = (
     _node_unschedulable_cleared,
     _node_allocatable_changed,
@@ -449,6 +458,7 @@ _NODE_EXTRACTORS: tuple[Callable[[Mapping[str, Any], Mapping[str, Any]], ActionT
     _node_taints_changed,
     _node_conditions_changed,
     _node_annotations_changed,
+    _node_declared_features_changed,
 )
 
 

@@ -182,6 +182,7 @@ class ClusterCache:
         self.table.set_labels(slot, labels)
         self.table.set_taints(slot, info.taints)
         self.table.unschedulable[slot] = info.unschedulable
+        self.table.set_declared_features(slot, frozenset(status.get("declaredFeatures") or ()))
         self._set_images(info, images)
         self.generation += 1
         return info

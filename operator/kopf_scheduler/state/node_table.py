@@ -10,7 +10,9 @@ arrays of slots (``nodes``) and return arrays aligned with them.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -19,6 +21,8 @@ from kopf_scheduler.state.tolerations import Taint
 #: Fixed resource columns; extended/scalar resources get further columns as they are first seen.
 CPU, MEMORY, EPHEMERAL_STORAGE, PODS = 0, 1, 2, 3
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(slots=True)
@@ -56,6 +60,10 @@ class NodeTable:
         #: Distinct taint lists seen; id 0 is "no taints". Pods' tolerations are checked once per set.
         self.taint_sets: list[tuple[Taint, ...]] = [()]
         self._taint_set_ids: dict[tuple[Taint, ...], int] = {(): 0}
+        #: Interned ``status.declaredFeatures`` sets; id 0 is "declares none" (read by NodeDeclaredFeatures).
+        self.declared_feature_set = np.zeros(capacity, dtype=np.int32)
+        self.declared_feature_sets: list[frozenset[str]] = [frozenset()]
+        self._declared_feature_set_ids: dict[frozenset[str], int] = {frozenset(): 0}
         self.labels: dict[str, LabelColumn] = {}
         self._free: list[int] = []
         self._next = 0
@@ -82,6 +90,7 @@ class NodeTable:
         self.pod_count[slot] = 0
         self.unschedulable[slot] = False
         self.taint_set[slot] = 0
+        self.declared_feature_set[slot] = 0
         for column in self.labels.values():
             column.ids[slot] = -1
         self._free.append(slot)
@@ -100,6 +109,7 @@ class NodeTable:
         self.pod_count = pad(self.pod_count)
         self.unschedulable = pad(self.unschedulable, False)
         self.taint_set = pad(self.taint_set)
+        self.declared_feature_set = pad(self.declared_feature_set)
         for column in self.labels.values():
             column.ids = pad(column.ids, -1)
         self.names.extend([None] * extra)
@@ -147,8 +157,17 @@ class NodeTable:
             column.ids[slot] = column.intern(value)
 
     def set_taints(self, slot: int, taints: tuple[Taint, ...]) -> None:
-        set_id = self._taint_set_ids.get(taints)
-        if set_id is None:
-            set_id = self._taint_set_ids[taints] = len(self.taint_sets)
-            self.taint_sets.append(taints)
-        self.taint_set[slot] = set_id
+        self.taint_set[slot] = _intern(taints, self.taint_sets, self._taint_set_ids)
+
+    def set_declared_features(self, slot: int, features: frozenset[str]) -> None:
+        """``status.declaredFeatures``: the API server keeps the list sorted and unique, so a set loses nothing."""
+        self.declared_feature_set[slot] = _intern(features, self.declared_feature_sets, self._declared_feature_set_ids)
+
+
+def _intern(value: K, values: list[K], ids: dict[K, int]) -> int:
+    """The id of ``value`` among ``values`` (appended on first sight); distinct values are few, nodes many."""
+    found = ids.get(value)
+    if found is None:
+        found = ids[value] = len(values)
+        values.append(value)
+    return found

@@ -54,7 +54,7 @@ def test_the_default_profile_runs_it_as_a_stand_in_and_says_so() -> None:
     resolved = resolve_profile("sp", SchedulerProfileSpec(), default_registry())
     assert resolved.stand_ins == ("DynamicResources",)
     assert "DynamicResources" in resolved.omitted_defaults  # not upstream's plugin
-    assert resolved.enabled(ExtensionPoint.PRE_FILTER)[-1].name == "DynamicResources"
+    assert resolved.enabled(ExtensionPoint.PRE_FILTER)[-2].name == "DynamicResources"  # NodeDeclaredFeatures last
     status = pipeline_status(resolved)
     assert status["standInPlugins"] == ["DynamicResources"]
     assert "DynamicResources" in status["omittedDefaultPlugins"]
