@@ -9,7 +9,8 @@ kube-scheduler turns a ``KubeSchedulerProfile`` into a running framework in thre
 2. **Config validation** (upstream ``validation.go``, ``validation_pluginargs.go``), every problem reported at
    once: ``percentageOfNodesToScore`` in [0, 100], plugins removed from v1 (AzureDiskLimits, CinderLimits,
    EBSLimits, GCEPDLimits), duplicate ``pluginConfig`` names, and each ``pluginConfig`` entry's args decoded
-   strictly into its typed model and validated (:mod:`kopf_scheduler.api.args`).
+   strictly into its typed model and validated (:mod:`kopf_scheduler.api.args`); ``extenders`` as upstream's
+   ``validateExtenders`` (:func:`validate_extenders`; upstream has one list per scheduler, we one per profile).
 3. **Framework construction** (upstream ``runtime/framework.go``), stopping at the first problem as upstream
    does: each explicitly configured extension point in upstream's order (unknown plugin
    ``FilterPlugin "X" does not exist``, wrong interface ``plugin "X" does not extend FilterPlugin plugin``,
