@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kopf_scheduler.framework import ClusterEvent, CycleState, Status
@@ -40,11 +41,23 @@ from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMet
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import QueuedPodInfo
 from kopf_scheduler.reporting import Reporter, Spawn
-from kopf_scheduler.scheduler import FitError, ScheduleResult, SchedulingError, recheck_after_extenders
+from kopf_scheduler.scheduler import FitError, Scheduler, ScheduleResult, SchedulingError, recheck_after_extenders
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 
 logger = logging.getLogger("kopf_scheduler")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the algorithm of a profile with extenders came to, after its awaits."""
+
+    outcome: ScheduleResult | Exception
+    #: ``ClusterCache.generation`` when the cycle began: a change since means the chosen node is re-judged.
+    generation: int
+    #: The pipeline the cycle ran with (the profile's may have been swapped during the awaits).
+    scheduler: Scheduler
+
 
 #: Moves the parked pods of every profile that ``event`` may help (``EventHandlers.move_all_to_active_or_backoff``):
 #: ``(event, old, new, pre_check)``, where ``pre_check`` (if not None) limits the candidates.
@@ -93,14 +106,16 @@ class ScheduleOne:
         started = time.perf_counter()
         state = CycleState()
         generation = self._cache.generation
+        # The pipeline may be swapped while we await (a profile edit): the rest of the cycle uses this one.
+        scheduler = runtime.scheduler
         found: ScheduleResult | Exception
         try:
-            found = await runtime.scheduler.schedule_pod_with_extenders(state, pod, self._cache)
+            found = await scheduler.schedule_pod_with_extenders(state, pod, self._cache)
         except Exception as e:  # handled below, as the synchronous cycle handles it
             found = e
         if self._latest(runtime, qpod) is None:
             return  # deleted, bound or assumed elsewhere while the extenders were called
-        self._cycle(runtime, qpod, pod, started, state, (found, generation))
+        self._cycle(runtime, qpod, pod, started, state, Found(found, generation, scheduler))
 
     def _cycle(
         self,
@@ -109,7 +124,7 @@ class ScheduleOne:
         pod: PodInfo,
         started: float,
         state: CycleState,
-        found: tuple[ScheduleResult | Exception, int] | None,
+        found: Found | None,
     ) -> None:
         try:
             result, assumed = self._scheduling_cycle(runtime, state, pod, started, found)
@@ -150,23 +165,23 @@ class ScheduleOne:
         state: CycleState,
         pod: PodInfo,
         started: float,
-        found: tuple[ScheduleResult | Exception, int] | None = None,
+        found: Found | None = None,
     ) -> tuple[ScheduleResult, PodInfo]:
         """The algorithm, then assume, Reserve and Permit; returns the result and the assumed pod.
 
-        ``found``: what the algorithm with extenders came to, and the cache generation it started from (the
-        chosen node is judged again if the cache changed meanwhile). Raises FitError (no node fits, or
-        Reserve/Permit rejected the chosen one) or SchedulingError.
+        ``found``: what the algorithm with extenders came to (the chosen node is judged again if the cache
+        changed meanwhile). Raises FitError (no node fits, or Reserve/Permit rejected the chosen one) or
+        SchedulingError.
         """
-        scheduler = runtime.scheduler
         if found is None:
+            scheduler = runtime.scheduler
             result = scheduler.schedule_pod(state, pod, self._cache.snapshot())
         else:
-            outcome, generation = found
-            if isinstance(outcome, Exception):
-                raise outcome
-            result = outcome
-            recheck_after_extenders(scheduler.framework, state, pod, result, self._cache, generation)
+            scheduler = found.scheduler
+            if isinstance(found.outcome, Exception):
+                raise found.outcome
+            result = found.outcome
+            recheck_after_extenders(scheduler.framework, state, pod, result, self._cache, found.generation)
         self._metrics.scheduling_algorithm_duration.observe(time.perf_counter() - started)
         assumed = scheduler.assume_and_reserve(state, pod, result, self._cache)
         return result, assumed

@@ -37,7 +37,7 @@ from kopf_scheduler.framework.extender import (
 from kopf_scheduler.framework.interface import PostFilterResult, PreFilterResult
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
-from kopf_scheduler.framework.verdicts import FilterStatuses, NodeToStatusMap, ScoreOutcome
+from kopf_scheduler.framework.verdicts import FilterOutcome, FilterStatuses, NodeToStatusMap, ScoreOutcome
 from kopf_scheduler.go_format import go_string_list
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
@@ -296,17 +296,10 @@ def recheck_after_extenders(
     snapshot = cache.snapshot()
     slot = snapshot.slot_of(result.suggested_host)
     if slot is None:
-        status = Status.unschedulable(f"node {result.suggested_host!r} was deleted while extenders were called")
+        status = Status.unschedulable(f'node "{result.suggested_host}" was deleted while extenders were called')
         raise _single_node_fit_error(pod, result.slot, status, snapshot.table.names)
     diagnosis = Diagnosis(snapshot.table.names)
-    outcome = framework.run_filter_plugins_with_nominated_pods(
-        state,
-        pod,
-        np.asarray([slot], dtype=np.int64),
-        snapshot,
-        positions=np.asarray([-1], dtype=np.int64),
-        statuses=diagnosis.statuses,
-    )
+    outcome = _filter_one_node(framework, state, pod, slot, snapshot, diagnosis)
     if outcome.error is not None:
         raise SchedulingError(outcome.error)
     if not len(outcome.feasible):
@@ -347,7 +340,20 @@ def _evaluate_nominated_node(
         logger.info("Nominated node %s of pod %s is not in the snapshot", nominated_node, pod.key)
         return None
     diagnosis.statuses.mark_overlapping()
-    outcome = framework.run_filter_plugins_with_nominated_pods(
+    outcome = _filter_one_node(framework, state, pod, slot, snapshot, diagnosis)
+    if outcome.error is not None:
+        logger.error(
+            "Evaluation failed on nominated node %s for pod %s: %s", nominated_node, pod.key, outcome.error.message
+        )
+        return None
+    return slot if len(outcome.feasible) else None
+
+
+def _filter_one_node(
+    framework: Framework, state: CycleState, pod: PodInfo, slot: int, snapshot: Snapshot, diagnosis: Diagnosis
+) -> FilterOutcome:
+    """The Filter plugins (with nominated pods) on one node, outside the round-robin search."""
+    return framework.run_filter_plugins_with_nominated_pods(
         state,
         pod,
         np.asarray([slot], dtype=np.int64),
@@ -355,12 +361,6 @@ def _evaluate_nominated_node(
         positions=np.asarray([-1], dtype=np.int64),
         statuses=diagnosis.statuses,
     )
-    if outcome.error is not None:
-        logger.error(
-            "Evaluation failed on nominated node %s for pod %s: %s", nominated_node, pod.key, outcome.error.message
-        )
-        return None
-    return slot if len(outcome.feasible) else None
 
 
 def _find_nodes_that_fit(

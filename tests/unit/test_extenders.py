@@ -490,3 +490,42 @@ def test_an_app_without_transport_refuses_extenders() -> None:
     outcome = app.apply_profile(name="sp", spec={"extenders": [{"urlPrefix": URL}]}, generation=1)
     assert not outcome.ready
     assert "no HTTP transport" in outcome.message
+
+
+def test_the_chosen_node_deleted_during_the_calls_fails_that_attempt_on_it() -> None:
+    app_box: list[SchedulerApp] = []
+
+    def prefer_then_delete_n1(_: str, body: Mapping[str, Any]) -> Any:
+        app_box[0].on_node_event("DELETED", make_node("n1"))
+        return [{"Host": n, "Score": 10 if n == "n1" else 0} for n in names_of(body)]
+
+    transport = FakeTransport({(URL, "prio"): prefer_then_delete_n1})
+    app, client = cluster(transport, [{"urlPrefix": URL, "prioritizeVerb": "prio", "weight": 100}], nodes=2)
+    app_box.append(app)
+    app.on_pod_event("ADDED", pending("p"))
+    drive(app)
+    assert client.bindings == []
+    failed = [e for e in client.events if e["reason"] == "FailedScheduling"]
+    assert failed[0]["note"] == '0/1 nodes are available: 1 node "n1" was deleted while extenders were called.'
+
+
+def test_a_profile_edit_during_the_calls_does_not_change_the_running_cycle() -> None:
+    app_box: list[SchedulerApp] = []
+    ext = {"urlPrefix": URL, "filterVerb": "filter", "nodeCacheCapable": True}
+
+    def filter_and_edit(_: str, body: Mapping[str, Any]) -> Any:
+        # The profile is edited (pipeline swapped) while this pod's cycle awaits the extender.
+        outcome = app_box[0].apply_profile(
+            name="sp", spec={"extenders": [ext], "percentageOfNodesToScore": 50}, generation=2
+        )
+        assert outcome.ready
+        return {"NodeNames": names_of(body)}
+
+    transport = FakeTransport({(URL, "filter"): filter_and_edit})
+    app, client = cluster(transport, [ext], nodes=2)
+    app_box.append(app)
+    before = app.profiles["sp"].scheduler
+    app.on_pod_event("ADDED", pending("p"))
+    drive(app)
+    assert app.profiles["sp"].scheduler is not before
+    assert len(client.bindings) == 1
