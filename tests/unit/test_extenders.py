@@ -18,6 +18,7 @@ from kopf_scheduler.framework.extender import (
     Extender,
     ExtenderConfig,
     ExtenderError,
+    PreemptionVictims,
     build_extenders,
     extender_args,
     extenders_binding,
@@ -25,8 +26,11 @@ from kopf_scheduler.framework.extender import (
     parse_filter_result,
     parse_go_duration,
     parse_host_priorities,
+    parse_preemption_result,
     pod_uses_resources,
+    preemption_args,
     prioritize_with_extenders,
+    process_preemption_with_extenders,
     scaled_score,
 )
 from kopf_scheduler.framework.registry import default_registry
@@ -529,3 +533,65 @@ def test_a_profile_edit_during_the_calls_does_not_change_the_running_cycle() -> 
     drive(app)
     assert app.profiles["sp"].scheduler is not before
     assert len(client.bindings) == 1
+
+
+# -- preempt verb (wire format and callExtenders; not yet called by DefaultPreemption) ---------------------------
+def victims_on(*pods: Any) -> PreemptionVictims:
+    return PreemptionVictims(tuple(pods), 1)
+
+
+def test_preemption_args_full_or_meta() -> None:
+    victim = pod_info(make_pod("v", node_name="n1"))
+    full = preemption_args({"p": 1}, {"n1": victims_on(victim)}, meta=False)
+    assert full == {
+        "Pod": {"p": 1},
+        "NodeNameToVictims": {"n1": {"Pods": [victim.obj], "NumPDBViolations": 1}},
+        "NodeNameToMetaVictims": None,
+    }
+    meta = preemption_args({"p": 1}, {"n1": victims_on(victim)}, meta=True)
+    assert meta["NodeNameToMetaVictims"] == {"n1": {"Pods": [{"UID": victim.uid}], "NumPDBViolations": 1}}
+    assert meta["NodeNameToVictims"] is None
+
+
+def test_preemption_result_maps_uids_back_to_pods_with_upstreams_errors() -> None:
+    victim = pod_info(make_pod("v", node_name="n1"))
+    on_node = {"n1": [victim]}
+    result = {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": victim.uid}], "NumPDBViolations": 2}}}
+    assert parse_preemption_result(result, on_node.get, name=URL) == {"n1": PreemptionVictims((victim,), 2)}
+    with pytest.raises(ExtenderError, match='nodeinfo not found for node name "n9"'):
+        parse_preemption_result({"NodeNameToMetaVictims": {"n9": {"Pods": []}}}, on_node.get, name=URL)
+    with pytest.raises(ExtenderError) as caught:
+        parse_preemption_result({"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "x"}]}}}, on_node.get, name=URL)
+    assert str(caught.value) == (
+        f"extender: {URL} claims to preempt pod (UID: &{{x}}) on node: n1, but the pod is not found on that node"
+    )
+
+
+def test_preempt_extenders_shrink_candidates_in_order() -> None:
+    v1, v2 = pod_info(make_pod("v1", node_name="n1")), pod_info(make_pod("v2", node_name="n2"))
+    on_node = {"n1": [v1], "n2": [v2]}
+    keep_n2 = {"NodeNameToMetaVictims": {"n2": {"Pods": [{"UID": v2.uid}], "NumPDBViolations": 0}}}
+    empty_n2 = {"NodeNameToMetaVictims": {"n2": {"Pods": []}}}
+    transport = FakeTransport(
+        {("http://a", "preempt"): lambda *_: keep_n2, ("http://b", "preempt"): lambda *_: empty_n2}
+    )
+    a, b = build_extenders(
+        [spec(urlPrefix="http://a", preemptVerb="preempt"), spec(urlPrefix="http://b", preemptVerb="preempt")],
+        transport,
+    )
+    pod = pod_info(make_pod("p"))
+    candidates = {"n1": victims_on(v1), "n2": victims_on(v2)}
+    kept = run(process_preemption_with_extenders([a], pod, candidates, on_node.get))
+    assert kept == {"n2": PreemptionVictims((v2,), 0)}
+    assert transport.calls[0][2]["NodeNameToVictims"]["n1"]["Pods"] == [v1.obj]
+    with pytest.raises(ExtenderError, match='expected at least one victim pod on node "n2"'):
+        run(process_preemption_with_extenders([a, b], pod, candidates, on_node.get))
+    lenient = build_extenders([spec(urlPrefix="http://b", preemptVerb="preempt", ignorable=True)], transport)
+    assert run(process_preemption_with_extenders([a, *lenient], pod, candidates, on_node.get)) == {}
+
+
+def test_a_preempt_verb_is_reported_as_not_used_yet() -> None:
+    app, _ = cluster(FakeTransport(), [])
+    outcome = app.apply_profile(name="sp", spec={"extenders": [{"urlPrefix": URL, "preemptVerb": "p"}]}, generation=2)
+    assert outcome.ready
+    assert "preemptVerb is accepted but not called yet" in outcome.message

@@ -173,6 +173,57 @@ def parse_host_priorities(result: Any) -> list[tuple[str, int]]:
         raise ExtenderError(f"invalid HostPriorityList: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class PreemptionVictims:
+    """Pods to evict on one node and how many PDBs that violates (extender/v1 ``Victims``)."""
+
+    pods: tuple[PodInfo, ...]
+    num_pdb_violations: int = 0
+
+
+def preemption_args(pod: Mapping[str, Any], victims: Mapping[str, PreemptionVictims], *, meta: bool) -> dict[str, Any]:
+    """``ExtenderPreemptionArgs``: full victim pods, or only their UIDs (``NodeNameToMetaVictims``) when the
+    extender is ``nodeCacheCapable``."""
+    if meta:
+        by_node = {
+            node: {"Pods": [{"UID": p.uid} for p in v.pods], "NumPDBViolations": v.num_pdb_violations}
+            for node, v in victims.items()
+        }
+        return {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": by_node}
+    full = {
+        node: {"Pods": [p.obj for p in v.pods], "NumPDBViolations": v.num_pdb_violations} for node, v in victims.items()
+    }
+    return {"Pod": pod, "NodeNameToVictims": full, "NodeNameToMetaVictims": None}
+
+
+#: The pods on a node by name (None: no such node), to turn the UIDs an extender answers with back into pods.
+PodsOnNode = Callable[[str], Iterable[PodInfo] | None]
+
+
+def parse_preemption_result(result: Any, pods_on_node: PodsOnNode, *, name: str) -> dict[str, PreemptionVictims]:
+    """``ExtenderPreemptionResult`` → victims per node (upstream ``convertToVictims``, with its error texts)."""
+    victims: dict[str, PreemptionVictims] = {}
+    meta = _field(result, "NodeNameToMetaVictims") or {}
+    if not isinstance(meta, Mapping):
+        raise ExtenderError(f"extender {name!r} answered an invalid ExtenderPreemptionResult")
+    for node, entry in meta.items():
+        pods = pods_on_node(node)
+        if pods is None:
+            raise ExtenderError(f'nodeinfo not found for node name "{node}"')
+        by_uid = {p.uid: p for p in pods}
+        chosen: list[PodInfo] = []
+        for meta_pod in _field(entry, "Pods") or []:
+            uid = str(_field(meta_pod, "UID") or "")
+            if uid not in by_uid:
+                raise ExtenderError(
+                    f"extender: {name} claims to preempt pod (UID: &{{{uid}}}) on node: {node}, "
+                    "but the pod is not found on that node"
+                )
+            chosen.append(by_uid[uid])
+        victims[node] = PreemptionVictims(tuple(chosen), int(_field(entry, "NumPDBViolations") or 0))
+    return victims
+
+
 def scaled_score(score: int, weight: int) -> int:
     """Upstream's ``score × weight × (MaxNodeScore / MaxExtenderPriority)`` (integer division: ×10)."""
     return score * weight * (_MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
@@ -322,6 +373,20 @@ class Extender:
             self._on_error(self.name, PRIORITIZE)
             raise
 
+    async def process_preemption(
+        self, pod: PodInfo, victims: Mapping[str, PreemptionVictims], pods_on_node: PodsOnNode
+    ) -> dict[str, PreemptionVictims]:
+        """Upstream ``ProcessPreemption``: the candidates (node → victims) the extender keeps, maybe changed."""
+        if not self.supports_preemption:
+            raise ExtenderError(f"preempt verb is not defined for extender {self.name} but run into ProcessPreemption")
+        body = preemption_args(pod.obj, victims, meta=self.spec.node_cache_capable)
+        result = await self._send(PREEMPT, self.spec.preempt_verb, body)
+        try:
+            return parse_preemption_result(result, pods_on_node, name=self.name)
+        except ExtenderError:
+            self._on_error(self.name, PREEMPT)
+            raise
+
     async def bind(self, pod: PodInfo, node: str) -> None:
         result = await self._send(BIND, self.spec.bind_verb, binding_args(pod, node))
         error = _field(result, "Error")
@@ -406,6 +471,42 @@ async def prioritize_with_extenders(
     return scores
 
 
+async def process_preemption_with_extenders(
+    extenders: Sequence[Extender],
+    pod: PodInfo,
+    victims: Mapping[str, PreemptionVictims],
+    pods_on_node: PodsOnNode,
+) -> dict[str, PreemptionVictims]:
+    """Upstream ``Evaluator.callExtenders``: each interested extender with a preempt verb, in order, may drop
+    candidate nodes or change their victims; the next one sees what the previous left.
+
+    Raises ExtenderError for a non-ignorable failure, or a node left without victims (upstream's text).
+    NOT CALLED YET: DefaultPreemption's PostFilter is synchronous and has no await between finding candidates and
+    picking one (its ``process_extenders`` seam); until it has, preempt verbs are validated but not consulted.
+    """
+    current = dict(victims)
+    for extender in extenders:
+        if not current:
+            break
+        if not extender.supports_preemption or not extender.is_interested(pod):
+            continue
+        try:
+            answer = await extender.process_preemption(pod, current, pods_on_node)
+        except ExtenderError as exc:
+            if extender.ignorable:
+                logger.info(
+                    "Skipped extender %s as it returned error and has ignorable flag set: %s", extender.name, exc
+                )
+                continue
+            raise
+        for node in [n for n, v in answer.items() if not v.pods]:
+            if not extender.ignorable:
+                raise ExtenderError(f'expected at least one victim pod on node "{node}"')
+            del answer[node]
+        current = answer
+    return current
+
+
 async def extenders_binding(extenders: Sequence[Extender], pod: PodInfo, node: str) -> Status | None:
     """Upstream ``extendersBinding``: the first interested binder binds; None when none did (plugins bind).
 
@@ -444,6 +545,8 @@ __all__ = [
     "ExtenderFilterOutcome",
     "ExtenderTransport",
     "FilterVerdict",
+    "PodsOnNode",
+    "PreemptionVictims",
     "binding_args",
     "build_extenders",
     "extender_args",
@@ -454,7 +557,10 @@ __all__ = [
     "parse_filter_result",
     "parse_go_duration",
     "parse_host_priorities",
+    "parse_preemption_result",
     "pod_uses_resources",
+    "preemption_args",
     "prioritize_with_extenders",
+    "process_preemption_with_extenders",
     "scaled_score",
 ]
