@@ -595,3 +595,22 @@ def test_a_preempt_verb_is_reported_as_not_used_yet() -> None:
     outcome = app.apply_profile(name="sp", spec={"extenders": [{"urlPrefix": URL, "preemptVerb": "p"}]}, generation=2)
     assert outcome.ready
     assert "preemptVerb is accepted but not called yet" in outcome.message
+
+
+def test_without_score_plugins_a_prioritizer_still_decides() -> None:
+    transport = FakeTransport(
+        {(URL, "prio"): lambda _, body: [{"Host": n, "Score": int(n == "n3")} for n in names_of(body)]}
+    )
+    client = FakeClient()
+    app = new_app(transport, client)
+    for i in (1, 2, 3):
+        app.on_node_event(None, make_node(f"n{i}"))
+    no_scores = {
+        "plugins": {"score": {"disabled": [{"name": "*"}]}},
+        "extenders": [{"urlPrefix": URL, "prioritizeVerb": "prio", "weight": 1}],
+    }
+    assert app.apply_profile(name="sp", spec=no_scores, generation=1).ready
+    for i in range(3):
+        app.on_pod_event("ADDED", pending(f"p{i}"))
+    drive(app)
+    assert {node for _, _, node in client.bindings} == {"n3"}
