@@ -37,6 +37,7 @@ from kopf_scheduler.explain import Explanations
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource
+from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build_extenders
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.framework.runtime import Framework
@@ -76,6 +77,7 @@ class SchedulerApp:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         hostname: str | None = None,
+        extender_transport: ExtenderTransport | None = None,
     ) -> None:
         self.settings = settings
         #: Replaced on every kopf login; the parts read it through ``lambda: self.client``.
@@ -85,6 +87,8 @@ class SchedulerApp:
         self.rng = rng or random.Random()
         self.clock = clock
         self.hostname = hostname or socket.gethostname()
+        #: How profiles' HTTP extenders are called (the CLI passes ``kube.extender_http``'s; None: no extenders).
+        self.extender_transport = extender_transport
         self.cache = ClusterCache()
         self.profiles: dict[str, ProfileRuntime] = {}
         self.unassigned: dict[str, PodInfo] = {}
@@ -128,6 +132,7 @@ class SchedulerApp:
             resolved = resolve_profile(name, model, self.registry)
             handle = ProfileHandle(name, client=lambda: self.client, cache=self.cache, unassigned=self.unassigned)
             framework = Framework(resolved, registry=self.registry, handle=handle)
+            extenders = self._build_extenders(model)
         except Exception as e:  # nothing a user applies may crash the operator
             message = str(e) or type(e).__name__
             kept = " (the previous valid pipeline keeps serving)" if name in self.profiles else ""
@@ -135,7 +140,7 @@ class SchedulerApp:
             return ProfileOutcome(False, "InvalidProfile", message + kept)
         runtime = self.profiles.get(name)
         if runtime is None:
-            runtime = self._new_runtime(name, framework, resolved)
+            runtime = self._new_runtime(name, framework, resolved, extenders)
             self.profiles[name] = runtime
             for pod in self.unassigned.values():
                 if pod.scheduler_name == name and not self.cache.is_assumed(pod.uid):
@@ -143,7 +148,7 @@ class SchedulerApp:
         else:
             runtime.framework = framework
             runtime.resolved = resolved
-            runtime.scheduler = Scheduler(framework, rng=self.rng)
+            runtime.scheduler = Scheduler(framework, rng=self.rng, extenders=extenders)
             # New PreEnqueue and event registrations; and a new pipeline may accept pods the old one
             # rejected, so every parked pod gets another try.
             runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_framework(framework))
@@ -153,12 +158,24 @@ class SchedulerApp:
         note = f"; default plugins not implemented yet, left out: {', '.join(left_out)}" if left_out else ""
         if resolved.stand_ins:
             note += f"; stand-ins that keep the pods needing them pending: {', '.join(resolved.stand_ins)}"
+        if any(e.supports_preemption for e in extenders):
+            note += "; extenders' preemptVerb is accepted but not called yet (preemption does not consult extenders)"
         return ProfileOutcome(
             True, "PipelineBuilt", f"pipeline built from generation {generation}{note}", pipeline_status(resolved)
         )
 
-    def _new_runtime(self, name: str, framework: Framework, resolved: ResolvedProfile) -> ProfileRuntime:
-        runtime = ProfileRuntime(name, framework, resolved, Scheduler(framework, rng=self.rng))
+    def _build_extenders(self, model: SchedulerProfileSpec) -> tuple[Extender, ...]:
+        """The profile's HTTP extenders over the injected transport (``kube/extender_http.py`` in the operator)."""
+        if not model.extenders:
+            return ()
+        if self.extender_transport is None:
+            raise ValueError("extenders: this process has no HTTP transport for extenders")
+        return build_extenders(model.extenders, self.extender_transport, on_error=self.metrics.extender_error)
+
+    def _new_runtime(
+        self, name: str, framework: Framework, resolved: ResolvedProfile, extenders: tuple[Extender, ...] = ()
+    ) -> ProfileRuntime:
+        runtime = ProfileRuntime(name, framework, resolved, Scheduler(framework, rng=self.rng, extenders=extenders))
         runtime.queue = SchedulingQueue(
             less=runtime.less,
             pre_enqueue=runtime.pre_enqueue,
@@ -225,7 +242,9 @@ class SchedulerApp:
                         qpod = await asyncio.wait_for(runtime.queue.pop(), timeout=poll)
                     if qpod is None:
                         continue
-                self.cycles.schedule_one(runtime, qpod)
+                cycle = self.cycles.schedule_one(runtime, qpod)
+                if cycle is not None:  # a profile with extenders: the cycle awaits their HTTP calls
+                    await cycle
                 # Let watch events, binds and reports run between cycles (each cycle is short, synchronous).
                 await asyncio.sleep(0)
         finally:
@@ -234,9 +253,11 @@ class SchedulerApp:
                 # Paused or stopped: watches may miss deletions from now on, so the next start re-lists.
                 self.events.invalidate()
 
-    def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> None:
-        """One scheduling cycle for a popped pod (schedule_one.py); its binding cycle goes on as a task."""
-        self.cycles.schedule_one(runtime, qpod)
+    def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> Awaitable[None] | None:
+        """One scheduling cycle for a popped pod (schedule_one.py); its binding cycle goes on as a task.
+
+        For a profile with extenders the cycle is returned as a coroutine to await (None otherwise)."""
+        return self.cycles.schedule_one(runtime, qpod)
 
     def _publish_pending(self) -> None:
         """scheduler_pending_pods has no profile label (as upstream): publish the sum over all queues."""

@@ -148,10 +148,11 @@ def run(settings: RunSettings) -> int:
 
     from kopf_scheduler import handlers  # noqa: F401 — importing registers the handlers
     from kopf_scheduler.app import SchedulerApp
+    from kopf_scheduler.kube import HTTPExtenderTransport
 
     _configure_logging(settings)
     disable_created_metrics()
-    app = SchedulerApp(settings=settings)
+    app = SchedulerApp(settings=settings, extender_transport=HTTPExtenderTransport())
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
     kopf.run(
         loop=_new_event_loop(),

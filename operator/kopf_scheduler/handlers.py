@@ -22,7 +22,7 @@ import kopf
 
 from kopf_scheduler import web
 from kopf_scheduler.app import ProfileOutcome, SchedulerApp
-from kopf_scheduler.kube import LIST_PAGE_SIZE, KubeClient, event_body
+from kopf_scheduler.kube import LIST_PAGE_SIZE, HTTPExtenderTransport, KubeClient, event_body
 
 GROUP, VERSION, PLURAL = "kopf-scheduler.io", "v1alpha1", "schedulerprofiles"
 FINALIZER = "kopf-scheduler.io/profile-cleanup"
@@ -141,6 +141,8 @@ async def close(memo: Any, **_: Any) -> None:
         await runner.cleanup()
     if isinstance(app.client, KubeClient):
         await app.client.close()
+    if isinstance(app.extender_transport, HTTPExtenderTransport):
+        await app.extender_transport.close()
 
 
 @kopf.on.probe(id="profiles")

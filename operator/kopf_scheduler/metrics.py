@@ -72,6 +72,14 @@ class SchedulerMetrics:
             ["type"],
             registry=r,
         )
+        # Ours, not upstream's (kube-scheduler has no extender error metric): failed calls per extender and verb
+        # (unreachable, timeout, non-200, undecodable answer, or an Error in the answer), ignorable or not.
+        self.extender_errors = Counter(
+            "kopf_scheduler_extender_errors",
+            "Failed calls to HTTP scheduler extenders, by extender (its urlPrefix) and verb (filter, prioritize, bind)",
+            ["extender", "verb"],
+            registry=r,
+        )
 
     def observe_attempt(self, *, result: str, profile: str, seconds: float) -> None:
         self.schedule_attempts.labels(result=result, profile=profile).inc()
@@ -81,6 +89,9 @@ class SchedulerMetrics:
         label = str(attempts) if attempts < 15 else "15+"
         self.pod_scheduling_sli_duration.labels(attempts=label).observe(seconds_since_first_enqueue)
         self.pod_scheduling_attempts.observe(attempts)
+
+    def extender_error(self, extender: str, verb: str) -> None:
+        self.extender_errors.labels(extender=extender, verb=verb).inc()
 
     def set_pending(self, counts: dict[str, int]) -> None:
         for queue in ("active", "backoff", "unschedulable", "gated"):

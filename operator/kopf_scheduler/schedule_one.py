@@ -7,6 +7,10 @@ The shape is upstream's ``scheduleOne``:
   (``scheduler.schedule_pod``), then assume, Reserve and Permit (``Scheduler.assume_and_reserve``). It ends on
   an assumed pod, and the binding cycle goes on as an asyncio task per pod, so the loop pops the next pod
   while Bindings are in flight.
+- A profile with HTTP extenders (``framework/extender.py``) awaits them in the middle of its algorithm
+  (``scheduler.schedule_pod_with_extenders``): its :meth:`ScheduleOne.schedule_one` returns that cycle as a
+  coroutine the profile's loop awaits; meanwhile the cache may change, so the pod is looked up again and the
+  chosen node re-judged before it is assumed. Profiles without extenders never await here.
 - A FitError runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA deallocation) before the
   failure is explained and handled; any other failure goes straight to :meth:`handle_scheduling_failure`.
 - :meth:`ScheduleOne._binding_cycle` runs PreBindPreFlight, WaitOnPermit, PreBind, Bind and PostBind
@@ -27,7 +31,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kopf_scheduler.framework import ClusterEvent, CycleState, Status
@@ -36,11 +41,23 @@ from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMet
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import QueuedPodInfo
 from kopf_scheduler.reporting import Reporter, Spawn
-from kopf_scheduler.scheduler import FitError, ScheduleResult, SchedulingError
+from kopf_scheduler.scheduler import FitError, Scheduler, ScheduleResult, SchedulingError, recheck_after_extenders
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 
 logger = logging.getLogger("kopf_scheduler")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the algorithm of a profile with extenders came to, after its awaits."""
+
+    outcome: ScheduleResult | Exception
+    #: ``ClusterCache.generation`` when the cycle began: a change since means the chosen node is re-judged.
+    generation: int
+    #: The pipeline the cycle ran with (the profile's may have been swapped during the awaits).
+    scheduler: Scheduler
+
 
 #: Moves the parked pods of every profile that ``event`` may help (``EventHandlers.move_all_to_active_or_backoff``):
 #: ``(event, old, new, pre_check)``, where ``pre_check`` (if not None) limits the candidates.
@@ -70,15 +87,47 @@ class ScheduleOne:
         self._spawn = spawn
         self._move_all = move_all
 
-    def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> None:
-        """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async."""
+    def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> Awaitable[None] | None:
+        """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async.
+
+        A profile with HTTP extenders cannot decide without awaiting them: its cycle comes back as a coroutine
+        the caller awaits before it pops the next pod. Every other profile's cycle runs here and returns None.
+        """
         pod = self._latest(runtime, qpod)
         if pod is None:
-            return
+            return None
+        if runtime.scheduler.extenders:
+            return self._schedule_one_with_extenders(runtime, qpod, pod)
+        self._cycle(runtime, qpod, pod, time.perf_counter(), CycleState(), None)
+        return None
+
+    async def _schedule_one_with_extenders(self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo) -> None:
+        """The algorithm with the extender calls awaited; then the same synchronous rest as any cycle."""
         started = time.perf_counter()
         state = CycleState()
+        generation = self._cache.generation
+        # The pipeline may be swapped while we await (a profile edit): the rest of the cycle uses this one.
+        scheduler = runtime.scheduler
+        found: ScheduleResult | Exception
         try:
-            result, assumed = self._scheduling_cycle(runtime, state, pod, started)
+            found = await scheduler.schedule_pod_with_extenders(state, pod, self._cache)
+        except Exception as e:  # handled below, as the synchronous cycle handles it
+            found = e
+        if self._latest(runtime, qpod) is None:
+            return  # deleted, bound or assumed elsewhere while the extenders were called
+        self._cycle(runtime, qpod, pod, started, state, Found(found, generation, scheduler))
+
+    def _cycle(
+        self,
+        runtime: ProfileRuntime,
+        qpod: QueuedPodInfo,
+        pod: PodInfo,
+        started: float,
+        state: CycleState,
+        found: Found | None,
+    ) -> None:
+        try:
+            result, assumed = self._scheduling_cycle(runtime, state, pod, started, found)
         except FitError as fit:
             self._post_filter(runtime, state, pod, fit)
             self._reporter.explain(runtime.name, fit)
@@ -111,14 +160,28 @@ class ScheduleOne:
         return latest
 
     def _scheduling_cycle(
-        self, runtime: ProfileRuntime, state: CycleState, pod: PodInfo, started: float
+        self,
+        runtime: ProfileRuntime,
+        state: CycleState,
+        pod: PodInfo,
+        started: float,
+        found: Found | None = None,
     ) -> tuple[ScheduleResult, PodInfo]:
         """The algorithm, then assume, Reserve and Permit; returns the result and the assumed pod.
 
-        Raises FitError (no node fits, or Reserve/Permit rejected the chosen one) or SchedulingError.
+        ``found``: what the algorithm with extenders came to (the chosen node is judged again if the cache
+        changed meanwhile). Raises FitError (no node fits, or Reserve/Permit rejected the chosen one) or
+        SchedulingError.
         """
-        scheduler = runtime.scheduler
-        result = scheduler.schedule_pod(state, pod, self._cache.snapshot())
+        if found is None:
+            scheduler = runtime.scheduler
+            result = scheduler.schedule_pod(state, pod, self._cache.snapshot())
+        else:
+            scheduler = found.scheduler
+            if isinstance(found.outcome, Exception):
+                raise found.outcome
+            result = found.outcome
+            recheck_after_extenders(scheduler.framework, state, pod, result, self._cache, found.generation)
         self._metrics.scheduling_algorithm_duration.observe(time.perf_counter() - started)
         assumed = scheduler.assume_and_reserve(state, pod, result, self._cache)
         return result, assumed

@@ -19,17 +19,25 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from kopf_scheduler.framework.cycle_state import CycleState
-from kopf_scheduler.framework.interface import PostFilterResult
+from kopf_scheduler.framework.extender import (
+    EXTENDER_NAME,
+    Extender,
+    ExtenderError,
+    extenders_binding,
+    find_nodes_that_pass_extenders,
+    prioritize_with_extenders,
+)
+from kopf_scheduler.framework.interface import PostFilterResult, PreFilterResult
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
-from kopf_scheduler.framework.verdicts import FilterStatuses, NodeToStatusMap, ScoreOutcome
+from kopf_scheduler.framework.verdicts import FilterOutcome, FilterStatuses, NodeToStatusMap, ScoreOutcome
 from kopf_scheduler.go_format import go_string_list
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
@@ -217,12 +225,97 @@ def schedule_pod(
     rng: random.Random | None = None,
 ) -> ScheduleResult:
     """Pick a node for ``pod`` (upstream ``schedulePod``); raises FitError, or SchedulingError on plugin errors."""
-    all_nodes = snapshot.order
-    num_all_nodes = len(all_nodes)
+    diagnosis, pre_filter = _pre_filter(framework, state, pod, snapshot)
+    slot = _evaluate_nominated_node(framework, state, pod, snapshot, diagnosis)
+    if slot is not None:
+        return ScheduleResult(str(snapshot.table.names[slot]), 1 + len(diagnosis.statuses), 1, slot, diagnosis)
+    feasible = _find_nodes_that_fit(framework, state, pod, snapshot, diagnosis, pre_filter, framework.has_score_plugins)
+    early = _conclude_filtering(pod, snapshot, diagnosis, feasible)
+    if early is not None:
+        return early
+    scores = _prioritize_nodes(framework, state, pod, feasible, snapshot)
+    return _select(snapshot, diagnosis, feasible, scores, rng)
+
+
+async def schedule_pod_with_extenders(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    cache: ClusterCache,
+    extenders: Sequence[Extender],
+    *,
+    rng: random.Random | None = None,
+) -> ScheduleResult:
+    """:func:`schedule_pod` with the profile's extenders (upstream's ``schedulePod`` with ``sched.Extenders``).
+
+    The plugin phases run synchronously as in :func:`schedule_pod`; the extender calls are awaited between them:
+    filter extenders after the plugin filters (also on the nominated node), prioritize extenders after the Score
+    plugins. While a call is awaited, watch events and other profiles' cycles change the cache (upstream's
+    snapshot would not change), so after each await the nodes are looked up again by name in a fresh snapshot
+    (a node deleted meanwhile is dropped), and :func:`recheck_after_extenders` judges the chosen node again
+    before it is assumed.
+    """
+    snapshot = cache.snapshot()
+    diagnosis, pre_filter = _pre_filter(framework, state, pod, snapshot)
+    slot = _evaluate_nominated_node(framework, state, pod, snapshot, diagnosis)
+    if slot is not None:
+        passed, snapshot = await _filter_with_extenders(extenders, pod, np.asarray([slot]), cache, snapshot, diagnosis)
+        if len(passed):
+            slot = int(passed[0])
+            return ScheduleResult(str(snapshot.table.names[slot]), 1 + len(diagnosis.statuses), 1, slot, diagnosis)
+    scoring = framework.has_score_plugins or any(e.is_filter or e.is_prioritizer for e in extenders)
+    feasible = _find_nodes_that_fit(framework, state, pod, snapshot, diagnosis, pre_filter, scoring)
+    if len(feasible):
+        before = len(feasible)
+        feasible, snapshot = await _filter_with_extenders(extenders, pod, feasible, cache, snapshot, diagnosis)
+        if len(feasible) != before:
+            diagnosis.unschedulable_plugins.add(EXTENDER_NAME)
+    early = _conclude_filtering(pod, snapshot, diagnosis, feasible)
+    if early is not None:
+        return early
+    scores = _run_score_plugins(framework, state, pod, feasible, snapshot)
+    nodes = _named_nodes(snapshot, feasible)
+    extender_scores = await prioritize_with_extenders(extenders, pod, nodes)
+    scores = _with_extender_scores(scores, [name for name, _ in nodes], extender_scores)
+    result = _select(snapshot, diagnosis, feasible, scores, rng)
+    # The node objects may have moved slots meanwhile: name the result after what was scored.
+    result.suggested_host = nodes[int(np.flatnonzero(feasible == result.slot)[0])][0]
+    return result
+
+
+def recheck_after_extenders(
+    framework: Framework, state: CycleState, pod: PodInfo, result: ScheduleResult, cache: ClusterCache, generation: int
+) -> None:
+    """The chosen node judged again by the Filter plugins when the cache changed during the extender calls.
+
+    Other cycles may have assumed pods on it, or it may be gone; then the pod fails on that one node (a FitError
+    ``0/1 nodes are available: …``, as for a Reserve rejection) and is retried, instead of being overcommitted.
+    """
+    if cache.generation == generation:
+        return
+    snapshot = cache.snapshot()
+    slot = snapshot.slot_of(result.suggested_host)
+    if slot is None:
+        status = Status.unschedulable(f'node "{result.suggested_host}" was deleted while extenders were called')
+        raise _single_node_fit_error(pod, result.slot, status, snapshot.table.names)
+    diagnosis = Diagnosis(snapshot.table.names)
+    outcome = _filter_one_node(framework, state, pod, slot, snapshot, diagnosis)
+    if outcome.error is not None:
+        raise SchedulingError(outcome.error)
+    if not len(outcome.feasible):
+        diagnosis.unschedulable_plugins |= diagnosis.statuses.plugins()
+        raise FitError(pod, 1, diagnosis)
+    result.slot = slot
+
+
+def _pre_filter(
+    framework: Framework, state: CycleState, pod: PodInfo, snapshot: Snapshot
+) -> tuple[Diagnosis, tuple[PreFilterResult | None, set[str]]]:
+    """No nodes → NoNodesAvailableError; PreFilter, whose rejection is a FitError with every node rejected."""
+    num_all_nodes = len(snapshot.order)
     diagnosis = Diagnosis(snapshot.table.names)
     if num_all_nodes == 0:
         raise NoNodesAvailableError(pod, 0, diagnosis)
-
     pre_filter_result, status, plugins_with_nodes = framework.run_pre_filter_plugins(state, pod, snapshot)
     diagnosis.unschedulable_plugins = set(plugins_with_nodes)
     if not status.is_success:
@@ -232,33 +325,56 @@ def schedule_pod(
         diagnosis.pre_filter_msg = status.message
         diagnosis.add_plugin_status(status)
         raise FitError(pod, num_all_nodes, diagnosis)
+    return diagnosis, (pre_filter_result, set(plugins_with_nodes))
 
-    # A node nominated by an earlier preemption is likely the only one that fits: try it alone first.
+
+def _evaluate_nominated_node(
+    framework: Framework, state: CycleState, pod: PodInfo, snapshot: Snapshot, diagnosis: Diagnosis
+) -> int | None:
+    """A node nominated by an earlier preemption is likely the only one that fits: its slot if the filters pass."""
     nominated_node = ((pod.obj.get("status") or {}).get("nominatedNodeName")) or ""
-    if nominated_node:
-        slot = snapshot.slot_of(nominated_node)
-        if slot is None:
-            logger.info("Nominated node %s of pod %s is not in the snapshot", nominated_node, pod.key)
-        else:
-            diagnosis.statuses.mark_overlapping()
-            outcome = framework.run_filter_plugins_with_nominated_pods(
-                state,
-                pod,
-                np.asarray([slot], dtype=np.int64),
-                snapshot,
-                positions=np.asarray([-1], dtype=np.int64),
-                statuses=diagnosis.statuses,
-            )
-            if outcome.error is not None:
-                logger.error(
-                    "Evaluation failed on nominated node %s for pod %s: %s",
-                    nominated_node,
-                    pod.key,
-                    outcome.error.message,
-                )
-            elif len(outcome.feasible):
-                return ScheduleResult(nominated_node, 1 + len(diagnosis.statuses), 1, slot, diagnosis)
+    if not nominated_node:
+        return None
+    slot = snapshot.slot_of(nominated_node)
+    if slot is None:
+        logger.info("Nominated node %s of pod %s is not in the snapshot", nominated_node, pod.key)
+        return None
+    diagnosis.statuses.mark_overlapping()
+    outcome = _filter_one_node(framework, state, pod, slot, snapshot, diagnosis)
+    if outcome.error is not None:
+        logger.error(
+            "Evaluation failed on nominated node %s for pod %s: %s", nominated_node, pod.key, outcome.error.message
+        )
+        return None
+    return slot if len(outcome.feasible) else None
 
+
+def _filter_one_node(
+    framework: Framework, state: CycleState, pod: PodInfo, slot: int, snapshot: Snapshot, diagnosis: Diagnosis
+) -> FilterOutcome:
+    """The Filter plugins (with nominated pods) on one node, outside the round-robin search."""
+    return framework.run_filter_plugins_with_nominated_pods(
+        state,
+        pod,
+        np.asarray([slot], dtype=np.int64),
+        snapshot,
+        positions=np.asarray([-1], dtype=np.int64),
+        statuses=diagnosis.statuses,
+    )
+
+
+def _find_nodes_that_fit(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    snapshot: Snapshot,
+    diagnosis: Diagnosis,
+    pre_filter: tuple[PreFilterResult | None, set[str]],
+    scoring: bool,
+) -> np.ndarray:
+    """The sampled Filter search (from the round-robin start) over the nodes PreFilter left."""
+    all_nodes = snapshot.order
+    pre_filter_result, plugins_with_nodes = pre_filter
     nodes = all_nodes
     if pre_filter_result is not None and pre_filter_result.node_names is not None:
         # Names that are not in the snapshot are dropped; the others keep node-tree order.
@@ -268,26 +384,95 @@ def schedule_pod(
             f"node(s) didn't satisfy plugin(s) {go_string_list(plugins_with_nodes)}", unresolvable=True
         )
 
-    feasible, error = _find_nodes_that_pass_filters(framework, state, pod, diagnosis, nodes, snapshot)
+    feasible, error = _find_nodes_that_pass_filters(framework, state, pod, diagnosis, nodes, snapshot, scoring)
     processed = len(feasible) + len(diagnosis.statuses)
-    framework.next_start_node_index = (framework.next_start_node_index + processed) % num_all_nodes
+    framework.next_start_node_index = (framework.next_start_node_index + processed) % len(all_nodes)
     if error is not None:
         raise SchedulingError(error)
     diagnosis.unschedulable_plugins |= diagnosis.statuses.plugins()
+    return feasible
 
+
+def _conclude_filtering(
+    pod: PodInfo, snapshot: Snapshot, diagnosis: Diagnosis, feasible: np.ndarray
+) -> ScheduleResult | None:
+    """No feasible node → FitError; exactly one → it, unscored; several → None (go on to scoring)."""
     if len(feasible) == 0:
-        raise FitError(pod, num_all_nodes, diagnosis)
-    names = snapshot.table.names
+        raise FitError(pod, len(snapshot.order), diagnosis)
     if len(feasible) == 1:
         slot = int(feasible[0])
-        return ScheduleResult(str(names[slot]), 1 + len(diagnosis.statuses), 1, slot, diagnosis)
+        return ScheduleResult(str(snapshot.table.names[slot]), 1 + len(diagnosis.statuses), 1, slot, diagnosis)
+    return None
 
-    scores = _prioritize_nodes(framework, state, pod, feasible, snapshot)
+
+def _select(
+    snapshot: Snapshot,
+    diagnosis: Diagnosis,
+    feasible: np.ndarray,
+    scores: ScoreOutcome | None,
+    rng: random.Random | None,
+) -> ScheduleResult:
     totals = scores.totals if scores is not None else None
     position = select_host(totals, rng) if totals is not None else (rng or _DEFAULT_RNG).randrange(len(feasible))
     slot = int(feasible[position])
     return ScheduleResult(
-        str(names[slot]), len(feasible) + len(diagnosis.statuses), len(feasible), slot, diagnosis, scores
+        str(snapshot.table.names[slot]),
+        len(feasible) + len(diagnosis.statuses),
+        len(feasible),
+        slot,
+        diagnosis,
+        scores,
+    )
+
+
+# -- the extender steps (awaited between the synchronous phases) ---------------------------------------
+def _named_nodes(snapshot: Snapshot, slots: np.ndarray) -> list[tuple[str, dict[str, Any]]]:
+    """(name, Node object) per slot, taken before an await: what the extenders are sent."""
+    return [(info.name, info.obj) for info in snapshot.node_infos(slots)]
+
+
+async def _filter_with_extenders(
+    extenders: Sequence[Extender],
+    pod: PodInfo,
+    feasible: np.ndarray,
+    cache: ClusterCache,
+    snapshot: Snapshot,
+    diagnosis: Diagnosis,
+) -> tuple[np.ndarray, Snapshot]:
+    """Upstream ``findNodesThatPassExtenders``; the survivors as slots of a fresh snapshot (and that snapshot).
+
+    A non-ignorable extender error is a SchedulingError. Rejections join the diagnosis under the extender's name.
+    """
+    nodes = _named_nodes(snapshot, feasible)
+    try:
+        outcome = await find_nodes_that_pass_extenders(extenders, pod, nodes)
+    except ExtenderError as exc:
+        raise SchedulingError(Status.as_error(exc)) from exc
+    snapshot = cache.snapshot()
+    for name, status in outcome.rejected:
+        slot = snapshot.slot_of(name)
+        if slot is not None:
+            diagnosis.statuses.set(slot, status)
+    slots = [s for s in map(snapshot.slot_of, outcome.passed) if s is not None]
+    return np.asarray(slots, dtype=np.int64), snapshot
+
+
+def _with_extender_scores(
+    scores: ScoreOutcome, names: Sequence[str], extender_scores: Mapping[str, Mapping[str, int]]
+) -> ScoreOutcome:
+    """The plugins' scores plus one column per extender (named after it), added into the totals."""
+    if not extender_scores:
+        return scores
+    columns = tuple(
+        np.asarray([per_node.get(name, 0) for name in names], dtype=np.int64) for per_node in extender_scores.values()
+    )
+    totals = scores.totals + sum(columns)
+    return ScoreOutcome(
+        scores.nodes,
+        scores.plugins + tuple(extender_scores),
+        scores.weights + (1,) * len(columns),
+        scores.scores + columns,
+        totals,
     )
 
 
@@ -298,14 +483,18 @@ def _find_nodes_that_pass_filters(
     diagnosis: Diagnosis,
     nodes: np.ndarray,
     snapshot: Snapshot,
+    scoring: bool,
 ) -> tuple[np.ndarray, Status | None]:
-    """The first K feasible nodes in round-robin order from ``next_start_node_index``; rejections go to diagnosis."""
+    """The first K feasible nodes in round-robin order from ``next_start_node_index``; rejections go to diagnosis.
+
+    ``scoring``: Score plugins or filter/prioritize extenders follow (else any one feasible node will do).
+    """
     count = len(nodes)
     if count == 0:
         return nodes, None
     to_find = num_feasible_nodes_to_find(framework.percentage_of_nodes_to_score, count)
-    if not framework.has_score_plugins:
-        to_find = 1  # no scoring (and no extenders): any feasible node will do
+    if not scoring:
+        to_find = 1
     start = framework.next_start_node_index % count
     if not framework.has_filter_plugins:
         return nodes[(start + np.arange(to_find)) % count], None
@@ -350,6 +539,13 @@ def _prioritize_nodes(
     """PreScore and Score over the feasible nodes; None when the profile has no Score plugins (all tie)."""
     if not framework.has_score_plugins:
         return None
+    return _run_score_plugins(framework, state, pod, nodes, snapshot)
+
+
+def _run_score_plugins(
+    framework: Framework, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
+) -> ScoreOutcome:
+    """PreScore and Score (with no Score plugins: every node 0, as upstream's empty plugin scores)."""
     status = framework.run_pre_score_plugins(state, pod, nodes, snapshot)
     if not status.is_success:
         raise SchedulingError(status)
@@ -389,12 +585,19 @@ class Scheduler:
     index lives on the framework, as upstream keeps one per scheduler).
     """
 
-    def __init__(self, framework: Framework, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, framework: Framework, *, rng: random.Random | None = None, extenders: Sequence[Extender] = ()
+    ) -> None:
         self.framework = framework
         self.rng = rng or random.Random()
+        #: The profile's HTTP extenders (ignorable ones last); empty for most profiles, which then never await.
+        self.extenders: tuple[Extender, ...] = tuple(extenders)
 
     def schedule_pod(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> ScheduleResult:
         return schedule_pod(self.framework, state, pod, snapshot, rng=self.rng)
+
+    async def schedule_pod_with_extenders(self, state: CycleState, pod: PodInfo, cache: ClusterCache) -> ScheduleResult:
+        return await schedule_pod_with_extenders(self.framework, state, pod, cache, self.extenders, rng=self.rng)
 
     def run_post_filter(self, state: CycleState, pod: PodInfo, error: FitError) -> PostFilterResult | None:
         return run_post_filter(self.framework, state, pod, error)
@@ -413,7 +616,9 @@ class Scheduler:
         *,
         nominate: Nominate | None = None,
     ) -> Status:
-        return await bind_pod(self.framework, state, assumed, result, cache, nominate=nominate)
+        return await bind_pod(
+            self.framework, state, assumed, result, cache, nominate=nominate, extenders=self.extenders
+        )
 
 
 # -- assume, reserve, permit ---------------------------------------------------------------------------
@@ -466,6 +671,7 @@ async def bind_pod(
     cache: ClusterCache,
     *,
     nominate: Nominate | None = None,
+    extenders: Sequence[Extender] = (),
 ) -> Status:
     """The binding cycle: PreBindPreFlight → WaitOnPermit → PreBind → Bind → PostBind; on failure Unreserve, forget.
 
@@ -480,7 +686,7 @@ async def bind_pod(
     """
     host = result.suggested_host
     try:
-        status = await _wait_pre_bind_and_bind(framework, state, assumed, result, nominate)
+        status = await _wait_pre_bind_and_bind(framework, state, assumed, result, nominate, extenders)
     except Exception as exc:
         status = Status.as_error(exc)
     if status.is_success:
@@ -492,7 +698,12 @@ async def bind_pod(
 
 
 async def _wait_pre_bind_and_bind(
-    framework: Framework, state: CycleState, assumed: PodInfo, result: ScheduleResult, nominate: Nominate | None
+    framework: Framework,
+    state: CycleState,
+    assumed: PodInfo,
+    result: ScheduleResult,
+    nominate: Nominate | None,
+    extenders: Sequence[Extender],
 ) -> Status:
     host = result.suggested_host
     status = await _pre_flight(framework, state, assumed, host, nominate)
@@ -505,8 +716,19 @@ async def _wait_pre_bind_and_bind(
     if status.is_success:
         status = await framework.run_pre_bind_plugins(state, assumed, host)
     if status.is_success:
-        status = await framework.run_bind_plugins(state, assumed, host)
+        status = await _bind(framework, state, assumed, host, extenders)
     return status
+
+
+async def _bind(
+    framework: Framework, state: CycleState, assumed: PodInfo, host: str, extenders: Sequence[Extender]
+) -> Status:
+    """Upstream ``bind``: an interested binder extender binds instead of the Bind plugins."""
+    if extenders:
+        status = await extenders_binding(extenders, assumed, host)
+        if status is not None:
+            return status
+    return await framework.run_bind_plugins(state, assumed, host)
 
 
 async def _pre_flight(
@@ -537,7 +759,9 @@ __all__ = [
     "assume_and_reserve",
     "bind_pod",
     "num_feasible_nodes_to_find",
+    "recheck_after_extenders",
     "run_post_filter",
     "schedule_pod",
+    "schedule_pod_with_extenders",
     "select_host",
 ]

@@ -45,3 +45,19 @@ def test_plugin_args_are_opaque_and_described() -> None:
     assert args.get("x-kubernetes-preserve-unknown-fields") is True
     assert spec["properties"]["plugins"]["description"]
     assert yaml.safe_load(render())["spec"]["names"]["shortNames"] == ["sp"]
+
+
+def test_extenders_have_upstreams_field_names() -> None:
+    spec = scheduler_profile_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    extender = spec["properties"]["extenders"]["items"]
+    assert extender["required"] == ["urlPrefix"]
+    assert set(extender["properties"]) == {
+        *("urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb", "enableHTTPS"),
+        *("tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable"),
+    }
+    assert extender["properties"]["weight"]["format"] == "int64"
+    tls = extender["properties"]["tlsConfig"]["properties"]
+    assert set(tls) == {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData"}
+    assert tls["caData"]["format"] == "byte"
+    managed = extender["properties"]["managedResources"]["items"]
+    assert set(managed["properties"]) == {"name", "ignoredByScheduler"}

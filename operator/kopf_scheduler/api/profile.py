@@ -159,6 +159,101 @@ class PluginConfig(ApiModel):
     )
 
 
+class ExtenderTLSConfig(ApiModel):
+    """TLS settings for an HTTPS extender (upstream ExtenderTLSConfig)."""
+
+    insecure: bool = Field(default=False, description="Skip verifying the extender's certificate (testing only).")
+    server_name: str = Field(
+        default="", description="Server name sent for SNI and checked against the certificate (default: the host)."
+    )
+    cert_file: str = Field(
+        default="",
+        description=(
+            "Path of a client certificate file inside the scheduler's container (e.g. a mounted Secret); "
+            "certData wins when both are given."
+        ),
+    )
+    key_file: str = Field(default="", description="Path of the client key file inside the scheduler's container.")
+    ca_file: str = Field(
+        default="", description="Path of a CA bundle file inside the scheduler's container (caData wins)."
+    )
+    cert_data: str = Field(
+        default="",
+        json_schema_extra={"format": "byte"},
+        description="PEM client certificate, base64-encoded (a []byte in upstream's JSON).",
+    )
+    key_data: str = Field(
+        default="", json_schema_extra={"format": "byte"}, description="PEM client key, base64-encoded."
+    )
+    ca_data: str = Field(
+        default="",
+        json_schema_extra={"format": "byte"},
+        description="PEM CA bundle the extender's certificate must chain to, base64-encoded.",
+    )
+
+
+class ExtenderManagedResource(ApiModel):
+    """An extended resource an extender manages (upstream ExtenderManagedResource)."""
+
+    name: str = Field(min_length=1, description='Extended resource name, e.g. "example.com/gpu".')
+    ignored_by_scheduler: bool = Field(
+        default=False,
+        description=(
+            "NodeResourcesFit ignores this resource: the names so marked (over all extenders of the profile) "
+            "replace NodeResourcesFit's ignoredResources, as upstream does."
+        ),
+    )
+
+
+class Extender(ApiModel):
+    """An HTTP scheduler extender of this profile (upstream Extender; upstream has one list per kube-scheduler)."""
+
+    url_prefix: str = Field(
+        min_length=1, description='URL prefix of the extender; a verb is appended as "<urlPrefix>/<verb>".'
+    )
+    filter_verb: str = Field(default="", description="Verb of the filter call; empty: the extender does not filter.")
+    preempt_verb: str = Field(
+        default="",
+        description="Verb of the preempt call; empty: the extender does not take part in preemption.",
+    )
+    prioritize_verb: str = Field(
+        default="", description="Verb of the prioritize call; empty: the extender does not score."
+    )
+    weight: int = Field(
+        default=0,
+        json_schema_extra={"format": "int64"},
+        description=(
+            "Multiplier of the extender's 0-10 scores (x10 to the 0-100 range); must be > 0 with prioritizeVerb."
+        ),
+    )
+    bind_verb: str = Field(
+        default="",
+        description=(
+            "Verb of the bind call; when set the extender binds the pods it is interested in (one binder at most)."
+        ),
+    )
+    enable_https: bool = Field(default=False, alias="enableHTTPS", description="Call the extender over HTTPS.")
+    tls_config: ExtenderTLSConfig = Field(default_factory=ExtenderTLSConfig, description="TLS settings for HTTPS.")
+    http_timeout: str = Field(
+        default="",
+        description='Timeout of each call, a Go duration ("5s", "500ms"); unset or 0 means 5s.',
+    )
+    node_cache_capable: bool = Field(
+        default=False,
+        description="The extender caches nodes itself: calls carry node names only (NodeNames), not full Nodes.",
+    )
+    managed_resources: list[ExtenderManagedResource] = Field(
+        default_factory=list,
+        description=(
+            "Extended resources the extender manages; when non-empty the extender is only called for pods that "
+            "request or limit one of them."
+        ),
+    )
+    ignorable: bool = Field(
+        default=False, description="Errors of (or failing to reach) the extender are ignored instead of failing."
+    )
+
+
 class SchedulerProfileSpec(ApiModel):
     """One kube-scheduler profile; the SchedulerProfile's metadata.name is its schedulerName."""
 
@@ -181,6 +276,13 @@ class SchedulerProfileSpec(ApiModel):
     plugin_config: list[PluginConfig] = Field(
         default_factory=list,
         description="Arguments per plugin. A plugin without an entry runs with upstream's default arguments.",
+    )
+    extenders: list[Extender] = Field(
+        default_factory=list,
+        description=(
+            "HTTP scheduler extenders consulted by this profile, in order (upstream configures them per "
+            "kube-scheduler, for every profile, in KubeSchedulerConfiguration.extenders)."
+        ),
     )
 
 

@@ -9,7 +9,8 @@ kube-scheduler turns a ``KubeSchedulerProfile`` into a running framework in thre
 2. **Config validation** (upstream ``validation.go``, ``validation_pluginargs.go``), every problem reported at
    once: ``percentageOfNodesToScore`` in [0, 100], plugins removed from v1 (AzureDiskLimits, CinderLimits,
    EBSLimits, GCEPDLimits), duplicate ``pluginConfig`` names, and each ``pluginConfig`` entry's args decoded
-   strictly into its typed model and validated (:mod:`kopf_scheduler.api.args`).
+   strictly into its typed model and validated (:mod:`kopf_scheduler.api.args`); ``extenders`` as upstream's
+   ``validateExtenders`` (:func:`validate_extenders`; upstream has one list per scheduler, we one per profile).
 3. **Framework construction** (upstream ``runtime/framework.go``), stopping at the first problem as upstream
    does: each explicitly configured extension point in upstream's order (unknown plugin
    ``FilterPlugin "X" does not exist``, wrong interface ``plugin "X" does not extend FilterPlugin plugin``,
@@ -60,16 +61,20 @@ from pydantic import BaseModel, ValidationError
 from kopf_scheduler.api.args import (
     ARGS_MODELS_BY_PLUGIN,
     FieldError,
+    NodeResourcesFitArgs,
     aggregate_message,
     duplicate,
     go_value,
     invalid,
+    label_key_errors,
     validation_field_errors,
 )
-from kopf_scheduler.api.profile import EffectivePlugin, EffectivePlugins, PluginSet, SchedulerProfileSpec
+from kopf_scheduler.api.profile import EffectivePlugin, EffectivePlugins, Extender, PluginSet, SchedulerProfileSpec
+from kopf_scheduler.framework.extender import parse_go_duration
 from kopf_scheduler.framework.extension_points import FRAMEWORK_BUILD_ORDER, ExtensionPoint
 from kopf_scheduler.framework.interface import MAX_NODE_SCORE, Plugin
 from kopf_scheduler.framework.profile import PluginRef, ResolvedProfile
+from kopf_scheduler.state.pod_info import is_extended_resource_name
 
 #: The KubeSchedulerConfiguration version our profiles correspond to (quoted in upstream's messages).
 V1_API_VERSION = "kubescheduler.config.k8s.io/v1"
@@ -222,6 +227,7 @@ def resolve_profile(
             model = _args_model(plugin, registry)
             if model is not None:
                 plugin_args[plugin] = model()
+    _ignore_extender_resources(spec.extenders, plugin_args)
     return ResolvedProfile(
         scheduler_name=name,
         percentage_of_nodes_to_score=spec.percentage_of_nodes_to_score,
@@ -276,6 +282,8 @@ def _validate_config(
     for merged in (*points.values(), multi_point):
         errors += [_removed(e.field, e.name) for e in merged.enabled if e.field and e.name in REMOVED_PLUGINS]
 
+    errors += validate_extenders(spec.extenders)
+
     decoded: dict[str, BaseModel | dict[str, Any]] = {}
     seen: set[str] = set()
     for index, config in enumerate(spec.plugin_config):
@@ -298,6 +306,57 @@ def _validate_config(
     if errors:
         raise ProfileError(errors)
     return decoded
+
+
+def validate_extenders(extenders: Sequence[Extender], path: str = "extenders") -> list[FieldError]:
+    """Upstream ``validateExtenders``: a prioritizer needs a positive weight, one binder at most, managed
+    resources valid extended resource names and unique across extenders; plus ``httpTimeout`` as a Go duration
+    (upstream's decoder refuses a bad one)."""
+    errors: list[FieldError] = []
+    managed: set[str] = set()
+    for index, extender in enumerate(extenders):
+        here = f"{path}[{index}]"
+        if extender.prioritize_verb and extender.weight <= 0:
+            errors.append(invalid(f"{here}.weight", extender.weight, "must have a positive weight applied to it"))
+        if extender.http_timeout:
+            try:
+                parse_go_duration(extender.http_timeout)
+            except ValueError as exc:
+                errors.append(invalid(f"{here}.httpTimeout", extender.http_timeout, str(exc)))
+        for position, resource in enumerate(extender.managed_resources):
+            field = f"{here}.managedResources[{position}].name"
+            errors += _extended_resource_name_errors(field, resource.name)
+            if resource.name in managed:
+                errors.append(invalid(field, resource.name, "duplicate extender managed resource name"))
+            managed.add(resource.name)
+    binders = sum(1 for e in extenders if e.bind_verb)
+    if binders > 1:
+        errors.append(
+            invalid(path, f"found {binders} extenders implementing bind", "only one extender can implement bind")
+        )
+    return errors
+
+
+def _extended_resource_name_errors(field: str, name: str) -> list[FieldError]:
+    """Upstream ``validateExtendedResourceName``: a qualified name first, then an extended resource name."""
+    problems = [invalid(field, name, message) for message in label_key_errors(name)]
+    if not problems and not is_extended_resource_name(name):
+        problems.append(invalid(field, name, "is an invalid extended resource name"))
+    return problems
+
+
+def _ignore_extender_resources(
+    extenders: Sequence[Extender], plugin_args: dict[str, BaseModel | dict[str, Any]]
+) -> None:
+    """Upstream ``buildExtenders``: resources an extender manages with ``ignoredByScheduler`` *replace* the
+    fit plugin's ``ignoredResources`` (NodeResourcesFitArgs; only when that plugin runs: upstream's pluginConfig
+    always holds its args, ours only when it is enabled)."""
+    ignored = [r.name for e in extenders for r in e.managed_resources if r.ignored_by_scheduler]
+    if not ignored:
+        return
+    for plugin, args in plugin_args.items():
+        if isinstance(args, NodeResourcesFitArgs):
+            plugin_args[plugin] = args.model_copy(update={"ignored_resources": ignored})
 
 
 def _decode_args(

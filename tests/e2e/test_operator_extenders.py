@@ -1,0 +1,187 @@
+"""HTTP extenders end to end: the operator as a real process calls an extender served by this test.
+
+The extender (a small threaded HTTP server on 127.0.0.1) speaks upstream's wire protocol: it filters (one node
+is refused for every pod), prioritizes (one node wins), and binds by creating the Binding itself, so a pod
+bound there proves the whole round trip. A second profile points at an extender that is down: ignorable, its
+pods are bound anyway and the operator counts the errors; not ignorable, the pod stays Pending with
+upstream's SchedulerError text. A prioritizer without weight is refused with upstream's message.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.conftest import Cluster, NodeFactory
+from tests.e2e.conftest import ProfileFactory
+from tests.e2e.operator_process import (
+    OperatorProcess,
+    create_pods,
+    pod_events,
+    pod_manifest,
+    ready_condition,
+    wait_for,
+    wait_pods_bound,
+    wait_profile_status,
+    wait_scheduled_events,
+)
+from tools.localcluster import free_port
+
+
+class Extender:
+    """What the test's extender does and saw: calls per verb, with their bodies."""
+
+    def __init__(self, core: client.CoreV1Api, refused: str, preferred: str) -> None:
+        self.core = core
+        self.refused = refused
+        self.preferred = preferred
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.lock = threading.Lock()
+
+    def answer(self, verb: str, body: dict[str, Any]) -> Any:
+        with self.lock:
+            self.calls.append((verb, body))
+        if verb == "filter":
+            names = body["NodeNames"]
+            return {
+                "NodeNames": [n for n in names if n != self.refused],
+                "FailedNodes": {self.refused: "the extender refuses this node"} if self.refused in names else {},
+            }
+        if verb == "prioritize":
+            return [{"Host": n, "Score": 10 if n == self.preferred else 0} for n in body["NodeNames"]]
+        if verb == "bind":
+            binding = client.V1Binding(
+                metadata=client.V1ObjectMeta(name=body["PodName"], uid=body["PodUID"]),
+                target=client.V1ObjectReference(kind="Node", name=body["Node"]),
+            )
+            self.core.create_namespaced_binding(body["PodNamespace"], binding, _preload_content=False)
+            return {"Error": ""}
+        raise ValueError(verb)
+
+    def verbs(self) -> list[str]:
+        with self.lock:
+            return [verb for verb, _ in self.calls]
+
+
+@pytest.fixture
+def extender_server(cluster: Cluster) -> Iterator[tuple[str, list[Extender]]]:
+    """``(url, box)``: a running extender; the test puts its :class:`Extender` into ``box``."""
+    box: list[Extender] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            verb = self.path.rsplit("/", 1)[-1]
+            try:
+                payload = json.dumps(box[0].answer(verb, body)).encode()
+                self.send_response(200)
+            except Exception as exc:  # a test bug shows up as a 500 in the operator's log
+                payload = str(exc).encode()
+                self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/scheduler", box
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_extender_filters_scores_and_binds(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+    extender_server: tuple[str, list[Extender]],
+) -> None:
+    url, box = extender_server
+    labels = {"e2e-group": secrets.token_hex(4)}
+    refused, plain, preferred = (kwok_nodes(cpu="8", memory="32Gi", labels=labels) for _ in range(3))
+    box.append(Extender(cluster.core, refused, preferred))
+    profile = profiles(
+        {
+            "extenders": [
+                {
+                    "urlPrefix": url,
+                    "filterVerb": "filter",
+                    "prioritizeVerb": "prioritize",
+                    "weight": 10,
+                    "bindVerb": "bind",
+                    "nodeCacheCapable": True,
+                    "httpTimeout": "5s",
+                }
+            ]
+        }
+    )
+    wait_profile_status(cluster.api, profile, ready=True)
+    names = create_pods(
+        cluster.core,
+        namespace,
+        [pod_manifest(f"ext-{i}", profile, cpu="100m", node_selector=labels) for i in range(3)],
+    )
+    bound = wait_pods_bound(cluster.core, namespace, names, timeout=60)
+    assert set(bound.values()) == {preferred}
+    wait_scheduled_events(cluster.api, namespace, names)
+    extender = box[0]
+    assert extender.verbs().count("bind") == 3  # the extender bound every pod, not DefaultBinder
+    filtered = [body for verb, body in extender.calls if verb == "filter"]
+    assert sorted(filtered[0]["NodeNames"]) == sorted([refused, plain, preferred])
+    assert filtered[0]["Nodes"] is None
+    assert filtered[0]["Pod"]["metadata"]["name"].startswith("ext-")
+    assert plain not in bound.values()
+
+
+def test_ignorable_extender_that_is_down_is_skipped_and_counted(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+) -> None:
+    labels = {"e2e-group": secrets.token_hex(4)}
+    node = kwok_nodes(cpu="8", memory="32Gi", labels=labels)
+    down = f"http://127.0.0.1:{free_port()}/nobody"
+    lenient = profiles({"extenders": [{"urlPrefix": down, "filterVerb": "filter", "ignorable": True}]}, suffix="ok")
+    strict = profiles({"extenders": [{"urlPrefix": down, "filterVerb": "filter"}]}, suffix="strict")
+    wait_profile_status(cluster.api, lenient, ready=True)
+    wait_profile_status(cluster.api, strict, ready=True)
+
+    create_pods(cluster.core, namespace, [pod_manifest("lenient", lenient, cpu="100m", node_selector=labels)])
+    assert wait_pods_bound(cluster.core, namespace, ["lenient"], timeout=60) == {"lenient": node}
+
+    create_pods(cluster.core, namespace, [pod_manifest("strict", strict, cpu="100m", node_selector=labels)])
+
+    def failed() -> list[Any]:
+        return pod_events(cluster.api, namespace, "strict", reason="FailedScheduling")
+
+    events = wait_for(failed, timeout=30, message="no FailedScheduling for the strict extender's pod")
+    assert f'Post "{down}/filter"' in events[0].note
+    assert cluster.core.read_namespaced_pod("strict", namespace).spec.node_name is None
+    assert operator.metric("kopf_scheduler_extender_errors_total", extender=down, verb="filter") >= 2
+
+
+def test_prioritizer_without_weight_is_refused_with_upstreams_message(
+    cluster: Cluster, profiles: ProfileFactory, operator: OperatorProcess
+) -> None:
+    profile = profiles({"extenders": [{"urlPrefix": "http://127.0.0.1:1/x", "prioritizeVerb": "prioritize"}]})
+    status = wait_profile_status(cluster.api, profile, ready=False)
+    condition = ready_condition(status)
+    assert condition is not None
+    assert "extenders[0].weight: Invalid value: 0: must have a positive weight applied to it" in condition["message"]
