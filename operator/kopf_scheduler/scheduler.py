@@ -124,13 +124,21 @@ class SchedulingError(Exception):
 
 
 class FitError(Exception):
-    """No node fits the pod; ``message`` is upstream's ``FitError.Error()`` text."""
+    """No node fits the pod; ``message`` is upstream's ``FitError.Error()`` text.
 
-    def __init__(self, pod: PodInfo, num_all_nodes: int, diagnosis: Diagnosis) -> None:
+    ``from_node_search``: the node search found no node (PostFilter runs). False for the one-node FitErrors of
+    a Reserve or Permit rejection (and of the re-check after extenders): upstream builds those after the
+    search and runs no PostFilter for them, so their text has no ``preemption: ...`` part.
+    """
+
+    def __init__(
+        self, pod: PodInfo, num_all_nodes: int, diagnosis: Diagnosis, *, from_node_search: bool = True
+    ) -> None:
         super().__init__()
         self.pod = pod
         self.num_all_nodes = num_all_nodes
         self.diagnosis = diagnosis
+        self.from_node_search = from_node_search
 
     @property
     def message(self) -> str:
@@ -566,10 +574,10 @@ def select_host(totals: np.ndarray, rng: random.Random | None = None) -> int:
 def run_post_filter(framework: Framework, state: CycleState, pod: PodInfo, error: FitError) -> PostFilterResult | None:
     """Run PostFilter (preemption) after a FitError and record its message in the error's diagnosis.
 
-    Returns the nomination PostFilter proposes, if any. Nothing runs for :class:`NoNodesAvailableError` or
-    a profile without PostFilter plugins (upstream then clears the nominated node).
+    Returns the nomination PostFilter proposes, if any. Nothing runs for :class:`NoNodesAvailableError`, a
+    Reserve/Permit rejection (``from_node_search`` False) or a profile without PostFilter plugins.
     """
-    if isinstance(error, NoNodesAvailableError) or not framework.has_post_filter_plugins:
+    if isinstance(error, NoNodesAvailableError) or not error.from_node_search or not framework.has_post_filter_plugins:
         return None
     result, status = framework.run_post_filter_plugins(state, pod, error.diagnosis.node_to_status)
     error.diagnosis.post_filter_msg = status.message
@@ -660,7 +668,7 @@ def _single_node_fit_error(pod: PodInfo, slot: int, status: Status, names: Seque
     diagnosis = Diagnosis(names)
     diagnosis.statuses.set(slot, status)
     diagnosis.add_plugin_status(status)
-    return FitError(pod, 1, diagnosis)
+    return FitError(pod, 1, diagnosis, from_node_search=False)
 
 
 async def bind_pod(

@@ -20,6 +20,7 @@ from kopf_scheduler.scheduler import (
     assume_and_reserve,
     bind_pod,
     num_feasible_nodes_to_find,
+    run_post_filter,
     schedule_pod,
     select_host,
 )
@@ -32,6 +33,7 @@ from tests.unit.test_runtime import (  # shared fakes
     calls,
     lifecycle,
     node_filter,
+    post_filter,
     prefilter,
     scorer,
 )
@@ -356,6 +358,26 @@ def test_reserve_rejection_undoes_the_assumption_with_a_one_node_fit_error() -> 
     assert cache.pod(pod.uid) is None
     assert int(cache.table.pod_count.sum()) == 0
     assert [name for name, _ in calls("unreserve")] == ["Quota"]
+
+
+def test_post_filter_runs_after_the_node_search_but_not_after_a_reserve_rejection() -> None:
+    """Upstream runs PostFilter (preemption) only when the search found no node; a Reserve or Permit rejection
+    of the chosen node is a one-node FitError without it (and without the ``preemption: ...`` text)."""
+    cache = cluster(1)
+    plugins = [lifecycle("Quota", reserve=U("quota exceeded")), post_filter("Preempt", U("no victims"))]
+    points = {E.RESERVE: ("Quota",), E.POST_FILTER: ("Preempt",)}
+    framework = build(plugins, points, cache=cache)
+    pod = pod_info(make_pod())
+    with pytest.raises(FitError) as rejected:
+        assume_and_reserve(framework, CycleState(), pod, scheduled(framework, pod), cache)
+    assert run_post_filter(framework, CycleState(), pod, rejected.value) is None
+    assert calls("post_filter") == []
+    assert rejected.value.message == "0/1 nodes are available: 1 quota exceeded."
+
+    searched = FitError(pod, 1, rejected.value.diagnosis)  # as the node search raises it
+    run_post_filter(framework, CycleState(), pod, searched)
+    assert [name for name, _ in calls("post_filter")] == ["Preempt"]
+    assert searched.message == "0/1 nodes are available: 1 quota exceeded. no victims"
 
 
 def test_permit_error_is_a_scheduling_error() -> None:
