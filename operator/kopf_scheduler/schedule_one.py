@@ -32,7 +32,7 @@ from typing import Any
 
 from kopf_scheduler.framework import ClusterEvent, CycleState, Status
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
-from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
+from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics, sample_plugin_metrics
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import QueuedPodInfo
 from kopf_scheduler.reporting import Reporter, Spawn
@@ -77,6 +77,7 @@ class ScheduleOne:
             return
         started = time.perf_counter()
         state = CycleState()
+        state.record_plugin_metrics = sample_plugin_metrics()
         try:
             result, assumed = self._scheduling_cycle(runtime, state, pod, started)
         except FitError as fit:
