@@ -307,3 +307,52 @@ def test_the_metrics_port_refuses_and_serves_like_kube_scheduler() -> None:
     assert 'cannot get path \\"/explain/ns/other\\"' in results["alice-other-pod"][1]
     assert results["healthz"] == (200, "ok")
     assert results["unknown-path"][0] == 403  # authorization comes before routing, as upstream
+
+
+# ---- flags and the explain client ------------------------------------------------------------------------------
+
+
+def test_serving_flags_use_kube_scheduler_names_and_need_a_key_with_a_certificate(tmp_path: Path) -> None:
+    from kopf_scheduler import cli
+    from kopf_scheduler.settings import RunSettings
+
+    out = tmp_path / "effective.yaml"
+    argv = ["run", "--tls-cert-file=/c.pem", "--tls-private-key-file=/k.pem"]
+    argv += ["--authorization-always-allow-paths=/healthz,/metrics", f"--write-config-to={out}"]
+    assert cli.main(argv) == 0
+    text = out.read_text()
+    assert "tlsCertFile: /c.pem" in text
+    assert "tlsPrivateKeyFile: /k.pem" in text
+    assert "- /metrics" in text
+    assert RunSettings().authorization_always_allow_paths == ["/healthz", "/readyz", "/livez"]
+    assert cli.main(["run", "--tls-cert-file=/c.pem", f"--write-config-to={out}"]) == 2
+
+
+def test_explain_takes_the_token_from_the_flag_the_kubeconfig_or_a_token_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kopf_scheduler import cli
+
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "current-context": "b",
+                "contexts": [{"name": "a", "context": {"user": "ua"}}, {"name": "b", "context": {"user": "ub"}}],
+                "users": [
+                    {"name": "ua", "user": {"token": "token-a"}},
+                    {"name": "ub", "user": {"tokenFile": str(token_file)}},
+                ],
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    token, context = cli._explain_credentials({"insecure_skip_tls_verify": True})
+    assert token == "from-file"
+    assert context.verify_mode == ssl.CERT_NONE
+    token, context = cli._explain_credentials({"token": "flag", "kubeconfig": str(kubeconfig)})
+    assert token == "flag"
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert cli.build_parser().parse_args(["explain", "ns/p"]).url == "https://127.0.0.1:10259"
