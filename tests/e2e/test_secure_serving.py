@@ -10,6 +10,9 @@ upstream (``k8s.io/apiserver`` delegated authn/authz with kube-scheduler's defau
 - a valid token without the role: 403 naming the ServiceAccount;
 - a valid token with the role: ``/metrics`` and ``/explain/...`` served (``kopf-scheduler explain`` too);
 - ``/healthz`` open to anyone.
+
+And the monitoring metrics a kube-scheduler user looks for, read from the running operator: the active-peer
+gauge, the queue entries by event, the unschedulable pods by plugin, build info and the process collectors.
 """
 
 from __future__ import annotations
@@ -27,9 +30,18 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.conftest import Cluster
-from tests.e2e.conftest import OperatorFactory
-from tests.e2e.operator_process import OperatorProcess, operator_command, unverified_tls
+from tests.conftest import Cluster, NodeFactory
+from tests.e2e.conftest import OperatorFactory, ProfileFactory
+from tests.e2e.operator_process import (
+    OperatorProcess,
+    create_pods,
+    operator_command,
+    pod_manifest,
+    unverified_tls,
+    wait_for,
+    wait_pods_bound,
+    wait_profile_status,
+)
 from tests.unit.test_chart import docs_of
 
 #: kube-scheduler's always-allowed paths: the harness' extra /metrics is taken away again.
@@ -136,3 +148,37 @@ def test_a_provided_certificate_is_served(operator_factory: OperatorFactory, tmp
     context = ssl.create_default_context(cafile=str(cert))
     with urllib.request.urlopen(f"https://localhost:{operator.metrics_port}/healthz", context=context) as response:
         assert response.read() == b"ok"
+
+
+def test_the_active_replica_reports_the_monitoring_metrics(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator_factory: OperatorFactory,
+    peering_name: str,
+) -> None:
+    operator = operator_factory()
+    labels = {"e2e-group": secrets.token_hex(4)}
+    kwok_nodes(cpu="2", memory="8Gi", labels=labels)
+    profile = profiles({})
+    wait_profile_status(cluster.api, profile, ready=True)
+    pods = [pod_manifest("fits", profile, cpu="1", node_selector=labels)]
+    pods.append(pod_manifest("huge", profile, cpu="3", node_selector=labels))
+    create_pods(cluster.core, namespace, pods)
+    wait_pods_bound(cluster.core, namespace, ["fits"], timeout=30)
+
+    assert operator.metric("leader_election_master_status", name=peering_name) == 1
+    # Both pods entered activeQ on their watch event; "huge" went on to unschedulablePods after its attempt,
+    # and NodeResourcesFit keeps counting it while it waits.
+    assert operator.metric("scheduler_queue_incoming_pods_total", queue="active", event="UnschedulablePodAdd") >= 2
+    wait_for(
+        lambda: operator.metric("scheduler_unschedulable_pods", plugin="NodeResourcesFit", profile=profile) == 1,
+        timeout=15,
+        message=lambda: f"unschedulable_pods: {operator.metric('scheduler_unschedulable_pods', profile=profile)}",
+    )
+    assert operator.metric("scheduler_queue_incoming_pods_total", event="ScheduleAttemptFailure") >= 1
+    text = operator.metrics_text()
+    assert 'kopf_scheduler_build_info{kube_version="1.36.3"' in text
+    assert operator.metric("process_resident_memory_bytes") > 0
+    assert "python_gc_collections_total" in text

@@ -356,3 +356,61 @@ def test_explain_takes_the_token_from_the_flag_the_kubeconfig_or_a_token_file(
     assert token == "flag"
     assert context.verify_mode == ssl.CERT_REQUIRED
     assert cli.build_parser().parse_args(["explain", "ns/p"]).url == "https://127.0.0.1:10259"
+
+
+def test_a_provided_certificate_is_reloaded_when_its_files_change(tmp_path: Path) -> None:
+    """As kube-scheduler's dynamic serving certificate: new connections get the rotated pair."""
+    import os
+
+    first = self_signed_certificate(["localhost", "127.0.0.1"])
+    second = self_signed_certificate(["localhost", "127.0.0.1"])
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+
+    def install(pair: tuple[bytes, bytes], stamp: int) -> None:
+        cert.write_bytes(pair[0])
+        key.write_bytes(pair[1])
+        for path in (cert, key):
+            os.utime(path, ns=(stamp, stamp))
+
+    install(first, 1_000_000_000)
+
+    async def served_certificate(port: int) -> bytes:
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        return bytes(der)
+
+    async def main() -> list[bytes]:
+        runner = await web.serve(
+            registry=CollectorRegistry(),
+            explain=lambda key: None,
+            port=0,
+            address="127.0.0.1",
+            auth=DelegatedAuth(FakeAPIServer().post),
+            cert_file=str(cert),
+            key_file=str(key),
+            reload_period=0.05,
+        )
+        port = runner.addresses[0][1]
+        try:
+            seen = [await served_certificate(port)]
+            cert.write_bytes(second[0])  # half rotated: the pair does not match, the old one keeps serving
+            os.utime(cert, ns=(2_000_000_000, 2_000_000_000))
+            await asyncio.sleep(0.2)
+            seen.append(await served_certificate(port))
+            install(second, 3_000_000_000)
+            await asyncio.sleep(0.2)
+            seen.append(await served_certificate(port))
+        finally:
+            await runner.cleanup()
+        return seen
+
+    def der(pem: bytes) -> bytes:
+        return ssl.PEM_cert_to_DER_cert(pem.decode())
+
+    before, half, after = run(main())
+    assert before == der(first[0])
+    assert half == der(first[0])
+    assert after == der(second[0])

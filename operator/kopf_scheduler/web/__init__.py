@@ -14,17 +14,25 @@ endpoint (``/healthz`` on the health port, plain HTTP for the kubelet's probes) 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+import logging
+import os
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from kopf_scheduler.web.certs import server_context
+from kopf_scheduler.web.certs import reload_pair, server_context
 from kopf_scheduler.web.delegated import DelegatedAuth, ReviewFailed, Unauthenticated
 
 Explain = Callable[[str], dict[str, Any] | None]
+#: Seconds between checks of a provided certificate's files.
+CERT_RELOAD_PERIOD = 60.0
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DelegatedAuth", "Explain", "build_app", "review_poster", "serve", "server_context"]
 
@@ -113,18 +121,61 @@ async def serve(
     cert_file: str = "",
     key_file: str = "",
     hosts: Sequence[str] = ("localhost",),
+    reload_period: float = CERT_RELOAD_PERIOD,
 ) -> web.AppRunner:
     """Start serving HTTPS; returns the runner to ``cleanup()`` on shutdown.
 
     Without ``cert_file``/``key_file`` a self-signed certificate for ``hosts`` is made first (about a second of
-    RSA key generation, off the event loop). A wildcard address is left out of the certificate's names.
+    RSA key generation, off the event loop). A wildcard address is left out of the certificate's names. Given
+    files are watched and reloaded when they change, as kube-scheduler's dynamic serving certificate is.
     """
     names = [h for h in hosts if h not in ("0.0.0.0", "::", "")]
     ssl_context = await asyncio.to_thread(server_context, cert_file=cert_file, key_file=key_file, hosts=names)
-    runner = web.AppRunner(build_app(registry=registry, explain=explain, auth=auth), access_log=None)
+    app = build_app(registry=registry, explain=explain, auth=auth)
+    if cert_file and key_file:
+        app.cleanup_ctx.append(_reloading(ssl_context, cert_file, key_file, reload_period))
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, address, port, ssl_context=ssl_context).start()
     return runner
+
+
+def _reloading(context: ssl.SSLContext, cert_file: str, key_file: str, period: float) -> Any:
+    """A cleanup context running :func:`reload_certificate` while the app serves."""
+
+    async def run(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.ensure_future(reload_certificate(context, cert_file, key_file, period))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return run
+
+
+async def reload_certificate(context: ssl.SSLContext, cert_file: str, key_file: str, period: float) -> None:
+    """Every ``period`` seconds, load the pair again if either file changed (a Secret volume swaps both).
+
+    New connections get the new certificate; a pair that does not load (half written, mismatched) is
+    logged and tried again next time while the old certificate keeps serving. The pair is checked on a
+    scratch context first: a failed ``load_cert_chain`` on the live one would leave it with the new
+    certificate and the old key, and every handshake would fail.
+    """
+
+    def stamp() -> tuple[int, ...]:
+        return tuple(os.stat(path).st_mtime_ns for path in (cert_file, key_file))
+
+    loaded = stamp()
+    while True:
+        await asyncio.sleep(period)
+        try:
+            current = stamp()
+            if current != loaded:
+                await asyncio.to_thread(reload_pair, context, cert_file, key_file)
+                loaded = current
+                logger.info("reloaded the serving certificate %s", cert_file)
+        except (OSError, ssl.SSLError) as e:
+            logger.warning("cannot reload the serving certificate %s (still serving the old one): %s", cert_file, e)
 
 
 def review_poster(client: Callable[[], Any]) -> Callable[[str, Mapping[str, Any]], Any]:

@@ -1,4 +1,5 @@
-"""The serving certificate of the metrics port: the files given, or a self-signed one made at start-up.
+"""The serving certificate of the metrics port: the files given (reloaded when they change), or a self-signed
+one made at start-up.
 
 kube-scheduler serves 10259 over HTTPS whether or not it was given a certificate: without
 ``--tls-cert-file``/``--tls-private-key-file`` it generates a self-signed one in memory
@@ -43,7 +44,12 @@ def server_context(
     if cert_file and key_file:
         context.load_cert_chain(cert_file, key_file)
         return context
-    cert_pem, key_pem = self_signed_certificate(hosts)
+    load_pem_pair(context, *self_signed_certificate(hosts))
+    return context
+
+
+def load_pem_pair(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """``load_cert_chain`` from memory: through a private temporary directory, removed at once."""
     with tempfile.TemporaryDirectory(prefix="kopf-scheduler-tls-") as tmp:
         cert_path, key_path = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
         cert_path.write_bytes(cert_pem)
@@ -51,7 +57,13 @@ def server_context(
         with os.fdopen(fd, "wb") as f:
             f.write(key_pem)
         context.load_cert_chain(cert_path, key_path)
-    return context
+
+
+def reload_pair(context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
+    """Load the pair into a live ``context`` only if it loads on its own (one snapshot of both files)."""
+    cert_pem, key_pem = Path(cert_file).read_bytes(), Path(key_file).read_bytes()
+    load_pem_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cert_pem, key_pem)  # raises if it does not fit
+    load_pem_pair(context, cert_pem, key_pem)
 
 
 def self_signed_certificate(hosts: Iterable[str], *, bits: int = 2048) -> tuple[bytes, bytes]:
