@@ -168,7 +168,9 @@ def test_the_active_replica_reports_the_monitoring_metrics(
     create_pods(cluster.core, namespace, pods)
     wait_pods_bound(cluster.core, namespace, ["fits"], timeout=30)
 
-    assert operator.metric("leader_election_master_status", name=peering_name) == 1
+    text = operator.metrics_text()
+    # Its label is `name` (client-go's), which metric()'s own first parameter shadows.
+    assert f'leader_election_master_status{{name="{peering_name}"}} 1.0' in text
     # Both pods entered activeQ on their watch event; "huge" went on to unschedulablePods after its attempt,
     # and NodeResourcesFit keeps counting it while it waits.
     assert operator.metric("scheduler_queue_incoming_pods_total", queue="active", event="UnschedulablePodAdd") >= 2
