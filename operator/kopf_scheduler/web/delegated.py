@@ -17,6 +17,7 @@ use a token. The two review calls go through a ``post`` callable, so this module
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -100,7 +101,7 @@ class DelegatedAuth:
         paths = list(always_allow_paths)
         self._exact = frozenset(p for p in paths if not p.endswith("*"))
         self._prefixes = tuple(p[:-1] for p in paths if p.endswith("*"))
-        #: token → its user, or False when the API server rejected it (rejections are cached too).
+        #: sha256(token) → its user, or False when the API server rejected it (rejections are cached too).
         self._tokens: _TTLCache[str, UserInfo | bool] = _TTLCache(ttl, clock, max_entries)
         self._decisions: _TTLCache[tuple[UserInfo, str, str], Decision] = _TTLCache(ttl, clock, max_entries)
 
@@ -112,10 +113,11 @@ class DelegatedAuth:
         token = token.strip()
         if not token:
             raise Unauthenticated("empty bearer token")
-        cached = self._tokens.get(token)
+        key = hashlib.sha256(token.encode()).hexdigest()  # the cache keeps no token, as upstream's
+        cached = self._tokens.get(key)
         if cached is None:
             cached = await self._review_token(token) or False
-            self._tokens.put(token, cached)
+            self._tokens.put(key, cached)
         if not isinstance(cached, UserInfo):
             raise Unauthenticated("token rejected")
         return cached
