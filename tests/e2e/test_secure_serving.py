@@ -11,6 +11,9 @@ upstream (``k8s.io/apiserver`` delegated authn/authz with kube-scheduler's defau
 - a valid token with the role: ``/metrics`` and ``/explain/...`` served (``kopf-scheduler explain`` too);
 - ``/healthz`` open to anyone.
 
+Those refusals are compared byte for byte with upstream kube-scheduler's, started with delegated authn/authz
+against the same API server and asked the same requests.
+
 And the monitoring metrics a kube-scheduler user looks for, read from the running operator: the active-peer
 gauge, the queue entries by event, the unschedulable pods by plugin, build info and the process collectors.
 """
@@ -184,3 +187,37 @@ def test_the_active_replica_reports_the_monitoring_metrics(
     assert 'kopf_scheduler_build_info{kube_version="1.36.3"' in text
     assert operator.metric("process_resident_memory_bytes") > 0
     assert "python_gc_collections_total" in text
+
+
+def _get_url(url: str, token: str | None) -> tuple[int, str, str]:
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=15, context=unverified_tls()) as response:
+            return response.status, response.headers.get_content_type(), response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get_content_type(), e.read().decode()
+
+
+def test_refusals_are_kube_schedulers_byte_for_byte(cluster: Cluster, operator_factory: OperatorFactory) -> None:
+    if cluster.local is None:
+        pytest.skip("needs the local control plane to start kube-scheduler")
+    kubeconfig = str(cluster.kubeconfig)
+    name = f"kube-scheduler-authn-{secrets.token_hex(3)}"
+    upstream = cluster.local.start_kube_scheduler(
+        name=name,
+        extra_args=[f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}"],
+    )
+    try:
+        operator = operator_factory(extra_args=[UPSTREAM_ALWAYS_ALLOW])
+        theirs = f"https://127.0.0.1:{upstream.ports['secure']}"
+        ours = f"https://127.0.0.1:{operator.metrics_port}"
+        # Paths neither always allows (the harness lets kube-scheduler's /metrics through), and /healthz.
+        for path, token in [("/nothing", None), ("/nothing", "not-a-token"), ("/healthz", "not-a-token")]:
+            expected = _get_url(theirs + path, token)
+            assert expected[0] in (401, 403), expected
+            assert _get_url(ours + path, token) == expected, (path, token)
+        assert _get_url(ours + "/healthz", None) == _get_url(theirs + "/healthz", None) == (200, "text/plain", "ok")
+    finally:
+        cluster.local.stop_component(name)

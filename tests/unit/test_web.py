@@ -278,6 +278,10 @@ def test_the_metrics_port_refuses_and_serves_like_kube_scheduler() -> None:
 
     results = run(main())
     status, body = results["anonymous"]
+    assert body == (
+        '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"forbidden: User '
+        '\\"system:anonymous\\" cannot get path \\"/metrics\\"","reason":"Forbidden","details":{},"code":403}\n'
+    )
     assert status == 403
     assert json.loads(body) == {
         "kind": "Status",

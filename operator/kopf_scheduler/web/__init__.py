@@ -51,7 +51,7 @@ def _status(code: int, reason: str, message: str) -> web.Response:
     }
     return web.Response(
         status=code,
-        text=json.dumps(body),
+        text=json.dumps(body, separators=(",", ":")) + "\n",  # byte for byte what kube-scheduler sends
         content_type="application/json",
         headers={"X-Content-Type-Options": "nosniff"},
     )
