@@ -165,8 +165,9 @@ class SchedulingQueue:
         whichever sub-queue it waits meanwhile; so do we (a pod in flight is not counted)."""
         counts = self._unschedulable.counts_by_plugin()
         for qpod in itertools.chain(self._active.values(), self._backoff.values()):
-            for plugin in qpod.rejectors:
-                counts[plugin] = counts.get(plugin, 0) + 1
+            if qpod.unschedulable_plugins or qpod.pending_plugins:  # most queued pods were never rejected
+                for plugin in qpod.rejectors:
+                    counts[plugin] = counts.get(plugin, 0) + 1
         return counts
 
     def get(self, uid: str) -> QueuedPodInfo | None:
