@@ -131,11 +131,14 @@ def _show(cluster: LocalCluster, title: str, *args: str) -> None:
     sys.stdout.write(result.stdout or result.stderr)
 
 
-def _show_explain(pod: str, *, metrics_port: int) -> None:
+def _show_explain(pod: str, *, metrics_port: int, kubeconfig: Path) -> None:
     """``kopf-scheduler explain``: what kube-scheduler's histogram cannot say, node by node."""
-    url = f"http://127.0.0.1:{metrics_port}"
-    print(f"\n$ kopf-scheduler explain {pod} --url {url}    # which node failed for which plugin", flush=True)
-    command = [str(Path(sys.executable).with_name("kopf-scheduler")), "explain", pod, "--url", url]
+    # HTTPS with a self-signed certificate; the kubeconfig's (admin) token is the credential.
+    url = f"https://127.0.0.1:{metrics_port}"
+    flags = ["--url", url, "--insecure-skip-tls-verify"]
+    print(f"\n$ kopf-scheduler explain {pod} {' '.join(flags)}    # which node failed for which plugin", flush=True)
+    command = [str(Path(sys.executable).with_name("kopf-scheduler")), "explain", pod, *flags]
+    command += ["--kubeconfig", str(kubeconfig)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=30)
     sys.stdout.write(result.stdout or result.stderr)
     if not result.stdout.endswith("\n"):
@@ -159,7 +162,7 @@ Try:
 {crd_hint}    {kubectl} get pods -o wide --sort-by=.spec.nodeName
     {kubectl} get events --field-selector reason=FailedScheduling
     {kubectl} describe pod too-big
-    {explain} explain default/too-big --url http://127.0.0.1:{metrics_port}   # node by node, plugin by plugin
+    {explain} explain default/too-big --url https://127.0.0.1:{metrics_port} --insecure-skip-tls-verify   # per node
     {kubectl} edit sp bin-packing          # change the profile: the next pods follow it, no restart
     {kubectl} scale deployment batch --replicas=10
 
@@ -208,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _show(cluster, "the profiles, their score plugins and weights", "get", "sp")
             _show(cluster, "where each profile put its pods", "get", "pods", "-o", "wide", "--sort-by=.spec.nodeName")
             _show(cluster, "why the others wait", "get", "events", "--field-selector", "reason=FailedScheduling")
-            _show_explain("default/too-big", metrics_port=metrics_port)
+            _show_explain("default/too-big", metrics_port=metrics_port, kubeconfig=cluster.kubeconfig)
         print(f"\nready in {time.monotonic() - started:.1f}s", flush=True)
         print(_instructions(cluster, metrics_port=metrics_port), flush=True)
         try:

@@ -83,6 +83,8 @@ class SchedulerApp:
         #: Replaced on every kopf login; the parts read it through ``lambda: self.client``.
         self.client = client
         self.metrics = metrics or SchedulerMetrics()
+        #: leader_election_master_status: this replica runs the profiles' loops (kopf peering made it active).
+        self.metrics.track_active(settings.peering_name, lambda: self._running_loops > 0)
         self.registry = registry or default_registry()
         self.rng = rng or random.Random()
         self.clock = clock
@@ -131,7 +133,9 @@ class SchedulerApp:
             model = SchedulerProfileSpec.model_validate(spec or {})
             resolved = resolve_profile(name, model, self.registry)
             handle = ProfileHandle(name, client=lambda: self.client, cache=self.cache, unassigned=self.unassigned)
-            framework = Framework(resolved, registry=self.registry, handle=handle)
+            framework = Framework(
+                resolved, registry=self.registry, handle=handle, observe_plugin=self.metrics.observe_plugin
+            )
             extenders = self._build_extenders(model)
         except Exception as e:  # nothing a user applies may crash the operator
             message = str(e) or type(e).__name__
@@ -184,6 +188,7 @@ class SchedulerApp:
             max_backoff=self.settings.pod_max_backoff_seconds,
             max_in_unschedulable=self.settings.pod_max_in_unschedulable_pods_duration,
             clock=self.clock,
+            on_incoming=self.metrics.queue_incoming,
         )
         return runtime
 
@@ -266,6 +271,8 @@ class SchedulerApp:
             for queue, count in runtime.queue.pending_pods().items():
                 totals[queue] = totals.get(queue, 0) + count
         self.metrics.set_pending(totals)
+        for name, runtime in self.profiles.items():
+            self.metrics.set_unschedulable(name, runtime.queue.unschedulable_plugins())
 
     # -- background tasks (binding cycles, reports) --------------------------------------------------
     def spawn(self, coro: Awaitable[Any]) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +37,9 @@ _SETTING_FLAGS = {
     "pod_initial_backoff_seconds": "pod_initial_backoff_seconds",
     "pod_max_backoff_seconds": "pod_max_backoff_seconds",
     "pod_max_in_unschedulable_pods_duration": "pod_max_in_unschedulable_pods_duration",
+    "tls_cert_file": "tls_cert_file",
+    "tls_private_key_file": "tls_private_key_file",
+    "authorization_always_allow_paths": "authorization_always_allow_paths",
 }
 
 
@@ -58,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--peering-name", help="ClusterKopfPeering name (default kopf-scheduler)")
     run.add_argument("--peering-priority", type=int, help="unique priority of this replica (default 0)")
     run.add_argument("--peering-lifetime", type=int, help="seconds a silent peer counts as alive (default 15)")
-    run.add_argument("--metrics-port", type=int, help="port of /metrics, 0 disables (default 10259)")
+    run.add_argument("--metrics-port", type=int, help="HTTPS port of /metrics and /explain, 0 disables (10259)")
     run.add_argument("--health-port", type=int, help="port of /healthz, 0 disables (default 10260)")
     run.add_argument("--bind-address", help="address of the metrics and health servers (default 0.0.0.0)")
     run.add_argument("--log-format", choices=["text", "json"], help="log format (default text)")
@@ -68,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--pod-max-in-unschedulable-pods-duration", type=float, help="seconds before a parked pod is retried (300)"
     )
+    _add_serving_flags(run)
     explain = commands.add_parser(
         "explain",
         help="why a pending pod fits nowhere: each node's verdict and the plugin behind it",
@@ -77,12 +82,36 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     explain.add_argument("pod", help="NAMESPACE/NAME of the pod")
-    explain.add_argument("--url", default="http://127.0.0.1:10259", help="the operator's metrics port URL")
+    explain.add_argument("--url", default="https://127.0.0.1:10259", help="the operator's metrics port URL")
     explain.add_argument("--json", action="store_true", help="print the raw JSON account")
+    _add_explain_auth_flags(explain)
     return parser
 
 
-def explain_pod(*, pod: str, url: str, as_json: bool) -> int:
+def _add_serving_flags(run: argparse.ArgumentParser) -> None:
+    """kube-scheduler's secure-serving flags, same names (web/: HTTPS, TokenReview, SubjectAccessReview)."""
+    run.add_argument("--tls-cert-file", help="PEM certificate of the metrics port (default: self-signed)")
+    run.add_argument("--tls-private-key-file", help="PEM private key of --tls-cert-file")
+    run.add_argument(
+        "--authorization-always-allow-paths",
+        type=lambda value: [p for p in value.split(",") if p],
+        help="comma-separated paths served without authorization (default /healthz,/readyz,/livez)",
+    )
+
+
+def _add_explain_auth_flags(explain: argparse.ArgumentParser) -> None:
+    """How explain proves who it is to the operator (the bearer token) and checks the operator's certificate."""
+    explain.add_argument("--kubeconfig", help="take the bearer token from this kubeconfig (default $KUBECONFIG)")
+    explain.add_argument("--token", help="bearer token (default: the kubeconfig's, else the pod's ServiceAccount)")
+    explain.add_argument("--certificate-authority", help="verify the operator's certificate with this CA file")
+    explain.add_argument(
+        "--insecure-skip-tls-verify", action="store_true", help="do not verify the certificate (self-signed)"
+    )
+
+
+def explain_pod(
+    *, pod: str, url: str, as_json: bool, token: str | None = None, ssl_context: ssl.SSLContext | None = None
+) -> int:
     import urllib.error
     import urllib.parse
     import urllib.request
@@ -94,12 +123,14 @@ def explain_pod(*, pod: str, url: str, as_json: bool) -> int:
         print(f"kopf-scheduler explain: expected NAMESPACE/NAME, got {pod!r}", file=sys.stderr)
         return 2
     endpoint = f"{url.rstrip('/')}/explain/{urllib.parse.quote(namespace)}/{urllib.parse.quote(name)}"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(endpoint, timeout=10) as response:
+        request = urllib.request.Request(endpoint, headers=headers)
+        with urllib.request.urlopen(request, timeout=10, context=ssl_context) as response:
             account = json.loads(response.read())
     except urllib.error.HTTPError as e:
         try:
-            detail = json.loads(e.read() or b"{}").get("message")
+            detail = json.loads(e.read() or b"{}").get("message")  # ours, or the API server's Status
         except (ValueError, AttributeError):  # not our endpoint's JSON (a wrong --url)
             detail = None
         print(f"kopf-scheduler explain: {detail or e}", file=sys.stderr)
@@ -109,6 +140,49 @@ def explain_pod(*, pod: str, url: str, as_json: bool) -> int:
         return 1
     print(json.dumps(account, indent=2) if as_json else format_account(account))
     return 0
+
+
+def _explain_credentials(args: dict[str, Any]) -> tuple[str | None, ssl.SSLContext]:
+    """The bearer token (flag, kubeconfig user, in-cluster ServiceAccount) and the TLS client context."""
+    context = ssl.create_default_context(cafile=args.get("certificate_authority"))
+    if args.get("insecure_skip_tls_verify"):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    token = args.get("token") or _kubeconfig_token(args.get("kubeconfig")) or _service_account_token()
+    return token, context
+
+
+def _kubeconfig_token(path: str | None) -> str | None:
+    """The current context's user token (``token`` or ``tokenFile``); None without one."""
+    import yaml
+
+    candidates = [path] if path else (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
+    candidates = [c for c in candidates if c] or [os.path.expanduser("~/.kube/config")]
+    for candidate in candidates:
+        try:
+            with open(candidate) as f:
+                config = yaml.safe_load(f) or {}
+        except OSError:
+            continue
+        contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
+        user_name = contexts.get(config.get("current-context"), {}).get("user")
+        for user in config.get("users") or []:
+            if user.get("name") == user_name:
+                spec = user.get("user") or {}
+                if spec.get("token"):
+                    return str(spec["token"])
+                if spec.get("tokenFile"):
+                    with open(spec["tokenFile"]) as f:
+                        return f.read().strip()
+    return None
+
+
+def _service_account_token() -> str | None:
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/token") as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 class _JsonFormatter(logging.Formatter):
@@ -186,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     command = args.pop("command", None)
     if command == "explain":
-        return explain_pod(pod=args["pod"], url=args["url"], as_json=args["json"])
+        token, context = _explain_credentials(args)
+        return explain_pod(pod=args["pod"], url=args["url"], as_json=args["json"], token=token, ssl_context=context)
     if command != "run":
         parser.print_help()
         return 0 if command is None else 2

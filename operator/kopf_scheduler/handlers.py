@@ -118,14 +118,24 @@ async def _ensure_peering(client: KubeClient, name: str) -> None:
 
 @kopf.on.startup()
 async def serve_endpoints(memo: Any, **_: Any) -> None:
-    """/metrics and /explain on the metrics port, on every replica (the standby's metrics matter too)."""
+    """/metrics and /explain on the metrics port (HTTPS, delegated auth), on every replica (standby too)."""
     app = _app(memo)
     port, address = app.settings.metrics_port, app.settings.bind_address
     if not port:
         return
+    run = app.settings
     try:
         memo.web = await web.serve(
-            registry=app.metrics.registry, explain=app.explanations.get, port=port, address=address
+            registry=app.metrics.registry,
+            explain=app.explanations.get,
+            port=port,
+            address=address,
+            auth=web.DelegatedAuth(
+                web.review_poster(lambda: app.client), always_allow_paths=run.authorization_always_allow_paths
+            ),
+            cert_file=run.tls_cert_file,
+            key_file=run.tls_private_key_file,
+            hosts=["localhost", app.hostname, "127.0.0.1", "::1", address],
         )
     except OSError as e:
         # Fail fast, as a bad flag does: kopf would otherwise retry a startup handler for ever.

@@ -1,12 +1,30 @@
-"""Prometheus metrics under kube-scheduler's names, so existing dashboards and alerts work unchanged.
+"""Prometheus metrics under kube-scheduler's names and buckets (reference §8, ``pkg/scheduler/metrics``).
 
-Buckets follow upstream's (reference §8). Each operator process owns one :class:`SchedulerMetrics` on a
-private registry, so tests can create as many as they like without colliding in the global registry.
+The names, labels and buckets are upstream's, so queries written for kube-scheduler read ours; what a
+dashboard also selects on is the ``job`` label, which the scrape configuration sets (the chart's
+``metrics.serviceMonitor.jobLabel``: ``kube-scheduler`` makes kube-scheduler dashboards match). Each operator
+process owns one :class:`SchedulerMetrics` on a private registry, so tests can create as many as they like
+without colliding in the global registry; the process and Python collectors are registered on it too.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import platform
+import random
+from collections.abc import Callable, Mapping
+
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from kopf_scheduler._version import __version__
 
 
 def _exponential(start: float, factor: float, count: int) -> list[float]:
@@ -80,6 +98,7 @@ class SchedulerMetrics:
             ["extender", "verb"],
             registry=r,
         )
+        self._init_monitoring()
 
     def observe_attempt(self, *, result: str, profile: str, seconds: float) -> None:
         self.schedule_attempts.labels(result=result, profile=profile).inc()
@@ -96,3 +115,86 @@ class SchedulerMetrics:
     def set_pending(self, counts: dict[str, int]) -> None:
         for queue in ("active", "backoff", "unschedulable", "gated"):
             self.pending_pods.labels(queue=queue).set(counts.get(queue, 0))
+
+    # -- queue, plugin, process and peering metrics (issue 13) ----------------------------------------------------
+    def _init_monitoring(self) -> None:
+        r = self.registry
+        self.queue_incoming_pods = Counter(
+            "scheduler_queue_incoming_pods",
+            "Number of pods added to scheduling queues by event and queue type.",
+            ["queue", "event"],
+            registry=r,
+        )
+        self.unschedulable_pods = Gauge(
+            "scheduler_unschedulable_pods",
+            "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all "
+            "plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
+            ["plugin", "profile"],
+            registry=r,
+        )
+        self._unschedulable_labels: dict[str, set[str]] = {}
+        self.plugin_execution_duration = Histogram(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point.",
+            ["plugin", "extension_point", "status"],
+            buckets=_exponential(0.00001, 1.5, 20),
+            registry=r,
+        )
+        #: kube-scheduler's leader gauge (client-go ``leader_election_master_status``): 1 on the active peer.
+        self.leader_election_master_status = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates "
+            "master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            ["name"],
+            registry=r,
+        )
+        Gauge(
+            "kopf_scheduler_build_info",
+            "A metric with a constant '1' value labeled by the operator version, the kube-scheduler release whose "
+            "behaviour it reproduces, and the Python version.",
+            ["version", "kube_version", "python_version"],
+            registry=r,
+        ).labels(
+            version=__version__, kube_version=KUBE_BEHAVIOUR_VERSION, python_version=platform.python_version()
+        ).set(1)
+        # process_* (CPU, memory, file descriptors, start time), python_info and python_gc_*, as the default
+        # registry has them; kube-scheduler exposes process_* and its Go runtime's go_*.
+        if r is not REGISTRY:  # the global registry has them already
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            GCCollector(registry=r)
+
+    def queue_incoming(self, queue: str, event: str) -> None:
+        """``scheduler_queue_incoming_pods_total``: a pod entered ``queue`` because of ``event``."""
+        self.queue_incoming_pods.labels(queue=queue, event=event).inc()
+
+    def set_unschedulable(self, profile: str, counts: Mapping[str, int]) -> None:
+        """``scheduler_unschedulable_pods{profile}``: queued pods per rejecting plugin; plugins no longer
+        counted drop to 0 (as upstream's gauge does once their pods leave)."""
+        seen = self._unschedulable_labels.setdefault(profile, set())
+        for plugin in seen - set(counts):
+            self.unschedulable_pods.labels(plugin=plugin, profile=profile).set(0)
+        for plugin, count in counts.items():
+            self.unschedulable_pods.labels(plugin=plugin, profile=profile).set(count)
+        seen.update(counts)
+
+    def observe_plugin(self, plugin: str, extension_point: str, status: str, seconds: float) -> None:
+        """``scheduler_plugin_execution_duration_seconds``: one plugin call in a sampled cycle."""
+        self.plugin_execution_duration.labels(plugin=plugin, extension_point=extension_point, status=status).observe(
+            seconds
+        )
+
+    def track_active(self, name: str, is_active: Callable[[], bool]) -> None:
+        """``leader_election_master_status{name}``: read from ``is_active()`` at every scrape."""
+        self.leader_election_master_status.labels(name=name).set_function(lambda: 1.0 if is_active() else 0.0)
+
+
+#: The kube-scheduler release whose behaviour the operator reproduces (``cli.TARGET_KUBE_VERSION``).
+KUBE_BEHAVIOUR_VERSION = "1.36.3"
+#: Upstream's ``pluginMetricsSamplePercent``: plugin durations are recorded in this share of cycles.
+PLUGIN_METRICS_SAMPLE_PERCENT = 10
+
+
+def sample_plugin_metrics(rng: random.Random | None = None) -> bool:
+    """Upstream's per-cycle coin: record plugin durations in this cycle? (``rand.Intn(100) < 10``)."""
+    return (rng or random).randrange(100) < PLUGIN_METRICS_SAMPLE_PERCENT

@@ -40,6 +40,13 @@ class RunSettings(BaseModel):
     pod_initial_backoff_seconds: float = Field(default=1.0, gt=0)
     pod_max_backoff_seconds: float = Field(default=10.0, gt=0)
     pod_max_in_unschedulable_pods_duration: float = Field(default=300.0, gt=0)
+    # Secure serving of the metrics port, under kube-scheduler's flag names (web/).
+    tls_cert_file: str = Field(default="", description="PEM certificate of the metrics port; empty: self-signed.")
+    tls_private_key_file: str = Field(default="", description="PEM private key matching tlsCertFile.")
+    authorization_always_allow_paths: list[str] = Field(
+        default_factory=lambda: ["/healthz", "/readyz", "/livez"],
+        description="Paths served without authorization (a trailing * matches a prefix).",
+    )
 
     @model_validator(mode="after")
     def _backoffs_ordered(self) -> RunSettings:
@@ -47,6 +54,12 @@ class RunSettings(BaseModel):
             raise ValueError(
                 "podMaxBackoffSeconds: Invalid value: must be greater than or equal to podInitialBackoffSeconds"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> RunSettings:
+        if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
+            raise ValueError("tlsCertFile and tlsPrivateKeyFile must be given together")
         return self
 
 

@@ -28,6 +28,7 @@ import re
 import secrets
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -152,6 +153,9 @@ class OperatorProcess:
             str(self.health_port),
             "--bind-address",
             "127.0.0.1",
+            # HTTPS with delegated auth, as kube-scheduler; /metrics readable anonymously on 127.0.0.1, as
+            # tools/localcluster.py runs kube-scheduler (tests/e2e/test_secure_serving.py tests the auth).
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             *self.extra_args,
         ]
 
@@ -304,7 +308,8 @@ class OperatorProcess:
         wait_for(ready, timeout=timeout, interval=0.25, message=lambda: f"{self.name} not ready\n{self.log_tail()}")
 
     def metrics_text(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+        url = f"https://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5, context=unverified_tls()) as resp:
             return str(resp.read().decode())
 
     def metric(self, name: str, **labels: str) -> float:
@@ -315,6 +320,14 @@ class OperatorProcess:
         """``scheduler_schedule_attempts_total{result="scheduled"}``: the binds this process made."""
         labels = {"result": "scheduled", **({"profile": profile} if profile else {})}
         return self.metric("scheduler_schedule_attempts_total", **labels)
+
+
+def unverified_tls() -> ssl.SSLContext:
+    """A client context that accepts the operator's self-signed serving certificate."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

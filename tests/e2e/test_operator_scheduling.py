@@ -204,8 +204,10 @@ def test_unschedulable_pod_reports_upstream_text_and_is_scheduled_after_a_pod_is
 
 
 def _explain(operator: OperatorProcess, namespace: str, pod: str) -> subprocess.CompletedProcess[str]:
-    url = f"http://127.0.0.1:{operator.metrics_port}"
-    command = [*operator_command(), "explain", f"{namespace}/{pod}", "--url", url]
+    # The kubeconfig's token (the admin, in system:masters) over HTTPS; the certificate is self-signed.
+    url = f"https://127.0.0.1:{operator.metrics_port}"
+    command = [*operator_command(), "explain", f"{namespace}/{pod}", "--url", url, "--insecure-skip-tls-verify"]
+    command += ["--kubeconfig", str(operator.kubeconfig)]
     return subprocess.run(command, capture_output=True, text=True, timeout=30)
 
 

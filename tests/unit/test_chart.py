@@ -84,6 +84,9 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     allow("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])
     allow("kopf.dev", ["clusterkopfpeerings"], ["list", "watch", "create"])
     allow("kopf.dev", ["clusterkopfpeerings"], ["get", "patch"], name=peering_name)
+    # Secure serving of the metrics port: delegated authentication and authorization (web/delegated.py).
+    allow("authentication.k8s.io", ["tokenreviews"], ["create"])
+    allow("authorization.k8s.io", ["subjectaccessreviews"], ["create"])
     return rules
 
 
@@ -94,7 +97,14 @@ FULL_VALUES: dict[str, Any] = {
     "extraArgs": ["--pod-max-backoff-seconds", "20"],
     "extraEnv": [{"name": "EXTRA", "value": "1"}],
     "imagePullSecrets": [{"name": "registry"}],
-    "metrics": {"port": 10259, "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "metrics": {
+        "port": 10259,
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}, "jobLabel": "kube-scheduler"},
+        "tls": {"secretName": "kopf-scheduler-tls"},
+        "reader": {"subjects": [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]},
+        "dashboard": {"enabled": True},
+        "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
+    },
     "podAntiAffinity": "hard",
     "nodeSelector": {"kubernetes.io/os": "linux"},
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "scheduler", "effect": "NoSchedule"}],
@@ -106,7 +116,8 @@ FULL_VALUES: dict[str, Any] = {
             "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "kopf-scheduler"}},
         }
     ],
-    "priorityClassName": "system-cluster-critical",
+    "priorityClassName": "scheduler-critical",
+    "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
     "podAnnotations": {"a": "b"},
     "podLabels": {"team": "platform"},
     "serviceAccount": {"annotations": {"example.com/owner": "platform"}},
@@ -197,6 +208,13 @@ def container_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return pod["containers"][0]
 
 
+def operator_role(docs: list[dict[str, Any]], kind: str = "ClusterRole") -> dict[str, Any]:
+    """The operator's own ClusterRole (or its binding), not the metrics-reader one."""
+    found = [d for d in docs if d["kind"] == kind and not d["metadata"]["name"].endswith("-metrics-reader")]
+    assert len(found) == 1, f"expected one operator {kind}, got {len(found)}"
+    return found[0]
+
+
 def rules_of(cluster_role: Mapping[str, Any]) -> set[tuple[str, str, str, str]]:
     flat: set[tuple[str, str, str, str]] = set()
     for rule in cluster_role["rules"]:
@@ -239,9 +257,12 @@ def test_rendered_manifests_validate_against_the_pinned_kubernetes_schemas(value
         "StatefulSet",
         "PodDisruptionBudget",
     }
-    custom = {"ClusterKopfPeering", "SchedulerProfile", "ServiceMonitor"}
-    assert set(kinds) <= builtin | custom, kinds
+    optional = {"NetworkPolicy", "ConfigMap"}
+    custom = {"ClusterKopfPeering", "SchedulerProfile", "ServiceMonitor", "PrometheusRule"}
+    assert set(kinds) <= builtin | optional | custom, kinds
     assert builtin <= set(kinds)
+    if values is FULL_VALUES:
+        assert optional | custom <= set(kinds)
     assert kinds.count("CustomResourceDefinition") == 3  # schedulerprofiles, clusterkopfpeerings, kopfpeerings
     for doc in docs:
         if doc["kind"] in custom:
@@ -317,9 +338,9 @@ def test_app_version_is_the_package_version_and_the_default_image_tag() -> None:
 
 def test_cluster_role_is_exactly_what_the_operator_uses() -> None:
     docs = docs_of()
-    role = one(docs, "ClusterRole")
+    role = operator_role(docs)
     assert rules_of(role) == expected_rules()
-    binding = one(docs, "ClusterRoleBinding")
+    binding = operator_role(docs, "ClusterRoleBinding")
     account = one(docs, "ServiceAccount")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -339,13 +360,15 @@ def test_peering_name_is_used_consistently() -> None:
     args = container_of(docs)["args"]
     assert "--peering-name=sched-a" in args
     assert "--peering-lifetime=20" in args
-    assert rules_of(one(docs, "ClusterRole")) == expected_rules("sched-a")
+    assert rules_of(operator_role(docs)) == expected_rules("sched-a")
 
 
 def test_two_releases_do_not_share_cluster_scoped_names() -> None:
     a, b = docs_of(release="one"), docs_of(release="two")
     for kind in ("ClusterRole", "ClusterRoleBinding"):
-        assert one(a, kind)["metadata"]["name"] != one(b, kind)["metadata"]["name"]
+        assert operator_role(a, kind)["metadata"]["name"] != operator_role(b, kind)["metadata"]["name"]
+    reader = {d["metadata"]["name"] for d in a if d["kind"] == "ClusterRole"}
+    assert reader.isdisjoint(d["metadata"]["name"] for d in b if d["kind"] == "ClusterRole")
 
 
 # ---- the StatefulSet -----------------------------------------------------------------------------------------
@@ -392,7 +415,8 @@ def test_statefulset_shape() -> None:
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     resources = container["resources"]
     assert set(resources["requests"]) == {"cpu", "memory"}
-    assert set(resources["limits"]) == {"cpu", "memory"}
+    assert set(resources["limits"]) == {"memory"}  # no CPU limit: throttling delays peering keep-alives
+    assert template["spec"]["priorityClassName"] == "system-cluster-critical"
     anti = template["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
@@ -507,3 +531,135 @@ def test_values_yaml_documents_every_schema_key() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(schema["properties"]) - {"global"} == set(values)
     assert schema["additionalProperties"] is False
+
+
+# ---- secure serving and monitoring (issue 13) --------------------------------------------------------------
+
+
+def test_metrics_reader_role_grants_get_on_metrics_and_explain_only() -> None:
+    docs = docs_of()
+    reader = [
+        d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "ks-kopf-scheduler-metrics-reader"
+    ]
+    assert len(reader) == 1
+    assert reader[0]["rules"] == [{"nonResourceURLs": ["/metrics", "/explain/*"], "verbs": ["get"]}]
+    assert not [d for d in docs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"].endswith("-reader")]
+    binding = next(
+        d
+        for d in docs_of(FULL_VALUES)
+        if d["metadata"]["name"] == "ks-kopf-scheduler-metrics-reader" and d["kind"] == "ClusterRoleBinding"
+    )
+    assert binding["roleRef"]["name"] == "ks-kopf-scheduler-metrics-reader"
+    assert binding["subjects"] == FULL_VALUES["metrics"]["reader"]["subjects"]
+
+
+def test_service_monitor_scrapes_https_with_a_token_under_the_chosen_job() -> None:
+    docs = docs_of(FULL_VALUES)
+    endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    job_label = one(docs, "ServiceMonitor")["spec"]["jobLabel"]
+    assert one(docs, "Service")["metadata"]["labels"][job_label] == "kube-scheduler"
+    assert one(docs_of(), "Service")["metadata"]["labels"][job_label] == "kopf-scheduler"
+
+
+def test_a_tls_secret_is_mounted_and_served() -> None:
+    docs = docs_of(FULL_VALUES)
+    container = container_of(docs)
+    assert "--tls-cert-file=/etc/kopf-scheduler/tls/tls.crt" in container["args"]
+    assert "--tls-private-key-file=/etc/kopf-scheduler/tls/tls.key" in container["args"]
+    assert {"name": "tls", "mountPath": "/etc/kopf-scheduler/tls", "readOnly": True} in container["volumeMounts"]
+    volumes = one(docs, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "kopf-scheduler-tls", "defaultMode": 0o440}} in volumes
+    assert not any("--tls" in a for a in container_of(docs_of())["args"])  # self-signed by default
+
+
+def test_image_digest_wins_over_the_tag() -> None:
+    digest = "sha256:" + "ab" * 32
+    image = container_of(docs_of({"image": {"repository": "registry.example/ks", "tag": "dev", "digest": digest}}))
+    assert image["image"] == f"registry.example/ks@{digest}"
+    assert render({"image": {"repository": "x", "digest": "latest"}}, check=False).returncode != 0  # type: ignore[union-attr]
+
+
+def test_network_policy_admits_the_metrics_port_from_the_given_peers() -> None:
+    assert not [d for d in docs_of() if d["kind"] == "NetworkPolicy"]
+    docs = docs_of(FULL_VALUES)
+    policy = one(docs, "NetworkPolicy")["spec"]
+    assert policy["podSelector"]["matchLabels"] == one(docs, "StatefulSet")["spec"]["selector"]["matchLabels"]
+    assert policy["policyTypes"] == ["Ingress"]
+    metrics, health = policy["ingress"]
+    assert metrics == {
+        "ports": [{"port": "metrics", "protocol": "TCP"}],
+        "from": FULL_VALUES["networkPolicy"]["metricsFrom"],
+    }
+    assert health == {"ports": [{"port": "health", "protocol": "TCP"}]}
+
+
+def _exported_metric_names() -> set[str]:
+    from kopf_scheduler.metrics import SchedulerMetrics
+
+    names = set()
+    for family in SchedulerMetrics().registry.collect():
+        names.update(sample.name for sample in family.samples)
+        names.add(family.name)
+        if family.type in ("histogram",):
+            names.update(f"{family.name}_{suffix}" for suffix in ("bucket", "sum", "count"))
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+    return names
+
+
+def _metric_names_in(expr: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"\b((?:scheduler|leader|kopf|process|python)_[a-z_]+)\b", expr))
+
+
+def test_dashboard_and_alerts_query_only_metrics_the_operator_exports() -> None:
+    docs = docs_of(FULL_VALUES)
+    exported = _exported_metric_names()
+    dashboard = json.loads(one(docs, "ConfigMap")["data"]["kopf-scheduler.json"])
+    assert one(docs, "ConfigMap")["metadata"]["labels"]["grafana_dashboard"] == "1"
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} == {
+        "KopfSchedulerNoActiveReplica",
+        "KopfSchedulerPendingPodsRising",
+        "KopfSchedulerAttemptsFailing",
+    }
+    exprs += [r["expr"] for r in rules]
+    used = set().union(*map(_metric_names_in, exprs))
+    assert {
+        "scheduler_queue_incoming_pods_total",
+        "scheduler_unschedulable_pods",
+        "leader_election_master_status",
+    } <= used
+    assert used <= exported, used - exported
+    assert all('job="kube-scheduler"' in r["expr"] for r in rules)  # the ServiceMonitor's jobLabel
+    assert not [d for d in docs_of() if d["kind"] in ("ConfigMap", "PrometheusRule")]  # off by default
+
+
+def test_every_value_in_the_schema_has_a_description() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    missing = []
+
+    def walk(node: Mapping[str, Any], path: str) -> None:
+        for key, sub in (node.get("properties") or {}).items():
+            if "description" not in sub:
+                missing.append(f"{path}.{key}")
+            walk(sub, f"{path}.{key}")
+        items = node.get("items")
+        if isinstance(items, dict):
+            walk(items, f"{path}[]")
+
+    walk(schema, "")
+    assert not missing
+
+
+def test_helm_show_readme_is_the_chart_readme(tmp_path: Path) -> None:
+    readme = helm("show", "readme", str(CHART), tmp_home=tmp_path).stdout
+    assert readme.startswith("# kopf-scheduler")
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for key in values:  # every top-level value is documented
+        assert f"`{key}" in readme, key

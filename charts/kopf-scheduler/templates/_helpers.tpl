@@ -43,5 +43,9 @@ app.kubernetes.io/component: scheduler
 {{- end }}
 
 {{- define "kopf-scheduler.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}

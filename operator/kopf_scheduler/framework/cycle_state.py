@@ -13,7 +13,7 @@ from typing import Any
 class CycleState:
     """A dict keyed by plugin-chosen strings; values should implement ``clone()`` if they are mutable."""
 
-    __slots__ = ("_data", "skip_filter_plugins", "skip_pre_bind_plugins", "skip_score_plugins")
+    __slots__ = ("_data", "record_plugin_metrics", "skip_filter_plugins", "skip_pre_bind_plugins", "skip_score_plugins")
 
     def __init__(self) -> None:
         self._data: dict[str, Any] = {}
@@ -23,6 +23,8 @@ class CycleState:
         self.skip_score_plugins: set[str] = set()
         #: Plugins whose PreBindPreFlight returned Skip: their PreBind is not called this cycle.
         self.skip_pre_bind_plugins: set[str] = set()
+        #: Upstream ``SetRecordPluginMetrics``: this cycle is one of the sampled 10% (plugin durations).
+        self.record_plugin_metrics = False
 
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value
@@ -45,4 +47,5 @@ class CycleState:
         other.skip_filter_plugins = set(self.skip_filter_plugins)
         other.skip_score_plugins = set(self.skip_score_plugins)
         other.skip_pre_bind_plugins = set(self.skip_pre_bind_plugins)
+        other.record_plugin_metrics = self.record_plugin_metrics
         return other

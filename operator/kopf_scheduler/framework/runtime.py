@@ -23,6 +23,8 @@ types, waiting pods and the nominator protocol have their own modules (``verdict
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,6 +73,7 @@ MAX_PERMIT_TIMEOUT = 15 * 60.0
 
 _REJECTED_CODES = (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 _EMPTY_SLOTS = np.zeros(0, dtype=np.int64)
+ObservePlugin = Callable[[str, str, str, float], None]
 
 
 class FrameworkError(Exception):
@@ -114,8 +117,12 @@ class Framework:
         handle: Handle,
         *,
         nominator: Nominator | None = None,
+        observe_plugin: ObservePlugin | None = None,
     ) -> None:
         self.profile = profile
+        #: ``scheduler_plugin_execution_duration_seconds`` (plugin, extension point, status code, seconds);
+        #: called in sampled cycles only (``CycleState.record_plugin_metrics``).
+        self.observe_plugin = observe_plugin
         self.profile_name = profile.scheduler_name
         self.percentage_of_nodes_to_score = profile.percentage_of_nodes_to_score
         self.handle = handle
@@ -149,6 +156,14 @@ class Framework:
 
     def __repr__(self) -> str:
         return f"<Framework {self.profile_name}>"
+
+    def _started(self, state: CycleState) -> float | None:
+        """A start time when this cycle's plugin durations are recorded (upstream samples 10% of cycles)."""
+        return time.perf_counter() if state.record_plugin_metrics and self.observe_plugin is not None else None
+
+    def _observe(self, started: float | None, plugin: str, point: str, status: Status) -> None:
+        if started is not None and self.observe_plugin is not None:
+            self.observe_plugin(plugin, point, status.code.label, time.perf_counter() - started)
 
     # -- introspection ---------------------------------------------------------------------------------
     @property
@@ -216,7 +231,9 @@ class Framework:
         try:
             for name, plugin in self.pre_filter_plugins:
                 try:
+                    started = self._started(state)
                     restriction, status = plugin.pre_filter(state, pod, snapshot)
+                    self._observe(started, name, "PreFilter", status)
                 except Exception as exc:
                     return (
                         None,
@@ -314,7 +331,11 @@ class Framework:
             if skip and name in skip:
                 continue
             try:
+                started = self._started(state)
                 result = plugin.filter(state, pod, remaining, snapshot)
+                if started is not None:  # one call judged every remaining node (upstream: one call per node)
+                    verdict = SUCCESS if result is None or not np.any(result.rejected) else result.statuses[0]
+                    self._observe(started, name, "Filter", verdict)
             except Exception as exc:
                 error = _wrapped_error(f"running {go_quote(name)} filter plugin", exc).with_plugin(name)
                 return FilterOutcome(_EMPTY_SLOTS, _EMPTY_SLOTS, statuses, error)
@@ -473,7 +494,9 @@ class Framework:
         try:
             for name, plugin in self.pre_score_plugins:
                 try:
+                    started = self._started(state)
                     status = plugin.pre_score(state, pod, nodes, snapshot)
+                    self._observe(started, name, "PreScore", status)
                 except Exception as exc:
                     return _wrapped_error(f"running PreScore plugin {go_quote(name)}", exc)
                 if status.is_skip:
@@ -497,7 +520,9 @@ class Framework:
             if skip and name in skip:
                 continue
             try:
+                started = self._started(state)
                 scores = np.asarray(plugin.score(state, pod, nodes, snapshot), dtype=np.int64)
+                self._observe(started, name, "Score", SUCCESS)
                 if scores.shape != (count,):
                     raise ValueError(f"returned {scores.shape[0] if scores.ndim else 0} scores for {count} nodes")
             except Exception as exc:
@@ -548,7 +573,9 @@ class Framework:
     def run_reserve_plugins_reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         for name, plugin in self.reserve_plugins:
             try:
+                started = self._started(state)
                 status = plugin.reserve(state, pod, node_name)
+                self._observe(started, name, "Reserve", status)
             except Exception as exc:
                 return _wrapped_error(f"running Reserve plugin {go_quote(name)}", exc)
             if not status.is_success:
@@ -570,7 +597,9 @@ class Framework:
         waits: dict[str, float] = {}
         for name, plugin in self.permit_plugins:
             try:
+                started = self._started(state)
                 status, timeout = plugin.permit(state, pod, node_name)
+                self._observe(started, name, "Permit", status)
             except Exception as exc:
                 return _wrapped_error(f"running Permit plugin {go_quote(name)}", exc).with_plugin(name)
             if status.is_success:
@@ -647,7 +676,9 @@ class Framework:
             if name in state.skip_pre_bind_plugins:
                 continue
             try:
+                started = self._started(state)
                 status = await plugin.pre_bind(state, pod, node_name)
+                self._observe(started, name, "PreBind", status)
             except Exception as exc:
                 return _wrapped_error(f"running PreBind plugin {go_quote(name)}", exc)
             if not status.is_success:
@@ -661,7 +692,9 @@ class Framework:
         status = Status.skip()
         for name, plugin in self.bind_plugins:
             try:
+                started = self._started(state)
                 status = await plugin.bind(state, pod, node_name)
+                self._observe(started, name, "Bind", status)
             except Exception as exc:
                 return _wrapped_error(f"running Bind plugin {go_quote(name)}", exc)
             if status.is_skip:

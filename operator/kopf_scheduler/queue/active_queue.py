@@ -59,6 +59,10 @@ class ActiveQueue:
         entry = self._heap.remove(uid)
         return None if entry is None else entry.qpod
 
+    def values(self) -> Iterator[QueuedPodInfo]:
+        """The queued pods, in no particular order."""
+        return (entry.qpod for entry in self._heap.values())
+
     def pop(self) -> QueuedPodInfo | None:
         """The head (QueueSort's first pod), taken out; None when empty."""
         entry = self._heap.pop()

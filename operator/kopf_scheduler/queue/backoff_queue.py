@@ -136,6 +136,10 @@ class BackoffQueue:
         entry = self._rejected.remove(uid) or self._errors.remove(uid)
         return None if entry is None else entry.qpod
 
+    def values(self) -> Iterator[QueuedPodInfo]:
+        """The pods backing off (rejected, then errors), in no particular order."""
+        return (entry.qpod for heap in (self._rejected, self._errors) for entry in heap.values())
+
     def pop_rejected(self) -> QueuedPodInfo | None:
         """The soonest-expiring rejected pod, taken out whatever its expiry (PopFromBackoffQ's early pop)."""
         entry = self._rejected.pop()

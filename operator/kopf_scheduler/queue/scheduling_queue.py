@@ -60,6 +60,7 @@ from kopf_scheduler.framework.events import (
     EVENT_UNSCHEDULED_POD_ADD,
     EVENT_UNSCHEDULED_POD_UPDATE,
     FORCE_ACTIVATE,
+    POP_FROM_BACKOFF_Q,
     SCHEDULE_ATTEMPT_FAILURE,
     ClusterEvent,
     ClusterEventWithHint,
@@ -113,8 +114,11 @@ class SchedulingQueue:
         max_in_unschedulable: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         pop_from_backoff_q: bool = True,
+        on_incoming: Callable[[str, str], None] | None = None,
     ) -> None:
         self._pre_enqueue = pre_enqueue
+        #: ``scheduler_queue_incoming_pods_total``: called with (queue, event) for every pod entering a sub-queue.
+        self._on_incoming = on_incoming
         self._max_in_unschedulable = float(max_in_unschedulable)
         self._clock = clock
         self._pop_from_backoff_q = pop_from_backoff_q
@@ -154,6 +158,17 @@ class SchedulingQueue:
             UNSCHEDULABLE_Q: len(self._unschedulable) - gated,
             GATED: gated,
         }
+
+    def unschedulable_plugins(self) -> dict[str, int]:
+        """``scheduler_unschedulable_pods{plugin}`` of this profile: queued pods per plugin that rejected (or
+        gates) them. Upstream counts a pod from its failed attempt until it is popped again or deleted, in
+        whichever sub-queue it waits meanwhile; so do we (a pod in flight is not counted)."""
+        counts = self._unschedulable.counts_by_plugin()
+        for qpod in itertools.chain(self._active.values(), self._backoff.values()):
+            if qpod.unschedulable_plugins or qpod.pending_plugins:  # most queued pods were never rejected
+                for plugin in qpod.rejectors:
+                    counts[plugin] = counts.get(plugin, 0) + 1
+        return counts
 
     def get(self, uid: str) -> QueuedPodInfo | None:
         """The queued (or in-flight) entry of a pod."""
@@ -452,7 +467,9 @@ class SchedulingQueue:
         self._active.remove(qpod.uid)
         self._backoff.push(qpod)
 
-    def _put_unschedulable(self, qpod: QueuedPodInfo) -> None:
+    def _put_unschedulable(self, qpod: QueuedPodInfo, event: str | None = None) -> None:
+        if event is not None and qpod.uid not in self._unschedulable:
+            self._incoming(UNSCHEDULABLE_Q, event)
         self._active.remove(qpod.uid)
         self._backoff.remove(qpod.uid)
         self._hints.note_plugins(qpod.rejectors)
@@ -486,30 +503,36 @@ class SchedulingQueue:
         if qpod.gated:
             if qpod.uid in self._active or qpod.uid in self._backoff:
                 return False
-            self._put_unschedulable(qpod)
+            self._put_unschedulable(qpod, event)
             log.debug("pod %s gated by %s (%s)", qpod.pod.key, qpod.gating_plugin, event)
             return False
         if qpod.initial_attempt_timestamp is None:
             qpod.initial_attempt_timestamp = self._clock()
         self._push_active(qpod)
+        self._incoming(ACTIVE_Q, event)
         return True
 
-    def _move_to_backoff(self, qpod: QueuedPodInfo) -> bool:
+    def _move_to_backoff(self, qpod: QueuedPodInfo, event: str) -> bool:
         if self._pop_from_backoff_q:
             self._run_pre_enqueue(qpod)
             if qpod.gated:
-                self._put_unschedulable(qpod)
+                self._put_unschedulable(qpod, event)
                 return False
         self._push_backoff(qpod)
+        self._incoming(BACKOFF_Q, event)
         return True
+
+    def _incoming(self, queue: str, event: str) -> None:
+        if self._on_incoming is not None:
+            self._on_incoming(queue, event)
 
     def _requeue(self, qpod: QueuedPodInfo, strategy: Strategy, event: str) -> str:
         """Place a pod by strategy; returns where it went."""
         if strategy is Strategy.SKIP:
-            self._put_unschedulable(qpod)
+            self._put_unschedulable(qpod, event)
             return UNSCHEDULABLE_Q
         if strategy is Strategy.AFTER_BACKOFF and self._backoff.is_backing_off(qpod):
-            return BACKOFF_Q if self._move_to_backoff(qpod) else UNSCHEDULABLE_Q
+            return BACKOFF_Q if self._move_to_backoff(qpod, event) else UNSCHEDULABLE_Q
         return ACTIVE_Q if self._move_to_active(qpod, event, from_backoff=False) else UNSCHEDULABLE_Q
 
     # -- pop and updates -----------------------------------------------------------------------------------
@@ -519,6 +542,8 @@ class SchedulingQueue:
             if qpod is None and self._pop_from_backoff_q:
                 # Idle: retry the soonest-expiring rejected pod early rather than waste the cycle.
                 qpod = self._backoff.pop_rejected()
+                if qpod is not None:
+                    self._incoming(ACTIVE_Q, POP_FROM_BACKOFF_Q)
             if qpod is None:
                 return None
             if qpod.uid in self._in_flight:  # cannot happen through this API; upstream discards such pods

@@ -81,6 +81,10 @@ class UnschedulablePods:
             del self._order[uid]
         return qpod
 
+    def counts_by_plugin(self) -> dict[str, int]:
+        """Parked pods per rejecting (or gating) plugin, from the index: O(plugins)."""
+        return {plugin: len(uids) for plugin, uids in self._by_plugin.items()}
+
     def rejected_by(self, plugins: Iterable[str]) -> list[QueuedPodInfo]:
         """The pods some of ``plugins`` rejected, and those no plugin rejected, in arrival order."""
         uids = set(self._no_rejector)

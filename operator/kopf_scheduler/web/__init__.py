@@ -1,0 +1,191 @@
+"""The operator's own HTTPS endpoints on the metrics port: ``/metrics``, ``/explain/<namespace>/<pod>``, ``/healthz``.
+
+Served as kube-scheduler serves its secure port (10259): TLS with the given certificate or a self-signed one
+(:mod:`.certs`), every request authenticated and authorized by the API server (:mod:`.delegated`):
+``/healthz`` is open, ``/metrics`` and ``/explain/...`` need ``get`` on that non-resource URL (the chart's
+``<release>-metrics-reader`` ClusterRole grants it). Refusals are the API server's ``Status`` bodies: 401
+``Unauthorized`` for a rejected token, 403 ``forbidden: User "..." cannot get path "..."``.
+
+Everything is served by aiohttp on kopf's event loop, so ``/explain`` reads the explanations the scheduling
+cycle wrote without a lock (prometheus_client's own server would answer from another thread). kopf's liveness
+endpoint (``/healthz`` on the health port, plain HTTP for the kubelet's probes) is kopf's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from kopf_scheduler.web.certs import reload_pair, server_context
+from kopf_scheduler.web.delegated import DelegatedAuth, ReviewFailed, Unauthenticated
+
+Explain = Callable[[str], dict[str, Any] | None]
+#: Seconds between checks of a provided certificate's files.
+CERT_RELOAD_PERIOD = 60.0
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DelegatedAuth", "Explain", "build_app", "review_poster", "serve", "server_context"]
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    """A ``metav1.Status`` failure body, as the API server's filters write it."""
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        **({"details": {}} if code == 403 else {}),
+        "code": code,
+    }
+    return web.Response(
+        status=code,
+        text=json.dumps(body, separators=(",", ":")) + "\n",  # byte for byte what kube-scheduler sends
+        content_type="application/json",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
+
+
+def _guard(auth: DelegatedAuth) -> Any:
+    """Authentication, then authorization, before routing (as upstream's filter chain: unknown paths too)."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            user = await auth.authenticate(request.headers.get("Authorization"))
+        except Unauthenticated:
+            return _status(401, "Unauthorized", "Unauthorized")
+        verb, path = request.method.lower(), request.path
+        try:
+            decision = await auth.authorize(user, verb, path)
+        except ReviewFailed as e:
+            return web.Response(status=500, text=f"Internal Server Error: {json.dumps(request.path_qs)}: {e}")
+        if not decision.allowed:
+            message = f"forbidden: User {json.dumps(user.name)} cannot {verb} path {json.dumps(path)}"
+            if decision.reason:
+                message += f": {decision.reason}"
+            return _status(403, "Forbidden", message)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return guard
+
+
+def build_app(*, registry: CollectorRegistry, explain: Explain, auth: DelegatedAuth | None = None) -> web.Application:
+    """The routes; ``auth`` None serves them to anyone (unit tests only: :func:`serve` always guards)."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        response = web.Response(body=generate_latest(registry))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    async def explanation(request: web.Request) -> web.Response:
+        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        account = explain(key)
+        if account is None:
+            message = (
+                f"no failed scheduling attempt recorded for pod {key}: it was never attempted by this replica, "
+                "it is bound or deleted, or it is not pending any more (only the active replica schedules)"
+            )
+            return web.json_response({"pod": key, "message": message}, status=404)
+        return web.json_response(account)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(middlewares=[_guard(auth)] if auth is not None else [])
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/explain/{namespace}/{name}", explanation)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def serve(
+    *,
+    registry: CollectorRegistry,
+    explain: Explain,
+    port: int,
+    address: str,
+    auth: DelegatedAuth,
+    cert_file: str = "",
+    key_file: str = "",
+    hosts: Sequence[str] = ("localhost",),
+    reload_period: float = CERT_RELOAD_PERIOD,
+) -> web.AppRunner:
+    """Start serving HTTPS; returns the runner to ``cleanup()`` on shutdown.
+
+    Without ``cert_file``/``key_file`` a self-signed certificate for ``hosts`` is made first (about a second of
+    RSA key generation, off the event loop). A wildcard address is left out of the certificate's names. Given
+    files are watched and reloaded when they change, as kube-scheduler's dynamic serving certificate is.
+    """
+    names = [h for h in hosts if h not in ("0.0.0.0", "::", "")]
+    ssl_context = await asyncio.to_thread(server_context, cert_file=cert_file, key_file=key_file, hosts=names)
+    app = build_app(registry=registry, explain=explain, auth=auth)
+    if cert_file and key_file:
+        app.cleanup_ctx.append(_reloading(ssl_context, cert_file, key_file, reload_period))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, address, port, ssl_context=ssl_context).start()
+    return runner
+
+
+def _reloading(context: ssl.SSLContext, cert_file: str, key_file: str, period: float) -> Any:
+    """A cleanup context running :func:`reload_certificate` while the app serves."""
+
+    async def run(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.ensure_future(reload_certificate(context, cert_file, key_file, period))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return run
+
+
+async def reload_certificate(context: ssl.SSLContext, cert_file: str, key_file: str, period: float) -> None:
+    """Every ``period`` seconds, load the pair again if either file changed (a Secret volume swaps both).
+
+    New connections get the new certificate; a pair that does not load (half written, mismatched) is
+    logged and tried again next time while the old certificate keeps serving. The pair is checked on a
+    scratch context first: a failed ``load_cert_chain`` on the live one would leave it with the new
+    certificate and the old key, and every handshake would fail.
+    """
+
+    def stamp() -> tuple[int, ...]:
+        return tuple(os.stat(path).st_mtime_ns for path in (cert_file, key_file))
+
+    loaded = stamp()
+    while True:
+        await asyncio.sleep(period)
+        try:
+            current = stamp()
+            if current != loaded:
+                await asyncio.to_thread(reload_pair, context, cert_file, key_file)
+                loaded = current
+                logger.info("reloaded the serving certificate %s", cert_file)
+        except (OSError, ssl.SSLError) as e:
+            logger.warning("cannot reload the serving certificate %s (still serving the old one): %s", cert_file, e)
+
+
+def review_poster(client: Callable[[], Any]) -> Callable[[str, Mapping[str, Any]], Any]:
+    """The reviews' ``post``: through the operator's current API client (kopf's login replaces it)."""
+
+    async def post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        current = client()
+        if current is None:
+            raise RuntimeError("not logged in to the API server yet")
+        result: Mapping[str, Any] = await current.request("POST", path, body=dict(body))
+        return result
+
+    return post
