@@ -161,12 +161,19 @@ def render(
     release: str = "ks",
     namespace: str = "kube-system",
     include_crds: bool = False,
+    include_tests: bool = False,
     check: bool = True,
 ) -> list[dict[str, Any]] | subprocess.CompletedProcess[str]:
-    """``helm template`` of the chart with ``values`` (as a JSON values file); the parsed documents."""
+    """``helm template`` of the chart with ``values`` (as a JSON values file); the parsed documents.
+
+    The `helm test` hook's objects (templates/tests/) only with ``include_tests``: ``helm install`` does not
+    create them (tests/unit/test_chart_test_hook.py checks them).
+    """
     args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION]
     if include_crds:
         args.append("--include-crds")
+    if not include_tests:
+        args.append("--skip-tests")
     with tempfile.TemporaryDirectory(prefix="chart-values-") as tmp:
         if values:
             values_file = Path(tmp) / "values.json"  # JSON is YAML: types survive exactly
