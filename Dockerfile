@@ -16,6 +16,7 @@
 #
 # Where outbound TLS is intercepted, hand pip the CA bundle as a build secret (`--secret id=ca,src=...`):
 # it is mounted for the one RUN that needs it and never stored in a layer. Without it pip uses its own.
+# (RUN --mount needs BuildKit: Docker's default builder since 23.0, and podman/buildah.)
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build

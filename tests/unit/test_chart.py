@@ -438,7 +438,9 @@ def test_namespaces_log_settings_and_extra_args_reach_the_command() -> None:
     assert args[-2:] == ["--pod-max-backoff-seconds", "20"]
 
 
-def _effective_settings(tmp_path: Path, pod_id: str, values: Mapping[str, Any]) -> dict[str, Any]:
+def _effective_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pod_id: str, values: Mapping[str, Any]
+) -> dict[str, Any]:
     """The settings the chart's container command resolves to in the replica named ``pod_id``."""
     from kopf_scheduler.cli import main
 
@@ -446,26 +448,19 @@ def _effective_settings(tmp_path: Path, pod_id: str, values: Mapping[str, Any]) 
     assert container["command"][0] == "kopf-scheduler"
     assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
     out = tmp_path / f"{pod_id}.yaml"
-    old = os.environ.get("POD_ID")
-    os.environ["POD_ID"] = pod_id
-    try:
-        assert main([*container["command"][1:], *container["args"], f"--write-config-to={out}"]) == 0
-    finally:
-        if old is None:
-            del os.environ["POD_ID"]
-        else:
-            os.environ["POD_ID"] = old
+    monkeypatch.setenv("POD_ID", pod_id)
+    assert main([*container["command"][1:], *container["args"], f"--write-config-to={out}"]) == 0
     return yaml.safe_load(out.read_text())
 
 
-def test_each_ordinal_gets_its_own_peering_priority(tmp_path: Path) -> None:
+def test_each_ordinal_gets_its_own_peering_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     values = {"peering": {"name": "sched-a", "priorityBase": 100, "lifetime": 20}, "namespaces": ["team-a"]}
     priorities = {
-        ordinal: _effective_settings(tmp_path, f"rel-kopf-scheduler-{ordinal}", values)["peeringPriority"]
+        ordinal: _effective_settings(tmp_path, monkeypatch, f"rel-kopf-scheduler-{ordinal}", values)["peeringPriority"]
         for ordinal in (0, 1, 2, 11)
     }
     assert priorities == {0: 100, 1: 99, 2: 98, 11: 89}
-    settings = _effective_settings(tmp_path, "rel-kopf-scheduler-0", values)
+    settings = _effective_settings(tmp_path, monkeypatch, "rel-kopf-scheduler-0", values)
     assert (settings["peeringName"], settings["peeringLifetime"], settings["namespaces"]) == ("sched-a", 20, ["team-a"])
 
 
