@@ -88,7 +88,7 @@ lock:
 	rm -rf build/lock-venv
 	$(PYTHON) -m venv build/lock-venv
 	build/lock-venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	build/lock-venv/bin/python -m pip install --quiet --disable-pip-version-check '.[dev]' $(LINT_TOOLS) setuptools wheel
+	build/lock-venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade '.[dev]' $(LINT_TOOLS) setuptools wheel
 	{ grep '^#' $(CONSTRAINTS); build/lock-venv/bin/python -m pip freeze --all --exclude kopf-scheduler --exclude pip; } \
 		> $(CONSTRAINTS).new
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
