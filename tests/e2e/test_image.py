@@ -77,6 +77,9 @@ def image() -> str:
         pytest.fail("podman is not installed: `make image` installs it and builds the image")
     if podman("image", "exists", IMAGE, check=False).returncode != 0:
         pytest.fail(f"image {IMAGE} not built: run `make image`")
+    labels = json.loads(podman("image", "inspect", IMAGE).stdout)[0]["Config"]["Labels"]
+    assert labels["org.opencontainers.image.version"] == __version__, "a stale image: run `make image`"
+    assert labels["org.opencontainers.image.title"] == "kopf-scheduler"
     return IMAGE
 
 
