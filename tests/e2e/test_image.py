@@ -90,12 +90,12 @@ def release(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Releas
     yield rel
     rel.helm("uninstall", rel.name, "--ignore-not-found", "--wait", "--timeout", "60s", check=False)
     delete_profile(cluster.api, rel.profile(), force=True)
-    for name in (f"{rel.fullname}-test",):  # the hook's cluster-scoped RBAC, applied by hand below
-        rbac = client.RbacAuthorizationV1Api(cluster.api)
-        with contextlib.suppress(ApiException):
-            rbac.delete_cluster_role_binding(name)
-        with contextlib.suppress(ApiException):
-            rbac.delete_cluster_role(name)
+    # The hook's cluster-scoped RBAC, applied by hand in the test (its namespaced objects go with the namespace).
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    with contextlib.suppress(ApiException):
+        rbac.delete_cluster_role_binding(f"{rel.fullname}-test")
+    with contextlib.suppress(ApiException):
+        rbac.delete_cluster_role(f"{rel.fullname}-test")
 
 
 @pytest.fixture
