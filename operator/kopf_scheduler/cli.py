@@ -3,6 +3,10 @@
 ``kopf-scheduler run`` starts the operator. As kube-scheduler does, ``--config FILE`` loads every run
 setting from a versioned YAML document, explicit flags override it, and ``--write-config-to FILE`` writes
 the effective settings and exits. Bad flags or a bad file fail fast with a message naming the setting.
+
+``--peering-priority-from-ordinal BASE`` is for the Helm chart's StatefulSet: kopf peering needs a unique
+priority per replica, and the ordinal that ends the pod name ($POD_ID, which kopf also uses as the peer's
+identity) gives one that is stable across restarts, so replica N runs with ``BASE - N``.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import ssl
 import sys
 from collections.abc import Sequence
@@ -42,6 +47,9 @@ _SETTING_FLAGS = {
     "authorization_always_allow_paths": "authorization_always_allow_paths",
 }
 
+#: A StatefulSet pod's name ends in ``-<ordinal>``.
+_ORDINAL_SUFFIX = re.compile(r"-(0|[1-9][0-9]*)\Z")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -60,7 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     run.add_argument("--namespace", action="append", help="schedule pods of this namespace only (repeatable)")
     run.add_argument("--peering-name", help="ClusterKopfPeering name (default kopf-scheduler)")
-    run.add_argument("--peering-priority", type=int, help="unique priority of this replica (default 0)")
+    priority = run.add_mutually_exclusive_group()
+    priority.add_argument("--peering-priority", type=int, help="unique priority of this replica (default 0)")
+    priority.add_argument(
+        "--peering-priority-from-ordinal",
+        type=int,
+        metavar="BASE",
+        help="priority BASE minus the StatefulSet ordinal that ends $POD_ID (the Helm chart's replicas)",
+    )
     run.add_argument("--peering-lifetime", type=int, help="seconds a silent peer counts as alive (default 15)")
     run.add_argument("--metrics-port", type=int, help="HTTPS port of /metrics and /explain, 0 disables (10259)")
     run.add_argument("--health-port", type=int, help="port of /healthz, 0 disables (default 10260)")
@@ -255,6 +270,16 @@ def _new_event_loop() -> asyncio.AbstractEventLoop | None:
     return uvloop.new_event_loop()
 
 
+def priority_from_ordinal(base: int, pod_name: str) -> int:
+    """``base`` minus the StatefulSet ordinal at the end of ``pod_name`` (``sched-kopf-scheduler-2`` → base - 2)."""
+    match = _ORDINAL_SUFFIX.search(pod_name)
+    if match is None:
+        raise SettingsError(
+            f"--peering-priority-from-ordinal: no StatefulSet ordinal at the end of POD_ID={pod_name!r}"
+        )
+    return base - int(match.group(1))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = vars(parser.parse_args(argv))
@@ -269,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["KUBECONFIG"] = args.pop("kubeconfig")
     overrides = {_SETTING_FLAGS[k]: v for k, v in args.items() if k in _SETTING_FLAGS}
     try:
+        if "peering_priority_from_ordinal" in args:
+            base = args["peering_priority_from_ordinal"]
+            overrides["peering_priority"] = priority_from_ordinal(base, os.environ.get("POD_ID", ""))
         settings = resolve_settings(config_file=args.get("config"), overrides=overrides)
     except SettingsError as e:
         print(f"kopf-scheduler: {e}", file=sys.stderr)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -173,12 +172,19 @@ def render(
     release: str = "ks",
     namespace: str = "kube-system",
     include_crds: bool = False,
+    include_tests: bool = False,
     check: bool = True,
 ) -> list[dict[str, Any]] | subprocess.CompletedProcess[str]:
-    """``helm template`` of the chart with ``values`` (as a JSON values file); the parsed documents."""
+    """``helm template`` of the chart with ``values`` (as a JSON values file); the parsed documents.
+
+    The `helm test` hook's objects (templates/tests/) only with ``include_tests``: ``helm install`` does not
+    create them (tests/unit/test_chart_test_hook.py checks them).
+    """
     args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION]
     if include_crds:
         args.append("--include-crds")
+    if not include_tests:
+        args.append("--skip-tests")
     with tempfile.TemporaryDirectory(prefix="chart-values-") as tmp:
         if values:
             values_file = Path(tmp) / "values.json"  # JSON is YAML: types survive exactly
@@ -446,8 +452,9 @@ def test_pdb_and_service_select_the_pods() -> None:
 
 
 def test_namespaces_log_settings_and_extra_args_reach_the_command() -> None:
-    args = container_of(docs_of(FULL_VALUES | {"logLevel": "debug", "logFormat": "json"}))["args"]
-    assert args[1] == "kopf-scheduler"  # $0 of the wrapper; the flags follow as "$@"
+    container = container_of(docs_of(FULL_VALUES | {"logLevel": "debug", "logFormat": "json"}))
+    assert container["command"] == ["kopf-scheduler", "run"]  # no shell: every flag is a plain argument
+    args = container["args"]
     assert "--namespace=team-a" in args
     assert "--namespace=team-b" in args
     assert "--log-level=debug" in args
@@ -455,37 +462,30 @@ def test_namespaces_log_settings_and_extra_args_reach_the_command() -> None:
     assert args[-2:] == ["--pod-max-backoff-seconds", "20"]
 
 
-def _run_wrapper(tmp_path: Path, pod_id: str, base: str = "100") -> subprocess.CompletedProcess[str]:
-    """Run the container's /bin/sh wrapper with a fake `kopf-scheduler` that prints its arguments."""
-    container = container_of(docs_of({"extraArgs": ["--note=a b"]}))
-    fake = tmp_path / "kopf-scheduler"
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "POD_ID": pod_id, "PEERING_PRIORITY_BASE": base}
-    return subprocess.run(
-        [*container["command"], *container["args"]], capture_output=True, text=True, env=env, timeout=10, check=False
-    )
+def _effective_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pod_id: str, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The settings the chart's container command resolves to in the replica named ``pod_id``."""
+    from kopf_scheduler.cli import main
+
+    container = container_of(docs_of(values))
+    assert container["command"][0] == "kopf-scheduler"
+    assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+    out = tmp_path / f"{pod_id}.yaml"
+    monkeypatch.setenv("POD_ID", pod_id)
+    assert main([*container["command"][1:], *container["args"], f"--write-config-to={out}"]) == 0
+    return yaml.safe_load(out.read_text())
 
 
-def test_each_ordinal_gets_its_own_peering_priority(tmp_path: Path) -> None:
-    priorities = {}
-    for ordinal in (0, 1, 2, 11):
-        result = _run_wrapper(tmp_path, f"rel-kopf-scheduler-{ordinal}")
-        assert result.returncode == 0, result.stderr
-        argv = result.stdout.splitlines()
-        assert argv[:3] == ["run", "--peering-priority", str(100 - ordinal)]
-        assert "--peering-name=kopf-scheduler" in argv
-        assert argv[-1] == "--note=a b"  # arguments pass through "$@" unsplit
-        priorities[ordinal] = argv[2]
-    assert len(set(priorities.values())) == len(priorities)
-
-
-@pytest.mark.parametrize("pod_id", ["", "no-ordinal", "kopf-scheduler-x1"])
-def test_wrapper_refuses_a_pod_name_without_ordinal(tmp_path: Path, pod_id: str) -> None:
-    result = _run_wrapper(tmp_path, pod_id)
-    assert result.returncode == 1
-    assert "no StatefulSet ordinal" in result.stderr
-    assert result.stdout == ""
+def test_each_ordinal_gets_its_own_peering_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    values = {"peering": {"name": "sched-a", "priorityBase": 100, "lifetime": 20}, "namespaces": ["team-a"]}
+    priorities = {
+        ordinal: _effective_settings(tmp_path, monkeypatch, f"rel-kopf-scheduler-{ordinal}", values)["peeringPriority"]
+        for ordinal in (0, 1, 2, 11)
+    }
+    assert priorities == {0: 100, 1: 99, 2: 98, 11: 89}
+    settings = _effective_settings(tmp_path, monkeypatch, "rel-kopf-scheduler-0", values)
+    assert (settings["peeringName"], settings["peeringLifetime"], settings["namespaces"]) == ("sched-a", 20, ["team-a"])
 
 
 # ---- values -----------------------------------------------------------------------------------------------

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
 from kopf_scheduler._version import __version__
 from tools.localcluster import kube_version
 
@@ -60,3 +63,54 @@ def test_the_operator_needs_no_kubernetes_client() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+# ---- --peering-priority-from-ordinal (the Helm chart's StatefulSet replicas) ---------------------------------
+
+
+def _effective_priority(tmp_path: Path, argv: list[str]) -> int:
+    from kopf_scheduler.cli import main
+
+    out = tmp_path / "effective.yaml"
+    assert main(["run", *argv, f"--write-config-to={out}"]) == 0
+    return yaml.safe_load(out.read_text())["peeringPriority"]
+
+
+def test_each_statefulset_ordinal_gets_its_own_peering_priority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    priorities = {}
+    for ordinal in (0, 1, 2, 11):
+        monkeypatch.setenv("POD_ID", f"rel-kopf-scheduler-{ordinal}")
+        priorities[ordinal] = _effective_priority(tmp_path, ["--peering-priority-from-ordinal=100"])
+    assert priorities == {0: 100, 1: 99, 2: 98, 11: 89}
+
+
+def test_the_ordinal_priority_overrides_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("apiVersion: kopf-scheduler.io/v1alpha1\nkind: KopfSchedulerConfiguration\npeeringPriority: 7\n")
+    monkeypatch.setenv("POD_ID", "kopf-scheduler-1")
+    assert _effective_priority(tmp_path, [f"--config={config}", "--peering-priority-from-ordinal=10"]) == 9
+
+
+@pytest.mark.parametrize("pod_id", [None, "", "no-ordinal", "kopf-scheduler-x1", "kopf-scheduler-01", "sched-"])
+def test_a_pod_name_without_ordinal_is_refused(
+    pod_id: str | None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kopf_scheduler.cli import main
+
+    if pod_id is None:
+        monkeypatch.delenv("POD_ID", raising=False)
+    else:
+        monkeypatch.setenv("POD_ID", pod_id)
+    assert main(["run", "--peering-priority-from-ordinal=100", "--write-config-to=/nonexistent/x"]) == 2
+    assert f"no StatefulSet ordinal at the end of POD_ID={pod_id or ''!r}" in capsys.readouterr().err
+
+
+def test_a_fixed_priority_and_the_ordinal_one_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
+    from kopf_scheduler.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--peering-priority=5", "--peering-priority-from-ordinal=100"])
+    assert exited.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
