@@ -72,7 +72,7 @@ class Model:
             self.app.on_namespace_event("ADDED", body)
         elif kind in _WORKLOAD_KINDS:
             self.app.on_workload_event(_WORKLOAD_KINDS[kind], "ADDED", body)
-        elif kind in STORAGE_KINDS:
+        elif kind in STORAGE_KINDS or kind == "PodDisruptionBudget":
             self.app.on_storage_event(str(kind), "ADDED", body)
         else:
             raise ValueError(f"the model does not take {kind} objects")
