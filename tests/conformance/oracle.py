@@ -3,11 +3,16 @@
 Equivalent profile. A SchedulerProfile's ``spec`` is one KubeSchedulerConfiguration profile minus
 ``schedulerName``, so upstream gets the same spec under another scheduler name. The only difference is
 what we have not implemented: our builder leaves upstream's unimplemented default plugins out of the
-pipeline (``omitted_defaults``: DynamicResources, DefaultPreemption, NodeDeclaredFeatures; our
-DynamicResources is a stand-in that only refuses pods with ResourceClaims, which the generated scenarios
-never have), so upstream's profile disables exactly those in ``multiPoint``. The four volume plugins
-(VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone) run on both sides. Without
-DefaultPreemption neither side has a PostFilter plugin, so FailedScheduling texts carry no preemption suffix.
+pipeline (``omitted_defaults``: DynamicResources, NodeDeclaredFeatures, and DefaultPreemption until our
+build has it; our DynamicResources is a stand-in that only refuses pods with ResourceClaims, which the
+generated scenarios never have), so upstream's profile disables exactly those in ``multiPoint``. The four
+volume plugins run on both sides. With DefaultPreemption on both sides, FailedScheduling texts carry its
+``preemption: ...`` suffix when preemption does not help, and none when it nominated a node.
+
+Preemption. Upstream's ``-v=2`` log names the node preemption chose (``preemption.go``) and, from the
+asynchronous goroutine of ``executor.go`` (keyed ``preemptor=``), each victim: refused by the harness as
+NotFound ("Victim Pod is already deleted"), skipped as already terminating, or (a harness failure) really
+preempted; :func:`parse_cycle` folds those into the cycle.
 
 Scores. kube-scheduler prints, at verbosity 10 in ``schedule_one.go``, every plugin's weighted score per
 node and every node's total; its binder says which node it picked (verbosity 3)::

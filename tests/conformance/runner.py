@@ -12,16 +12,21 @@ binds: it runs with its own ServiceAccount, and a ValidatingAdmissionPolicy deni
 the per-plugin and total scores of that cycle) is complete at that point; the failed bind only makes it
 forget the assumed pod. Nor does it write volume bindings (VolumeBinding's PreBind): a second policy denies
 its PV and claim updates, the node comes from the nomination it sets before PreBind, and on our side the
-harness stands in for the PV controller (see :mod:`tests.conformance.volume_harness`). Per pending pod:
+harness stands in for the PV controller (see :mod:`tests.conformance.volume_harness`). Nor does it preempt:
+a webhook refuses its victims' DisruptionTarget patches as NotFound and a policy denies its pod deletes; the
+nominated node is in the pod's status, the victims in its log (see :mod:`tests.conformance.preemption_harness`).
+Per pending pod:
 
 1. upstream's copy is created; upstream decides; we record its verdict (the node from the denied binding,
-   or the FailedScheduling note and PodScheduled message), then delete the copy. It was never bound, so
-   nobody's cache ever counted it;
+   or the FailedScheduling note, PodScheduled message, and any nomination with its victims), then delete
+   the copy. It was never bound and preempted nobody, so nobody's cache ever counted it;
 2. our copy (same name, same spec but ``schedulerName``) is created on the very same state; the operator
-   decides; we record the same things;
+   decides; we record the same things. If it preempts, its victims really go and it binds after them: we
+   follow it to that binding (its first verdict, the unschedulable one, is what is compared);
 3. if ours is bound it stays: both schedulers see it for pod *i+1* (upstream's cache is fed by informer
    handlers on their own goroutines, so we wait for upstream's ``eventhandlers.go`` log line saying its
-   cache took the pod); if not, it is deleted, so a later pod cannot make it schedulable.
+   cache took the pod, and its victims' deletions); if not, it is deleted, so a later pod cannot make it
+   schedulable. A bound pod gets a start time from the kubelet stand-in (preemption's tie-breaks read it).
 
 The operator's own bindings are in its cache the moment it assumes them, so it needs no such wait; that
 it sees each scenario's nodes and existing pods is checked by a probe pod (``0/N nodes are available``)
@@ -29,7 +34,9 @@ before the first pending pod. The in-process model (:mod:`tests.conformance.sim`
 state problem from a plugin difference.
 
 Per pod we compare: bound or not; the FailedScheduling note and the PodScheduled message, byte for byte;
-and whether our node is among upstream's highest-total nodes.
+whether our node is among upstream's highest-total nodes; for a preempting pod, the nominated node and the
+victims (start times make upstream's choice deterministic, so no tie set is needed); and that ours binds on
+its nominated node once its victims are gone.
 """
 
 from __future__ import annotations
