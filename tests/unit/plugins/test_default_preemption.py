@@ -358,7 +358,10 @@ def test_preemption_policy_never_is_not_eligible() -> None:
     framework, _plugin, handle = setup([make_node("n1", cpu="2")], [running("low", "n1", cpu="2")], pod)
     state, error = fail(framework, pod)
     result = run_post_filter(framework, state, pod, error)
-    assert result is None
+    assert result is not None
+    assert result.nominated_node_name is None
+    assert not result.clear_nomination  # upstream's nil result: the nomination stays as it is
+    assert dict(result.node_messages or {}) == {"n1": "preemption not attempted: " + NOT_ELIGIBLE_NEVER}
     assert error.diagnosis.post_filter_msg == "preemption: " + NOT_ELIGIBLE_NEVER
     assert error.message == (
         "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
