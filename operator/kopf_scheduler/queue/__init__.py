@@ -6,8 +6,8 @@ activeQ (:mod:`~kopf_scheduler.queue.active_queue`), backoffQ (:mod:`~kopf_sched
 unschedulablePods (:mod:`~kopf_scheduler.queue.unschedulable_pods`), the in-flight pods and their events
 (:mod:`~kopf_scheduler.queue.in_flight`) and the queueing hints (:mod:`~kopf_scheduler.queue.hints`), over a
 UID-keyed heap (:mod:`~kopf_scheduler.queue.heap`, upstream ``backend/heap``). The nominator
-(:mod:`~kopf_scheduler.queue.nominator`) is one for all profiles, as upstream's one queue holds one. It sits above ``framework``
-(cluster events, Status) and ``state`` (PodInfo); ``state`` knows nothing of it.
+(:mod:`~kopf_scheduler.queue.nominator`) is one for all profiles, as upstream's one queue holds one. It sits
+above ``framework`` (cluster events, Status) and ``state`` (PodInfo); ``state`` knows nothing of it.
 """
 
 from kopf_scheduler.queue.nominator import PodNominator
@@ -27,8 +27,8 @@ __all__ = [
     "BACKOFF_Q",
     "GATED",
     "IN_FLIGHT",
-    "PodNominator",
     "UNSCHEDULABLE_Q",
+    "PodNominator",
     "QueueClosedError",
     "QueuedPodInfo",
     "SchedulingQueue",
