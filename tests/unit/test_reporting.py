@@ -145,7 +145,7 @@ def test_nominate_patches_nominated_node_name_only_when_it_changes(current: str 
 def test_a_failed_binding_clears_the_nomination_in_the_same_patch() -> None:
     client = FakeClient()
     rep, spawned = reporter(client, FakeClock())
-    rep.failed(_nominated("n1"), "sp", reason="SchedulerError", message="boom", clear_nomination=True)
+    rep.failed(_nominated("n1"), "sp", reason="SchedulerError", message="boom", nominated_node="")
     settle(spawned)
     [(_, patch)] = client.status_patches
     assert patch["status"]["nominatedNodeName"] is None
@@ -158,8 +158,8 @@ def test_clearing_alone_when_the_condition_is_unchanged_and_nothing_without_a_no
     pod = _nominated("n1")
     condition = {"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": "boom"}
     pod.obj["status"]["conditions"] = [condition]
-    rep.failed(pod, "sp", reason="SchedulerError", message="boom", clear_nomination=True)
-    rep.failed(_nominated(None), "sp", reason="SchedulerError", message="boom", clear_nomination=True)
+    rep.failed(pod, "sp", reason="SchedulerError", message="boom", nominated_node="")
+    rep.failed(_nominated(None), "sp", reason="SchedulerError", message="boom", nominated_node="")
     rep.failed(pod, "sp", reason="SchedulerError", message="boom")  # a scheduling-cycle failure keeps it
     settle(spawned)
     patches = [patch for _, patch in client.status_patches]

@@ -461,8 +461,8 @@ class Framework:
                 return outcome, status.with_plugin(name)
             if not status.is_rejected:
                 return None, Status(Code.ERROR, status.reasons, name, status.error)
-            if outcome is not None and outcome.nominated_node_name is not None:
-                result = outcome
+            if outcome is not None and (outcome.nominated_node_name is not None or outcome.clear_nomination):
+                result = outcome  # upstream keeps a result whose mode is not Noop (Override, even to "")
             reasons.extend(status.reasons)
             rejector = rejector or name
         return result, Status(Code.UNSCHEDULABLE, tuple(reasons), rejector)
