@@ -275,7 +275,7 @@ class SchedulerApp:
 
     async def drain(self) -> None:
         """Wait for in-flight binds, reports and plugin jobs (tests)."""
-        while self._tasks or len(self.jobs):
+        while self._tasks or self.jobs.pending:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
             await self.jobs.wait()
 

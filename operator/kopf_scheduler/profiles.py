@@ -91,7 +91,9 @@ class BackgroundJobs:
         if not task.cancelled() and task.exception() is not None:
             logger.error("background job %s failed", task.get_name(), exc_info=task.exception())
 
-    def __len__(self) -> int:
+    @property
+    def pending(self) -> int:
+        """Jobs not finished yet."""
         return len(self._tasks)
 
     async def wait(self) -> None:
@@ -139,10 +141,10 @@ class ProfileHandle:
         self._unassigned: Mapping[str, PodInfo] = {} if unassigned is None else unassigned
         #: Every live profile (the app's registry): their queues and their waiting pods.
         self._profiles: Mapping[str, ProfileRuntime] = {} if profiles is None else profiles
-        self._nominator: Nominator = nominator or NoNominator()
+        self._nominator: Nominator = NoNominator() if nominator is None else nominator
         self._record_event = record_event
-        self._jobs = jobs or BackgroundJobs()
-        self._metrics: PluginMetrics = metrics or _NoMetrics()
+        self._jobs = BackgroundJobs() if jobs is None else jobs
+        self._metrics: PluginMetrics = _NoMetrics() if metrics is None else metrics
 
     @property
     def profile_name(self) -> str:

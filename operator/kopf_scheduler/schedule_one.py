@@ -80,7 +80,7 @@ class ScheduleOne:
         self._spawn = spawn
         self._move_all = move_all
         #: Every profile's nominated pods (the app's one PodNominator).
-        self._nominator: Nominator = nominator or NoNominator()
+        self._nominator: Nominator = NoNominator() if nominator is None else nominator
 
     def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> None:
         """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async."""

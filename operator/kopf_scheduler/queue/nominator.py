@@ -45,7 +45,10 @@ class PodNominator:
         """Where the pod of ``uid`` is nominated, if anywhere."""
         return self._node_of.get(uid)
 
-    def __len__(self) -> int:
+    @property
+    def count(self) -> int:
+        """How many pods are nominated (no ``__len__``: an empty nominator must stay truthy where callers
+        write ``nominator or NoNominator()``)."""
         return len(self._node_of)
 
     # -- changes ------------------------------------------------------------------------------------------

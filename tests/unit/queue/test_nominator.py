@@ -21,9 +21,10 @@ def names(nominator: PodNominator, node: str) -> list[str]:
     return [p.name for p in nominator.nominated_pods_for_node(node)]
 
 
-def test_it_is_the_frameworks_nominator() -> None:
+def test_it_is_the_frameworks_nominator_and_truthy_when_empty() -> None:
     nominator: Nominator = PodNominator()
     assert not nominator.nodes_with_nominated_pods()
+    assert nominator  # ``nominator or NoNominator()`` must keep it
 
 
 def test_add_pod_reads_the_status_and_ignores_pods_without_one() -> None:
@@ -34,7 +35,7 @@ def test_add_pod_reads_the_status_and_ignores_pods_without_one() -> None:
     assert set(nominator.nodes_with_nominated_pods()) == {"n1"}
     assert names(nominator, "n1") == ["a", "c"]
     assert nominator.nominated_node("uid-b") is None
-    assert len(nominator) == 2
+    assert nominator.count == 2
 
 
 def test_override_moves_the_pod_and_an_empty_name_clears_it() -> None:
@@ -45,7 +46,7 @@ def test_override_moves_the_pod_and_an_empty_name_clears_it() -> None:
     assert "n1" not in nominator.nodes_with_nominated_pods()
     assert names(nominator, "n2") == ["a"]
     nominator.add_nominated_pod(pod("a", "n1"), "")
-    assert len(nominator) == 0
+    assert nominator.count == 0
     assert not nominator.nodes_with_nominated_pods()
 
 
