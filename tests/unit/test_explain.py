@@ -9,9 +9,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from kopf_scheduler.explain import Explanations, format_account
+from kopf_scheduler.framework import PostFilterResult
 from kopf_scheduler.web import build_app
 from tests.unit.app_harness import FakeClient, drive, new_app, pending
 from tests.unit.factories import make_node
+from tests.unit.test_schedule_one import preempting_app
 
 TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 
@@ -150,3 +152,33 @@ def test_the_endpoints_serve_metrics_and_explanations() -> None:
     assert '"0/1 nodes are available: 1 Insufficient cpu."' in e_body
     assert missing == 404
     assert "no failed scheduling attempt recorded for pod ns/other" in missing_body
+
+
+def test_the_account_shows_what_preemption_found_on_each_node() -> None:
+    messages = {"n1": "preemption would make room: victims default/low", "n9": "not considered: no such pod"}
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1", node_messages=messages))
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "2"}))
+    drive(app)
+    account = app.explanations.get("default/big")
+    assert account is not None
+    assert account["postFilter"] == "preemption: fake"
+    assert account["nominatedNode"] == "n1"
+    assert account["nodes"]["n1"] == {
+        "plugin": "NodeResourcesFit",
+        "reasons": ["Insufficient cpu"],
+        "preemption": "preemption would make room: victims default/low",
+    }
+    assert account["nodes"]["n9"] == {"plugin": "", "reasons": [], "preemption": "not considered: no such pod"}
+    text = format_account(account).splitlines()
+    assert "Nominated node (preemption): n1" in text
+    row = next(i for i, line in enumerate(text) if line.startswith("n1 "))
+    assert text[row + 1].strip() == "preemption: preemption would make room: victims default/low"
+
+
+def test_without_postfilter_the_account_has_no_preemption_part() -> None:
+    app, _ = stuck_app()
+    account = app.explanations.get("default/big")
+    assert account is not None
+    assert "nominatedNode" not in account
+    assert all("preemption" not in verdict for verdict in account["nodes"].values())

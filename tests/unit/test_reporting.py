@@ -165,3 +165,33 @@ def test_clearing_alone_when_the_condition_is_unchanged_and_nothing_without_a_no
     patches = [patch for _, patch in client.status_patches]
     assert patches[0] == {"status": {"nominatedNodeName": None}}
     assert [("nominatedNodeName" in p["status"]) for p in patches] == [True, False]
+
+
+@pytest.mark.parametrize(("current", "patched"), [(None, True), ("n2", True), ("n1", False)])
+def test_a_preemptions_nomination_joins_the_failures_patch_only_when_it_changes(
+    current: str | None, patched: bool
+) -> None:
+    client = FakeClient()
+    rep, spawned = reporter(client, FakeClock())
+    pod = _nominated(current)
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
+    pod.obj["status"]["conditions"] = [condition]  # unchanged condition: only the nomination may need a patch
+    rep.failed(pod, "sp", reason="Unschedulable", message="m", nominated_node="n1")
+    settle(spawned)
+    patches = [patch for _, patch in client.status_patches]
+    assert patches == ([{"status": {"nominatedNodeName": "n1"}}] if patched else [])
+
+
+def test_record_event_posts_a_plugins_event_in_the_background() -> None:
+    client = FakeClient()
+    rep, spawned = reporter(client, FakeClock())
+    rep.record_event(_nominated(None), "sp", "Normal", "Preempted", "Preempting", "Preempted by pod u1 on node n1")
+    assert client.events == []  # not before the spawned post runs
+    settle(spawned)
+    [event] = client.events
+    assert (event["reason"], event["action"], event["note"]) == (
+        "Preempted",
+        "Preempting",
+        "Preempted by pod u1 on node n1",
+    )
+    assert event["reportingInstance"] == "sp-test"
