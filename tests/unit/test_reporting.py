@@ -25,7 +25,11 @@ def test_unschedulable_pod_gets_upstream_text_condition_and_one_event() -> None:
     app.apply_profile(name="sp", spec={}, generation=1)
     app.on_pod_event("ADDED", pending("big", requests={"cpu": "3"}))
     drive(app)
-    message = "0/2 nodes are available: 2 Insufficient cpu."
+    # DefaultPreemption (default profile) adds its part: the pod asks more than any node has (UUR everywhere).
+    message = (
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    )
     [event] = client.events
     assert (event["reason"], event["type"], event["note"]) == ("FailedScheduling", "Warning", message)
     [(name, patch)] = client.status_patches
