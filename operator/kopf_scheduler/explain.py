@@ -36,9 +36,8 @@ def explain_fit_error(
 
     ``nodes`` maps every node the cycle judged to the plugin that rejected it and that plugin's reasons;
     nodes it never judged individually (a PreFilter rejected the pod, or a PreFilterResult narrowed the
-    candidates) share ``otherNodes``. With a PostFilter result, each node PostFilter spoke of gets its
-    ``preemption`` message (one it never judged individually is listed as well), and ``nominatedNode``
-    names the node preemption made room on.
+    candidates) share ``otherNodes``. With a PostFilter result, each node gets what PostFilter said of it
+    (``preemption``), and ``nominatedNode`` names the node preemption made room on.
     """
     diagnosis = fit.diagnosis
     by_node = diagnosis.node_to_status
@@ -67,10 +66,18 @@ def explain_fit_error(
 
 
 def _add_post_filter(account: dict[str, Any], result: PostFilterResult) -> None:
+    """Each judged node gets its ``preemption`` message; the nodes judged together share theirs in
+    ``otherNodes`` (the distinct messages only, so the account stays small however many nodes there are)."""
     nodes: dict[str, Any] = account["nodes"]
+    unjudged: set[str] = set()
     for name, message in (result.node_messages or {}).items():
-        nodes.setdefault(name, {"plugin": "", "reasons": []})["preemption"] = message
-    account["nodes"] = dict(sorted(nodes.items()))
+        if name in nodes:
+            nodes[name]["preemption"] = message
+        else:
+            unjudged.add(message)
+    others = account.get("otherNodes")
+    if others is not None and unjudged:
+        others["preemption"] = sorted(unjudged)
     if result.nominated_node_name:
         account["nominatedNode"] = result.nominated_node_name
 
@@ -131,4 +138,5 @@ def format_account(account: dict[str, Any]) -> str:
         reasons = "; ".join(others["reasons"]) or "not considered"
         by = f"{others['plugin']}: " if others.get("plugin") else ""
         lines += ["", f"{others['count']} other node(s): {by}{reasons}"]
+        lines += [f"  preemption: {message}" for message in others.get("preemption") or ()]
     return "\n".join(lines)

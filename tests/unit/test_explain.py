@@ -13,7 +13,7 @@ from kopf_scheduler.framework import PostFilterResult
 from kopf_scheduler.web import build_app
 from tests.unit.app_harness import FakeClient, drive, new_app, pending
 from tests.unit.factories import make_node
-from tests.unit.test_schedule_one import preempting_app
+from tests.unit.test_schedule_one import NO_POST_FILTER, preempting_app
 
 TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 
@@ -40,12 +40,18 @@ def test_a_failed_attempt_is_explained_node_by_node() -> None:
     assert account["result"] == "Unschedulable"
     assert account["profile"] == "sp"
     assert account["numNodes"] == 3
+    cannot_help = "UnschedulableAndUnresolvable: preemption cannot help"  # DefaultPreemption, node by node
     assert account["nodes"] == {
-        "cordoned": {"plugin": "NodeUnschedulable", "reasons": ["node(s) were unschedulable"]},
-        "small": {"plugin": "NodeResourcesFit", "reasons": ["Insufficient cpu"]},
+        "cordoned": {
+            "plugin": "NodeUnschedulable",
+            "reasons": ["node(s) were unschedulable"],
+            "preemption": cannot_help,
+        },
+        "small": {"plugin": "NodeResourcesFit", "reasons": ["Insufficient cpu"], "preemption": cannot_help},
         "tainted": {
             "plugin": "TaintToleration",
             "reasons": ["node(s) had untolerated taint(s)"],
+            "preemption": cannot_help,
         },
     }
     assert account["rejectedByPlugin"] == {"NodeResourcesFit": 1, "NodeUnschedulable": 1, "TaintToleration": 1}
@@ -93,8 +99,12 @@ def test_nodes_not_judged_one_by_one_share_one_line() -> None:
         "count": 2,
         "plugin": "",
         "reasons": ["node(s) didn't satisfy plugin(s) [NodeAffinity]"],
+        "preemption": ["UnschedulableAndUnresolvable: preemption cannot help"],
     }
-    assert format_account(account).endswith("2 other node(s): node(s) didn't satisfy plugin(s) [NodeAffinity]")
+    assert format_account(account).endswith(
+        "2 other node(s): node(s) didn't satisfy plugin(s) [NodeAffinity]\n"
+        "  preemption: UnschedulableAndUnresolvable: preemption cannot help"
+    )
 
 
 def test_the_text_form_lists_every_node_with_its_plugin() -> None:
@@ -105,7 +115,7 @@ def test_the_text_form_lists_every_node_with_its_plugin() -> None:
     assert text[0].startswith("Pod default/big: Unschedulable (profile sp, attempt at ")
     assert text[1] == account["message"]
     header = next(i for i, line in enumerate(text) if line.startswith("NODE"))
-    rows = [line.split(None, 2) for line in text[header + 1 :]]
+    rows = [line.split(None, 2) for line in text[header + 1 :] if not line.lstrip().startswith("preemption: ")]
     assert rows == [
         ["cordoned", "NodeUnschedulable", "node(s) were unschedulable"],
         ["small", "NodeResourcesFit", "Insufficient cpu"],
@@ -158,7 +168,7 @@ def test_the_endpoints_serve_metrics_and_explanations() -> None:
 
 
 def test_the_account_shows_what_preemption_found_on_each_node() -> None:
-    messages = {"n1": "preemption would make room: victims default/low", "n9": "not considered: no such pod"}
+    messages = {"n1": "preemption would make room: victims default/low", "gone": "a node deleted meanwhile"}
     client = FakeClient()
     app = preempting_app(client, PostFilterResult(nominated_node_name="n1", node_messages=messages))
     app.on_pod_event("ADDED", pending("big", requests={"cpu": "2"}))
@@ -172,7 +182,7 @@ def test_the_account_shows_what_preemption_found_on_each_node() -> None:
         "reasons": ["Insufficient cpu"],
         "preemption": "preemption would make room: victims default/low",
     }
-    assert account["nodes"]["n9"] == {"plugin": "", "reasons": [], "preemption": "not considered: no such pod"}
+    assert set(account["nodes"]) == {"n1"}  # a node the cycle did not judge gets no row of its own
     text = format_account(account).splitlines()
     assert "Nominated node (preemption): n1" in text
     row = next(i for i, line in enumerate(text) if line.startswith("n1 "))
@@ -180,7 +190,9 @@ def test_the_account_shows_what_preemption_found_on_each_node() -> None:
 
 
 def test_without_postfilter_the_account_has_no_preemption_part() -> None:
-    app, _ = stuck_app()
+    app = preempting_app(FakeClient(), None, NO_POST_FILTER)
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "2"}))
+    drive(app)
     account = app.explanations.get("default/big")
     assert account is not None
     assert "nominatedNode" not in account
