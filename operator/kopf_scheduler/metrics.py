@@ -1,7 +1,9 @@
 """Prometheus metrics under kube-scheduler's names, so existing dashboards and alerts work unchanged.
 
 Buckets follow upstream's (reference §8). Each operator process owns one :class:`SchedulerMetrics` on a
-private registry, so tests can create as many as they like without colliding in the global registry.
+private registry, so tests can create as many as they like without colliding in the global registry. It is
+also the plugins' ``framework.interface.PluginMetrics`` (the preemption metrics upstream's DefaultPreemption
+observes itself), handed to them through the profiles' Handle.
 """
 
 from __future__ import annotations
@@ -66,6 +68,18 @@ class SchedulerMetrics:
             buckets=_exponential(0.0001, 2, 12),
             registry=r,
         )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
+            registry=r,
+        )
+        self.preemption_victims_count = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            # Upstream: #victims > 64 is rare, so [64, +Inf) is one bucket.
+            buckets=_exponential(1, 2, 7),
+            registry=r,
+        )
         self.cache_size = Gauge(
             "scheduler_cache_size",
             "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
@@ -81,6 +95,13 @@ class SchedulerMetrics:
         label = str(attempts) if attempts < 15 else "15+"
         self.pod_scheduling_sli_duration.labels(attempts=label).observe(seconds_since_first_enqueue)
         self.pod_scheduling_attempts.observe(attempts)
+
+    # -- PluginMetrics (framework.interface) ------------------------------------------------------------
+    def preemption_attempt(self) -> None:
+        self.preemption_attempts.inc()
+
+    def preemption_victims(self, count: int) -> None:
+        self.preemption_victims_count.observe(count)
 
     def set_pending(self, counts: dict[str, int]) -> None:
         for queue in ("active", "backoff", "unschedulable", "gated"):

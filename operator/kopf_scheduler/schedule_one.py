@@ -7,8 +7,12 @@ The shape is upstream's ``scheduleOne``:
   (``scheduler.schedule_pod``), then assume, Reserve and Permit (``Scheduler.assume_and_reserve``). It ends on
   an assumed pod, and the binding cycle goes on as an asyncio task per pod, so the loop pops the next pod
   while Bindings are in flight.
-- A FitError runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA deallocation) before the
-  failure is explained and handled; any other failure goes straight to :meth:`handle_scheduling_failure`.
+- A FitError of the algorithm runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA
+  deallocation) before the failure is explained and handled. What PostFilter proposes is upstream's
+  NominatingInfo: a node (the pod is added to the shared nominator and the failure's status patch sets
+  ``status.nominatedNodeName``), "clear" (both go), or nothing (the nomination stays as it is). Every other
+  failure of the scheduling cycle clears the nomination, as upstream's ``clearNominatedNode``: no node at
+  all, no PostFilter plugin, an error, and a Reserve or Permit rejection (which runs no PostFilter).
 - :meth:`ScheduleOne._binding_cycle` runs PreBindPreFlight, WaitOnPermit, PreBind, Bind and PostBind
   (``Scheduler.bind_pod``, which on failure runs Unreserve in reverse order and forgets the pod in the cache),
   then settles the pod: success is reported as Scheduled; failures go to :meth:`_handle_binding_cycle_error`.
@@ -17,7 +21,8 @@ The shape is upstream's ``scheduleOne``:
 - A failed binding cycle freed what the assumed pod held, so, as upstream's ``handleBindingCycleError``, it
   moves parked pods with an AssignedPodDelete event (``move_all``, the event handlers' broadcast), and clears
   the nomination with the failure's status patch.
-- :meth:`handle_scheduling_failure` requeues the pod (unschedulable pool or backoff) and reports it.
+- :meth:`handle_scheduling_failure` requeues the pod (unschedulable pool or backoff), records its nomination
+  in the nominator (upstream's ``AddNominatedPod`` there) and reports it.
 
 I/O is two collaborators away: the API calls are the framework's (Bind through the DefaultBinder plugin) and
 the :class:`Reporter`'s; this module only decides what happens to the pod.
@@ -30,13 +35,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kopf_scheduler.framework import ClusterEvent, CycleState, Status
+from kopf_scheduler.framework import ClusterEvent, CycleState, PostFilterResult, Status, nominated_node_name
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
+from kopf_scheduler.framework.nominator import Nominator, NoNominator
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import QueuedPodInfo
 from kopf_scheduler.reporting import Reporter, Spawn
-from kopf_scheduler.scheduler import FitError, ScheduleResult, SchedulingError
+from kopf_scheduler.scheduler import FitError, NoNodesAvailableError, ScheduleResult, SchedulingError
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -45,6 +51,9 @@ logger = logging.getLogger("kopf_scheduler")
 #: Moves the parked pods of every profile that ``event`` may help (``EventHandlers.move_all_to_active_or_backoff``):
 #: ``(event, old, new, pre_check)``, where ``pre_check`` (if not None) limits the candidates.
 MoveAll = Callable[[ClusterEvent, Any, Any, Callable[[PodInfo], bool] | None], None]
+
+#: Upstream's ``clearNominatedNode`` (a NominatingInfo of mode Override to ""), as ``nominated_node``.
+CLEAR_NOMINATION = ""
 
 
 class ScheduleOne:
@@ -60,6 +69,7 @@ class ScheduleOne:
         clock: Callable[[], float],
         spawn: Spawn,
         move_all: MoveAll,
+        nominator: Nominator | None = None,
     ) -> None:
         self._cache = cache
         #: Every pending pod by uid, as the event handlers keep it (its latest version is what is scheduled).
@@ -69,6 +79,8 @@ class ScheduleOne:
         self._clock = clock
         self._spawn = spawn
         self._move_all = move_all
+        #: Every profile's nominated pods (the app's one PodNominator).
+        self._nominator: Nominator = NoNominator() if nominator is None else nominator
 
     def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> None:
         """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async."""
@@ -78,27 +90,61 @@ class ScheduleOne:
         started = time.perf_counter()
         state = CycleState()
         try:
-            result, assumed = self._scheduling_cycle(runtime, state, pod, started)
+            result = runtime.scheduler.schedule_pod(state, pod, self._cache.snapshot())
         except FitError as fit:
-            self._post_filter(runtime, state, pod, fit)
+            post_filter, nominated_node = self._post_filter(runtime, state, pod, fit)
+            self._algorithm_done(started)
+            self._reporter.explain(runtime.name, fit, post_filter)
+            self._fit_failure(runtime, qpod, fit, started, nominated_node)
+            return
+        except Exception as e:
+            self._algorithm_done(started)
+            self._error_failure(runtime, qpod, pod, e, started)
+            return
+        self._algorithm_done(started)
+        try:
+            assumed = runtime.scheduler.assume_and_reserve(state, pod, result, self._cache)
+        except FitError as fit:  # Reserve or Permit rejected the chosen node: no PostFilter (as upstream)
             self._reporter.explain(runtime.name, fit)
-            plugins = fit.diagnosis.all_unschedulable_plugins()
-            self.handle_scheduling_failure(
-                runtime, qpod, message=fit.message, reason="Unschedulable", plugins=plugins, started=started
-            )
+            self._fit_failure(runtime, qpod, fit, started, CLEAR_NOMINATION)
             return
-        except SchedulingError as e:
-            self.handle_scheduling_failure(
-                runtime, qpod, message=e.status.message, reason="SchedulerError", plugins=set(), started=started
-            )
-            return
-        except Exception as e:  # a plugin bug must not stop the loop
-            logger.exception("scheduling %s failed", pod.key)
-            self.handle_scheduling_failure(
-                runtime, qpod, message=str(e), reason="SchedulerError", plugins=set(), started=started
-            )
+        except Exception as e:
+            self._error_failure(runtime, qpod, pod, e, started)
             return
         self._spawn(self._binding_cycle(runtime, qpod, state, assumed, result, started))
+
+    def _fit_failure(
+        self, runtime: ProfileRuntime, qpod: QueuedPodInfo, fit: FitError, started: float, nominated_node: str | None
+    ) -> None:
+        plugins = fit.diagnosis.all_unschedulable_plugins()
+        self.handle_scheduling_failure(
+            runtime,
+            qpod,
+            message=fit.message,
+            reason="Unschedulable",
+            plugins=plugins,
+            started=started,
+            nominated_node=nominated_node,
+        )
+
+    def _error_failure(
+        self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, e: Exception, started: float
+    ) -> None:
+        """A SchedulingError, or a plugin bug (which must not stop the loop): SchedulerError, nomination cleared."""
+        if isinstance(e, SchedulingError):
+            message = e.status.message
+        else:
+            logger.exception("scheduling %s failed", pod.key)
+            message = str(e)
+        self.handle_scheduling_failure(
+            runtime,
+            qpod,
+            message=message,
+            reason="SchedulerError",
+            plugins=set(),
+            started=started,
+            nominated_node=CLEAR_NOMINATION,
+        )
 
     def _latest(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> PodInfo | None:
         """The pod's latest version, or None (and done with it) if it was deleted, bound or is being bound."""
@@ -110,25 +156,28 @@ class ScheduleOne:
         qpod.pod = latest
         return latest
 
-    def _scheduling_cycle(
-        self, runtime: ProfileRuntime, state: CycleState, pod: PodInfo, started: float
-    ) -> tuple[ScheduleResult, PodInfo]:
-        """The algorithm, then assume, Reserve and Permit; returns the result and the assumed pod.
-
-        Raises FitError (no node fits, or Reserve/Permit rejected the chosen one) or SchedulingError.
-        """
-        scheduler = runtime.scheduler
-        result = scheduler.schedule_pod(state, pod, self._cache.snapshot())
+    def _algorithm_done(self, started: float) -> None:
+        """``scheduler_scheduling_algorithm_duration_seconds``: Filter, Score and PostFilter, as upstream's
+        ``schedulingAlgorithm`` observes it whatever the outcome."""
         self._metrics.scheduling_algorithm_duration.observe(time.perf_counter() - started)
-        assumed = scheduler.assume_and_reserve(state, pod, result, self._cache)
-        return result, assumed
 
-    def _post_filter(self, runtime: ProfileRuntime, state: CycleState, pod: PodInfo, fit: FitError) -> None:
-        """PostFilter after a FitError, before the failure is reported (its message joins the FitError's).
+    def _post_filter(
+        self, runtime: ProfileRuntime, state: CycleState, pod: PodInfo, fit: FitError
+    ) -> tuple[PostFilterResult | None, str | None]:
+        """PostFilter after the algorithm's FitError (its message joins the FitError's); returns its result
+        and the nomination the failure applies (``nominated_node`` of :meth:`handle_scheduling_failure`).
 
-        The nomination it may return is not used yet (upstream passes it to handleSchedulingFailure).
+        As upstream's ``schedulingAlgorithm``: no node at all, or no PostFilter plugin, clears the nomination;
+        otherwise the result decides (a node, clear, or no result: leave it).
         """
-        runtime.scheduler.run_post_filter(state, pod, fit)
+        if isinstance(fit, NoNodesAvailableError) or not runtime.scheduler.framework.has_post_filter_plugins:
+            return None, CLEAR_NOMINATION
+        result = runtime.scheduler.run_post_filter(state, pod, fit)
+        if result is None:
+            return None, None
+        if result.nominated_node_name:
+            return result, result.nominated_node_name
+        return result, CLEAR_NOMINATION if result.clear_nomination else None
 
     async def _binding_cycle(
         self,
@@ -199,7 +248,7 @@ class ScheduleOne:
                 reason="Unschedulable",
                 plugins={status.plugin},
                 started=started,
-                clear_nomination=True,
+                nominated_node=CLEAR_NOMINATION,
             )
             return
         self.handle_scheduling_failure(
@@ -209,7 +258,7 @@ class ScheduleOne:
             reason="SchedulerError",
             plugins=set(),
             started=started,
-            clear_nomination=True,
+            nominated_node=CLEAR_NOMINATION,
         )
 
     def handle_scheduling_failure(
@@ -221,11 +270,15 @@ class ScheduleOne:
         reason: str,
         plugins: set[str],
         started: float,
-        clear_nomination: bool = False,
+        nominated_node: str | None = None,
     ) -> None:
-        """Upstream's handleSchedulingFailure: requeue, then report (event deduplicated, condition patched).
+        """Upstream's handleSchedulingFailure: requeue, record the nomination, then report (event deduplicated,
+        condition patched).
 
-        ``clear_nomination``: the failure also removes the pod's nominatedNodeName (a failed binding cycle).
+        ``nominated_node`` is upstream's NominatingInfo: None leaves the nomination as it is; a node name
+        nominates the pod there (a preemption made room); "" (:data:`CLEAR_NOMINATION`) removes it. The
+        nominator hears it at once, so the next cycles already count the pod on that node; the pod's
+        ``status.nominatedNodeName`` follows in the same patch as the PodScheduled condition.
         """
         uid = qpod.pod.uid
         qpod.clear_rejector_plugins()
@@ -238,4 +291,15 @@ class ScheduleOne:
         result = UNSCHEDULABLE if reason == "Unschedulable" else ERROR
         self._metrics.observe_attempt(result=result, profile=runtime.name, seconds=time.perf_counter() - started)
         pod = self._unassigned.get(uid, qpod.pod)
-        self._reporter.failed(pod, runtime.name, reason=reason, message=message, clear_nomination=clear_nomination)
+        self._nominate(pod, nominated_node)
+        self._reporter.failed(pod, runtime.name, reason=reason, message=message, nominated_node=nominated_node)
+
+    def _nominate(self, pod: PodInfo, nominated_node: str | None) -> None:
+        """Upstream's ``AddNominatedPod`` in handleSchedulingFailure: Override to a node or to nothing, or
+        Noop (the pod's own ``status.nominatedNodeName`` stands)."""
+        if nominated_node is None:
+            self._nominator.add_nominated_pod(pod, nominated_node_name(pod))
+        elif nominated_node:
+            self._nominator.add_nominated_pod(pod, nominated_node)
+        else:
+            self._nominator.delete_nominated_pod_if_exists(pod)

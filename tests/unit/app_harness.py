@@ -28,6 +28,8 @@ class FakeClient:
         self.lists: dict[str, list[dict[str, Any]]] = {}
         #: PUTs of PVs and claims (VolumeBinding's PreBind), as (kind, body); answered with the body.
         self.replaced: list[tuple[str, dict[str, Any]]] = []
+        #: DELETEs of pods (preemption's victims), as (namespace, name, uid).
+        self.deleted: list[tuple[str, str, str]] = []
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
@@ -45,6 +47,9 @@ class FakeClient:
     async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> Any:
         self.status_patches.append((name, patch))
         return {}
+
+    async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
+        self.deleted.append((namespace, name, uid))
 
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> Any:
         self.events.append(body)

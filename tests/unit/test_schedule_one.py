@@ -8,15 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from kopf_scheduler.app import SchedulerApp
-from kopf_scheduler.framework import APIError, ClusterEvent, Status
+from kopf_scheduler.framework import (
+    APIError,
+    ClusterEvent,
+    Code,
+    CycleState,
+    PostFilterPlugin,
+    PostFilterResult,
+    Status,
+)
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
+from kopf_scheduler.framework.interface import NodeToStatus
+from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.schedule_one import ScheduleOne
+from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
@@ -263,3 +275,117 @@ def test_the_assigned_pod_delete_move_spares_a_rejected_pod_and_comes_after_its_
     else:
         assert pre_check is None
         assert parked == 0  # still in flight: the event is recorded for it
+
+
+# -- PostFilter's nomination (upstream handleSchedulingFailure / updatePod) -----------------------------------
+class FakePreemption(PostFilterPlugin):
+    """A PostFilter answering what the test sets: ``result`` with Unschedulable and "preemption: fake"."""
+
+    name = "FakePreemption"
+    result: ClassVar[PostFilterResult | None] = None
+    calls: ClassVar[int] = 0
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
+    ) -> tuple[PostFilterResult | None, Status]:
+        type(self).calls += 1
+        return type(self).result, Status(Code.UNSCHEDULABLE, ("preemption: fake",))
+
+
+PREEMPTING = {"plugins": {"postFilter": {"enabled": [{"name": "FakePreemption"}], "disabled": [{"name": "*"}]}}}
+NO_POST_FILTER = {"plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}
+
+
+def preempting_app(
+    client: FakeClient, result: PostFilterResult | None, spec: dict[str, Any] = PREEMPTING
+) -> SchedulerApp:
+    FakePreemption.result = result
+    FakePreemption.calls = 0
+    app = SchedulerApp(
+        settings=RunSettings(),
+        client=client,
+        registry=default_registry().merged(Registry([FakePreemption])),
+        rng=random.Random(1),
+        hostname="test",
+        clock=FakeClock(),
+    )
+    app.on_node_event(None, make_node("n1", cpu="1"))
+    assert app.apply_profile(name="sp", spec=spec, generation=1).ready
+    return app
+
+
+def nominated(name: str, node: str | None, **kwargs: Any) -> dict[str, Any]:
+    pod = pending(name, **kwargs)
+    if node:
+        pod["status"]["nominatedNodeName"] = node
+    return pod
+
+
+def test_a_postfilter_nomination_enters_the_nominator_and_the_failures_status_patch() -> None:
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "2"}))
+    drive(app)
+    assert [p.name for p in app.nominator.nominated_pods_for_node("n1")] == ["big"]
+    [(_, patch)] = client.status_patches
+    assert patch["status"]["nominatedNodeName"] == "n1"
+    assert patch["status"]["conditions"][0]["reason"] == "Unschedulable"
+    [event] = client.events
+    assert event["note"] == "0/1 nodes are available: 1 Insufficient cpu. preemption: fake"
+
+
+def test_a_nominated_pod_holds_its_place_against_lower_priority_pods_of_every_profile() -> None:
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
+    app.on_node_event(None, make_node("n1", cpu="2"))
+    assert app.apply_profile(name="other", spec=NO_POST_FILTER, generation=1).ready
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "3"}, spec={"priority": 10}))
+    drive(app)
+    # The big pod's node now counts it: a lower-priority pod of another profile does not fit beside it.
+    app.on_pod_event("ADDED", pending("low", scheduler="other", requests={"cpu": "1"}, spec={"priority": 1}))
+    drive(app, "other")
+    assert client.bindings == []
+    # Once the nomination goes (the big pod bound elsewhere, say), the low one fits.
+    [big] = [p for p in app.unassigned.values() if p.name == "big"]
+    app.nominator.delete_nominated_pod_if_exists(big)
+    app.profiles["other"].queue.activate(list(app.unassigned))
+    drive(app, "other")
+    assert client.bindings == [("default", "low", "n1")]
+
+
+@pytest.mark.parametrize(
+    ("result", "spec", "kept"),
+    [
+        (PostFilterResult(clear_nomination=True), PREEMPTING, False),  # preemption cannot help anywhere
+        (None, PREEMPTING, True),  # no result: upstream's Noop, the nomination stands
+        (None, NO_POST_FILTER, False),  # no PostFilter plugin: upstream clears
+    ],
+)
+def test_a_failure_clears_or_keeps_the_nomination_as_upstream(
+    result: PostFilterResult | None, spec: dict[str, Any], kept: bool
+) -> None:
+    client = FakeClient()
+    app = preempting_app(client, result, spec)
+    app.on_pod_event("ADDED", nominated("big", "n1", requests={"cpu": "2"}))
+    assert app.nominator.nominated_node(next(iter(app.unassigned))) == "n1"  # the watch fed it
+    drive(app)
+    assert (app.nominator.nominated_node(next(iter(app.unassigned))) == "n1") is kept
+    [(_, patch)] = client.status_patches
+    assert ("nominatedNodeName" in patch["status"]) is not kept
+    if not kept:
+        assert patch["status"]["nominatedNodeName"] is None
+
+
+def test_a_reserve_or_permit_rejection_runs_no_postfilter_and_clears_the_nomination() -> None:
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
+    app.on_pod_event("ADDED", nominated("p", "n1", requests={"cpu": "1"}))
+    runtime = app.profiles["sp"]
+    rejection = Status(Code.UNSCHEDULABLE, ("no",), "SomeReserve")
+    runtime.framework.run_reserve_plugins_reserve = lambda *_: rejection  # type: ignore[method-assign]
+    runtime.framework.run_reserve_plugins_unreserve = lambda *_: None  # type: ignore[method-assign]
+    drive(app)
+    assert FakePreemption.calls == 0
+    assert app.nominator.nominated_node(next(iter(app.unassigned))) is None
+    [(_, patch)] = client.status_patches
+    assert patch["status"]["nominatedNodeName"] is None
