@@ -1151,6 +1151,8 @@ class Harness:
                 "scores": verdict.final_scores,
                 "plugin_scores": verdict.plugin_scores,
                 "rejections": verdict.rejections,
+                "nominated": verdict.nominated,
+                "victims": verdict.victims,
             },
             problems=problems,
             model_notes=notes,
@@ -1213,6 +1215,12 @@ def _model_notes(verdict: ModelVerdict, upstream: Decision, cycle: UpstreamCycle
         return notes
     if upstream.kind == "unschedulable" and verdict.message != upstream.condition:
         notes.append("model message")
+    if upstream.kind == "unschedulable" and verdict.nominated != upstream.nominated:
+        notes.append("model nomination")
+    elif upstream.kind == "unschedulable" and verdict.victims != sorted(
+        {*upstream.victims, *upstream.terminating_victims}
+    ):
+        notes.append("model victims")
     if upstream.kind == "bound":
         if cycle.used_hint:
             # Upstream filtered the hinted node alone and scored nothing; a full ranking (ours) must still put

@@ -227,9 +227,11 @@ def test_builtin_profiles_build_and_omit_the_unimplemented_defaults() -> None:
     for profile in (DEFAULT_PROFILE, *ARGS_PROFILES):
         resolved = resolve_profile(profile.name, SchedulerProfileSpec.model_validate(profile.spec), default_registry())
         assert profile.omitted == tuple(resolved.omitted_defaults)
-        assert "DefaultPreemption" in profile.omitted
+        # DefaultPreemption runs on both sides now: upstream must not disable it.
+        assert "DefaultPreemption" not in profile.omitted
         up = profile.upstream()
-        assert {"name": "DefaultPreemption"} in up["plugins"]["multiPoint"]["disabled"]
+        assert {"name": "DefaultPreemption"} not in up["plugins"]["multiPoint"]["disabled"]
+        assert {"name": "NodeDeclaredFeatures"} in up["plugins"]["multiPoint"]["disabled"]
 
 
 def test_example_profiles_are_found_in_multi_document_files(tmp_path: Path) -> None:
@@ -336,7 +338,40 @@ def test_model_decides_like_a_scheduler() -> None:
     assert verdict.rejections == {"small": "NodeResourcesFit: Insufficient cpu"}
     pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "16"
     verdict = model.decide("p", pod)
+    assert verdict.message == (
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    )
+    assert verdict.nominated is None
+
+
+def test_model_runs_preemption_without_executing_it() -> None:
+    model = Model({"p": {}})
+    for name in ("n0", "n1"):
+        model.load(
+            {
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "10"}},
+            }
+        )
+
+    def pod(name: str, cpu: str, priority: int, node: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"priority": priority, "containers": [{"name": "c", "image": "i"}]}
+        spec["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+        if node:
+            spec["nodeName"] = node
+        meta = {"name": name, "namespace": "ns", "uid": f"u-{name}"}
+        status = {"startTime": "2026-01-01T00:00:01Z"} if node else {}
+        return {"kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+    model.load(pod("low", "1500m", -100, "n0"))
+    model.load(pod("zero", "1500m", 0, "n1"))
+    verdict = model.decide("p", pod("high", "1", 1000))
+    # n0's victim has the lower priority; the FitError carries no preemption part when preemption helped.
+    assert (verdict.nominated, verdict.victims) == ("n0", ["ns/low"])
     assert verdict.message == "0/2 nodes are available: 2 Insufficient cpu."
+    assert model.app.cache.pod("u-low") is not None  # recorded, not executed
 
 
 # -- report --------------------------------------------------------------------------------------------------
