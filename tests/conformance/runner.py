@@ -414,12 +414,21 @@ def _clean(obj: Mapping[str, Any]) -> dict[str, Any]:
 class Harness:
     """The control plane, both schedulers and the compared profiles; :meth:`run_scenario` does the work."""
 
-    def __init__(self, profiles: Sequence[ProfileDef], *, work_dir: Path | None = None, log: Log = print) -> None:
+    def __init__(
+        self,
+        profiles: Sequence[ProfileDef],
+        *,
+        work_dir: Path | None = None,
+        log: Log = print,
+        operator_args: Sequence[str] = (),
+    ) -> None:
         if not profiles:
             raise ValueError("no profiles to compare")
         self.profiles = {p.name: p for p in profiles}
         self.work_dir = work_dir
         self.log = log
+        #: More ``kopf-scheduler run`` flags (e.g. ``--log-level debug`` to diagnose a disagreement).
+        self.operator_args = tuple(operator_args)
         self.cluster: LocalCluster | None = None
         self.operator: OperatorProcess | None = None
         self.upstream_log: LogCursor | None = None
@@ -477,7 +486,11 @@ class Harness:
         self._check_no_binding()
         log_dir = (self.work_dir / "logs") if self.work_dir else self.cluster.work_dir / "logs"
         self.operator = OperatorProcess(
-            self.cluster.kubeconfig, peering_name="conformance", log_dir=log_dir, name="kopf-scheduler"
+            self.cluster.kubeconfig,
+            peering_name="conformance",
+            log_dir=log_dir,
+            name="kopf-scheduler",
+            extra_args=self.operator_args,
         ).start()
         for profile in self.profiles.values():
             create_profile(self.api, profile.name, profile.spec)
