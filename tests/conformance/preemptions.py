@@ -228,3 +228,60 @@ def _mark_preemptors(scenario: Any) -> None:
         may = preempting and lowest is not None and priority(pending.manifest) > lowest
         if (may or spec.get("priorityClassName") == NEVER_CLASS) and PREEMPTION not in pending.features:
             pending.features = tuple(sorted({*pending.features, PREEMPTION}))
+
+
+def pinned_scenario() -> Any:
+    """A fixed preemption case for the quick test: a PDB turns preemption away from the cheaper node.
+
+    Two nodes of 2 CPU, both full: ``pin-n0`` holds two ``conformance-low`` pods of 900m, one of them under a
+    PDB that allows no disruption; ``pin-n1`` one priority-0 pod of 1800m. A ``conformance-high`` pod of 1500m
+    fits nowhere. Without the PDB upstream would preempt both low pods (lower highest priority); with it,
+    ``pin-n0`` would violate the budget, so it preempts the one pod on ``pin-n1``. Then a 1500m pod of
+    ``conformance-high-never`` is refused preemption (``not eligible due to preemptionPolicy=Never.``).
+    """
+    from tests.conformance.generator import PendingPod, Scenario  # the generator imports this module
+
+    def pod(name: str, cpu: str, *, node: str | None = None, cls: str | None = None, app: str = "x") -> dict[str, Any]:
+        container = {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
+        spec: dict[str, Any] = {"terminationGracePeriodSeconds": 0, "containers": [container]}
+        if node:
+            spec["nodeName"] = node
+        if cls:
+            spec["priorityClassName"] = cls
+        meta = {"name": name, "namespace": "pin", "labels": {"app": app}}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    nodes = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}},
+        }
+        for name in ("pin-n0", "pin-n1")
+    ]
+    existing = [
+        pod("e0", "900m", node="pin-n0", cls="conformance-low", app="guarded"),
+        pod("e1", "900m", node="pin-n0", cls="conformance-low"),
+        pod("e2", "1800m", node="pin-n1", app="other"),
+    ]
+    spec = {"selector": {"matchLabels": {"app": "guarded"}}, "minAvailable": 1}
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guarded", "namespace": "pin"},
+        "spec": spec,
+        "status": budget_status(spec, existing[:1], {}),
+    }
+    return Scenario(
+        seed=0,
+        size="small",
+        namespaces=[{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "pin"}}],
+        nodes=nodes,
+        existing_pods=existing,
+        pending=[
+            PendingPod(0, pod("p", "1500m", cls="conformance-high"), ("DefaultPreemption", "NodeResourcesFit")),
+            PendingPod(1, pod("q", "1500m", cls=NEVER_CLASS), ("DefaultPreemption", "NodeResourcesFit")),
+        ],
+        budgets=[budget],
+    )

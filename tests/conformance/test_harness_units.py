@@ -798,3 +798,15 @@ def test_budget_status_counts_healthy_pods_like_the_disruption_controller() -> N
     assert status["disruptedPods"] == {"d": "2026-01-01T00:00:00Z"}
     status = preemptions.budget_status({"maxUnavailable": 1}, pods, {})
     assert (status["expectedPods"], status["desiredHealthy"], status["disruptionsAllowed"]) == (4, 3, 0)
+
+
+def test_pinned_preemption_scenario_guards_the_cheaper_node_with_a_budget() -> None:
+    scenario = preemptions.pinned_scenario()
+    (budget,) = scenario.budgets
+    assert budget["status"]["disruptionsAllowed"] == 0
+    guarded = [p for p in scenario.existing_pods if p["metadata"]["labels"]["app"] == "guarded"]
+    assert [p["spec"]["nodeName"] for p in guarded] == ["pin-n0"]
+    assert [p.manifest["spec"]["priorityClassName"] for p in scenario.pending] == [
+        "conformance-high",
+        preemptions.NEVER_CLASS,
+    ]
