@@ -790,9 +790,14 @@ class Harness:
             if time.monotonic() > deadline:
                 return Decision("timeout", detail=f"no verdict in {timeout:.0f}s")
             self._check_alive()
-            if not upstream and self._scenario is not None and self._scenario.volumes:
-                complete_bindings(self.api, self._scenario)
+            if not upstream:
+                self._stand_in_pv_controller()
             time.sleep(POLL)
+
+    def _stand_in_pv_controller(self) -> None:
+        """While ours decides: finish the volume bindings its PreBind started (volume_harness.py)."""
+        if self._scenario is not None and self._scenario.volumes:
+            complete_bindings(self.api, self._scenario)
 
     def _nominated(self, uid: str) -> str | None:
         """The node upstream nominated the pod for before its PreBind was denied (the watch may lag a little)."""
@@ -1080,6 +1085,7 @@ class Harness:
             ours.final_node = (pod.get("spec") or {}).get("nodeName") or None
             if ours.final_node is None:
                 self._check_alive()
+                self._stand_in_pv_controller()  # its PreBind may wait for claims, as in _decide
                 time.sleep(POLL * 5)
         # The last victims' deletions may still be on their way: wait until nothing more goes for a moment.
         key = f"{namespace}/{name}"
