@@ -75,7 +75,10 @@ def test_known_freed_host_port_difference_is_still_there(harness: Harness) -> No
     default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
     (result,) = harness.run_scenario(host_port_scenario(), default).pods
     assert (result.upstream.kind, result.upstream.node) == ("bound", "known-n0"), result.upstream
-    assert result.ours.note == "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    assert result.ours.note == (
+        "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
     known = explain(result)
     assert known is not None
     assert known.key == FREED_HOST_PORT
