@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import random
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -28,7 +27,6 @@ from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
 from kopf_scheduler.framework.interface import NodeToStatus
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.schedule_one import ScheduleOne
-from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
@@ -301,14 +299,7 @@ def preempting_app(
 ) -> SchedulerApp:
     FakePreemption.result = result
     FakePreemption.calls = 0
-    app = SchedulerApp(
-        settings=RunSettings(),
-        client=client,
-        registry=default_registry().merged(Registry([FakePreemption])),
-        rng=random.Random(1),
-        hostname="test",
-        clock=FakeClock(),
-    )
+    app = new_app(client, registry=default_registry().merged(Registry([FakePreemption])))
     app.on_node_event(None, make_node("n1", cpu="1"))
     assert app.apply_profile(name="sp", spec=spec, generation=1).ready
     return app
