@@ -48,6 +48,7 @@ from kopf_scheduler.framework import (
     PreEnqueuePlugin,
     QueueingHint,
     Status,
+    nominated_node_name,
 )
 from kopf_scheduler.framework.interface import APIError, NodeToStatus
 from kopf_scheduler.plugins._preemption import (
@@ -174,7 +175,10 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         nominated = nominated_node_name(pod)
         ok, message = self.eligible(pod, status_of(filtered, nominated))
         if not ok:
-            return None, Status.unschedulable(message)
+            # Upstream returns no result (the nomination stays); ours carries only the explanation (a Noop).
+            names = [info.name for info in self.handle.snapshot().node_infos()]
+            explained = SameForAll(names, f"preemption not attempted: {message}")
+            return PostFilterResult(node_messages=explained), Status.unschedulable(message)
 
         snapshot = self.handle.snapshot()
         all_nodes = [info.name for info in snapshot.node_infos()]
@@ -351,10 +355,6 @@ def _skip_after_pod_deletion(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-def nominated_node_name(pod: PodInfo) -> str:
-    return (pod.obj.get("status") or {}).get("nominatedNodeName") or ""
-
-
 def status_of(filtered: NodeToStatus, name: str) -> Status:
     """Upstream ``NodeToStatus.Get``: the node's status, or that of absent nodes (UUR unless said otherwise)."""
     found = filtered.get(name) if name else None
@@ -438,6 +438,28 @@ class NodeMessages(Mapping[str, str]):
         if status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
             return EXPLAIN_UNRESOLVABLE
         return f"not a candidate: {status.code.label}"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+class SameForAll(Mapping[str, str]):
+    """One message for every node (the preemptor was not eligible), without building a dict per cycle."""
+
+    def __init__(self, names: Sequence[str], message: str) -> None:
+        self._names = names
+        self._message = message
+        self._known: set[str] | None = None
+
+    def __getitem__(self, name: str) -> str:
+        if self._known is None:
+            self._known = set(self._names)
+        if name not in self._known:
+            raise KeyError(name)
+        return self._message
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)

@@ -358,7 +358,10 @@ def test_preemption_policy_never_is_not_eligible() -> None:
     framework, _plugin, handle = setup([make_node("n1", cpu="2")], [running("low", "n1", cpu="2")], pod)
     state, error = fail(framework, pod)
     result = run_post_filter(framework, state, pod, error)
-    assert result is None
+    assert result is not None
+    assert result.nominated_node_name is None
+    assert not result.clear_nomination  # upstream's nil result: the nomination stays as it is
+    assert dict(result.node_messages or {}) == {"n1": "preemption not attempted: " + NOT_ELIGIBLE_NEVER}
     assert error.diagnosis.post_filter_msg == "preemption: " + NOT_ELIGIBLE_NEVER
     assert error.message == (
         "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
@@ -748,3 +751,16 @@ def test_the_default_profile_runs_it_after_dynamic_resources() -> None:
     from kopf_scheduler.framework.extension_points import ExtensionPoint
 
     assert [r.name for r in profile.enabled(ExtensionPoint.POST_FILTER)][-1] == "DefaultPreemption"
+
+
+def test_the_runtime_hands_the_plugin_its_framework_and_keeps_a_clearing_result() -> None:
+    pod = preemptor(cpu="8")
+    framework, plugin, _ = setup([make_node("n1", cpu="2")], [], pod)
+    plugin._framework = None
+    state, error = fail(framework, pod)
+    result, status = framework.run_post_filter_plugins(state, pod, error.diagnosis.node_to_status)
+    assert plugin._framework is framework
+    assert status.code is Code.UNSCHEDULABLE
+    assert status.plugin == "DefaultPreemption"
+    assert result is not None
+    assert result.clear_nomination
