@@ -27,6 +27,7 @@ from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
 from kopf_scheduler.framework.interface import NodeToStatus
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.schedule_one import ScheduleOne
+from kopf_scheduler.scheduler import SchedulingError
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
@@ -380,3 +381,22 @@ def test_a_reserve_or_permit_rejection_runs_no_postfilter_and_clears_the_nominat
     assert app.nominator.nominated_node(next(iter(app.unassigned))) is None
     [(_, patch)] = client.status_patches
     assert patch["status"]["nominatedNodeName"] is None
+
+
+@pytest.mark.parametrize("error", [SchedulingError(Status.as_error(RuntimeError("snapshot"))), RuntimeError("bug")])
+def test_a_scheduling_error_clears_the_nomination_as_upstream(error: Exception) -> None:
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
+    app.on_pod_event("ADDED", nominated("p", "n1", requests={"cpu": "1"}))
+    runtime = app.profiles["sp"]
+
+    def broken(*_: Any) -> Any:
+        raise error
+
+    runtime.scheduler.schedule_pod = broken  # type: ignore[method-assign]
+    drive(app)
+    assert FakePreemption.calls == 0
+    assert app.nominator.nominated_node(next(iter(app.unassigned))) is None
+    [(_, patch)] = client.status_patches
+    assert patch["status"]["nominatedNodeName"] is None
+    assert patch["status"]["conditions"][0]["reason"] == "SchedulerError"
