@@ -31,7 +31,7 @@ from kopf_scheduler.scheduler import SchedulingError
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
-from tests.unit.factories import make_node
+from tests.unit.factories import make_node, make_pod
 from tests.unit.plugins.test_volume_binding import claim_volume, pv, pvc, storage_class
 
 
@@ -400,3 +400,35 @@ def test_a_scheduling_error_clears_the_nomination_as_upstream(error: Exception) 
     [(_, patch)] = client.status_patches
     assert patch["status"]["nominatedNodeName"] is None
     assert patch["status"]["conditions"][0]["reason"] == "SchedulerError"
+
+
+def test_default_preemption_end_to_end_through_the_app() -> None:
+    """The real plugin in the default profile: victims deleted and told, the preemptor nominated, then bound
+    once the victim's deletion is watched (the API server's part played by hand)."""
+    client = FakeClient()
+    clock = FakeClock()
+    app = new_app(client, clock)
+    app.on_node_event(None, make_node("n1", cpu="4"))
+    assert app.apply_profile(name="sp", spec={}, generation=1).ready
+    running: dict[str, dict[str, Any]] = {}
+    for name, priority, cpu in (("low", 10, "1"), ("mid", 20, "1"), ("high", 30, "2")):
+        running[name] = make_pod(name, requests={"cpu": cpu}, node_name="n1", spec={"priority": priority})
+        app.on_pod_event(None, running[name])
+    vip = pending("vip", requests={"cpu": "1"}, spec={"priority": 1000})
+    app.on_pod_event("ADDED", vip)
+    drive(app)
+
+    assert [name for _, name, _ in client.deleted] == ["low"]
+    [preempted] = [e for e in client.events if e["reason"] == "Preempted"]
+    assert preempted["note"] == f"Preempted by pod {vip['metadata']['uid']} on node n1"
+    vip_patch = next(patch for name, patch in client.status_patches if name == "vip")
+    assert vip_patch["status"]["nominatedNodeName"] == "n1"
+    assert app.nominator.nominated_node(vip["metadata"]["uid"]) == "n1"
+    assert app.metrics.registry.get_sample_value("scheduler_preemption_victims_count") == 1
+
+    app.on_pod_event("DELETED", running["low"])
+    clock.now += 10
+    app.profiles["sp"].queue.flush_backoff_completed()
+    drive(app)
+    assert client.bindings == [("default", "vip", "n1")]
+    assert app.nominator.count == 0  # assumed: the nomination went
