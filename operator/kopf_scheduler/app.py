@@ -192,10 +192,15 @@ class SchedulerApp:
         return runtime
 
     def remove_profile(self, name: str) -> None:
-        """The pipeline goes; its pending pods stay pending (and stay known, should it come back)."""
+        """The pipeline goes; its pending pods stay pending (and stay known, should it come back), but hold no
+        nominated place any more: nothing will schedule them there (a profile that comes back re-reads their
+        ``status.nominatedNodeName``)."""
         runtime = self.profiles.pop(name, None)
         if runtime is not None:
             runtime.queue.close()
+            for pod in self.unassigned.values():
+                if pod.scheduler_name == name:
+                    self.nominator.delete_nominated_pod_if_exists(pod)
 
     # -- watch events and the reconciling LIST (eventhandlers.py) -------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ The shape is upstream's ``scheduleOne``:
 - A FitError of the algorithm runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA
   deallocation) before the failure is explained and handled. What PostFilter proposes is upstream's
   NominatingInfo: a node (the pod is added to the shared nominator and the failure's status patch sets
-  ``status.nominatedNodeName``), "clear" (both go), or nothing (the nomination stays as it is). Every other
+  ``status.nominatedNodeName``), "clear" (both go), or nothing (the status stands). Every other
   failure of the scheduling cycle clears the nomination, as upstream's ``clearNominatedNode``: no node at
   all, no PostFilter plugin, an error, and a Reserve or Permit rejection (which runs no PostFilter).
 - :meth:`ScheduleOne._binding_cycle` runs PreBindPreFlight, WaitOnPermit, PreBind, Bind and PostBind
@@ -275,8 +275,10 @@ class ScheduleOne:
         """Upstream's handleSchedulingFailure: requeue, record the nomination, then report (event deduplicated,
         condition patched).
 
-        ``nominated_node`` is upstream's NominatingInfo: None leaves the nomination as it is; a node name
-        nominates the pod there (a preemption made room); "" (:data:`CLEAR_NOMINATION`) removes it. The
+        ``nominated_node`` is upstream's NominatingInfo: None (Noop) leaves the pod's ``status.nominatedNodeName``
+        alone and the nominator follows it (a nomination the status does not carry yet is dropped, as
+        upstream's); a node name nominates the pod there (a preemption made room); "" (:data:`CLEAR_NOMINATION`)
+        removes it. The
         nominator hears it at once, so the next cycles already count the pod on that node; the pod's
         ``status.nominatedNodeName`` follows in the same patch as the PodScheduled condition.
         """

@@ -13,6 +13,7 @@ from typing import Any
 
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.framework import APIError
+from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.settings import RunSettings
 from tests.unit.factories import make_pod
 
@@ -74,10 +75,14 @@ class FakeClock:
         return self.now
 
 
-def new_app(client: FakeClient | None = None, clock: FakeClock | None = None) -> SchedulerApp:
+def new_app(
+    client: FakeClient | None = None, clock: FakeClock | None = None, *, registry: Registry | None = None
+) -> SchedulerApp:
+    """``registry``: the plugins profiles may name (default: the in-tree ones)."""
     return SchedulerApp(
         settings=RunSettings(),
         client=client or FakeClient(),
+        registry=registry,
         rng=random.Random(1),
         hostname="test",
         clock=clock or FakeClock(),

@@ -406,3 +406,13 @@ def test_a_gated_pod_is_not_nominated_and_a_profile_created_later_nominates_its_
     app.on_pod_event("ADDED", early)
     app.apply_profile(name="sp2", spec={}, generation=1)
     assert {p.name for n in ("n1", "n2") for p in app.nominator.nominated_pods_for_node(n)} == {"early", "later"}
+
+
+def test_a_deleted_profiles_pods_hold_no_nominated_place_until_it_comes_back() -> None:
+    app = new_app()
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.on_pod_event("ADDED", _with_nomination(pending("a"), "n1", "1"))
+    app.remove_profile("sp")
+    assert app.nominator.count == 0
+    app.apply_profile(name="sp", spec={}, generation=2)
+    assert app.nominator.nominated_node(next(iter(app.unassigned))) == "n1"

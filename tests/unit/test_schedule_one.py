@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import random
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -28,11 +27,11 @@ from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
 from kopf_scheduler.framework.interface import NodeToStatus
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.schedule_one import ScheduleOne
-from kopf_scheduler.settings import RunSettings
+from kopf_scheduler.scheduler import SchedulingError
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
-from tests.unit.factories import make_node
+from tests.unit.factories import make_node, make_pod
 from tests.unit.plugins.test_volume_binding import claim_volume, pv, pvc, storage_class
 
 
@@ -301,14 +300,7 @@ def preempting_app(
 ) -> SchedulerApp:
     FakePreemption.result = result
     FakePreemption.calls = 0
-    app = SchedulerApp(
-        settings=RunSettings(),
-        client=client,
-        registry=default_registry().merged(Registry([FakePreemption])),
-        rng=random.Random(1),
-        hostname="test",
-        clock=FakeClock(),
-    )
+    app = new_app(client, registry=default_registry().merged(Registry([FakePreemption])))
     app.on_node_event(None, make_node("n1", cpu="1"))
     assert app.apply_profile(name="sp", spec=spec, generation=1).ready
     return app
@@ -389,3 +381,54 @@ def test_a_reserve_or_permit_rejection_runs_no_postfilter_and_clears_the_nominat
     assert app.nominator.nominated_node(next(iter(app.unassigned))) is None
     [(_, patch)] = client.status_patches
     assert patch["status"]["nominatedNodeName"] is None
+
+
+@pytest.mark.parametrize("error", [SchedulingError(Status.as_error(RuntimeError("snapshot"))), RuntimeError("bug")])
+def test_a_scheduling_error_clears_the_nomination_as_upstream(error: Exception) -> None:
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
+    app.on_pod_event("ADDED", nominated("p", "n1", requests={"cpu": "1"}))
+    runtime = app.profiles["sp"]
+
+    def broken(*_: Any) -> Any:
+        raise error
+
+    runtime.scheduler.schedule_pod = broken  # type: ignore[method-assign]
+    drive(app)
+    assert FakePreemption.calls == 0
+    assert app.nominator.nominated_node(next(iter(app.unassigned))) is None
+    [(_, patch)] = client.status_patches
+    assert patch["status"]["nominatedNodeName"] is None
+    assert patch["status"]["conditions"][0]["reason"] == "SchedulerError"
+
+
+def test_default_preemption_end_to_end_through_the_app() -> None:
+    """The real plugin in the default profile: victims deleted and told, the preemptor nominated, then bound
+    once the victim's deletion is watched (the API server's part played by hand)."""
+    client = FakeClient()
+    clock = FakeClock()
+    app = new_app(client, clock)
+    app.on_node_event(None, make_node("n1", cpu="4"))
+    assert app.apply_profile(name="sp", spec={}, generation=1).ready
+    running: dict[str, dict[str, Any]] = {}
+    for name, priority, cpu in (("low", 10, "1"), ("mid", 20, "1"), ("high", 30, "2")):
+        running[name] = make_pod(name, requests={"cpu": cpu}, node_name="n1", spec={"priority": priority})
+        app.on_pod_event(None, running[name])
+    vip = pending("vip", requests={"cpu": "1"}, spec={"priority": 1000})
+    app.on_pod_event("ADDED", vip)
+    drive(app)
+
+    assert [name for _, name, _ in client.deleted] == ["low"]
+    [preempted] = [e for e in client.events if e["reason"] == "Preempted"]
+    assert preempted["note"] == f"Preempted by pod {vip['metadata']['uid']} on node n1"
+    vip_patch = next(patch for name, patch in client.status_patches if name == "vip")
+    assert vip_patch["status"]["nominatedNodeName"] == "n1"
+    assert app.nominator.nominated_node(vip["metadata"]["uid"]) == "n1"
+    assert app.metrics.registry.get_sample_value("scheduler_preemption_victims_count") == 1
+
+    app.on_pod_event("DELETED", running["low"])
+    clock.now += 10
+    app.profiles["sp"].queue.flush_backoff_completed()
+    drive(app)
+    assert client.bindings == [("default", "vip", "n1")]
+    assert app.nominator.count == 0  # assumed: the nomination went
