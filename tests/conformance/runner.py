@@ -807,8 +807,11 @@ class Harness:
             time.sleep(POLL)
         return node
 
-    def _failed_scheduling_note(self, namespace: str, uid: str, deadline: float) -> str | None:
-        deadline = max(deadline, time.monotonic() + 10)
+    def _failed_scheduling_note(
+        self, namespace: str, uid: str, deadline: float, *, at_least: float = 10.0
+    ) -> str | None:
+        """The pod's first FailedScheduling note; waits until ``deadline`` (at least ``at_least`` s) for it."""
+        deadline = max(deadline, time.monotonic() + at_least)
         while True:
             events = _raw(
                 self.core.list_namespaced_event(
@@ -1063,6 +1066,13 @@ class Harness:
         """
         assert self.nominations is not None
         facts = self.nominations.get(uid)
+        lagging = ours.kind == "bound" and (facts is None or facts.unschedulable is None)
+        # The watch may lag behind the binding: a FailedScheduling event says there was a failed cycle.
+        if lagging and self._failed_scheduling_note(namespace, uid, time.monotonic(), at_least=0) is not None:
+            deadline = time.monotonic() + 5
+            while (facts is None or facts.unschedulable is None) and time.monotonic() < deadline:
+                time.sleep(POLL * 5)
+                facts = self.nominations.get(uid)
         if ours.kind == "bound" and facts is not None and facts.unschedulable is not None:
             deadline = time.monotonic() + 10
             note = self._failed_scheduling_note(namespace, uid, deadline)
