@@ -230,6 +230,58 @@ def _mark_preemptors(scenario: Any) -> None:
             pending.features = tuple(sorted({*pending.features, PREEMPTION}))
 
 
+def _pinned_pod(
+    name: str, cpu: str, namespace: str, *, node: str | None = None, cls: str | None = None, app: str = "x"
+) -> dict[str, Any]:
+    container = {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
+    spec: dict[str, Any] = {"terminationGracePeriodSeconds": 0, "containers": [container]}
+    if node:
+        spec["nodeName"] = node
+    if cls:
+        spec["priorityClassName"] = cls
+    meta = {"name": name, "namespace": namespace, "labels": {"app": app}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _pinned_nodes(*names: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}},
+        }
+        for name in names
+    ]
+
+
+def terminating_victim_scenario() -> Any:
+    """A victim already terminating: upstream counts it among the victims but calls no API for it.
+
+    One node of 2 CPU with two ``conformance-low`` pods of 900m, ``t0`` deleted but held by a finalizer. A
+    ``conformance-high`` pod of 1500m preempts both: ``e1`` through the API, ``t0`` not at all (it never
+    goes, so the preemptor stays nominated and unbound). A second such pod finds only ``t0`` in its way:
+    nominated again, with no victim to call the API for.
+    """
+    from tests.conformance.generator import HOLD_FINALIZER, LIFECYCLE_ANNOTATION, TERMINATING, PendingPod, Scenario
+
+    held = _pinned_pod("t0", "900m", "term", node="term-n0", cls="conformance-low")
+    held["metadata"]["annotations"] = {LIFECYCLE_ANNOTATION: TERMINATING}
+    held["metadata"]["finalizers"] = [HOLD_FINALIZER]
+    features = ("DefaultPreemption", "NodeResourcesFit")
+    return Scenario(
+        seed=0,
+        size="small",
+        namespaces=[{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "term"}}],
+        nodes=_pinned_nodes("term-n0"),
+        existing_pods=[held, _pinned_pod("e1", "900m", "term", node="term-n0", cls="conformance-low")],
+        pending=[
+            PendingPod(0, _pinned_pod("p", "1500m", "term", cls="conformance-high"), features),
+            PendingPod(1, _pinned_pod("q", "1500m", "term", cls="conformance-high"), features),
+        ],
+    )
+
+
 def pinned_scenario() -> Any:
     """A fixed preemption case for the quick test: a PDB turns preemption away from the cheaper node.
 
@@ -241,29 +293,10 @@ def pinned_scenario() -> Any:
     """
     from tests.conformance.generator import PendingPod, Scenario  # the generator imports this module
 
-    def pod(name: str, cpu: str, *, node: str | None = None, cls: str | None = None, app: str = "x") -> dict[str, Any]:
-        container = {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
-        spec: dict[str, Any] = {"terminationGracePeriodSeconds": 0, "containers": [container]}
-        if node:
-            spec["nodeName"] = node
-        if cls:
-            spec["priorityClassName"] = cls
-        meta = {"name": name, "namespace": "pin", "labels": {"app": app}}
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-
-    nodes = [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"}},
-        }
-        for name in ("pin-n0", "pin-n1")
-    ]
     existing = [
-        pod("e0", "900m", node="pin-n0", cls="conformance-low", app="guarded"),
-        pod("e1", "900m", node="pin-n0", cls="conformance-low"),
-        pod("e2", "1800m", node="pin-n1", app="other"),
+        _pinned_pod("e0", "900m", "pin", node="pin-n0", cls="conformance-low", app="guarded"),
+        _pinned_pod("e1", "900m", "pin", node="pin-n0", cls="conformance-low"),
+        _pinned_pod("e2", "1800m", "pin", node="pin-n1", app="other"),
     ]
     spec = {"selector": {"matchLabels": {"app": "guarded"}}, "minAvailable": 1}
     budget = {
@@ -273,15 +306,16 @@ def pinned_scenario() -> Any:
         "spec": spec,
         "status": budget_status(spec, existing[:1], {}),
     }
+    features = ("DefaultPreemption", "NodeResourcesFit")
     return Scenario(
         seed=0,
         size="small",
         namespaces=[{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "pin"}}],
-        nodes=nodes,
+        nodes=_pinned_nodes("pin-n0", "pin-n1"),
         existing_pods=existing,
         pending=[
-            PendingPod(0, pod("p", "1500m", cls="conformance-high"), ("DefaultPreemption", "NodeResourcesFit")),
-            PendingPod(1, pod("q", "1500m", cls=NEVER_CLASS), ("DefaultPreemption", "NodeResourcesFit")),
+            PendingPod(0, _pinned_pod("p", "1500m", "pin", cls="conformance-high"), features),
+            PendingPod(1, _pinned_pod("q", "1500m", "pin", cls=NEVER_CLASS), features),
         ],
         budgets=[budget],
     )

@@ -997,7 +997,10 @@ class Harness:
         gone = self.nominations.mark()
         ours_obj = self._create(with_scheduler(pending.manifest, profile.name))
         ours_uid = ours_obj["metadata"]["uid"]
-        ours = self._follow_preemption(namespace, name, ours_uid, self._decide(namespace, name, ours_uid), gone)
+        # A victim already terminating (held by a finalizer here) never goes: ours cannot bind then.
+        patience = 2.0 if upstream.terminating_victims else PREEMPTION_TIMEOUT
+        decided = self._decide(namespace, name, ours_uid)
+        ours = self._follow_preemption(namespace, name, ours_uid, decided, gone, patience=patience)
         # 3. keep ours if bound (both see it next), else drop it; both must see our victims go.
         deleted = [v for v in ours.victims if self._read_pod(*v.split("/", 1)) is None]
         wanted = [("Delete event for scheduled pod", "pod", victim) for victim in deleted]
@@ -1057,7 +1060,9 @@ class Harness:
             upstream.terminating_victims = sorted(cycle.terminating_victims)
         return cycle
 
-    def _follow_preemption(self, namespace: str, name: str, uid: str, ours: Decision, gone: int) -> Decision:
+    def _follow_preemption(
+        self, namespace: str, name: str, uid: str, ours: Decision, gone: int, *, patience: float = PREEMPTION_TIMEOUT
+    ) -> Decision:
         """Our verdict with its preemption: nomination, victims (pods disrupted since ``gone``), final node.
 
         A preempting pod binds once its victims are gone, perhaps before :meth:`_decide` saw it unschedulable:
@@ -1087,7 +1092,7 @@ class Harness:
                 time.sleep(POLL * 5)
         if ours.nominated is None:
             return ours
-        deadline = time.monotonic() + PREEMPTION_TIMEOUT
+        deadline = time.monotonic() + patience
         while ours.final_node is None and time.monotonic() < deadline:
             pod = self._read_pod(namespace, name)
             if pod is None or pod["metadata"]["uid"] != uid:

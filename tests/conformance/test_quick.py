@@ -20,7 +20,7 @@ import pytest
 
 from tests.conformance.generator import PendingPod, Scenario, generate
 from tests.conformance.known import FREED_HOST_PORT, explain, host_port_scenario
-from tests.conformance.preemptions import pinned_scenario
+from tests.conformance.preemptions import pinned_scenario, terminating_victim_scenario
 from tests.conformance.runner import Harness, PodResult, ProfileDef, default_profiles
 
 pytestmark = pytest.mark.e2e
@@ -95,6 +95,16 @@ def test_preemption_agrees_with_upstream(harness: Harness) -> None:
     assert never.agree, _describe([never])
     assert never.upstream.nominated is None
     assert (never.upstream.note or "").endswith("preemption: not eligible due to preemptionPolicy=Never.")
+
+
+def test_terminating_victims_agree_with_upstream(harness: Harness) -> None:
+    # A victim already terminating is chosen but gets no API call, on both sides.
+    default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
+    first, second = harness.run_scenario(terminating_victim_scenario(), default).pods
+    assert first.agree, _describe([first])
+    assert (first.upstream.victims, first.upstream.terminating_victims) == (["term/e1"], ["term/t0"])
+    assert second.agree, _describe([second])
+    assert (second.upstream.nominated, second.ours.victims) == ("term-n0", [])
 
 
 def _control_scenario() -> Scenario:
