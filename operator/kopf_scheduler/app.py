@@ -10,6 +10,9 @@ wires each with the few collaborators it needs (upstream's ``scheduler.New`` pla
 - the profiles registry: one :class:`ProfileRuntime` per live SchedulerProfile, its built framework and its
   scheduling queue (``profiles.py``). A profile change swaps the framework in place; the queue and its pods
   stay. Building and swapping happens here, in :meth:`SchedulerApp.apply_profile`;
+- one :class:`PodNominator` shared by every profile's framework (upstream's one queue holds one nominator:
+  a pod nominated by one profile's preemption holds its place against every profile's pods), and the
+  plugins' :class:`BackgroundJobs` (asynchronous preemption), cancelled at :meth:`SchedulerApp.shutdown`;
 - :class:`EventHandlers` (``eventhandlers.py``): watch events and the reconciling LIST into the cache and queues;
 - :class:`ScheduleOne` (``schedule_one.py``): the scheduling and binding cycles of one pod, failure handling;
 - :class:`Reporter` (``reporting.py``): events, the PodScheduled condition, ``/explain``;
@@ -42,8 +45,8 @@ from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.metrics import SchedulerMetrics
-from kopf_scheduler.profiles import ProfileHandle, ProfileOutcome, ProfileRuntime, pipeline_status
-from kopf_scheduler.queue import QueueClosedError, QueuedPodInfo, SchedulingQueue
+from kopf_scheduler.profiles import BackgroundJobs, ProfileHandle, ProfileOutcome, ProfileRuntime, pipeline_status
+from kopf_scheduler.queue import PodNominator, QueueClosedError, QueuedPodInfo, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
 from kopf_scheduler.schedule_one import ScheduleOne
 from kopf_scheduler.scheduler import Scheduler
@@ -96,6 +99,10 @@ class SchedulerApp:
         self.unassigned: dict[str, PodInfo] = {}
         self._running_loops = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Every profile's nominated pods (upstream's one queue, one nominator).
+        self.nominator = PodNominator(self.unassigned.get)
+        #: The plugins' work off the scheduling cycle (``Handle.spawn``).
+        self.jobs = BackgroundJobs()
         self.reporter = Reporter(
             client=lambda: self.client,
             hostname=self.hostname,
@@ -110,6 +117,7 @@ class SchedulerApp:
             client=lambda: self.client,
             namespaces=settings.namespaces or (),
             forget_pod=self.reporter.forget,
+            nominator=self.nominator,
         )
         self.cycles = ScheduleOne(
             cache=self.cache,
@@ -119,6 +127,7 @@ class SchedulerApp:
             clock=clock,
             spawn=self.spawn,
             move_all=self.events.move_all_to_active_or_backoff,
+            nominator=self.nominator,
         )
 
     @property
@@ -132,9 +141,12 @@ class SchedulerApp:
         try:
             model = SchedulerProfileSpec.model_validate(spec or {})
             resolved = resolve_profile(name, model, self.registry)
-            handle = ProfileHandle(name, client=lambda: self.client, cache=self.cache, unassigned=self.unassigned)
             framework = Framework(
-                resolved, registry=self.registry, handle=handle, observe_plugin=self.metrics.observe_plugin
+                resolved,
+                registry=self.registry,
+                handle=self._handle(name),
+                nominator=self.nominator,
+                observe_plugin=self.metrics.observe_plugin,
             )
             extenders = self._build_extenders(model)
         except Exception as e:  # nothing a user applies may crash the operator
@@ -148,7 +160,7 @@ class SchedulerApp:
             self.profiles[name] = runtime
             for pod in self.unassigned.values():
                 if pod.scheduler_name == name and not self.cache.is_assumed(pod.uid):
-                    runtime.queue.add(pod)
+                    self.events.enqueue(runtime, pod)
         else:
             runtime.framework = framework
             runtime.resolved = resolved
@@ -166,6 +178,19 @@ class SchedulerApp:
             note += "; extenders' preemptVerb is accepted but not called yet (preemption does not consult extenders)"
         return ProfileOutcome(
             True, "PipelineBuilt", f"pipeline built from generation {generation}{note}", pipeline_status(resolved)
+        )
+
+    def _handle(self, name: str) -> ProfileHandle:
+        return ProfileHandle(
+            name,
+            client=lambda: self.client,
+            cache=self.cache,
+            unassigned=self.unassigned,
+            profiles=self.profiles,
+            nominator=self.nominator,
+            record_event=self.reporter.record_event,
+            jobs=self.jobs,
+            metrics=self.metrics,
         )
 
     def _build_extenders(self, model: SchedulerProfileSpec) -> tuple[Extender, ...]:
@@ -193,10 +218,15 @@ class SchedulerApp:
         return runtime
 
     def remove_profile(self, name: str) -> None:
-        """The pipeline goes; its pending pods stay pending (and stay known, should it come back)."""
+        """The pipeline goes; its pending pods stay pending (and stay known, should it come back), but hold no
+        nominated place any more: nothing will schedule them there (a profile that comes back re-reads their
+        ``status.nominatedNodeName``)."""
         runtime = self.profiles.pop(name, None)
         if runtime is not None:
             runtime.queue.close()
+            for pod in self.unassigned.values():
+                if pod.scheduler_name == name:
+                    self.nominator.delete_nominated_pod_if_exists(pod)
 
     # -- watch events and the reconciling LIST (eventhandlers.py) -------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
@@ -281,6 +311,13 @@ class SchedulerApp:
         task.add_done_callback(self._tasks.discard)
 
     async def drain(self) -> None:
-        """Wait for in-flight binds and reports (tests and graceful shutdown)."""
-        while self._tasks:
+        """Wait for in-flight binds, reports and plugin jobs (tests)."""
+        while self._tasks or self.jobs.pending:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            await self.jobs.wait()
+
+    async def shutdown(self) -> None:
+        """Graceful shutdown: cancel the plugins' jobs (a preemption cut short is retried by the next
+        leader: its victims are still there, or already gone), then wait for binds and reports."""
+        await self.jobs.cancel()
+        await self.drain()

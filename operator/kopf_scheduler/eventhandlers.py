@@ -8,6 +8,10 @@ objects the volume plugins read (PVs, PVCs, StorageClasses, CSINodes, CSIDrivers
 ``cache.storage``; upstream's plugins read them from the informer factory and register for their events). It also keeps
 every unassigned pod, whatever its schedulerName, so a profile created later finds its pods at once.
 
+The nominator (one for all profiles) follows the pending pods of our profiles as upstream's queue feeds it: a
+pod added with ``status.nominatedNodeName`` (unless PreEnqueue gates it) is nominated there, an update
+follows the new status (``UpdateNominatedPod``), and a pod bound or deleted leaves it.
+
 Why the authoritative LIST (:meth:`EventHandlers.ensure_reconciled`): kopf stops the watches while a replica
 is paused by peering and re-lists on resume, but never purges objects deleted meanwhile (client-go's
 reflector would). Before any profile loop schedules after a (re)start or a takeover, the cache is rebuilt
@@ -25,7 +29,7 @@ from typing import Any
 from kopf_scheduler.client import ClientRef
 from kopf_scheduler.framework.events import ClusterEvent, EventResource, node_events, object_events, pod_events
 from kopf_scheduler.profiles import ProfileRuntime
-from kopf_scheduler.queue import SchedulingQueue
+from kopf_scheduler.queue import GATED, PodNominator, SchedulingQueue
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.selectors import LabelSelector
@@ -80,6 +84,7 @@ class EventHandlers:
         client: ClientRef,
         namespaces: Iterable[str] = (),
         forget_pod: ForgetPod,
+        nominator: PodNominator | None = None,
     ) -> None:
         self._cache = cache
         self._profiles = profiles
@@ -87,6 +92,8 @@ class EventHandlers:
         self._client = client
         self._namespaces = tuple(namespaces)
         self._forget_pod = forget_pod
+        #: Every profile's nominated pods (the app's one nominator).
+        self._nominator = nominator if nominator is not None else PodNominator()
         self._reconciled = False
         self._reconcile_lock = asyncio.Lock()
         #: While a reconciling LIST is in flight: uids the watches changed or deleted meanwhile. The LIST is
@@ -138,6 +145,7 @@ class EventHandlers:
         self._forget_pod(uid, _key(obj))
         if old_unassigned is not None:
             del self._unassigned[uid]
+            self._nominator.delete_nominated_pod_if_exists(old_unassigned)
             self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
         if old_assigned is not None:
             self._cache.remove_pod(uid)
@@ -148,6 +156,7 @@ class EventHandlers:
     ) -> None:
         if old_unassigned is not None:
             del self._unassigned[uid]
+            self._nominator.delete_nominated_pod_if_exists(old_unassigned)
             self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
         self._forget_pod(uid, _key(obj))
         old_obj = old_assigned.obj if old_assigned is not None else None
@@ -163,9 +172,17 @@ class EventHandlers:
         if runtime is None:
             return
         if old_unassigned is None:
-            runtime.queue.add(pod)
+            self.enqueue(runtime, pod)
         else:
             runtime.queue.update(old_unassigned, pod)
+            self._nominator.update_nominated_pod(old_unassigned, pod)
+
+    def enqueue(self, runtime: ProfileRuntime, pod: PodInfo) -> None:
+        """A new pending pod into its profile's queue, and into the nominator if its status nominates it
+        (upstream nominates as the pod enters activeQ, so not while PreEnqueue gates it)."""
+        runtime.queue.add(pod)
+        if runtime.queue.location(pod.uid) != GATED:
+            self._nominator.add_pod(pod)
 
     def _note_watch(self, event_type: str | None, obj: dict[str, Any]) -> None:
         if self._listing:

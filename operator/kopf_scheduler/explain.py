@@ -11,6 +11,10 @@ reused when nodes come and go); that costs one pass over the rejected nodes, the
 FitError histogram itself. Only failed attempts are kept, only the latest per pod, only while the pod is
 pending, and at most :data:`MAX_PODS` pods (the oldest are forgotten first), so memory stays bounded however
 many pods are stuck.
+
+When PostFilter ran (DefaultPreemption), its :class:`PostFilterResult` says per node why preemption did or
+did not help there (``node_messages``) and which node it nominated; the account carries both, so a user sees
+not only why the pod fits nowhere but also why evicting lower-priority pods would (or would not) change that.
 """
 
 from __future__ import annotations
@@ -18,18 +22,22 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from kopf_scheduler.framework import PostFilterResult
 from kopf_scheduler.scheduler import FitError
 
 #: Pods whose last failed attempt is kept; beyond this the oldest accounts are dropped.
 MAX_PODS = 1000
 
 
-def explain_fit_error(fit: FitError, *, profile: str, at: str) -> dict[str, Any]:
+def explain_fit_error(
+    fit: FitError, *, profile: str, at: str, post_filter: PostFilterResult | None = None
+) -> dict[str, Any]:
     """A JSON-ready account of one failed attempt: the FitError text, then each node's verdict.
 
     ``nodes`` maps every node the cycle judged to the plugin that rejected it and that plugin's reasons;
     nodes it never judged individually (a PreFilter rejected the pod, or a PreFilterResult narrowed the
-    candidates) share ``otherNodes``.
+    candidates) share ``otherNodes``. With a PostFilter result, each node gets what PostFilter said of it
+    (``preemption``), and ``nominatedNode`` names the node preemption made room on.
     """
     diagnosis = fit.diagnosis
     by_node = diagnosis.node_to_status
@@ -52,7 +60,26 @@ def explain_fit_error(fit: FitError, *, profile: str, at: str) -> dict[str, Any]
         account["preFilter"] = diagnosis.pre_filter_msg
     if diagnosis.post_filter_msg:
         account["postFilter"] = diagnosis.post_filter_msg
+    if post_filter is not None:
+        _add_post_filter(account, post_filter)
     return account
+
+
+def _add_post_filter(account: dict[str, Any], result: PostFilterResult) -> None:
+    """Each judged node gets its ``preemption`` message; the nodes judged together share theirs in
+    ``otherNodes`` (the distinct messages only, so the account stays small however many nodes there are)."""
+    nodes: dict[str, Any] = account["nodes"]
+    unjudged: set[str] = set()
+    for name, message in (result.node_messages or {}).items():
+        if name in nodes:
+            nodes[name]["preemption"] = message
+        else:
+            unjudged.add(message)
+    others = account.get("otherNodes")
+    if others is not None and unjudged:
+        others["preemption"] = sorted(unjudged)
+    if result.nominated_node_name:
+        account["nominatedNode"] = result.nominated_node_name
 
 
 class Explanations:
@@ -89,6 +116,8 @@ def format_account(account: dict[str, Any]) -> str:
         lines.append(f"PreFilter: {account['preFilter']}")
     if account.get("postFilter"):
         lines.append(f"PostFilter: {account['postFilter']}")
+    if account.get("nominatedNode"):
+        lines.append(f"Nominated node (preemption): {account['nominatedNode']}")
     counts = account.get("rejectedByPlugin") or {}
     if counts:
         lines += ["", "Nodes rejected, by plugin:"]
@@ -102,9 +131,12 @@ def format_account(account: dict[str, Any]) -> str:
         for name, verdict in nodes.items():
             reasons = "; ".join(verdict["reasons"]) or "-"
             lines.append(f"{name:<{name_width}}  {verdict['plugin'] or '-':<{plugin_width}}  {reasons}")
+            if verdict.get("preemption"):
+                lines.append(f"{'':<{name_width}}  preemption: {verdict['preemption']}")
     others = account.get("otherNodes")
     if others:
         reasons = "; ".join(others["reasons"]) or "not considered"
         by = f"{others['plugin']}: " if others.get("plugin") else ""
         lines += ["", f"{others['count']} other node(s): {by}{reasons}"]
+        lines += [f"  preemption: {message}" for message in others.get("preemption") or ()]
     return "\n".join(lines)

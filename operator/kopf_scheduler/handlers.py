@@ -145,7 +145,7 @@ async def serve_endpoints(memo: Any, **_: Any) -> None:
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
     app = _app(memo)
-    await app.drain()
+    await app.shutdown()
     runner = getattr(memo, "web", None)
     if runner is not None:
         await runner.cleanup()

@@ -5,6 +5,8 @@ dashboard also selects on is the ``job`` label, which the scrape configuration s
 ``metrics.serviceMonitor.jobLabel``: ``kube-scheduler`` makes kube-scheduler dashboards match). Each operator
 process owns one :class:`SchedulerMetrics` on a private registry, so tests can create as many as they like
 without colliding in the global registry; the process and Python collectors are registered on it too.
+It is also the plugins' ``framework.interface.PluginMetrics`` (the preemption metrics upstream's
+DefaultPreemption observes itself), handed to them through the profiles' Handle.
 """
 
 from __future__ import annotations
@@ -84,6 +86,18 @@ class SchedulerMetrics:
             buckets=_exponential(0.0001, 2, 12),
             registry=r,
         )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
+            registry=r,
+        )
+        self.preemption_victims_count = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            # Upstream: #victims > 64 is rare, so [64, +Inf) is one bucket.
+            buckets=_exponential(1, 2, 7),
+            registry=r,
+        )
         self.cache_size = Gauge(
             "scheduler_cache_size",
             "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
@@ -111,6 +125,13 @@ class SchedulerMetrics:
 
     def extender_error(self, extender: str, verb: str) -> None:
         self.extender_errors.labels(extender=extender, verb=verb).inc()
+
+    # -- PluginMetrics (framework.interface) ------------------------------------------------------------
+    def preemption_attempt(self) -> None:
+        self.preemption_attempts.inc()
+
+    def preemption_victims(self, count: int) -> None:
+        self.preemption_victims_count.observe(count)
 
     def set_pending(self, counts: dict[str, int]) -> None:
         for queue in ("active", "backoff", "unschedulable", "gated"):

@@ -6,23 +6,37 @@ A valid profile change swaps the framework in place and keeps the queue with its
 framework through :meth:`ProfileRuntime.less` and :meth:`ProfileRuntime.pre_enqueue`, so the swap takes
 effect at once. Building and swapping is the composition root's job (``app.py``); the event handlers and
 the scheduling cycle only read these.
+
+:class:`ProfileHandle` is each profile's framework Handle (upstream ``frameworkImpl`` as ``framework.Handle``):
+what the watches know about pods, the one nominator of all profiles, ``activate`` and ``reject_waiting_pod``
+across every profile (upstream's queue and waiting pods are shared by the profiles), events through the
+reporter, and :class:`BackgroundJobs`, where plugins run API work off the cycle (asynchronous preemption).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kopf_scheduler.client import Client, ClientRef
 from kopf_scheduler.framework import Status
 from kopf_scheduler.framework.builder import effective_plugins
+from kopf_scheduler.framework.interface import PluginMetrics
+from kopf_scheduler.framework.nominator import Nominator, NoNominator
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.queue import QueuedPodInfo, SchedulingQueue
 from kopf_scheduler.scheduler import Scheduler
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
+
+logger = logging.getLogger("kopf_scheduler")
+
+#: Posts an event about a pod: ``(pod, profile, event_type, reason, action, note)``; fire and forget.
+RecordEvent = Callable[[PodInfo, str, str, str, str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +70,81 @@ class ProfileRuntime:
         return self.framework.run_pre_enqueue_plugins(pod)
 
 
+class BackgroundJobs:
+    """The plugins' API work off the scheduling cycle (upstream's goroutines, e.g. preemption's deletions).
+
+    Each job is a task kept until it ends; an exception it raises is logged (a goroutine's error goes to
+    the log too), and :meth:`cancel` ends what is left at shutdown. :meth:`wait` lets tests see them through.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:
+        task = asyncio.ensure_future(job)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("background job %s failed", task.get_name(), exc_info=task.exception())
+
+    @property
+    def pending(self) -> int:
+        """Jobs not finished yet."""
+        return len(self._tasks)
+
+    async def wait(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def cancel(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _NoMetrics:
+    """Where plugin metrics go when the handle has no SchedulerMetrics (tests that do not read them)."""
+
+    def preemption_attempt(self) -> None:
+        return None
+
+    def preemption_victims(self, count: int) -> None:
+        return None
+
+
 class ProfileHandle:
-    """The framework Handle of one profile: its name, the API client, the cache snapshot, the known pods."""
+    """The framework Handle of one profile: its name, the API client, the cache snapshot, the known pods, and
+    the services every profile shares (nominator, queues and waiting pods, events, background jobs, metrics)."""
 
     def __init__(
-        self, name: str, *, client: ClientRef, cache: ClusterCache, unassigned: Mapping[str, PodInfo] | None = None
+        self,
+        name: str,
+        *,
+        client: ClientRef,
+        cache: ClusterCache,
+        unassigned: Mapping[str, PodInfo] | None = None,
+        profiles: Mapping[str, ProfileRuntime] | None = None,
+        nominator: Nominator | None = None,
+        record_event: RecordEvent | None = None,
+        jobs: BackgroundJobs | None = None,
+        metrics: PluginMetrics | None = None,
     ) -> None:
         self._name = name
         self._client = client
         self._cache = cache
         #: The pending pods as watched (the app's map by uid); assigned and assumed ones are in the cache.
         self._unassigned: Mapping[str, PodInfo] = {} if unassigned is None else unassigned
+        #: Every live profile (the app's registry): their queues and their waiting pods.
+        self._profiles: Mapping[str, ProfileRuntime] = {} if profiles is None else profiles
+        self._nominator: Nominator = NoNominator() if nominator is None else nominator
+        self._record_event = record_event
+        self._jobs = BackgroundJobs() if jobs is None else jobs
+        self._metrics: PluginMetrics = _NoMetrics() if metrics is None else metrics
 
     @property
     def profile_name(self) -> str:
@@ -86,6 +164,40 @@ class ProfileHandle:
             return True
         known = (*self._unassigned.values(), *self._cache.pods_in_namespace(pod.namespace))
         return any(p.namespace == pod.namespace and p.name == pod.name for p in known)
+
+    def get_pod(self, uid: str) -> PodInfo | None:
+        """The pending version if the pod is pending (assumed ones too: the watch has not bound them yet),
+        else the bound one the cache holds."""
+        pending = self._unassigned.get(uid)
+        return pending if pending is not None else self._cache.pod(uid)
+
+    @property
+    def nominator(self) -> Nominator:
+        return self._nominator
+
+    def activate(self, pods: Iterable[PodInfo]) -> None:
+        """To the queue of each pod's profile (a pod lives in the queue its schedulerName names)."""
+        by_profile: dict[str, list[str]] = {}
+        for pod in pods:
+            by_profile.setdefault(pod.scheduler_name, []).append(pod.uid)
+        for profile, uids in by_profile.items():
+            runtime = self._profiles.get(profile)
+            if runtime is not None:
+                runtime.queue.activate(uids)
+
+    def reject_waiting_pod(self, uid: str) -> bool:
+        return any(runtime.framework.reject_waiting_pod(uid) for runtime in list(self._profiles.values()))
+
+    def record_event(self, regarding: PodInfo, *, event_type: str, reason: str, action: str, note: str) -> None:
+        if self._record_event is not None:
+            self._record_event(regarding, self._name, event_type, reason, action, note)
+
+    def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:
+        self._jobs.spawn(job, name=name)
+
+    @property
+    def metrics(self) -> PluginMetrics:
+        return self._metrics
 
 
 def pipeline_status(resolved: ResolvedProfile) -> dict[str, Any]:

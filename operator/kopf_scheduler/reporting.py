@@ -7,7 +7,10 @@ the maximum pod backoff (upstream relies on the recorder's aggregation), and eac
 account is kept for ``/explain`` (see ``explain.py``).
 
 The binding cycle also publishes ``status.nominatedNodeName`` through :meth:`Reporter.nominate` before a
-PreBind that has work (upstream's NominatedNodeNameForExpectation), and a failed binding cycle clears it.
+PreBind that has work (upstream's NominatedNodeNameForExpectation). A failure sets it in the same patch as the
+condition (upstream ``updatePod`` with a NominatingInfo of mode Override): to the node a preemption
+nominated, or to nothing when the failure clears the nomination. Plugins' events (DefaultPreemption's
+``Preempted``) go out through :meth:`Reporter.record_event`, the Handle's recorder.
 
 Everything here is best effort: a failed event post or status patch is logged and never changes a scheduling
 decision. The posts run as tasks (``spawn``) so the scheduling cycle never waits for the API server.
@@ -22,7 +25,7 @@ from typing import Any
 
 from kopf_scheduler.client import ClientRef
 from kopf_scheduler.explain import Explanations, explain_fit_error
-from kopf_scheduler.framework import APIError, nominated_node_name
+from kopf_scheduler.framework import APIError, PostFilterResult, nominated_node_name
 from kopf_scheduler.kube.events import event_body
 from kopf_scheduler.scheduler import FitError
 from kopf_scheduler.state.pod_info import PodInfo
@@ -62,11 +65,14 @@ class Reporter:
             pod, profile, "Normal", "Scheduled", "Binding", f"Successfully assigned {pod.key} to {node}"
         )
 
-    def failed(self, pod: PodInfo, profile: str, *, reason: str, message: str, clear_nomination: bool = False) -> None:
+    def failed(
+        self, pod: PodInfo, profile: str, *, reason: str, message: str, nominated_node: str | None = None
+    ) -> None:
         """FailedScheduling (deduplicated by message) and the PodScheduled condition (only if it changes).
 
-        ``clear_nomination`` (a failed binding cycle, upstream's ``clearNominatedNode``) also removes the pod's
-        ``status.nominatedNodeName`` in the same patch, if it has one.
+        ``nominated_node`` is upstream's NominatingInfo: None leaves ``status.nominatedNodeName`` as it is
+        (Noop); a name sets it (a preemption's nomination), "" removes it (``clearNominatedNode``), each in
+        the same patch as the condition and only if it changes the field.
         """
         now = self._clock()
         last = self._last_failure.get(pod.uid)
@@ -74,9 +80,13 @@ class Reporter:
             self._last_failure[pod.uid] = (message, now)
             self._spawn(self.post_event(pod, profile, "Warning", "FailedScheduling", "Scheduling", message))
         condition = _needs_condition_patch(pod.obj, reason, message)
-        clear = clear_nomination and bool(nominated_node_name(pod))
-        if condition or clear:
-            self._spawn(self.patch_condition(pod, reason, message, condition=condition, clear_nomination=clear))
+        nominate = nominated_node is not None and nominated_node != nominated_node_name(pod)
+        if condition or nominate:
+            self._spawn(
+                self.patch_condition(
+                    pod, reason, message, condition=condition, nominated_node=nominated_node if nominate else None
+                )
+            )
 
     async def nominate(self, pod: PodInfo, node: str) -> None:
         """Set ``status.nominatedNodeName`` to ``node`` unless the pod has it already (upstream ``updatePod``).
@@ -88,10 +98,16 @@ class Reporter:
             return
         await self._patch_status(pod, {"nominatedNodeName": node}, "nominatedNodeName")
 
-    def explain(self, profile: str, fit: FitError) -> None:
-        """Keep the per-node account of this failure (read within the cycle: node names are live)."""
+    def record_event(self, pod: PodInfo, profile: str, event_type: str, reason: str, action: str, note: str) -> None:
+        """A plugin's event about a pod (the Handle's ``record_event``), posted in the background."""
+        self._spawn(self.post_event(pod, profile, event_type, reason, action, note))
+
+    def explain(self, profile: str, fit: FitError, post_filter: PostFilterResult | None = None) -> None:
+        """Keep the per-node account of this failure (read within the cycle: node names are live), with
+        what PostFilter (preemption) found on each node."""
         try:
-            self.explanations.record(fit.pod.key, explain_fit_error(fit, profile=profile, at=now_rfc3339()))
+            account = explain_fit_error(fit, profile=profile, at=now_rfc3339(), post_filter=post_filter)
+            self.explanations.record(fit.pod.key, account)
         except Exception:  # an explanation must never cost a scheduling decision
             logger.exception("could not explain the failure of %s", fit.pod.key)
 
@@ -122,9 +138,10 @@ class Reporter:
             logger.warning("could not post %s event for %s: %s", reason, pod.key, e)
 
     async def patch_condition(
-        self, pod: PodInfo, reason: str, message: str, *, condition: bool = True, clear_nomination: bool = False
+        self, pod: PodInfo, reason: str, message: str, *, condition: bool = True, nominated_node: str | None = None
     ) -> None:
-        """Patch PodScheduled=False (if ``condition``) and remove nominatedNodeName (if ``clear_nomination``)."""
+        """Patch PodScheduled=False (if ``condition``) and set nominatedNodeName (if ``nominated_node`` is not
+        None; "" removes it)."""
         status: dict[str, Any] = {}
         if condition:
             status["conditions"] = [
@@ -137,8 +154,8 @@ class Reporter:
                     "lastTransitionTime": now_rfc3339(),
                 }
             ]
-        if clear_nomination:
-            status["nominatedNodeName"] = None  # null deletes the field in a strategic merge patch
+        if nominated_node is not None:
+            status["nominatedNodeName"] = nominated_node or None  # null deletes the field in a strategic merge patch
         await self._patch_status(pod, status, "PodScheduled")
 
     async def _patch_status(self, pod: PodInfo, status: dict[str, Any], what: str) -> None:

@@ -11,8 +11,12 @@ The shape is upstream's ``scheduleOne``:
   (``scheduler.schedule_pod_with_extenders``): its :meth:`ScheduleOne.schedule_one` returns that cycle as a
   coroutine the profile's loop awaits; meanwhile the cache may change, so the pod is looked up again and the
   chosen node re-judged before it is assumed. Profiles without extenders never await here.
-- A FitError runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA deallocation) before the
-  failure is explained and handled; any other failure goes straight to :meth:`handle_scheduling_failure`.
+- A FitError of the algorithm runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA
+  deallocation) before the failure is explained and handled. What PostFilter proposes is upstream's
+  NominatingInfo: a node (the pod is added to the shared nominator and the failure's status patch sets
+  ``status.nominatedNodeName``), "clear" (both go), or nothing (the status stands). Every other
+  failure of the scheduling cycle clears the nomination, as upstream's ``clearNominatedNode``: no node at
+  all, no PostFilter plugin, an error, and a Reserve or Permit rejection (which runs no PostFilter).
 - :meth:`ScheduleOne._binding_cycle` runs PreBindPreFlight, WaitOnPermit, PreBind, Bind and PostBind
   (``Scheduler.bind_pod``, which on failure runs Unreserve in reverse order and forgets the pod in the cache),
   then settles the pod: success is reported as Scheduled; failures go to :meth:`_handle_binding_cycle_error`.
@@ -21,7 +25,8 @@ The shape is upstream's ``scheduleOne``:
 - A failed binding cycle freed what the assumed pod held, so, as upstream's ``handleBindingCycleError``, it
   moves parked pods with an AssignedPodDelete event (``move_all``, the event handlers' broadcast), and clears
   the nomination with the failure's status patch.
-- :meth:`handle_scheduling_failure` requeues the pod (unschedulable pool or backoff) and reports it.
+- :meth:`handle_scheduling_failure` requeues the pod (unschedulable pool or backoff), records its nomination
+  in the nominator (upstream's ``AddNominatedPod`` there) and reports it.
 
 I/O is two collaborators away: the API calls are the framework's (Bind through the DefaultBinder plugin) and
 the :class:`Reporter`'s; this module only decides what happens to the pod.
@@ -35,13 +40,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kopf_scheduler.framework import ClusterEvent, CycleState, Status
+from kopf_scheduler.framework import ClusterEvent, CycleState, PostFilterResult, Status, nominated_node_name
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
+from kopf_scheduler.framework.nominator import Nominator, NoNominator
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics, sample_plugin_metrics
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import QueuedPodInfo
 from kopf_scheduler.reporting import Reporter, Spawn
-from kopf_scheduler.scheduler import FitError, Scheduler, ScheduleResult, SchedulingError, recheck_after_extenders
+from kopf_scheduler.scheduler import (
+    FitError,
+    NoNodesAvailableError,
+    Scheduler,
+    ScheduleResult,
+    SchedulingError,
+    recheck_after_extenders,
+)
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -50,18 +63,22 @@ logger = logging.getLogger("kopf_scheduler")
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """What the algorithm of a profile with extenders came to, after its awaits."""
+    """What the algorithm came to: a result, or the FitError or other exception it raised."""
 
     outcome: ScheduleResult | Exception
-    #: ``ClusterCache.generation`` when the cycle began: a change since means the chosen node is re-judged.
-    generation: int
-    #: The pipeline the cycle ran with (the profile's may have been swapped during the awaits).
+    #: The pipeline the cycle ran with (a profile with extenders may have been swapped during the awaits).
     scheduler: Scheduler
+    #: With extenders, ``ClusterCache.generation`` when the cycle began: a change since means the chosen node
+    #: is re-judged before it is assumed. None for a cycle that never awaited.
+    generation: int | None = None
 
 
 #: Moves the parked pods of every profile that ``event`` may help (``EventHandlers.move_all_to_active_or_backoff``):
 #: ``(event, old, new, pre_check)``, where ``pre_check`` (if not None) limits the candidates.
 MoveAll = Callable[[ClusterEvent, Any, Any, Callable[[PodInfo], bool] | None], None]
+
+#: Upstream's ``clearNominatedNode`` (a NominatingInfo of mode Override to ""), as ``nominated_node``.
+CLEAR_NOMINATION = ""
 
 
 class ScheduleOne:
@@ -77,6 +94,7 @@ class ScheduleOne:
         clock: Callable[[], float],
         spawn: Spawn,
         move_all: MoveAll,
+        nominator: Nominator | None = None,
     ) -> None:
         self._cache = cache
         #: Every pending pod by uid, as the event handlers keep it (its latest version is what is scheduled).
@@ -86,6 +104,8 @@ class ScheduleOne:
         self._clock = clock
         self._spawn = spawn
         self._move_all = move_all
+        #: Every profile's nominated pods (the app's one PodNominator).
+        self._nominator: Nominator = NoNominator() if nominator is None else nominator
 
     def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> Awaitable[None] | None:
         """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async.
@@ -98,7 +118,15 @@ class ScheduleOne:
             return None
         if runtime.scheduler.extenders:
             return self._schedule_one_with_extenders(runtime, qpod, pod)
-        self._cycle(runtime, qpod, pod, time.perf_counter(), _new_cycle_state(), None)
+        started = time.perf_counter()
+        state = _new_cycle_state()
+        scheduler = runtime.scheduler
+        outcome: ScheduleResult | Exception
+        try:
+            outcome = scheduler.schedule_pod(state, pod, self._cache.snapshot())
+        except Exception as e:  # handled in _cycle
+            outcome = e
+        self._cycle(runtime, qpod, pod, started, state, Found(outcome, scheduler))
         return None
 
     async def _schedule_one_with_extenders(self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo) -> None:
@@ -108,14 +136,14 @@ class ScheduleOne:
         generation = self._cache.generation
         # The pipeline may be swapped while we await (a profile edit): the rest of the cycle uses this one.
         scheduler = runtime.scheduler
-        found: ScheduleResult | Exception
+        outcome: ScheduleResult | Exception
         try:
-            found = await scheduler.schedule_pod_with_extenders(state, pod, self._cache)
-        except Exception as e:  # handled below, as the synchronous cycle handles it
-            found = e
+            outcome = await scheduler.schedule_pod_with_extenders(state, pod, self._cache)
+        except Exception as e:  # handled in _cycle
+            outcome = e
         if self._latest(runtime, qpod) is None:
             return  # deleted, bound or assumed elsewhere while the extenders were called
-        self._cycle(runtime, qpod, pod, started, state, Found(found, generation, scheduler))
+        self._cycle(runtime, qpod, pod, started, state, Found(outcome, scheduler, generation))
 
     def _cycle(
         self,
@@ -124,30 +152,67 @@ class ScheduleOne:
         pod: PodInfo,
         started: float,
         state: CycleState,
-        found: Found | None,
+        found: Found,
     ) -> None:
+        """The rest of the scheduling cycle once the algorithm came to ``found``: PostFilter and failure handling,
+        or assume, Reserve and Permit and the binding cycle's task."""
+        scheduler = found.scheduler
+        outcome = found.outcome
+        if isinstance(outcome, FitError):
+            post_filter, nominated_node = self._post_filter(scheduler, state, pod, outcome)
+            self._algorithm_done(started)
+            self._reporter.explain(runtime.name, outcome, post_filter)
+            self._fit_failure(runtime, qpod, outcome, started, nominated_node)
+            return
+        self._algorithm_done(started)
+        if isinstance(outcome, Exception):
+            self._error_failure(runtime, qpod, pod, outcome, started)
+            return
         try:
-            result, assumed = self._scheduling_cycle(runtime, state, pod, started, found)
-        except FitError as fit:
-            self._post_filter(runtime, state, pod, fit)
+            if found.generation is not None:
+                recheck_after_extenders(scheduler.framework, state, pod, outcome, self._cache, found.generation)
+            assumed = scheduler.assume_and_reserve(state, pod, outcome, self._cache)
+        except FitError as fit:  # Reserve or Permit (or the re-check) rejected the chosen node: no PostFilter
             self._reporter.explain(runtime.name, fit)
-            plugins = fit.diagnosis.all_unschedulable_plugins()
-            self.handle_scheduling_failure(
-                runtime, qpod, message=fit.message, reason="Unschedulable", plugins=plugins, started=started
-            )
+            self._fit_failure(runtime, qpod, fit, started, CLEAR_NOMINATION)
             return
-        except SchedulingError as e:
-            self.handle_scheduling_failure(
-                runtime, qpod, message=e.status.message, reason="SchedulerError", plugins=set(), started=started
-            )
+        except Exception as e:
+            self._error_failure(runtime, qpod, pod, e, started)
             return
-        except Exception as e:  # a plugin bug must not stop the loop
+        self._spawn(self._binding_cycle(runtime, qpod, state, assumed, outcome, started))
+
+    def _fit_failure(
+        self, runtime: ProfileRuntime, qpod: QueuedPodInfo, fit: FitError, started: float, nominated_node: str | None
+    ) -> None:
+        plugins = fit.diagnosis.all_unschedulable_plugins()
+        self.handle_scheduling_failure(
+            runtime,
+            qpod,
+            message=fit.message,
+            reason="Unschedulable",
+            plugins=plugins,
+            started=started,
+            nominated_node=nominated_node,
+        )
+
+    def _error_failure(
+        self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, e: Exception, started: float
+    ) -> None:
+        """A SchedulingError, or a plugin bug (which must not stop the loop): SchedulerError, nomination cleared."""
+        if isinstance(e, SchedulingError):
+            message = e.status.message
+        else:
             logger.exception("scheduling %s failed", pod.key)
-            self.handle_scheduling_failure(
-                runtime, qpod, message=str(e), reason="SchedulerError", plugins=set(), started=started
-            )
-            return
-        self._spawn(self._binding_cycle(runtime, qpod, state, assumed, result, started))
+            message = str(e)
+        self.handle_scheduling_failure(
+            runtime,
+            qpod,
+            message=message,
+            reason="SchedulerError",
+            plugins=set(),
+            started=started,
+            nominated_node=CLEAR_NOMINATION,
+        )
 
     def _latest(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> PodInfo | None:
         """The pod's latest version, or None (and done with it) if it was deleted, bound or is being bound."""
@@ -159,39 +224,28 @@ class ScheduleOne:
         qpod.pod = latest
         return latest
 
-    def _scheduling_cycle(
-        self,
-        runtime: ProfileRuntime,
-        state: CycleState,
-        pod: PodInfo,
-        started: float,
-        found: Found | None = None,
-    ) -> tuple[ScheduleResult, PodInfo]:
-        """The algorithm, then assume, Reserve and Permit; returns the result and the assumed pod.
-
-        ``found``: what the algorithm with extenders came to (the chosen node is judged again if the cache
-        changed meanwhile). Raises FitError (no node fits, or Reserve/Permit rejected the chosen one) or
-        SchedulingError.
-        """
-        if found is None:
-            scheduler = runtime.scheduler
-            result = scheduler.schedule_pod(state, pod, self._cache.snapshot())
-        else:
-            scheduler = found.scheduler
-            if isinstance(found.outcome, Exception):
-                raise found.outcome
-            result = found.outcome
-            recheck_after_extenders(scheduler.framework, state, pod, result, self._cache, found.generation)
+    def _algorithm_done(self, started: float) -> None:
+        """``scheduler_scheduling_algorithm_duration_seconds``: Filter, Score and PostFilter, as upstream's
+        ``schedulingAlgorithm`` observes it whatever the outcome."""
         self._metrics.scheduling_algorithm_duration.observe(time.perf_counter() - started)
-        assumed = scheduler.assume_and_reserve(state, pod, result, self._cache)
-        return result, assumed
 
-    def _post_filter(self, runtime: ProfileRuntime, state: CycleState, pod: PodInfo, fit: FitError) -> None:
-        """PostFilter after a FitError, before the failure is reported (its message joins the FitError's).
+    def _post_filter(
+        self, scheduler: Scheduler, state: CycleState, pod: PodInfo, fit: FitError
+    ) -> tuple[PostFilterResult | None, str | None]:
+        """PostFilter after the algorithm's FitError (its message joins the FitError's); returns its result
+        and the nomination the failure applies (``nominated_node`` of :meth:`handle_scheduling_failure`).
 
-        The nomination it may return is not used yet (upstream passes it to handleSchedulingFailure).
+        As upstream's ``schedulingAlgorithm``: no node at all, or no PostFilter plugin, clears the nomination;
+        otherwise the result decides (a node, clear, or no result: leave it).
         """
-        runtime.scheduler.run_post_filter(state, pod, fit)
+        if isinstance(fit, NoNodesAvailableError) or not scheduler.framework.has_post_filter_plugins:
+            return None, CLEAR_NOMINATION
+        result = scheduler.run_post_filter(state, pod, fit)
+        if result is None:
+            return None, None
+        if result.nominated_node_name:
+            return result, result.nominated_node_name
+        return result, CLEAR_NOMINATION if result.clear_nomination else None
 
     async def _binding_cycle(
         self,
@@ -262,7 +316,7 @@ class ScheduleOne:
                 reason="Unschedulable",
                 plugins={status.plugin},
                 started=started,
-                clear_nomination=True,
+                nominated_node=CLEAR_NOMINATION,
             )
             return
         self.handle_scheduling_failure(
@@ -272,7 +326,7 @@ class ScheduleOne:
             reason="SchedulerError",
             plugins=set(),
             started=started,
-            clear_nomination=True,
+            nominated_node=CLEAR_NOMINATION,
         )
 
     def handle_scheduling_failure(
@@ -284,11 +338,17 @@ class ScheduleOne:
         reason: str,
         plugins: set[str],
         started: float,
-        clear_nomination: bool = False,
+        nominated_node: str | None = None,
     ) -> None:
-        """Upstream's handleSchedulingFailure: requeue, then report (event deduplicated, condition patched).
+        """Upstream's handleSchedulingFailure: requeue, record the nomination, then report (event deduplicated,
+        condition patched).
 
-        ``clear_nomination``: the failure also removes the pod's nominatedNodeName (a failed binding cycle).
+        ``nominated_node`` is upstream's NominatingInfo: None (Noop) leaves the pod's ``status.nominatedNodeName``
+        alone and the nominator follows it (a nomination the status does not carry yet is dropped, as
+        upstream's); a node name nominates the pod there (a preemption made room); "" (:data:`CLEAR_NOMINATION`)
+        removes it. The
+        nominator hears it at once, so the next cycles already count the pod on that node; the pod's
+        ``status.nominatedNodeName`` follows in the same patch as the PodScheduled condition.
         """
         uid = qpod.pod.uid
         qpod.clear_rejector_plugins()
@@ -301,7 +361,18 @@ class ScheduleOne:
         result = UNSCHEDULABLE if reason == "Unschedulable" else ERROR
         self._metrics.observe_attempt(result=result, profile=runtime.name, seconds=time.perf_counter() - started)
         pod = self._unassigned.get(uid, qpod.pod)
-        self._reporter.failed(pod, runtime.name, reason=reason, message=message, clear_nomination=clear_nomination)
+        self._nominate(pod, nominated_node)
+        self._reporter.failed(pod, runtime.name, reason=reason, message=message, nominated_node=nominated_node)
+
+    def _nominate(self, pod: PodInfo, nominated_node: str | None) -> None:
+        """Upstream's ``AddNominatedPod`` in handleSchedulingFailure: Override to a node or to nothing, or
+        Noop (the pod's own ``status.nominatedNodeName`` stands)."""
+        if nominated_node is None:
+            self._nominator.add_nominated_pod(pod, nominated_node_name(pod))
+        elif nominated_node:
+            self._nominator.add_nominated_pod(pod, nominated_node)
+        else:
+            self._nominator.delete_nominated_pod_if_exists(pod)
 
 
 def _new_cycle_state() -> CycleState:

@@ -28,7 +28,10 @@ A scenario is what the runner loads into the API server, in this order:
   spread constraints with minDomains, inclusion policies and matchLabelKeys, pod (anti-)affinity with
   namespaceSelector, namespaces and match/mismatchLabelKeys, priority classes, images), and now and then
   repeated as is (replicas). Each pending pod records which plugins its spec exercises
-  (:attr:`PendingPod.features`).
+  (:attr:`PendingPod.features`);
+- in some seeds, storage (tests/conformance/volumes.py) and a preemption layer (low-priority fillers on
+  full nodes, PodDisruptionBudgets, high-priority and ``preemptionPolicy: Never`` preemptors:
+  tests/conformance/preemptions.py), each drawn from its own random source.
 
 Everything is a plain manifest dict; ``schedulerName`` is left out and set by the runner per copy.
 """
@@ -41,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.conformance.preemptions import PREEMPTION, add_preemption
 from tests.conformance.volumes import VOLUME_PLUGINS, add_storage
 
 #: Cluster-wide objects every scenario may refer to (created once per run by the runner).
@@ -95,6 +99,7 @@ PLUGINS = (
     "NodeResourcesBalancedAllocation",
     "ImageLocality",
     *VOLUME_PLUGINS,
+    PREEMPTION,
 )
 
 
@@ -132,6 +137,8 @@ class Scenario:
     csinodes: list[dict[str, Any]] = field(default_factory=list)
     csi_drivers: list[dict[str, Any]] = field(default_factory=list)
     capacities: list[dict[str, Any]] = field(default_factory=list)
+    #: PodDisruptionBudgets with the status the runner writes (tests.conformance.preemptions).
+    budgets: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def node_names(self) -> list[str]:
@@ -773,6 +780,7 @@ def generate(seed: int, size: str = "normal") -> Scenario:
     builder.existing_pods()
     builder.pending_pods()
     add_storage(builder.scenario, builder.ns_a, builder.zones)
+    add_preemption(builder.scenario, builder.ns_a)
     return builder.scenario
 
 

@@ -116,6 +116,7 @@ spec:
   containers: [{name: c, image: registry.k8s.io/pause:3.10, ports: [{containerPort: 8080, hostPort: 80}]}]
 # upstream: binds p to n0 (a still holds port 80 there);
 # ours: 0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports.
+#       preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.
 """
 
 

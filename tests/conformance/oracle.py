@@ -3,11 +3,15 @@
 Equivalent profile. A SchedulerProfile's ``spec`` is one KubeSchedulerConfiguration profile minus
 ``schedulerName``, so upstream gets the same spec under another scheduler name. The only difference is
 what we have not implemented: our builder leaves upstream's unimplemented default plugins out of the
-pipeline (``omitted_defaults``: DynamicResources, DefaultPreemption, NodeDeclaredFeatures; our
-DynamicResources is a stand-in that only refuses pods with ResourceClaims, which the generated scenarios
-never have), so upstream's profile disables exactly those in ``multiPoint``. The four volume plugins
-(VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone) run on both sides. Without
-DefaultPreemption neither side has a PostFilter plugin, so FailedScheduling texts carry no preemption suffix.
+pipeline (``omitted_defaults``: DynamicResources, whose stand-in only refuses pods with ResourceClaims,
+which the generated scenarios never have), so upstream's profile disables exactly those in ``multiPoint``. The four
+volume plugins run on both sides. With DefaultPreemption on both sides, FailedScheduling texts carry its
+``preemption: ...`` suffix when preemption does not help, and none when it nominated a node.
+
+Preemption. Upstream's ``-v=2`` log names the node preemption chose (``preemption.go``) and, from the
+asynchronous goroutine of ``executor.go`` (keyed ``preemptor=``), each victim: refused by the harness as
+NotFound ("Victim Pod is already deleted"), skipped as already terminating, or (a harness failure) really
+preempted; :func:`parse_cycle` folds those into the cycle.
 
 Scores. kube-scheduler prints, at verbosity 10 in ``schedule_one.go``, every plugin's weighted score per
 node and every node's total; its binder says which node it picked (verbosity 3)::
@@ -96,6 +100,29 @@ class UpstreamCycle:
     #: The node opportunistic batching offered (``batch.go``: the previous cycle's next-best node for a pod
     #: with the same signature, tried alone before any other node); None when it offered nothing.
     hint: str | None = None
+    #: Preemption (upstream's log at -v=2): the node it nominated the pod for (``preemption.go``), the
+    #: victims whose DisruptionTarget patch the harness refused as NotFound ("already deleted"), those it
+    #: skipped as already terminating, and whether the asynchronous goroutine started and how it ended.
+    preemption_node: str | None = None
+    victims: list[str] = field(default_factory=list)
+    terminating_victims: list[str] = field(default_factory=list)
+    preemption_started: bool = False
+    preemption_result: str | None = None
+    #: Victims upstream really preempted, and its errors while preempting: the harness failed if any.
+    preempted_for_real: list[str] = field(default_factory=list)
+    preemption_errors: list[str] = field(default_factory=list)
+
+    @property
+    def preemption_done(self) -> bool:
+        """Upstream's preemption for this cycle is complete in the log (or there was none)."""
+        if self.preemption_node is None:
+            return True
+        return self.preemption_result is not None or not self.preemption_started
+
+    @property
+    def upstream_victims(self) -> list[str]:
+        """Every victim upstream chose, sorted (refused, skipped as terminating, or really preempted)."""
+        return sorted({*self.victims, *self.terminating_victims, *self.preempted_for_real})
 
     @property
     def used_hint(self) -> bool:
@@ -121,14 +148,17 @@ class UpstreamCycle:
 def parse_cycle(lines: Iterable[str], pod_key: str) -> UpstreamCycle:
     """Fold upstream's log lines into the pod's *last* cycle (a retried pod starts a fresh one)."""
     cycle = UpstreamCycle()
-    quoted = f'pod="{pod_key}"'
+    quoted = (f'pod="{pod_key}"', f'preemptor="{pod_key}"')
     for line in lines:
-        if quoted not in line:
+        if quoted[0] not in line and quoted[1] not in line:
             continue
         parsed = parse_line(line)
         if parsed is None:
             continue
         _source, message, kv = parsed
+        if kv.get("preemptor") == pod_key:
+            _preemption_line(cycle, message, kv)
+            continue
         if kv.get("pod") != pod_key:
             continue
         if message == "Attempting to schedule pod":
@@ -147,7 +177,31 @@ def parse_cycle(lines: Iterable[str], pod_key: str) -> UpstreamCycle:
             cycle.hint = kv.get("hint")
         elif message == "Unable to schedule pod; no fit; waiting":
             cycle.fit_error = kv.get("err")
+        elif message == "the target node for the preemption is determined":
+            cycle.preemption_node = kv.get("node")
     return cycle
+
+
+#: executor.go's lines about one victim (keyed ``preemptor=``, ``victim=``) and where they go.
+_VICTIM_LINES = {
+    "Victim Pod is already deleted": "victims",
+    "Victim Pod is already being deleted, skipping the API call for it": "terminating_victims",
+    "Preemptor Pod preempted victim Pod": "preempted_for_real",
+}
+
+
+def _preemption_line(cycle: UpstreamCycle, message: str, kv: Mapping[str, str]) -> None:
+    """Fold one of the asynchronous preemption's lines (``executor.go``) into the cycle."""
+    if message in _VICTIM_LINES:
+        victims: list[str] = getattr(cycle, _VICTIM_LINES[message])
+        if kv.get("victim") and kv["victim"] not in victims:
+            victims.append(kv["victim"])
+    elif message == "Start the preemption asynchronously":
+        cycle.preemption_started = True
+    elif message == "Async Preemption finished completely":
+        cycle.preemption_result = kv.get("result", "")
+    elif "victim" in kv or "err" in kv:  # "Could not add DisruptionTarget condition ...", "Tried to preempted pod"
+        cycle.preemption_errors.append(f"{message}: {kv.get('victim', '')} {kv.get('err', '')}".strip())
 
 
 class LogCursor:

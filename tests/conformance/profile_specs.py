@@ -61,11 +61,7 @@ POINTS = (
 )
 #: Upstream defaults kopf-scheduler does not implement (our builder's ``omitted_defaults``; DynamicResources runs
 #: as a stand-in that only refuses pods with ResourceClaims, and the generated pods have none).
-OMITTED_DEFAULTS = (
-    "DynamicResources",
-    "DefaultPreemption",
-    "NodeDeclaredFeatures",
-)
+OMITTED_DEFAULTS = ("DynamicResources",)
 #: Plugins removed from the v1 API (upstream ``invalidPluginsByVersion``).
 REMOVED = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
 UNKNOWN = ("NoSuchPlugin", "nodeaffinity", "Coscheduling", "Node Affinity")
@@ -421,8 +417,8 @@ def _fit_args_when_disabled(rng: random.Random) -> tuple[dict[str, Any], str]:
 
 
 def _omitted_default(rng: random.Random) -> tuple[dict[str, Any], str]:
-    # DefaultPreemption is the one omitted default left that a profile can name at a point upstream accepts
-    # (DynamicResources is a stand-in; NodeDeclaredFeatures is not generated).
+    # DefaultPreemption named explicitly at postFilter: once an omitted default, implemented since issue 11 (the
+    # case stays so that every seed keeps its spec; DynamicResources is a stand-in and not generated here).
     name = "DefaultPreemption"
     point = "postFilter"
     return {"plugins": _plugins(point, [_entry(name)])}, "omitted-default-enabled"

@@ -142,6 +142,7 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
         }
     bound = [p for p in pods if p.upstream.kind == "bound" and p.ours.kind == "bound"]
     unschedulable = [p for p in pods if p.upstream.kind == "unschedulable" and p.ours.kind == "unschedulable"]
+    preempting = [p for p in unschedulable if p.upstream.nominated or p.ours.nominated]
     return {
         "scenarios": len(results),
         "pods": len(pods),
@@ -160,6 +161,14 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
             "both_unschedulable": len(unschedulable),
             "failed_scheduling_note_equal": sum(p.upstream.note == p.ours.note for p in unschedulable),
             "pod_scheduled_message_equal": sum(p.upstream.condition == p.ours.condition for p in unschedulable),
+            "preempting": len(preempting),
+            "nominated_node_equal": sum(p.upstream.nominated == p.ours.nominated for p in preempting),
+            "victims_equal": sum(p.upstream.victims == p.ours.victims for p in preempting),
+            "upstream_terminating_victims": sum(bool(p.upstream.terminating_victims) for p in preempting),
+            "ours_bound_on_nominated_node": sum(
+                p.ours.nominated is not None and p.ours.final_node == p.ours.nominated for p in preempting
+            ),
+            "preemption_suffix_in_note": sum("preemption: " in (p.upstream.note or "") for p in unschedulable),
         },
         "model": {
             "pods_with_differences": sum(bool(p.model_notes) for p in pods),
@@ -249,6 +258,12 @@ def _reproducer(pod: PodResult) -> str:
 def _decision(decision: Any) -> str:
     if decision.kind == "bound":
         return f"bound to `{decision.node}`"
+    if decision.kind == "unschedulable" and decision.nominated:
+        final = f", then bound to `{decision.final_node}`" if decision.final_node else ""
+        return (
+            f"unschedulable: `{decision.note}`, nominated for `{decision.nominated}`, victims "
+            f"{decision.victims} (already terminating: {decision.terminating_victims}){final}"
+        )
     if decision.kind == "unschedulable":
         return f"unschedulable: `{decision.note}`"
     return f"{decision.kind} ({decision.detail or decision.condition})"
@@ -276,11 +291,15 @@ def write_markdown(
         "--vmodule=schedule_one=10,...` for its per-node scores) and by `kopf-scheduler run` as a real process,",
         "with equivalent profiles: the same spec, upstream additionally disabling the default plugins we do not",
         "implement. Upstream never binds (a ValidatingAdmissionPolicy denies its ServiceAccount's bindings and",
-        "names the node it chose), so both decide on exactly the same state; our copy stays bound for the next",
-        "pod. Per pod: the verdict (bound or not); the FailedScheduling note and PodScheduled message, byte for",
-        "byte; whether our node is among upstream's highest-total nodes. A seed fixes a scenario's objects;",
-        "ties are broken at random on both sides, so the later pods of a scenario may meet a slightly",
-        "different state from one run to the next.",
+        "names the node it chose) and never preempts (a webhook refuses its victims' DisruptionTarget patches",
+        "as NotFound, so it goes on to the next victim, and its -v=2 log names each one), so both decide on",
+        "exactly the same state; our copy stays bound for the next pod, and our victims really go. Per pod: the",
+        "verdict (bound or not); the FailedScheduling note and PodScheduled message, byte for byte (with",
+        "DefaultPreemption's `preemption: ...` suffix); whether our node is among upstream's highest-total",
+        "nodes; for a pod that preempts, the node it was nominated for and its victims. A seed fixes a",
+        "scenario's objects (a kubelet stand-in gives pods distinct start times, so preemption's tie-breaks are",
+        "fixed too); scoring ties are broken at random on both sides, so the later pods of a scenario may meet",
+        "a slightly different state from one run to the next.",
         "",
         "## Result",
         "",
@@ -301,6 +320,12 @@ def write_markdown(
         f"| {checks['failed_scheduling_note_equal']} |",
         f"| PodScheduled message (both unschedulable) | {checks['both_unschedulable']} "
         f"| {checks['pod_scheduled_message_equal']} |",
+        f"| nominated node (either side preempted) | {checks['preempting']} | {checks['nominated_node_equal']} |",
+        f"| victims preempted through the API (either side preempted; upstream's already terminating ones "
+        f"listed apart, in {checks['upstream_terminating_victims']}) | {checks['preempting']} "
+        f"| {checks['victims_equal']} |",
+        f"| ours bound on its nominated node once its victims went | {checks['preempting']} "
+        f"| {checks['ours_bound_on_nominated_node']} |",
         "",
         "Upstream's top-score set is the nodes with the highest total in its V(10) log, or the only feasible",
         "node when it did not score. When it took an opportunistic-batching hint (the previous cycle's next-best",
@@ -329,10 +354,14 @@ def write_markdown(
         "Not exercised: NodeName (a pod with `spec.nodeName` never reaches a scheduler), SchedulingGates (a",
         "gated pod gets no verdict to compare), PrioritySort (pods are scheduled one at a time; priority classes",
         "are set but cannot reorder anything), DefaultBinder (only in that our bound pods are bound), and every",
-        "plugin we do not implement (DRA, preemption, NodeDeclaredFeatures), which both sides disable. The volume",
-        "plugins run on both sides; a fraction of scenarios have storage (tests/conformance/volumes.py), upstream",
-        "is denied its volume-binding writes and our claims are bound by a stand-in PV controller",
-        "(tests/conformance/volume_harness.py).",
+        "plugin we do not implement (DRA), which both sides disable (NodeDeclaredFeatures runs on both, but no",
+        "generated pod requires a feature). The volume plugins",
+        "run on both sides; a fraction of scenarios have storage (tests/conformance/volumes.py), upstream is",
+        "denied its volume-binding writes and our claims are bound by a stand-in PV controller",
+        "(tests/conformance/volume_harness.py). DefaultPreemption runs on both sides: it is decisive where",
+        "upstream nominated the pod; a share of scenarios fill nodes with low-priority pods under",
+        "PodDisruptionBudgets and add preemptors, some with `preemptionPolicy: Never`",
+        "(tests/conformance/preemptions.py, tests/conformance/preemption_harness.py).",
         "",
         "### Per profile",
         "",

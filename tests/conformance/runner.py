@@ -12,16 +12,21 @@ binds: it runs with its own ServiceAccount, and a ValidatingAdmissionPolicy deni
 the per-plugin and total scores of that cycle) is complete at that point; the failed bind only makes it
 forget the assumed pod. Nor does it write volume bindings (VolumeBinding's PreBind): a second policy denies
 its PV and claim updates, the node comes from the nomination it sets before PreBind, and on our side the
-harness stands in for the PV controller (see :mod:`tests.conformance.volume_harness`). Per pending pod:
+harness stands in for the PV controller (see :mod:`tests.conformance.volume_harness`). Nor does it preempt:
+a webhook refuses its victims' DisruptionTarget patches as NotFound and a policy denies its pod deletes; the
+nominated node is in the pod's status, the victims in its log (see :mod:`tests.conformance.preemption_harness`).
+Per pending pod:
 
 1. upstream's copy is created; upstream decides; we record its verdict (the node from the denied binding,
-   or the FailedScheduling note and PodScheduled message), then delete the copy. It was never bound, so
-   nobody's cache ever counted it;
+   or the FailedScheduling note, PodScheduled message, and any nomination with its victims), then delete
+   the copy. It was never bound and preempted nobody, so nobody's cache ever counted it;
 2. our copy (same name, same spec but ``schedulerName``) is created on the very same state; the operator
-   decides; we record the same things;
+   decides; we record the same things. If it preempts, its victims really go and it binds after them: we
+   follow it to that binding (its first verdict, the unschedulable one, is what is compared);
 3. if ours is bound it stays: both schedulers see it for pod *i+1* (upstream's cache is fed by informer
    handlers on their own goroutines, so we wait for upstream's ``eventhandlers.go`` log line saying its
-   cache took the pod); if not, it is deleted, so a later pod cannot make it schedulable.
+   cache took the pod, and its victims' deletions); if not, it is deleted, so a later pod cannot make it
+   schedulable. A bound pod gets a start time from the kubelet stand-in (preemption's tie-breaks read it).
 
 The operator's own bindings are in its cache the moment it assumes them, so it needs no such wait; that
 it sees each scenario's nodes and existing pods is checked by a probe pod (``0/N nodes are available``)
@@ -29,7 +34,9 @@ before the first pending pod. The in-process model (:mod:`tests.conformance.sim`
 state problem from a plugin difference.
 
 Per pod we compare: bound or not; the FailedScheduling note and the PodScheduled message, byte for byte;
-and whether our node is among upstream's highest-total nodes.
+whether our node is among upstream's highest-total nodes; for a preempting pod, the nominated node and the
+victims (start times make upstream's choice deterministic, so no tie set is needed); and that ours binds on
+its nominated node once its victims are gone.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import contextlib
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,11 +83,17 @@ from tests.conformance.oracle import (
     upstream_profile,
     varying_plugins,
 )
+from tests.conformance.preemption_harness import (
+    PodWatch,
+    PreemptionWebhook,
+    no_pod_deletes_policy,
+    start_time_patch,
+)
+from tests.conformance.preemptions import NEVER_CLASS, NEVER_CLASS_VALUE, PREEMPTION
 from tests.conformance.sim import Model, ModelVerdict
 from tests.conformance.volume_harness import (
     DENIED_MARKER,
     STORAGE_KINDS,
-    NominationWatch,
     complete_bindings,
     create_storage,
     delete_storage,
@@ -102,6 +116,8 @@ _CHOSE = re.compile(r"conformance: upstream chose (\S+)")
 
 PROBE_LABEL = "conformance.kopf-scheduler.io/probe"
 DECISION_TIMEOUT = 30.0
+#: How long our preempting pod may take to bind once nominated (its victims must go first).
+PREEMPTION_TIMEOUT = 20.0
 POLL = 0.02
 
 Log = Callable[[str], None]
@@ -308,6 +324,14 @@ class Decision:
     note: str | None = None  # the FailedScheduling event's note
     condition: str | None = None  # the PodScheduled=False condition's message
     detail: str = ""
+    #: Preemption: the node the unschedulable pod was nominated for, and the victims ("ns/name", sorted) it
+    #: preempted through the API (upstream: the DisruptionTarget patches the harness refused; ours: the pods
+    #: our operator disrupted or deleted). Victims already terminating need no API call: upstream lists them.
+    nominated: str | None = None
+    victims: list[str] = field(default_factory=list)
+    terminating_victims: list[str] = field(default_factory=list)
+    #: Ours only: where the preempting pod was bound once its victims were gone (None: not within the timeout).
+    final_node: str | None = None
 
 
 @dataclass
@@ -390,18 +414,32 @@ def _clean(obj: Mapping[str, Any]) -> dict[str, Any]:
 class Harness:
     """The control plane, both schedulers and the compared profiles; :meth:`run_scenario` does the work."""
 
-    def __init__(self, profiles: Sequence[ProfileDef], *, work_dir: Path | None = None, log: Log = print) -> None:
+    def __init__(
+        self,
+        profiles: Sequence[ProfileDef],
+        *,
+        work_dir: Path | None = None,
+        log: Log = print,
+        operator_args: Sequence[str] = (),
+    ) -> None:
         if not profiles:
             raise ValueError("no profiles to compare")
         self.profiles = {p.name: p for p in profiles}
         self.work_dir = work_dir
         self.log = log
+        #: More ``kopf-scheduler run`` flags (e.g. ``--log-level debug`` to diagnose a disagreement).
+        self.operator_args = tuple(operator_args)
         self.cluster: LocalCluster | None = None
         self.operator: OperatorProcess | None = None
         self.upstream_log: LogCursor | None = None
-        self.nominations: NominationWatch | None = None
+        self.nominations: PodWatch | None = None
+        self.webhook: PreemptionWebhook | None = None
         #: The scenario being run (its PVs are the ones the PV controller stand-in completes).
         self._scenario: Scenario | None = None
+        #: How many pods the kubelet stand-in has started (each gets the next start time).
+        self._started = 0
+        #: "ns/name" → the pod as last loaded into the model (to remove our victims from it).
+        self._loaded: dict[str, dict[str, Any]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -419,11 +457,17 @@ class Harness:
         self.core = client.CoreV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
         apply_crds(self.api)
-        for name, value in PRIORITY_CLASSES.items():
-            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
-            self._create_ignoring_conflict(
-                lambda b=body, v=value: client.SchedulingV1Api(self.api).create_priority_class({**b, "value": v})
-            )
+        classes = {name: (value, "PreemptLowerPriority") for name, value in PRIORITY_CLASSES.items()}
+        classes[NEVER_CLASS] = (NEVER_CLASS_VALUE, "Never")
+        for name, (value, policy) in classes.items():
+            body = {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+                "preemptionPolicy": policy,
+            }
+            self._create_ignoring_conflict(lambda b=body: client.SchedulingV1Api(self.api).create_priority_class(b))
         runtime_class = {
             "apiVersion": "node.k8s.io/v1",
             "kind": "RuntimeClass",
@@ -435,13 +479,18 @@ class Harness:
         config = scheduler_config(p.upstream() for p in self.profiles.values())
         config["clientConnection"] = {"kubeconfig": str(self._upstream_kubeconfig())}
         self._install_no_binding_policy()
-        self.nominations = NominationWatch(self.cluster.api_client()).start()
+        self._install_no_preemption_webhook()
+        self.nominations = PodWatch(self.cluster.api_client()).start()
         component = self.cluster.start_kube_scheduler(config, extra_args=UPSTREAM_FLAGS)
         self.upstream_log = LogCursor(component.log_path)
         self._check_no_binding()
         log_dir = (self.work_dir / "logs") if self.work_dir else self.cluster.work_dir / "logs"
         self.operator = OperatorProcess(
-            self.cluster.kubeconfig, peering_name="conformance", log_dir=log_dir, name="kopf-scheduler"
+            self.cluster.kubeconfig,
+            peering_name="conformance",
+            log_dir=log_dir,
+            name="kopf-scheduler",
+            extra_args=self.operator_args,
         ).start()
         for profile in self.profiles.values():
             create_profile(self.api, profile.name, profile.spec)
@@ -456,6 +505,9 @@ class Harness:
         if self.nominations is not None:
             self.nominations.stop()
             self.nominations = None
+        if self.webhook is not None:
+            self.webhook.stop()
+            self.webhook = None
         if self.operator is not None:
             self.operator.stop()
             self.operator = None
@@ -530,10 +582,20 @@ class Harness:
             "spec": {"policyName": NO_BINDING_POLICY, "validationActions": ["Deny"]},
         }
         volume_policy, volume_binding = no_volume_writes_policy(UPSTREAM_USER)
-        for body in (volume_policy, policy):
+        delete_policy, delete_binding = no_pod_deletes_policy(UPSTREAM_USER)
+        for body in (volume_policy, delete_policy, policy):
             self._create_ignoring_conflict(lambda b=body: admission.create_validating_admission_policy(b))
-        for body in (volume_binding, binding):
+        for body in (volume_binding, delete_binding, binding):
             self._create_ignoring_conflict(lambda b=body: admission.create_validating_admission_policy_binding(b))
+
+    def _install_no_preemption_webhook(self) -> None:
+        """The webhook that refuses upstream's DisruptionTarget patches as NotFound (preemption_harness.py)."""
+        assert self.cluster is not None
+        pki = self.cluster.ca_file.parent
+        self.webhook = PreemptionWebhook(self.cluster.ca_file, pki / "apiserver.key").start()
+        admission = client.AdmissionregistrationV1Api(self.api)
+        config = self.webhook.configuration(UPSTREAM_USER)
+        self._create_ignoring_conflict(lambda: admission.create_validating_webhook_configuration(config))
 
     def _check_no_binding(self) -> None:
         """Wait until the policy is in force: upstream's bind of a throwaway pod must be denied."""
@@ -595,18 +657,24 @@ class Harness:
         return self.upstream_log.mark()
 
     def _wait_upstream(self, since: int, wanted: Iterable[tuple[str, str, str]], timeout: float = 20.0) -> None:
-        """Wait until upstream's log (from ``since``) has a line per (message, key, value) in ``wanted``."""
-        pending = set(wanted)
+        """Wait until upstream's log (from ``since``) has a line per (message, key, value) in ``wanted``.
+
+        An item listed n times needs n lines (one pod's several updates).
+        """
+        wanted_count = Counter(wanted)
         deadline = time.monotonic() + timeout
-        while pending:
+        while True:
+            pending = Counter(wanted_count)
             for line in self._upstream_lines(since):
                 parsed = parse_line(line)
                 if parsed is None:
                     continue
                 _, message, kv = parsed
-                for item in list(pending):
-                    if item[0] == message and kv.get(item[1]) == item[2]:
-                        pending.discard(item)
+                for item, left in pending.items():
+                    if left > 0 and item[0] == message and kv.get(item[1]) == item[2]:
+                        pending[item] -= 1
+                        break
+            pending = +pending
             if not pending:
                 return
             if time.monotonic() > deadline:
@@ -639,7 +707,28 @@ class Harness:
             return _raw(self.apps.create_namespaced_replica_set(ns, body, _preload_content=False))
         if kind in STORAGE_KINDS:
             return create_storage(self.api, obj)
+        if kind == "PodDisruptionBudget":
+            return self._create_budget(obj)
         raise ValueError(kind)
+
+    def _create_budget(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """A PDB, then its status as the disruption controller would write it (no controller-manager runs)."""
+        policy = client.PolicyV1Api(self.api)
+        namespace = obj["metadata"]["namespace"]
+        body = {k: v for k, v in obj.items() if k != "status"}
+        created = _raw(policy.create_namespaced_pod_disruption_budget(namespace, body, _preload_content=False))
+        status = {"status": obj.get("status") or {}}
+        name = created["metadata"]["name"]
+        return _raw(
+            policy.patch_namespaced_pod_disruption_budget_status(name, namespace, status, _preload_content=False)
+        )
+
+    def _kubelet_start(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """The kubelet stand-in: the pod on its node gets the next ``status.startTime`` (preemption_harness.py)."""
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        self._started += 1
+        patch = start_time_patch(self._started)
+        return _raw(self.core.patch_namespaced_pod_status(name, namespace, patch, _preload_content=False))
 
     def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -688,7 +777,9 @@ class Harness:
             if condition is not None and condition.get("status") == "False" and condition.get("reason"):
                 if condition["reason"] == "Unschedulable":
                     note = self._failed_scheduling_note(namespace, uid, deadline)
-                    return Decision("unschedulable", note=note, condition=condition.get("message"))
+                    # Set in the same status patch as the condition (upstream's updatePod).
+                    nominated = (pod.get("status") or {}).get("nominatedNodeName") or None
+                    return Decision("unschedulable", note=note, condition=condition.get("message"), nominated=nominated)
                 chose = _CHOSE.search(condition.get("message") or "") if upstream else None
                 if chose is not None:
                     return Decision("bound", node=chose.group(1), detail="denied")
@@ -699,20 +790,28 @@ class Harness:
             if time.monotonic() > deadline:
                 return Decision("timeout", detail=f"no verdict in {timeout:.0f}s")
             self._check_alive()
-            if not upstream and self._scenario is not None and self._scenario.volumes:
-                complete_bindings(self.api, self._scenario)
+            if not upstream:
+                self._stand_in_pv_controller()
             time.sleep(POLL)
+
+    def _stand_in_pv_controller(self) -> None:
+        """While ours decides: finish the volume bindings its PreBind started (volume_harness.py)."""
+        if self._scenario is not None and self._scenario.volumes:
+            complete_bindings(self.api, self._scenario)
 
     def _nominated(self, uid: str) -> str | None:
         """The node upstream nominated the pod for before its PreBind was denied (the watch may lag a little)."""
         assert self.nominations is not None
         deadline = time.monotonic() + 2
-        while (node := self.nominations.get(uid)) is None and time.monotonic() < deadline:
+        while (node := self.nominations.nominated(uid)) is None and time.monotonic() < deadline:
             time.sleep(POLL)
         return node
 
-    def _failed_scheduling_note(self, namespace: str, uid: str, deadline: float) -> str | None:
-        deadline = max(deadline, time.monotonic() + 10)
+    def _failed_scheduling_note(
+        self, namespace: str, uid: str, deadline: float, *, at_least: float = 10.0
+    ) -> str | None:
+        """The pod's first FailedScheduling note; waits until ``deadline`` (at least ``at_least`` s) for it."""
+        deadline = max(deadline, time.monotonic() + at_least)
         while True:
             events = _raw(
                 self.core.list_namespaced_event(
@@ -743,13 +842,15 @@ class Harness:
             *scenario.volumes,
             *scenario.claims,
         )
-        for obj in (*scenario.namespaces, *scenario.nodes, *scenario.services, *scenario.replica_sets, *storage):
+        self._loaded = {}
+        loaded = (*scenario.namespaces, *scenario.nodes, *scenario.services, *scenario.replica_sets, *storage)
+        for obj in (*loaded, *scenario.budgets):
             model.load(self._create(obj))
         wanted = [("Add event for node", "node", n) for n in scenario.node_names]
         for obj in scenario.existing_pods:
-            created = self._create_existing(obj)
+            created = self._kubelet_start(self._create_existing(obj))
             key = f"{created['metadata']['namespace']}/{created['metadata']['name']}"
-            wanted.append(("Add event for scheduled pod", "pod", key))
+            wanted += [("Add event for scheduled pod", "pod", key), ("Update event for scheduled pod", "pod", key)]
             lifecycle = (obj["metadata"].get("annotations") or {}).get(LIFECYCLE_ANNOTATION)
             if lifecycle is not None:
                 created = self._finish(created, lifecycle)
@@ -757,7 +858,7 @@ class Harness:
                     "Update event for scheduled pod" if lifecycle == TERMINATING else "Delete event for scheduled pod"
                 )
                 wanted.append((event, "pod", key))
-            model.load(created)
+            self._load_pod(model, created)
         self._wait_upstream(since, wanted)
         self._probe(scenario, profile)
         results: list[PodResult] = []
@@ -869,6 +970,7 @@ class Harness:
             for svc in self.core.list_namespaced_service(namespace).items:
                 self.core.delete_namespaced_service(svc.metadata.name, namespace)
             self.apps.delete_collection_namespaced_replica_set(namespace)
+            client.PolicyV1Api(self.api).delete_collection_namespaced_pod_disruption_budget(namespace)
         delete_storage(self.api, scenario)
         for name in scenario.node_names:
             self.core.delete_node(name)
@@ -877,7 +979,7 @@ class Harness:
     def _compare_pod(self, scenario: Scenario, profile: ProfileDef, pending: Any, model: Model) -> PodResult | None:
         namespace, name = pending.namespace, pending.name
         key = f"{namespace}/{name}"
-        # 1. upstream decides (and is denied the binding), then its copy goes.
+        # 1. upstream decides (and is denied the binding, or its preemption), then its copy goes.
         since = self._mark()
         try:
             upstream_obj = self._create(with_scheduler(pending.manifest, profile.upstream_name))
@@ -887,6 +989,50 @@ class Harness:
         uid = upstream_obj["metadata"]["uid"]
         verdict = model.decide(profile.name, upstream_obj)
         upstream = self._decide(namespace, name, uid, upstream=True)
+        cycle = self._upstream_cycle(since, key, upstream)
+        self._delete_pod(namespace, name, uid)
+        # 2. ours decides on the same state (and, if it preempts, really deletes its victims).
+        since = self._mark()
+        assert self.nominations is not None
+        gone = self.nominations.mark()
+        ours_obj = self._create(with_scheduler(pending.manifest, profile.name))
+        ours_uid = ours_obj["metadata"]["uid"]
+        # A victim already terminating (held by a finalizer here) never goes: ours cannot bind then.
+        patience = 2.0 if upstream.terminating_victims else PREEMPTION_TIMEOUT
+        decided = self._decide(namespace, name, ours_uid)
+        ours = self._follow_preemption(namespace, name, ours_uid, decided, gone, patience=patience)
+        # 3. keep ours if bound (both see it next), else drop it; both must see our victims go.
+        deleted = [v for v in ours.victims if self._read_pod(*v.split("/", 1)) is None]
+        wanted = [("Delete event for scheduled pod", "pod", victim) for victim in deleted]
+        if ours.kind == "bound" or ours.final_node:
+            bound: dict[str, Any] | None = self._kubelet_start(ours_obj)
+            wanted += [("Add event for scheduled pod", "pod", key), ("Update event for scheduled pod", "pod", key)]
+        else:
+            bound = None
+            self._delete_pod(namespace, name, ours_uid)
+        self._wait_upstream(since, wanted)
+        result = self._judge(scenario, profile, pending, upstream, cycle, ours, verdict, upstream_obj)
+        if not result.agree or result.model_notes:
+            result.context = self._context(model, result, verdict, cycle)
+        for victim in deleted:
+            if victim in self._loaded:
+                model.delete(self._loaded.pop(victim))
+        if bound is not None:
+            self._load_pod(model, bound)
+        if scenario.volumes and pending.manifest["spec"].get("volumes"):
+            # Our PreBind may have bound claims (the stand-in PV controller finished them): both sides must see
+            # them before the next pod. Upstream logs nothing for PV/PVC events; its informers are quick.
+            for obj in read_storage(self.api, scenario):
+                model.load(obj)
+            time.sleep(0.3)
+        return result
+
+    def _load_pod(self, model: Model, pod: dict[str, Any]) -> None:
+        model.load(pod)
+        self._loaded[f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"] = pod
+
+    def _upstream_cycle(self, since: int, key: str, upstream: Decision) -> UpstreamCycle:
+        """Upstream's log of its cycle for the pod, complete: a bind attempt, or a failure and its preemption."""
         cycle = UpstreamCycle()
         if upstream.detail == "prebind-denied":
             # No "Attempting to bind" line: PreBind failed first. Its failure handler's line ends the cycle.
@@ -899,31 +1045,74 @@ class Harness:
         elif upstream.kind == "bound":
             self._wait_upstream(since, [("Attempting to bind pod to node", "pod", key)])
             cycle = parse_cycle(self._upstream_lines(since), key)
-        self._delete_pod(namespace, name, uid)
-        # 2. ours decides on the same state.
-        since = self._mark()
-        ours_obj = self._create(with_scheduler(pending.manifest, profile.name))
-        ours_uid = ours_obj["metadata"]["uid"]
-        ours = self._decide(namespace, name, ours_uid)
-        # 3. keep ours if bound (both see it next), else drop it.
-        if ours.kind == "bound":
-            bound = self._read_pod(namespace, name)
-            self._wait_upstream(since, [("Add event for scheduled pod", "pod", key)])
-        else:
-            bound = None
-            self._delete_pod(namespace, name, ours_uid)
-        result = self._judge(scenario, profile, pending, upstream, cycle, ours, verdict, upstream_obj)
-        if not result.agree or result.model_notes:
-            result.context = self._context(model, result, verdict, cycle)
-        if bound is not None:
-            model.load(bound)
-        if scenario.volumes and pending.manifest["spec"].get("volumes"):
-            # Our PreBind may have bound claims (the stand-in PV controller finished them): both sides must see
-            # them before the next pod. Upstream logs nothing for PV/PVC events; its informers are quick.
-            for obj in read_storage(self.api, scenario):
-                model.load(obj)
+        elif upstream.kind == "unschedulable":
+            # The failure line follows PostFilter (and any preemption's decision); the preemption's goroutine
+            # may still be refused victims after it: wait for its end line.
+            with contextlib.suppress(TimeoutError):
+                self._wait_upstream(since, [("Unable to schedule pod; no fit; waiting", "pod", key)], timeout=5)
+            deadline = time.monotonic() + 10
+            cycle = parse_cycle(self._upstream_lines(since), key)
+            while not cycle.preemption_done and time.monotonic() < deadline:
+                time.sleep(POLL * 5)
+                cycle = parse_cycle(self._upstream_lines(since), key)
+            upstream.nominated = upstream.nominated or cycle.preemption_node
+            upstream.victims = sorted({*cycle.victims, *cycle.preempted_for_real})
+            upstream.terminating_victims = sorted(cycle.terminating_victims)
+        return cycle
+
+    def _follow_preemption(
+        self, namespace: str, name: str, uid: str, ours: Decision, gone: int, *, patience: float = PREEMPTION_TIMEOUT
+    ) -> Decision:
+        """Our verdict with its preemption: nomination, victims (pods disrupted since ``gone``), final node.
+
+        A preempting pod binds once its victims are gone, perhaps before :meth:`_decide` saw it unschedulable:
+        a PodScheduled=False message that the pod watch saw first makes it unschedulable again here (its first
+        verdict is what upstream's is compared with), with the node it was bound to as ``final_node``.
+        """
+        assert self.nominations is not None
+        facts = self.nominations.get(uid)
+        lagging = ours.kind == "bound" and (facts is None or facts.unschedulable is None)
+        # The watch may lag behind the binding: a FailedScheduling event says there was a failed cycle.
+        if lagging and self._failed_scheduling_note(namespace, uid, time.monotonic(), at_least=0) is not None:
+            deadline = time.monotonic() + 5
+            while (facts is None or facts.unschedulable is None) and time.monotonic() < deadline:
+                time.sleep(POLL * 5)
+                facts = self.nominations.get(uid)
+        if ours.kind == "bound" and facts is not None and facts.unschedulable is not None:
+            deadline = time.monotonic() + 10
+            note = self._failed_scheduling_note(namespace, uid, deadline)
+            first, nominated = facts.unschedulable, facts.nominated
+            ours = Decision("unschedulable", note=note, condition=first, nominated=nominated, final_node=ours.node)
+        if ours.kind != "unschedulable":
+            return ours
+        deadline = time.monotonic() + 2
+        while ours.nominated is None and time.monotonic() < deadline:
+            ours.nominated = self.nominations.nominated(uid)
+            if ours.nominated is None:
+                time.sleep(POLL * 5)
+        if ours.nominated is None:
+            return ours
+        deadline = time.monotonic() + patience
+        while ours.final_node is None and time.monotonic() < deadline:
+            pod = self._read_pod(namespace, name)
+            if pod is None or pod["metadata"]["uid"] != uid:
+                break
+            ours.final_node = (pod.get("spec") or {}).get("nodeName") or None
+            if ours.final_node is None:
+                self._check_alive()
+                self._stand_in_pv_controller()  # its PreBind may wait for claims, as in _decide
+                time.sleep(POLL * 5)
+        # The last victims' deletions may still be on their way: wait until nothing more goes for a moment.
+        key = f"{namespace}/{name}"
+        seen = -1
+        while True:
+            victims = [f.key for f in self.nominations.gone_since(gone) if f.key != key]
+            if len(victims) == seen:
+                break
+            seen = len(victims)
             time.sleep(0.3)
-        return result
+        ours.victims = sorted(victims)
+        return ours
 
     def _judge(
         self,
@@ -948,6 +1137,7 @@ class Harness:
                 problems.append("message: FailedScheduling notes differ")
             if upstream.condition != ours.condition:
                 problems.append("message: PodScheduled messages differ")
+            problems += preemption_problems(upstream, ours)
         elif upstream.kind == "bound":
             if cycle.used_hint and ours.node not in top and {ours.node, cycle.hint} <= verdict.top_nodes:
                 # Upstream took its batching hint without ranking; a full ranking ties the hint with our node.
@@ -958,10 +1148,16 @@ class Harness:
                 problems.append(f"node: ours {ours.node} is not among upstream's top nodes {sorted(top)}{hinted}")
         elif upstream.kind in ("error", "timeout"):
             problems.append(f"verdict: upstream {_short(upstream)}, ours {_short(ours)}")
+        if cycle.preempted_for_real or cycle.preemption_errors:
+            problems.append(
+                f"harness: upstream preempted for real {cycle.preempted_for_real} or failed {cycle.preemption_errors}"
+            )
         notes = _model_notes(verdict, upstream, cycle)
         # Decisive: upstream's message names the plugin, or its scores of the plugin differ between nodes, or
         # it filtered out a node in the model while the model matched upstream (same verdict, feasible set).
         decisive = plugins_in_message(upstream.note or "") | varying_plugins(cycle.plugin_scores)
+        if upstream.nominated is not None and upstream.kind == "unschedulable":
+            decisive.add(PREEMPTION)
         if not notes:
             decisive |= {rejection.split(":", 1)[0] for rejection in verdict.rejections.values()}
         plugins = set(pending.features) | decisive
@@ -989,6 +1185,8 @@ class Harness:
                 "scores": verdict.final_scores,
                 "plugin_scores": verdict.plugin_scores,
                 "rejections": verdict.rejections,
+                "nominated": verdict.nominated,
+                "victims": verdict.victims,
             },
             problems=problems,
             model_notes=notes,
@@ -1019,9 +1217,24 @@ class Harness:
         return {"nodes": nodes, "pods": pods, "total_nodes": len(all_nodes)}
 
 
+def preemption_problems(upstream: Decision, ours: Decision) -> list[str]:
+    """Where two unschedulable verdicts differ in their preemption: nominated node, victims, execution."""
+    problems: list[str] = []
+    if upstream.nominated != ours.nominated:
+        problems.append(f"preemption: upstream nominated {upstream.nominated}, ours {ours.nominated}")
+    elif upstream.victims != ours.victims:
+        problems.append(f"preemption: victims differ: upstream {upstream.victims}, ours {ours.victims}")
+    if ours.nominated is not None and not upstream.terminating_victims and ours.final_node != ours.nominated:
+        where = f"bound to {ours.final_node}" if ours.final_node else f"not bound in {PREEMPTION_TIMEOUT:.0f}s"
+        problems.append(f"preemption: ours was nominated for {ours.nominated} and {where} after its victims went")
+    return problems
+
+
 def _short(decision: Decision) -> str:
     if decision.kind == "bound":
         return f"bound:{decision.node}"
+    if decision.kind == "unschedulable" and decision.nominated:
+        return f"preempting:{decision.nominated}({len(decision.victims)} victims)"
     if decision.kind == "unschedulable":
         return "unschedulable"
     return f"{decision.kind}({decision.detail or decision.condition})"
@@ -1036,6 +1249,12 @@ def _model_notes(verdict: ModelVerdict, upstream: Decision, cycle: UpstreamCycle
         return notes
     if upstream.kind == "unschedulable" and verdict.message != upstream.condition:
         notes.append("model message")
+    if upstream.kind == "unschedulable" and verdict.nominated != upstream.nominated:
+        notes.append("model nomination")
+    elif upstream.kind == "unschedulable" and verdict.victims != sorted(
+        {*upstream.victims, *upstream.terminating_victims}
+    ):
+        notes.append("model victims")
     if upstream.kind == "bound":
         if cycle.used_hint:
             # Upstream filtered the hinted node alone and scored nothing; a full ranking (ours) must still put

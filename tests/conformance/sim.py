@@ -41,6 +41,9 @@ class ModelVerdict:
     feasible: set[str] = field(default_factory=set)
     #: node → "Plugin: reason; reason" for nodes filtered out.
     rejections: dict[str, str] = field(default_factory=dict)
+    #: PostFilter (DefaultPreemption) after a FitError: the node it would nominate and the victims ("ns/name").
+    nominated: str | None = None
+    victims: list[str] = field(default_factory=list)
 
     @property
     def top_nodes(self) -> set[str]:
@@ -72,7 +75,7 @@ class Model:
             self.app.on_namespace_event("ADDED", body)
         elif kind in _WORKLOAD_KINDS:
             self.app.on_workload_event(_WORKLOAD_KINDS[kind], "ADDED", body)
-        elif kind in STORAGE_KINDS:
+        elif kind in STORAGE_KINDS or kind == "PodDisruptionBudget":
             self.app.on_storage_event(str(kind), "ADDED", body)
         else:
             raise ValueError(f"the model does not take {kind} objects")
@@ -99,11 +102,13 @@ class Model:
         snapshot = self.app.cache.snapshot()
         names = snapshot.table.names
         verdict = ModelVerdict()
+        state = CycleState()
         try:
-            result = runtime.scheduler.schedule_pod(CycleState(), pod, snapshot)
+            result = runtime.scheduler.schedule_pod(state, pod, snapshot)
         except FitError as fit:
-            verdict.message = fit.message
             verdict.rejections = _rejections(fit.diagnosis, names)
+            self._post_filter(runtime, state, pod, body, fit, verdict)
+            verdict.message = fit.message
             return verdict
         except SchedulingError as e:
             verdict.error = e.status.message
@@ -120,6 +125,30 @@ class Model:
             verdict.plugin_scores[plugin] = {n: int(v) for n, v in zip(node_names, values, strict=True)}
         verdict.final_scores = {n: int(v) for n, v in zip(node_names, scores.totals, strict=True)}
         return verdict
+
+    def _post_filter(
+        self, runtime: Any, state: CycleState, pod: PodInfo, body: dict[str, Any], fit: FitError, verdict: ModelVerdict
+    ) -> None:
+        """PostFilter as the operator runs it, but its preemption only recorded, never executed.
+
+        DefaultPreemption re-reads the preemptor (``Handle.get_pod``), so the pod is in the model meanwhile.
+        """
+        plugins = [plugin for _, plugin in runtime.framework.post_filter_plugins]
+        executors = [p.executor for p in plugins if hasattr(p, "executor")]
+        chosen: list[Any] = []
+        originals = [executor.start for executor in executors]
+        for executor in executors:
+            executor.start = lambda candidate, _preemptor: chosen.append(candidate)
+        self.app.on_pod_event("ADDED", body)
+        try:
+            outcome = runtime.scheduler.run_post_filter(state, pod, fit)
+        finally:
+            self.app.on_pod_event("DELETED", body)
+            for executor, start in zip(executors, originals, strict=True):
+                executor.start = start
+        verdict.nominated = outcome.nominated_node_name if outcome is not None else None
+        if chosen:
+            verdict.victims = sorted(victim.key for victim in chosen[-1].victims.pods)
 
 
 def _rejections(diagnosis: Any, names: Any) -> dict[str, str]:

@@ -18,7 +18,7 @@ import pytest
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.registry import default_registry
-from tests.conformance import generator, oracle, volume_harness, volumes
+from tests.conformance import generator, oracle, preemption_harness, preemptions, volume_harness, volumes
 from tests.conformance.generator import GPU, HUGEPAGES, PLUGINS, SIZES, generate
 from tests.conformance.report import RunInfo, summary, write_markdown
 from tests.conformance.runner import (
@@ -227,9 +227,12 @@ def test_builtin_profiles_build_and_omit_the_unimplemented_defaults() -> None:
     for profile in (DEFAULT_PROFILE, *ARGS_PROFILES):
         resolved = resolve_profile(profile.name, SchedulerProfileSpec.model_validate(profile.spec), default_registry())
         assert profile.omitted == tuple(resolved.omitted_defaults)
-        assert "DefaultPreemption" in profile.omitted
+        # DefaultPreemption runs on both sides now: upstream must not disable it.
+        assert "DefaultPreemption" not in profile.omitted
         up = profile.upstream()
-        assert {"name": "DefaultPreemption"} in up["plugins"]["multiPoint"]["disabled"]
+        assert {"name": "DefaultPreemption"} not in up["plugins"]["multiPoint"]["disabled"]
+        assert {"name": "NodeDeclaredFeatures"} not in up["plugins"]["multiPoint"]["disabled"]
+        assert {"name": "DynamicResources"} in up["plugins"]["multiPoint"]["disabled"]
 
 
 def test_example_profiles_are_found_in_multi_document_files(tmp_path: Path) -> None:
@@ -336,7 +339,40 @@ def test_model_decides_like_a_scheduler() -> None:
     assert verdict.rejections == {"small": "NodeResourcesFit: Insufficient cpu"}
     pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "16"
     verdict = model.decide("p", pod)
+    assert verdict.message == (
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    )
+    assert verdict.nominated is None
+
+
+def test_model_runs_preemption_without_executing_it() -> None:
+    model = Model({"p": {}})
+    for name in ("n0", "n1"):
+        model.load(
+            {
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "10"}},
+            }
+        )
+
+    def pod(name: str, cpu: str, priority: int, node: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"priority": priority, "containers": [{"name": "c", "image": "i"}]}
+        spec["containers"][0]["resources"] = {"requests": {"cpu": cpu}}
+        if node:
+            spec["nodeName"] = node
+        meta = {"name": name, "namespace": "ns", "uid": f"u-{name}"}
+        status = {"startTime": "2026-01-01T00:00:01Z"} if node else {}
+        return {"kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+    model.load(pod("low", "1500m", -100, "n0"))
+    model.load(pod("zero", "1500m", 0, "n1"))
+    verdict = model.decide("p", pod("high", "1", 1000))
+    # n0's victim has the lower priority; the FitError carries no preemption part when preemption helped.
+    assert (verdict.nominated, verdict.victims) == ("n0", ["ns/low"])
     assert verdict.message == "0/2 nodes are available: 2 Insufficient cpu."
+    assert model.app.cache.pod("u-low") is not None  # recorded, not executed
 
 
 # -- report --------------------------------------------------------------------------------------------------
@@ -581,3 +617,197 @@ def test_model_reports_missing_capacity_like_volume_binding() -> None:
     verdict = model.decide("p", pod)
     assert verdict.node == "a"
     assert "did not have enough free storage" in verdict.rejections["b"]
+
+
+# -- preemption --------------------------------------------------------------------------------------------
+_PREEMPTION_LOG = """\
+I1123 22:30:12.100000 7145 schedule_one.go:97] "Attempting to schedule pod" pod="ns/p"
+I1123 22:30:12.104028 7145 preemption.go:162] "the target node for the preemption is determined" pod="ns/p" node="n1"
+I1123 22:30:12.104100 7145 executor.go:210] "Victim Pod is already being deleted, skipping the API call for it" \
+preemptor="ns/p" node="n1" victim="ns/t"
+I1123 22:30:12.105348 7145 executor.go:251] "Start the preemption asynchronously" preemptor="ns/p" node="n1" \
+numVictims=3 numVictimsToDelete=2
+I1123 22:30:12.105400 7145 schedule_one.go:1239] "Unable to schedule pod; no fit; waiting" pod="ns/p" \
+err="0/2 nodes are available: 2 Insufficient cpu."
+I1123 22:30:12.106000 7145 executor.go:145] "Victim Pod is already deleted" preemptor="ns/p" victim="ns/e1" node="n1"
+I1123 22:30:12.106100 7145 executor.go:145] "Victim Pod is already deleted" preemptor="ns/other" victim="ns/x" node="n0"
+I1123 22:30:12.106200 7145 executor.go:145] "Victim Pod is already deleted" preemptor="ns/p" victim="ns/e0" node="n1"
+"""
+
+
+def test_parse_cycle_reads_upstreams_preemption() -> None:
+    lines = _PREEMPTION_LOG.splitlines()
+    started = oracle.parse_cycle(lines, "ns/p")
+    assert started.preemption_node == "n1"
+    assert started.terminating_victims == ["ns/t"]
+    assert started.victims == ["ns/e1", "ns/e0"]  # another preemptor's victim is not ours
+    assert started.preemption_started
+    assert not started.preemption_done
+    done = oracle.parse_cycle(
+        [
+            *lines,
+            'I1123 22:30:12.107 7145 executor.go:309] "Async Preemption finished completely" preemptor="ns/p" '
+            'node="n1" result="success"',
+        ],
+        "ns/p",
+    )
+    assert done.preemption_done
+    assert done.preemption_result == "success"
+    assert done.upstream_victims == ["ns/e0", "ns/e1", "ns/t"]
+    assert not done.preempted_for_real
+    assert not done.preemption_errors
+    failed = oracle.parse_cycle(
+        [
+            *lines,
+            'E1123 22:30:12.107 7145 executor.go:131] "Could not add DisruptionTarget condition due to '
+            'preemption" err="forbidden" preemptor="ns/p" victim="ns/e2"',
+        ],
+        "ns/p",
+    )
+    assert failed.preemption_errors == ["Could not add DisruptionTarget condition due to preemption: ns/e2 forbidden"]
+    # No preemption decided: nothing to wait for.
+    assert oracle.parse_cycle(lines[:1], "ns/p").preemption_done
+
+
+def test_webhook_refuses_as_not_found_and_matches_only_upstreams_disruption_patches() -> None:
+    review = {
+        "request": {
+            "uid": "r-1",
+            "namespace": "ns",
+            "object": {"metadata": {"name": "e0", "namespace": "ns", "uid": "u"}},
+        }
+    }
+    response = preemption_harness.review_response(review)["response"]
+    assert response["uid"] == "r-1"
+    assert response["allowed"] is False
+    # NotFound is what lets upstream's executor go on to the next victim without an error.
+    assert response["status"]["code"] == 404
+    assert response["status"]["reason"] == "NotFound"
+    assert response["status"]["message"].endswith("ns/e0")
+    policy, binding = preemption_harness.no_pod_deletes_policy("system:serviceaccount:default:u")
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["DELETE"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_start_times_are_distinct_whole_seconds() -> None:
+    times = [preemption_harness.start_time(i) for i in range(1, 70)]
+    assert len(set(times)) == len(times)
+    assert times == sorted(times)
+    assert times[0] == "2026-01-01T00:00:01Z"
+
+
+def _pod_event(uid: str, name: str, **status: Any) -> Any:
+    from kubernetes.client import V1ObjectMeta, V1Pod, V1PodCondition, V1PodStatus
+
+    conditions = [V1PodCondition(**c) for c in status.pop("conditions", [])]
+    deleted = status.pop("deleted", None)
+    meta = V1ObjectMeta(uid=uid, name=name, namespace="ns", deletion_timestamp=deleted)
+    return V1Pod(metadata=meta, status=V1PodStatus(conditions=conditions or None, **status))
+
+
+def test_pod_watch_keeps_first_nomination_and_message_and_orders_what_went() -> None:
+    watch = preemption_harness.PodWatch(api=None)  # type: ignore[arg-type]
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "first"}
+    watch.observe("MODIFIED", _pod_event("p", "p", nominated_node_name="n1", conditions=[unschedulable]))
+    mark = watch.mark()
+    later = {**unschedulable, "message": "second"}
+    watch.observe("MODIFIED", _pod_event("p", "p", nominated_node_name="n2", conditions=[later]))
+    disrupted = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    watch.observe("MODIFIED", _pod_event("v1", "v1", conditions=[disrupted]))
+    watch.observe("DELETED", _pod_event("v1", "v1", conditions=[disrupted]))
+    watch.observe("DELETED", _pod_event("v0", "v0"))
+    facts = watch.get("p")
+    assert facts is not None
+    assert (facts.nominated, facts.unschedulable) == ("n1", "first")
+    assert [f.key for f in watch.gone_since(mark)] == ["ns/v1", "ns/v0"]
+    assert watch.gone_since(watch.mark()) == []
+
+
+def test_judge_compares_the_preemption() -> None:
+    from tests.conformance.runner import preemption_problems
+
+    text = "0/2 nodes are available: 2 Insufficient cpu."
+
+    def preempting(node: str | None, victims: list[str], final: str | None = None) -> Decision:
+        return Decision("unschedulable", note=text, condition=text, nominated=node, victims=victims, final_node=final)
+
+    assert _judge(preempting("n1", ["ns/e0"]), preempting("n1", ["ns/e0"], "n1")).agree
+    assert preemption_problems(preempting("n1", ["ns/e0"]), preempting("n0", ["ns/e1"], "n0")) == [
+        "preemption: upstream nominated n1, ours n0"
+    ]
+    assert preemption_problems(preempting("n1", ["ns/e0"]), preempting("n1", ["ns/e0", "ns/e1"], "n1")) == [
+        "preemption: victims differ: upstream ['ns/e0'], ours ['ns/e0', 'ns/e1']"
+    ]
+    assert preemption_problems(preempting("n1", ["ns/e0"]), preempting("n1", ["ns/e0"])) == [
+        "preemption: ours was nominated for n1 and not bound in 20s after its victims went"
+    ]
+    # A victim already terminating (held by a finalizer) never goes: ours may stay nominated, unbound.
+    upstream = preempting("n1", ["ns/e0"])
+    upstream.terminating_victims = ["ns/t"]
+    assert preemption_problems(upstream, preempting("n1", ["ns/e0"])) == []
+    real = oracle.UpstreamCycle(preempted_for_real=["ns/e0"])
+    assert _judge(preempting("n1", ["ns/e0"]), preempting("n1", ["ns/e0"], "n1"), real).problems == [
+        "harness: upstream preempted for real ['ns/e0'] or failed []"
+    ]
+    assert "DefaultPreemption" in _judge(preempting("n1", []), preempting("n1", [], "n1")).decisive
+
+
+def _preemption_scenarios(seeds: range = range(1, 60)) -> list[generator.Scenario]:
+    return [s for s in (generate(seed) for seed in seeds) if s.budgets]
+
+
+def test_preemption_layer_fills_nodes_with_budgets_and_preemptors() -> None:
+    scenarios = _preemption_scenarios()
+    assert 15 <= len(scenarios) <= 45  # a share of the seeds, not all
+    classes: Counter[str] = Counter()
+    filled = [s for s in scenarios if any(p["metadata"]["name"].startswith("f") for p in s.existing_pods)]
+    assert len(filled) >= 0.8 * len(scenarios)
+    for scenario in scenarios:
+        for budget in scenario.budgets:
+            spec, status = budget["spec"], budget["status"]
+            assert ("minAvailable" in spec) != ("maxUnavailable" in spec)
+            assert status["disruptionsAllowed"] == max(0, status["currentHealthy"] - status["desiredHealthy"])
+        classes.update(str(p.manifest["spec"].get("priorityClassName")) for p in scenario.pending)
+        assert any(preemptions.PREEMPTION in p.features for p in scenario.pending)
+    assert classes[preemptions.NEVER_CLASS] > 0
+    assert classes["conformance-high"] > 0
+    assert sum(1 for s in scenarios for b in s.budgets if b["status"]["disruptionsAllowed"] == 0) > 0
+    assert sum(1 for s in scenarios for b in s.budgets if b["status"]["disruptionsAllowed"] > 0) > 0
+    assert sum(1 for s in scenarios for b in s.budgets if "disruptedPods" in b["status"]) > 0
+
+
+def test_preemption_layer_leaves_other_seeds_alone_and_keeps_nodes_within_capacity() -> None:
+    for seed in range(1, 30):
+        scenario = generate(seed)
+        if not scenario.budgets:
+            assert not any(p["metadata"]["name"].startswith("f") for p in scenario.existing_pods)
+        cpu: Counter[str] = Counter()
+        for pod in scenario.existing_pods:
+            cpu[pod["spec"]["nodeName"]] += preemptions.pod_cpu_upper_bound(pod["spec"])
+        for node in scenario.nodes:
+            assert cpu[node["metadata"]["name"]] <= _milli(str(node["status"]["allocatable"]["cpu"]))
+
+
+def test_budget_status_counts_healthy_pods_like_the_disruption_controller() -> None:
+    def pod(name: str, lifecycle: str | None = None) -> dict[str, Any]:
+        annotations = {generator.LIFECYCLE_ANNOTATION: lifecycle} if lifecycle else {}
+        return {"metadata": {"name": name, "annotations": annotations}}
+
+    pods = [pod("a"), pod("b"), pod("c", generator.TERMINATING), pod("d")]
+    status = preemptions.budget_status({"minAvailable": 1}, pods, {"d": "2026-01-01T00:00:00Z"})
+    assert (status["currentHealthy"], status["desiredHealthy"], status["disruptionsAllowed"]) == (2, 1, 1)
+    assert status["disruptedPods"] == {"d": "2026-01-01T00:00:00Z"}
+    status = preemptions.budget_status({"maxUnavailable": 1}, pods, {})
+    assert (status["expectedPods"], status["desiredHealthy"], status["disruptionsAllowed"]) == (4, 3, 0)
+
+
+def test_pinned_preemption_scenario_guards_the_cheaper_node_with_a_budget() -> None:
+    scenario = preemptions.pinned_scenario()
+    (budget,) = scenario.budgets
+    assert budget["status"]["disruptionsAllowed"] == 0
+    guarded = [p for p in scenario.existing_pods if p["metadata"]["labels"]["app"] == "guarded"]
+    assert [p["spec"]["nodeName"] for p in guarded] == ["pin-n0"]
+    assert [p.manifest["spec"]["priorityClassName"] for p in scenario.pending] == [
+        "conformance-high",
+        preemptions.NEVER_CLASS,
+    ]

@@ -1,10 +1,10 @@
 """The quick subset of the differential conformance suite that ``make test`` runs (~30 s on 2 cores).
 
-Two small seeded scenarios are scheduled by upstream kube-scheduler v1.36.3 and by ``kopf-scheduler run``
-(see runner.py for how both decide on the same state); any disagreement that ``known.py`` does not explain
-fails the test. The known difference is pinned by its own reproducer, and a negative control proves the
-harness can see a difference at all: a profile whose upstream side scores with MostAllocated while ours
-keeps LeastAllocated must produce node disagreements.
+Two small seeded scenarios and a pinned preemption case are scheduled by upstream kube-scheduler v1.36.3
+and by ``kopf-scheduler run`` (see runner.py for how both decide on the same state); any disagreement that
+``known.py`` does not explain fails the test. The known difference is pinned by its own reproducer, and a
+negative control proves the harness can see a difference at all: a profile whose upstream side scores with
+MostAllocated while ours keeps LeastAllocated must produce node disagreements.
 
 The harness starts its own light control plane (not the session ``cluster`` fixture): conformance needs a
 cluster whose nodes are exactly the scenario's.
@@ -20,6 +20,7 @@ import pytest
 
 from tests.conformance.generator import PendingPod, Scenario, generate
 from tests.conformance.known import FREED_HOST_PORT, explain, host_port_scenario
+from tests.conformance.preemptions import pinned_scenario, terminating_victim_scenario
 from tests.conformance.runner import Harness, PodResult, ProfileDef, default_profiles
 
 pytestmark = pytest.mark.e2e
@@ -74,10 +75,36 @@ def test_known_freed_host_port_difference_is_still_there(harness: Harness) -> No
     default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
     (result,) = harness.run_scenario(host_port_scenario(), default).pods
     assert (result.upstream.kind, result.upstream.node) == ("bound", "known-n0"), result.upstream
-    assert result.ours.note == "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    assert result.ours.note == (
+        "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
     known = explain(result)
     assert known is not None
     assert known.key == FREED_HOST_PORT
+
+
+def test_preemption_agrees_with_upstream(harness: Harness) -> None:
+    # Both sides run DefaultPreemption: the same nominated node and victims, the PDB respected, and
+    # preemptionPolicy Never refused with upstream's text; ours then binds where it preempted.
+    default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
+    preempting, never = harness.run_scenario(pinned_scenario(), default).pods
+    assert preempting.agree, _describe([preempting])
+    assert (preempting.upstream.nominated, preempting.upstream.victims) == ("pin-n1", ["pin/e2"])
+    assert preempting.ours.final_node == "pin-n1"
+    assert never.agree, _describe([never])
+    assert never.upstream.nominated is None
+    assert (never.upstream.note or "").endswith("preemption: not eligible due to preemptionPolicy=Never.")
+
+
+def test_terminating_victims_agree_with_upstream(harness: Harness) -> None:
+    # A victim already terminating is chosen but gets no API call, on both sides.
+    default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
+    first, second = harness.run_scenario(terminating_victim_scenario(), default).pods
+    assert first.agree, _describe([first])
+    assert (first.upstream.victims, first.upstream.terminating_victims) == (["term/e1"], ["term/t0"])
+    assert second.agree, _describe([second])
+    assert (second.upstream.nominated, second.ours.victims) == ("term-n0", [])
 
 
 def _control_scenario() -> Scenario:

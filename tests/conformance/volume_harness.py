@@ -12,9 +12,9 @@ found it, so:
   written, and the pod gets a ``SchedulerError`` condition whose message carries :data:`DENIED_MARKER`.
   The node it chose is not in that message: with NominatedNodeNameForExpectation (beta, on in 1.36) upstream
   sets the pod's ``status.nominatedNodeName`` at the start of a binding cycle whose PreBind has work, and its
-  failure handler clears it again. :class:`NominationWatch` watches pods and keeps the first nomination
-  each pod UID ever had, which is that node. A pod whose claims are all bound has no PreBind work and reaches
-  Bind, denied as before (runner.py);
+  failure handler clears it again. The runner's pod watch (preemption_harness.py ``PodWatch``) keeps the
+  first nomination each pod UID ever had, which is that node. A pod whose claims are all bound has no PreBind
+  work and reaches Bind, denied as before (runner.py);
 - the light control plane runs no kube-controller-manager, so the harness stands in for the PV controller
   on our side only (:func:`complete_bindings`, called while waiting for our verdict): a PV whose ``claimRef``
   now carries a claim UID (what our PreBind writes) gets its claim bound (``spec.volumeName`` and
@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.conformance.volumes import BIND_COMPLETED, CSI_DRIVER, HOSTNAME_KEY, STORAGE_KINDS
@@ -93,45 +92,6 @@ def no_volume_writes_policy(upstream_user: str) -> tuple[Obj, Obj]:
         "spec": {"policyName": NO_VOLUME_WRITES_POLICY, "validationActions": ["Deny"]},
     }
     return policy, binding
-
-
-class NominationWatch:
-    """Pod UID → the first ``status.nominatedNodeName`` it was seen with (a watch on its own thread)."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.core = client.CoreV1Api(api)
-        self.nominated: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._watch: watch.Watch | None = None
-        self._thread = threading.Thread(target=self._run, name="nomination-watch", daemon=True)
-
-    def start(self) -> NominationWatch:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self._watch is not None:
-            self._watch.stop()
-        self._thread.join(timeout=10)
-
-    def get(self, uid: str) -> str | None:
-        with self._lock:
-            return self.nominated.get(uid)
-
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._watch = watch.Watch()
-            with contextlib.suppress(Exception):  # a dropped watch is restarted; missed pods fall back to the log
-                for event in self._watch.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=60):
-                    pod = event["object"]
-                    node = pod.status.nominated_node_name if pod.status else None
-                    if node:
-                        with self._lock:
-                            self.nominated.setdefault(pod.metadata.uid, node)
-                    if self._stopped.is_set():
-                        return
 
 
 def create_storage(api: client.ApiClient, obj: Mapping[str, Any]) -> Obj:

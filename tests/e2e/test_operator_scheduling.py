@@ -13,6 +13,7 @@ import json
 import secrets
 import subprocess
 import time
+from collections import Counter
 from typing import Any
 
 from tests.conftest import Cluster, NodeFactory
@@ -43,17 +44,28 @@ def _unique_label() -> dict[str, str]:
     return {"e2e-group": secrets.token_hex(4)}
 
 
-def _expected_insufficient(cluster: Cluster, mine: list[str], resource: str) -> str:
+#: DefaultPreemption's verdicts on a node, as the ``preemption: ...`` part of the FailedScheduling text says them.
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
+def _expected_insufficient(cluster: Cluster, mine: list[str], resource: str, *, preemption: str = NOT_HELPFUL) -> str:
     """Upstream's FitError text when each of ``mine`` lacks ``resource`` and the others miss the selector.
 
     On the local cluster the test's nodes are the only ones; elsewhere the other nodes fail NodeAffinity
-    (the pods select the test's nodes by label), which comes first in the default filter order.
+    (the pods select the test's nodes by label), which comes first in the default filter order. The default
+    profile runs DefaultPreemption, whose part follows: ``preemption`` on the test's nodes (nothing a pod that
+    could never fit there may evict, or no lower-priority pod to evict), "not helpful" on the others.
     """
     total = len(cluster.core.list_node().items)
     reasons = [f"{len(mine)} Insufficient {resource}"]
     if total > len(mine):
         reasons.append(f"{total - len(mine)} node(s) didn't match Pod's node affinity/selector")
-    return f"0/{total} nodes are available: {', '.join(sorted(reasons))}."
+    verdicts = Counter({preemption: len(mine)})
+    verdicts[NOT_HELPFUL] += total - len(mine)
+    after = ", ".join(sorted(f"{count} {verdict}" for verdict, count in verdicts.items() if count))
+    fit_error = f"0/{total} nodes are available: {', '.join(sorted(reasons))}."
+    return f"{fit_error} preemption: 0/{total} nodes are available: {after}."
 
 
 def test_pods_of_each_profile_are_bound_with_a_scheduled_event(
@@ -180,7 +192,10 @@ def test_unschedulable_pod_reports_upstream_text_and_is_scheduled_after_a_pod_is
     create_pods(cluster.core, namespace, blockers)
     wait_pods_bound(cluster.core, namespace, [b["metadata"]["name"] for b in blockers], timeout=30)
     create_pods(cluster.core, namespace, [pod_manifest("waiting", profile, cpu="1", node_selector=labels)])
-    _wait_unschedulable(cluster, namespace, "waiting", message)
+    # It would fit where a blocker runs, but the blockers' priority is no lower than its own: no victims.
+    _wait_unschedulable(
+        cluster, namespace, "waiting", _expected_insufficient(cluster, nodes, "cpu", preemption=NO_VICTIMS)
+    )
     # Both pods are parked in the unschedulable queue: only a cluster event (or the 5-minute flush) moves them.
     wait_for(
         lambda: operator.metric("scheduler_pending_pods", queue="unschedulable") == 2,

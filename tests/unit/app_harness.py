@@ -13,6 +13,7 @@ from typing import Any
 
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.framework import APIError
+from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.settings import RunSettings
 from tests.unit.factories import make_pod
 
@@ -28,6 +29,8 @@ class FakeClient:
         self.lists: dict[str, list[dict[str, Any]]] = {}
         #: PUTs of PVs and claims (VolumeBinding's PreBind), as (kind, body); answered with the body.
         self.replaced: list[tuple[str, dict[str, Any]]] = []
+        #: DELETEs of pods (preemption's victims), as (namespace, name, uid).
+        self.deleted: list[tuple[str, str, str]] = []
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
@@ -45,6 +48,9 @@ class FakeClient:
     async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> Any:
         self.status_patches.append((name, patch))
         return {}
+
+    async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
+        self.deleted.append((namespace, name, uid))
 
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> Any:
         self.events.append(body)
@@ -69,10 +75,14 @@ class FakeClock:
         return self.now
 
 
-def new_app(client: FakeClient | None = None, clock: FakeClock | None = None) -> SchedulerApp:
+def new_app(
+    client: FakeClient | None = None, clock: FakeClock | None = None, *, registry: Registry | None = None
+) -> SchedulerApp:
+    """``registry``: the plugins profiles may name (default: the in-tree ones)."""
     return SchedulerApp(
         settings=RunSettings(),
         client=client or FakeClient(),
+        registry=registry,
         rng=random.Random(1),
         hostname="test",
         clock=clock or FakeClock(),

@@ -357,3 +357,62 @@ def test_reconcile_keeps_storage_objects_watched_while_the_list_was_in_flight() 
     app.client = RacingClient()
     asyncio.run(app.ensure_reconciled())
     assert app.cache.storage.pv("fresh") is not None
+
+
+# -- the nominator follows the watched pods (upstream's queue Add/Update/Delete) ------------------------------
+def _with_nomination(obj: dict[str, Any], node: str | None, rv: str) -> dict[str, Any]:
+    new = copy.deepcopy(obj)
+    new["metadata"]["resourceVersion"] = rv
+    if node is None:
+        new["status"].pop("nominatedNodeName", None)
+    else:
+        new["status"]["nominatedNodeName"] = node
+    return new
+
+
+def test_watched_nominations_feed_the_nominator_until_the_pod_is_bound_or_deleted() -> None:
+    app = new_app()
+    app.apply_profile(name="sp", spec={}, generation=1)
+    a = _with_nomination(pending("a"), "n1", "1")
+    b = _with_nomination(pending("b"), "n1", "1")
+    app.on_pod_event("ADDED", a)
+    app.on_pod_event("ADDED", b)
+    app.on_pod_event("ADDED", _with_nomination(pending("theirs", scheduler="default-scheduler"), "n1", "1"))
+    nominator = app.nominator
+    assert [p.name for p in nominator.nominated_pods_for_node("n1")] == ["a", "b"]  # not the other scheduler's
+    app.on_pod_event("MODIFIED", _with_nomination(a, "n2", "2"))
+    assert nominator.nominated_node(a["metadata"]["uid"]) == "n2"
+    app.on_pod_event("MODIFIED", _with_nomination(a, None, "3"))  # our clearing patch, watched
+    assert nominator.nominated_node(a["metadata"]["uid"]) is None
+    bound = _with_nomination(b, "n1", "2")
+    bound["spec"]["nodeName"] = "n1"
+    app.on_pod_event("MODIFIED", bound)
+    assert nominator.count == 0
+    c = _with_nomination(pending("c"), "n3", "1")
+    app.on_pod_event("ADDED", c)
+    app.on_pod_event("DELETED", c)
+    assert nominator.count == 0
+
+
+def test_a_gated_pod_is_not_nominated_and_a_profile_created_later_nominates_its_pods() -> None:
+    app = new_app()
+    gated = _with_nomination(pending("gated"), "n1", "1")
+    gated["spec"]["schedulingGates"] = [{"name": "wait"}]
+    early = _with_nomination(pending("early"), "n1", "1")
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.on_pod_event("ADDED", gated)
+    assert app.nominator.count == 0
+    app.on_pod_event("ADDED", _with_nomination(pending("later", scheduler="sp2"), "n2", "1"))
+    app.on_pod_event("ADDED", early)
+    app.apply_profile(name="sp2", spec={}, generation=1)
+    assert {p.name for n in ("n1", "n2") for p in app.nominator.nominated_pods_for_node(n)} == {"early", "later"}
+
+
+def test_a_deleted_profiles_pods_hold_no_nominated_place_until_it_comes_back() -> None:
+    app = new_app()
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.on_pod_event("ADDED", _with_nomination(pending("a"), "n1", "1"))
+    app.remove_profile("sp")
+    assert app.nominator.count == 0
+    app.apply_profile(name="sp", spec={}, generation=2)
+    assert app.nominator.nominated_node(next(iter(app.unassigned))) == "n1"

@@ -9,9 +9,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from kopf_scheduler.explain import Explanations, format_account
+from kopf_scheduler.framework import PostFilterResult
 from kopf_scheduler.web import build_app
 from tests.unit.app_harness import FakeClient, drive, new_app, pending
 from tests.unit.factories import make_node
+from tests.unit.test_schedule_one import NO_POST_FILTER, preempting_app
 
 TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 
@@ -38,12 +40,18 @@ def test_a_failed_attempt_is_explained_node_by_node() -> None:
     assert account["result"] == "Unschedulable"
     assert account["profile"] == "sp"
     assert account["numNodes"] == 3
+    cannot_help = "UnschedulableAndUnresolvable: preemption cannot help"  # DefaultPreemption, node by node
     assert account["nodes"] == {
-        "cordoned": {"plugin": "NodeUnschedulable", "reasons": ["node(s) were unschedulable"]},
-        "small": {"plugin": "NodeResourcesFit", "reasons": ["Insufficient cpu"]},
+        "cordoned": {
+            "plugin": "NodeUnschedulable",
+            "reasons": ["node(s) were unschedulable"],
+            "preemption": cannot_help,
+        },
+        "small": {"plugin": "NodeResourcesFit", "reasons": ["Insufficient cpu"], "preemption": cannot_help},
         "tainted": {
             "plugin": "TaintToleration",
             "reasons": ["node(s) had untolerated taint(s)"],
+            "preemption": cannot_help,
         },
     }
     assert account["rejectedByPlugin"] == {"NodeResourcesFit": 1, "NodeUnschedulable": 1, "TaintToleration": 1}
@@ -82,14 +90,21 @@ def test_nodes_not_judged_one_by_one_share_one_line() -> None:
     drive(app)
     account = app.explanations.get("default/pinned")
     assert account is not None
-    assert account["message"] == "0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+    assert account["message"] == (
+        "0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [NodeAffinity]. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    )
     assert account["nodes"] == {}
     assert account["otherNodes"] == {
         "count": 2,
         "plugin": "",
         "reasons": ["node(s) didn't satisfy plugin(s) [NodeAffinity]"],
+        "preemption": ["UnschedulableAndUnresolvable: preemption cannot help"],
     }
-    assert format_account(account).endswith("2 other node(s): node(s) didn't satisfy plugin(s) [NodeAffinity]")
+    assert format_account(account).endswith(
+        "2 other node(s): node(s) didn't satisfy plugin(s) [NodeAffinity]\n"
+        "  preemption: UnschedulableAndUnresolvable: preemption cannot help"
+    )
 
 
 def test_the_text_form_lists_every_node_with_its_plugin() -> None:
@@ -100,7 +115,7 @@ def test_the_text_form_lists_every_node_with_its_plugin() -> None:
     assert text[0].startswith("Pod default/big: Unschedulable (profile sp, attempt at ")
     assert text[1] == account["message"]
     header = next(i for i, line in enumerate(text) if line.startswith("NODE"))
-    rows = [line.split(None, 2) for line in text[header + 1 :]]
+    rows = [line.split(None, 2) for line in text[header + 1 :] if not line.lstrip().startswith("preemption: ")]
     assert rows == [
         ["cordoned", "NodeUnschedulable", "node(s) were unschedulable"],
         ["small", "NodeResourcesFit", "Insufficient cpu"],
@@ -150,3 +165,35 @@ def test_the_endpoints_serve_metrics_and_explanations() -> None:
     assert '"0/1 nodes are available: 1 Insufficient cpu."' in e_body
     assert missing == 404
     assert "no failed scheduling attempt recorded for pod ns/other" in missing_body
+
+
+def test_the_account_shows_what_preemption_found_on_each_node() -> None:
+    messages = {"n1": "preemption would make room: victims default/low", "gone": "a node deleted meanwhile"}
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1", node_messages=messages))
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "2"}))
+    drive(app)
+    account = app.explanations.get("default/big")
+    assert account is not None
+    assert account["postFilter"] == "preemption: fake"
+    assert account["nominatedNode"] == "n1"
+    assert account["nodes"]["n1"] == {
+        "plugin": "NodeResourcesFit",
+        "reasons": ["Insufficient cpu"],
+        "preemption": "preemption would make room: victims default/low",
+    }
+    assert set(account["nodes"]) == {"n1"}  # a node the cycle did not judge gets no row of its own
+    text = format_account(account).splitlines()
+    assert "Nominated node (preemption): n1" in text
+    row = next(i for i, line in enumerate(text) if line.startswith("n1 "))
+    assert text[row + 1].strip() == "preemption: preemption would make room: victims default/low"
+
+
+def test_without_postfilter_the_account_has_no_preemption_part() -> None:
+    app = preempting_app(FakeClient(), None, NO_POST_FILTER)
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "2"}))
+    drive(app)
+    account = app.explanations.get("default/big")
+    assert account is not None
+    assert "nominatedNode" not in account
+    assert all("preemption" not in verdict for verdict in account["nodes"].values())

@@ -396,7 +396,9 @@ def test_all_nodes_rejected_by_an_extender_is_a_fit_error_explained_per_node() -
     assert failed[0]["note"].startswith("0/3 nodes are available: 3 no gpu here.")
     account = app.explanations.get("default/p")
     assert account is not None
-    assert account["nodes"]["n1"] == {"plugin": URL, "reasons": ["no gpu here"]}
+    verdict = account["nodes"]["n1"]
+    assert (verdict["plugin"], verdict["reasons"]) == (URL, ["no gpu here"])
+    assert verdict["preemption"] == "not a candidate: no lower-priority pods"  # U: preemption looked at it
     qpod = app.profiles["sp"].queue.get(next(iter(app.unassigned)))
     assert qpod is not None
     assert {"Extender", URL} <= qpod.unschedulable_plugins  # upstream's ExtenderName: any event requeues it

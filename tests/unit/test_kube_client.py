@@ -101,6 +101,30 @@ def test_events_and_status_patches_use_their_content_types() -> None:
     }
 
 
+def test_delete_pod_sends_a_uid_precondition_and_ignores_only_404() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def delete(request: web.Request) -> web.StreamResponse:
+        seen.append(await request.json())
+        name = request.match_info["name"]
+        codes = {"gone": 404, "recreated": 409}
+        status = codes.get(name, 200)
+        return web.json_response({"kind": "Status", "message": f"{name}", "code": status}, status=status)
+
+    routes = {("DELETE", "/api/v1/namespaces/ns/pods/{name}"): delete}
+
+    async def scenario(client: KubeClient) -> None:
+        await client.delete_pod(namespace="ns", name="victim", uid="u1")
+        await client.delete_pod(namespace="ns", name="gone", uid="u2")
+        with pytest.raises(APIError) as raised:
+            await client.delete_pod(namespace="ns", name="recreated", uid="u3")
+        assert raised.value.status == 409
+
+    serve(routes, scenario)
+    assert [body["preconditions"] for body in seen] == [{"uid": "u1"}, {"uid": "u2"}, {"uid": "u3"}]
+    assert seen[0]["kind"] == "DeleteOptions"
+
+
 def test_volume_binding_puts_pvs_and_claims_and_gets_the_stored_objects() -> None:
     seen: list[tuple[str, str, dict[str, Any]]] = []
 

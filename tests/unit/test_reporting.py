@@ -25,7 +25,11 @@ def test_unschedulable_pod_gets_upstream_text_condition_and_one_event() -> None:
     app.apply_profile(name="sp", spec={}, generation=1)
     app.on_pod_event("ADDED", pending("big", requests={"cpu": "3"}))
     drive(app)
-    message = "0/2 nodes are available: 2 Insufficient cpu."
+    # DefaultPreemption (default profile) adds its part: the pod asks more than any node has (UUR everywhere).
+    message = (
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    )
     [event] = client.events
     assert (event["reason"], event["type"], event["note"]) == ("FailedScheduling", "Warning", message)
     [(name, patch)] = client.status_patches
@@ -145,7 +149,7 @@ def test_nominate_patches_nominated_node_name_only_when_it_changes(current: str 
 def test_a_failed_binding_clears_the_nomination_in_the_same_patch() -> None:
     client = FakeClient()
     rep, spawned = reporter(client, FakeClock())
-    rep.failed(_nominated("n1"), "sp", reason="SchedulerError", message="boom", clear_nomination=True)
+    rep.failed(_nominated("n1"), "sp", reason="SchedulerError", message="boom", nominated_node="")
     settle(spawned)
     [(_, patch)] = client.status_patches
     assert patch["status"]["nominatedNodeName"] is None
@@ -158,10 +162,40 @@ def test_clearing_alone_when_the_condition_is_unchanged_and_nothing_without_a_no
     pod = _nominated("n1")
     condition = {"type": "PodScheduled", "status": "False", "reason": "SchedulerError", "message": "boom"}
     pod.obj["status"]["conditions"] = [condition]
-    rep.failed(pod, "sp", reason="SchedulerError", message="boom", clear_nomination=True)
-    rep.failed(_nominated(None), "sp", reason="SchedulerError", message="boom", clear_nomination=True)
+    rep.failed(pod, "sp", reason="SchedulerError", message="boom", nominated_node="")
+    rep.failed(_nominated(None), "sp", reason="SchedulerError", message="boom", nominated_node="")
     rep.failed(pod, "sp", reason="SchedulerError", message="boom")  # a scheduling-cycle failure keeps it
     settle(spawned)
     patches = [patch for _, patch in client.status_patches]
     assert patches[0] == {"status": {"nominatedNodeName": None}}
     assert [("nominatedNodeName" in p["status"]) for p in patches] == [True, False]
+
+
+@pytest.mark.parametrize(("current", "patched"), [(None, True), ("n2", True), ("n1", False)])
+def test_a_preemptions_nomination_joins_the_failures_patch_only_when_it_changes(
+    current: str | None, patched: bool
+) -> None:
+    client = FakeClient()
+    rep, spawned = reporter(client, FakeClock())
+    pod = _nominated(current)
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
+    pod.obj["status"]["conditions"] = [condition]  # unchanged condition: only the nomination may need a patch
+    rep.failed(pod, "sp", reason="Unschedulable", message="m", nominated_node="n1")
+    settle(spawned)
+    patches = [patch for _, patch in client.status_patches]
+    assert patches == ([{"status": {"nominatedNodeName": "n1"}}] if patched else [])
+
+
+def test_record_event_posts_a_plugins_event_in_the_background() -> None:
+    client = FakeClient()
+    rep, spawned = reporter(client, FakeClock())
+    rep.record_event(_nominated(None), "sp", "Normal", "Preempted", "Preempting", "Preempted by pod u1 on node n1")
+    assert client.events == []  # not before the spawned post runs
+    settle(spawned)
+    [event] = client.events
+    assert (event["reason"], event["action"], event["note"]) == (
+        "Preempted",
+        "Preempting",
+        "Preempted by pod u1 on node n1",
+    )
+    assert event["reportingInstance"] == "sp-test"

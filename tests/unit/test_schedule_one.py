@@ -9,18 +9,29 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from kopf_scheduler.app import SchedulerApp
-from kopf_scheduler.framework import APIError, ClusterEvent, Status
+from kopf_scheduler.framework import (
+    APIError,
+    ClusterEvent,
+    Code,
+    CycleState,
+    PostFilterPlugin,
+    PostFilterResult,
+    Status,
+)
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
+from kopf_scheduler.framework.interface import NodeToStatus
+from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.schedule_one import ScheduleOne
+from kopf_scheduler.scheduler import SchedulingError
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
-from tests.unit.factories import make_node
+from tests.unit.factories import make_node, make_pod
 from tests.unit.plugins.test_volume_binding import claim_volume, pv, pvc, storage_class
 
 
@@ -263,3 +274,161 @@ def test_the_assigned_pod_delete_move_spares_a_rejected_pod_and_comes_after_its_
     else:
         assert pre_check is None
         assert parked == 0  # still in flight: the event is recorded for it
+
+
+# -- PostFilter's nomination (upstream handleSchedulingFailure / updatePod) -----------------------------------
+class FakePreemption(PostFilterPlugin):
+    """A PostFilter answering what the test sets: ``result`` with Unschedulable and "preemption: fake"."""
+
+    name = "FakePreemption"
+    result: ClassVar[PostFilterResult | None] = None
+    calls: ClassVar[int] = 0
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
+    ) -> tuple[PostFilterResult | None, Status]:
+        type(self).calls += 1
+        return type(self).result, Status(Code.UNSCHEDULABLE, ("preemption: fake",))
+
+
+PREEMPTING = {"plugins": {"postFilter": {"enabled": [{"name": "FakePreemption"}], "disabled": [{"name": "*"}]}}}
+NO_POST_FILTER = {"plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}
+
+
+def preempting_app(
+    client: FakeClient, result: PostFilterResult | None, spec: dict[str, Any] = PREEMPTING
+) -> SchedulerApp:
+    FakePreemption.result = result
+    FakePreemption.calls = 0
+    app = new_app(client, registry=default_registry().merged(Registry([FakePreemption])))
+    app.on_node_event(None, make_node("n1", cpu="1"))
+    assert app.apply_profile(name="sp", spec=spec, generation=1).ready
+    return app
+
+
+def nominated(name: str, node: str | None, **kwargs: Any) -> dict[str, Any]:
+    pod = pending(name, **kwargs)
+    if node:
+        pod["status"]["nominatedNodeName"] = node
+    return pod
+
+
+def test_a_postfilter_nomination_enters_the_nominator_and_the_failures_status_patch() -> None:
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "2"}))
+    drive(app)
+    assert [p.name for p in app.nominator.nominated_pods_for_node("n1")] == ["big"]
+    [(_, patch)] = client.status_patches
+    assert patch["status"]["nominatedNodeName"] == "n1"
+    assert patch["status"]["conditions"][0]["reason"] == "Unschedulable"
+    [event] = client.events
+    assert event["note"] == "0/1 nodes are available: 1 Insufficient cpu. preemption: fake"
+
+
+def test_a_nominated_pod_holds_its_place_against_lower_priority_pods_of_every_profile() -> None:
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
+    app.on_node_event(None, make_node("n1", cpu="2"))
+    assert app.apply_profile(name="other", spec=NO_POST_FILTER, generation=1).ready
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "3"}, spec={"priority": 10}))
+    drive(app)
+    # The big pod's node now counts it: a lower-priority pod of another profile does not fit beside it.
+    app.on_pod_event("ADDED", pending("low", scheduler="other", requests={"cpu": "1"}, spec={"priority": 1}))
+    drive(app, "other")
+    assert client.bindings == []
+    # Once the nomination goes (the big pod bound elsewhere, say), the low one fits.
+    [big] = [p for p in app.unassigned.values() if p.name == "big"]
+    app.nominator.delete_nominated_pod_if_exists(big)
+    app.profiles["other"].queue.activate(list(app.unassigned))
+    drive(app, "other")
+    assert client.bindings == [("default", "low", "n1")]
+
+
+@pytest.mark.parametrize(
+    ("result", "spec", "kept"),
+    [
+        (PostFilterResult(clear_nomination=True), PREEMPTING, False),  # preemption cannot help anywhere
+        (None, PREEMPTING, True),  # no result: upstream's Noop, the nomination stands
+        (None, NO_POST_FILTER, False),  # no PostFilter plugin: upstream clears
+    ],
+)
+def test_a_failure_clears_or_keeps_the_nomination_as_upstream(
+    result: PostFilterResult | None, spec: dict[str, Any], kept: bool
+) -> None:
+    client = FakeClient()
+    app = preempting_app(client, result, spec)
+    app.on_pod_event("ADDED", nominated("big", "n1", requests={"cpu": "2"}))
+    assert app.nominator.nominated_node(next(iter(app.unassigned))) == "n1"  # the watch fed it
+    drive(app)
+    assert (app.nominator.nominated_node(next(iter(app.unassigned))) == "n1") is kept
+    [(_, patch)] = client.status_patches
+    assert ("nominatedNodeName" in patch["status"]) is not kept
+    if not kept:
+        assert patch["status"]["nominatedNodeName"] is None
+
+
+def test_a_reserve_or_permit_rejection_runs_no_postfilter_and_clears_the_nomination() -> None:
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
+    app.on_pod_event("ADDED", nominated("p", "n1", requests={"cpu": "1"}))
+    runtime = app.profiles["sp"]
+    rejection = Status(Code.UNSCHEDULABLE, ("no",), "SomeReserve")
+    runtime.framework.run_reserve_plugins_reserve = lambda *_: rejection  # type: ignore[method-assign]
+    runtime.framework.run_reserve_plugins_unreserve = lambda *_: None  # type: ignore[method-assign]
+    drive(app)
+    assert FakePreemption.calls == 0
+    assert app.nominator.nominated_node(next(iter(app.unassigned))) is None
+    [(_, patch)] = client.status_patches
+    assert patch["status"]["nominatedNodeName"] is None
+
+
+@pytest.mark.parametrize("error", [SchedulingError(Status.as_error(RuntimeError("snapshot"))), RuntimeError("bug")])
+def test_a_scheduling_error_clears_the_nomination_as_upstream(error: Exception) -> None:
+    client = FakeClient()
+    app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
+    app.on_pod_event("ADDED", nominated("p", "n1", requests={"cpu": "1"}))
+    runtime = app.profiles["sp"]
+
+    def broken(*_: Any) -> Any:
+        raise error
+
+    runtime.scheduler.schedule_pod = broken  # type: ignore[method-assign]
+    drive(app)
+    assert FakePreemption.calls == 0
+    assert app.nominator.nominated_node(next(iter(app.unassigned))) is None
+    [(_, patch)] = client.status_patches
+    assert patch["status"]["nominatedNodeName"] is None
+    assert patch["status"]["conditions"][0]["reason"] == "SchedulerError"
+
+
+def test_default_preemption_end_to_end_through_the_app() -> None:
+    """The real plugin in the default profile: victims deleted and told, the preemptor nominated, then bound
+    once the victim's deletion is watched (the API server's part played by hand)."""
+    client = FakeClient()
+    clock = FakeClock()
+    app = new_app(client, clock)
+    app.on_node_event(None, make_node("n1", cpu="4"))
+    assert app.apply_profile(name="sp", spec={}, generation=1).ready
+    running: dict[str, dict[str, Any]] = {}
+    for name, priority, cpu in (("low", 10, "1"), ("mid", 20, "1"), ("high", 30, "2")):
+        running[name] = make_pod(name, requests={"cpu": cpu}, node_name="n1", spec={"priority": priority})
+        app.on_pod_event(None, running[name])
+    vip = pending("vip", requests={"cpu": "1"}, spec={"priority": 1000})
+    app.on_pod_event("ADDED", vip)
+    drive(app)
+
+    assert [name for _, name, _ in client.deleted] == ["low"]
+    [preempted] = [e for e in client.events if e["reason"] == "Preempted"]
+    assert preempted["note"] == f"Preempted by pod {vip['metadata']['uid']} on node n1"
+    vip_patch = next(patch for name, patch in client.status_patches if name == "vip")
+    assert vip_patch["status"]["nominatedNodeName"] == "n1"
+    assert app.nominator.nominated_node(vip["metadata"]["uid"]) == "n1"
+    assert app.metrics.registry.get_sample_value("scheduler_preemption_victims_count") == 1
+
+    app.on_pod_event("DELETED", running["low"])
+    clock.now += 10
+    app.profiles["sp"].queue.flush_backoff_completed()
+    drive(app)
+    assert client.bindings == [("default", "vip", "n1")]
+    assert app.nominator.count == 0  # assumed: the nomination went

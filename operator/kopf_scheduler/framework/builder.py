@@ -27,7 +27,7 @@ Every error is a :class:`ProfileError` whose message starts with the offending f
 (``plugins.filter.enabled[2]``, ``pluginConfig[0].args.scoringStrategy.type``), followed by upstream's text.
 
 **Defaults we do not implement yet.** Upstream's default profile includes plugins this project has not written
-(at the time of writing DynamicResources, which runs as a stand-in, and DefaultPreemption;
+(at the time of writing DynamicResources, which runs as a stand-in;
 ``status.omittedDefaultPlugins`` of a live profile says it for certain). A
 default-list plugin that is missing from the registry is left out of the resolved profile and named in
 :attr:`ResolvedProfile.omitted_defaults`, so a profile without ``plugins`` still builds and reports honestly

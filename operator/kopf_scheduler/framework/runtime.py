@@ -472,6 +472,11 @@ class Framework:
         reasons: list[str] = []
         rejector = ""
         for name, plugin in self.post_filter_plugins:
+            # Upstream's plugins reach the framework through their Handle (it *is* the framework); ours are
+            # handed it here, the one place that needs it (preemption's dry run re-runs the filters).
+            attach = getattr(plugin, "attach_framework", None)
+            if attach is not None:
+                attach(self)
             try:
                 outcome, status = plugin.post_filter(state, pod, filtered)
             except Exception as exc:
@@ -482,7 +487,11 @@ class Framework:
                 return outcome, status.with_plugin(name)
             if not status.is_rejected:
                 return None, Status(Code.ERROR, status.reasons, name, status.error)
-            if outcome is not None and outcome.nominated_node_name is not None:
+            # Upstream keeps a result whose mode is not Noop (a node, or Override with "" = clear_nomination);
+            # one carrying only node_messages (ours, for explain) is as harmless as a Noop and kept too.
+            if outcome is not None and (
+                outcome.nominated_node_name is not None or outcome.clear_nomination or outcome.node_messages
+            ):
                 result = outcome
             reasons.extend(status.reasons)
             rejector = rejector or name

@@ -3,7 +3,7 @@
 Credentials come from kopf's login (``kopf.ConnectionInfo``), so the operator authenticates exactly as
 kopf does (service account in-cluster, kubeconfig outside). Errors surface as
 :class:`kopf_scheduler.framework.APIError` with the HTTP status, which is what callers branch on
-(409 = already bound, 404 = gone).
+(409 = already bound or a failed precondition, 404 = gone).
 """
 
 from __future__ import annotations
@@ -142,6 +142,16 @@ class KubeClient:
             body=patch,
             content_type="application/strategic-merge-patch+json",
         )
+
+    async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
+        """DELETE a pod with a UID precondition (DefaultPreemption's victims, as upstream's executor deletes
+        them): a pod recreated under the same name is spared (409), and one already gone (404) is no error."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        try:
+            await self.send("DELETE", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}", body=body)
+        except APIError as e:
+            if e.status != 404:
+                raise
 
     async def create_event(self, *, namespace: str, body: JSON) -> None:
         """Create an events.k8s.io/v1 Event."""

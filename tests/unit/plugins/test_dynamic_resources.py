@@ -88,7 +88,10 @@ def test_the_default_profile_keeps_a_pod_with_claims_pending_with_a_failed_sched
     drive(app)
     assert client.bindings == [("default", "plain", "n1")]
     [event] = [e for e in client.events if e["reason"] == "FailedScheduling"]
-    assert event["note"] == f"0/1 nodes are available: {MESSAGE}."
+    assert event["note"] == (
+        f"0/1 nodes are available: {MESSAGE}. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
     [(name, patch)] = client.status_patches
     assert name == "claims"
     [condition] = patch["status"]["conditions"]

@@ -1,0 +1,625 @@
+"""DefaultPreemption: evict lower-priority pods so a pod that fits nowhere gets a node (upstream v1.36.3).
+
+Restates upstream's ``plugins/defaultpreemption/default_preemption.go`` with the evaluator of
+``framework/preemption/preemption.go`` and the asynchronous executor of ``framework/preemption/executor.go``
+(SchedulerAsyncPreemption, on in 1.36; reference §6 and §0.1). The steps, each its own method:
+
+1. PostFilter counts an attempt, re-reads the preemptor and checks it may preempt (:meth:`eligible`).
+2. :meth:`find_candidates`: the nodes Filter called Unschedulable (not UUR), a sample of them from a random
+   offset, each dry-run by :meth:`select_victims_on_node` (lower-priority pods out, filters with nominated
+   pods, PDB split, reprieve). Extenders with a ``preempt`` verb shrink the candidates between this step and
+   the next (:meth:`process_extenders`, the seam the extender support fills).
+3. :meth:`select_candidate`: ``pickOneNodeForPreemption``'s criteria (:mod:`._preemption`).
+4. :class:`PreemptionExecutor` evicts the victims off the cycle (``Handle.spawn``) while the preemptor is held
+   at PreEnqueue; it is re-activated if an API call fails.
+
+Where we differ: upstream dry-runs nodes in parallel, so which nodes end up sampled can vary run to run;
+here they are tried one by one from the offset, which is one of upstream's possible outcomes. The last
+``pickOneNodeForPreemption`` tie-break is upstream's Go map order (arbitrary); here the first candidate found.
+``PostFilterResult.node_messages`` (for ``kopf-scheduler explain``) is ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from kopf_scheduler.api.args import DefaultPreemptionArgs
+from kopf_scheduler.framework import (
+    QUEUE_SKIP,
+    SUCCESS,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    Code,
+    CycleState,
+    EventResource,
+    Handle,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreEnqueuePlugin,
+    QueueingHint,
+    Status,
+    nominated_node_name,
+)
+from kopf_scheduler.framework.interface import APIError, NodeToStatus
+from kopf_scheduler.plugins._preemption import (
+    Budget,
+    DryRunRemoval,
+    Victims,
+    calculate_num_candidates,
+    pick_one_node_for_preemption,
+    pod_terminating_by_preemption,
+    sort_by_importance,
+    split_by_pdb_violation,
+)
+from kopf_scheduler.state.cache import NodeInfo, Snapshot
+from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.state.storage import POD_DISRUPTION_BUDGET
+
+log = logging.getLogger(__name__)
+
+NAME = "DefaultPreemption"
+
+# Upstream's texts (they end up, after "preemption: ", in FailedScheduling events and pod conditions).
+NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
+NOT_ELIGIBLE_TERMINATING = "not eligible due to a terminating pod on the nominated node."
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+NO_CANDIDATE = "no candidate node for preemption"
+NO_NODES = "no nodes available"
+WAITING_FOR_PREEMPTION = "waiting for the preemption for this pod to be finished"
+PREEMPTION_PREFIX = "preemption: "
+
+# Messages per node for ``kopf-scheduler explain`` (ours, not upstream's).
+EXPLAIN_UNRESOLVABLE = "UnschedulableAndUnresolvable: preemption cannot help"
+EXPLAIN_NO_VICTIMS = "not a candidate: no lower-priority pods"
+EXPLAIN_NOT_EXAMINED = "not examined: enough candidates were found on other nodes"
+
+
+class FilterRunner(Protocol):
+    """What the dry run needs of the profile's framework (upstream's Handle is the framework itself:
+    ``RunFilterPluginsWithNominatedPods``, ``RunPreFilterExtensionAddPod`` / ``RemovePod``)."""
+
+    def run_filter_plugins_with_nominated_pods(
+        self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
+    ) -> Any: ...
+
+    def run_pre_filter_extension_add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
+    ) -> Status: ...
+
+    def run_pre_filter_extension_remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
+    ) -> Status: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A node where evicting ``victims`` would let the preemptor fit (upstream ``preemption.Candidate``)."""
+
+    name: str
+    victims: Victims
+
+
+@dataclass(slots=True)
+class CandidateSearch:
+    """What :meth:`DefaultPreemption.find_candidates` found: candidates (non-violating first) and, per examined
+    node that is not one, its status (upstream's ``NodeToStatus`` of the dry run)."""
+
+    candidates: list[Candidate]
+    statuses: dict[str, Status]
+    errors: list[Status]
+    #: Potential nodes (filter said Unschedulable), in the order they were tried.
+    examined: list[str]
+    potential: list[str]
+
+
+class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
+    name: ClassVar[str] = NAME
+    args_model = DefaultPreemptionArgs
+
+    def __init__(self, *, handle: Handle, args: Any = None) -> None:
+        super().__init__(handle=handle, args=args)
+        self.args: DefaultPreemptionArgs = args if isinstance(args, DefaultPreemptionArgs) else DefaultPreemptionArgs()
+        #: The random offset of the candidate search (upstream ``getOffsetRand``); tests seed or replace it.
+        self.rng = random.Random()
+        #: Start time of pods that have none yet (upstream ``time.Now()``); tests replace it.
+        self.clock: Callable[[], float] = time.time
+        self.executor = PreemptionExecutor(handle, NAME)
+        self._framework: FilterRunner | None = None
+
+    def attach_framework(self, framework: FilterRunner) -> None:
+        """Called by the runtime before PostFilter: the framework that runs this profile's filters."""
+        self._framework = framework
+
+    # -- PreEnqueue / events -------------------------------------------------------------------------
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        if self.executor.is_pod_running_preemption(pod.uid):
+            return Status.unschedulable(WAITING_FOR_PREEMPTION, plugin=self.name, unresolvable=True)
+        return SUCCESS
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """Pod/Delete, always QueueSkip: registered so a deletion may lift the PreEnqueue hold; whether the pod
+        is then worth retrying is for the plugins that rejected it (upstream's comment says the same)."""
+        return [ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.DELETE), _skip_after_pod_deletion)]
+
+    # -- PostFilter ----------------------------------------------------------------------------------
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
+    ) -> tuple[PostFilterResult | None, Status]:
+        try:
+            result, status = self.preempt(state, pod, filtered)
+        finally:
+            self.handle.metrics.preemption_attempt()
+        if status.message:
+            status = Status(status.code, (PREEMPTION_PREFIX + status.message,), status.plugin, status.error)
+        return result, status
+
+    def preempt(
+        self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
+    ) -> tuple[PostFilterResult | None, Status]:
+        """Upstream ``Evaluator.Preempt`` (its message without the ``preemption: `` prefix)."""
+        latest = self.handle.get_pod(pod.uid)
+        if latest is None:
+            return None, Status.as_error(LookupError(f'pod "{pod.name}" not found'))
+        pod = latest
+        nominated = nominated_node_name(pod)
+        ok, message = self.eligible(pod, status_of(filtered, nominated))
+        if not ok:
+            # Upstream returns no result (the nomination stays); ours carries only the explanation (a Noop).
+            names = [info.name for info in self.handle.snapshot().node_infos()]
+            explained = SameForAll(names, f"preemption not attempted: {message}")
+            return PostFilterResult(node_messages=explained), Status.unschedulable(message)
+
+        snapshot = self.handle.snapshot()
+        all_nodes = [info.name for info in snapshot.node_infos()]
+        if not all_nodes:
+            return None, Status.as_error(RuntimeError(NO_NODES))
+        now = self.clock()
+        search = self.find_candidates(state, pod, filtered, snapshot, now)
+        messages = NodeMessages(all_nodes, filtered, search)
+        if search.errors and not search.candidates:
+            return None, aggregate_error(search.errors)
+        if not search.candidates:
+            text = fit_error_message(len(all_nodes), search.statuses, NOT_HELPFUL)
+            return PostFilterResult(clear_nomination=True, node_messages=messages), Status.unschedulable(text)
+
+        candidates, status = self.process_extenders(pod, search.candidates)
+        if not status.is_success:
+            return None, status
+        best = self.select_candidate(candidates, now)
+        if best is None or not best.name:
+            return None, Status.unschedulable(NO_CANDIDATE)
+        messages.chosen = best.name
+        self.executor.start(best, pod)
+        return PostFilterResult(nominated_node_name=best.name, node_messages=messages), SUCCESS
+
+    # -- 1. eligibility ------------------------------------------------------------------------------
+    def eligible(self, pod: PodInfo, nominated_status: Status) -> tuple[bool, str]:
+        """Upstream ``PodEligibleToPreemptOthers``: (may preempt, why not)."""
+        spec = pod.obj.get("spec") or {}
+        if spec.get("preemptionPolicy") == "Never":
+            return False, NOT_ELIGIBLE_NEVER
+        nominated = nominated_node_name(pod)
+        if nominated:
+            if nominated_status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                return True, ""
+            node = self.handle.snapshot().cache.node(nominated)
+            if node is not None:
+                for other in node.pods.values():
+                    if self.is_preemption_allowed(node, other, pod) and pod_terminating_by_preemption(other):
+                        return False, NOT_ELIGIBLE_TERMINATING
+        return True, ""
+
+    def is_preemption_allowed(self, node: NodeInfo, victim: PodInfo, preemptor: PodInfo) -> bool:
+        """Upstream ``isPreemptionAllowed`` with the default ``IsEligiblePod`` (always true): lower priority."""
+        return victim.priority < preemptor.priority
+
+    # -- 2. candidates -------------------------------------------------------------------------------
+    def offset_and_num_candidates(self, num_nodes: int) -> tuple[int, int]:
+        """Upstream ``GetOffsetAndNumCandidates``: a random start in [0, n) and how many candidates to find."""
+        args = self.args
+        count = calculate_num_candidates(
+            num_nodes, args.min_candidate_nodes_percentage, args.min_candidate_nodes_absolute
+        )
+        return self.rng.randrange(num_nodes), count
+
+    def find_candidates(
+        self, state: CycleState, pod: PodInfo, filtered: NodeToStatus, snapshot: Snapshot, now: float
+    ) -> CandidateSearch:
+        """Upstream ``findCandidates`` + ``DryRunPreemption`` (one node after the other, from the offset)."""
+        potential = potential_nodes(filtered, (info.name for info in snapshot.node_infos()))
+        search = CandidateSearch([], {}, [], [], potential)
+        if not potential:
+            return search
+        budgets = [Budget.from_obj(obj) for obj in snapshot.cache.storage.all(POD_DISRUPTION_BUDGET)]
+        offset, wanted = self.offset_and_num_candidates(len(potential))
+        non_violating: list[Candidate] = []
+        violating: list[Candidate] = []
+        for i in range(len(potential)):
+            name = potential[(offset + i) % len(potential)]
+            node = snapshot.cache.node(name)
+            if node is None:
+                continue
+            search.examined.append(name)
+            victims, violations, status = self.select_victims_on_node(state.clone(), pod, node, snapshot, budgets, now)
+            if status.is_success and victims:
+                (violating if violations else non_violating).append(
+                    Candidate(name, Victims(tuple(victims), violations))
+                )
+                if non_violating and len(non_violating) + len(violating) >= wanted:
+                    break
+                continue
+            if status.is_success:
+                status = Status.as_error(RuntimeError(f'expected at least one victim pod on node "{name}"'))
+            if status.code is Code.ERROR:
+                search.errors.append(status)
+            search.statuses[name] = status
+        search.candidates = non_violating + violating
+        return search
+
+    def select_victims_on_node(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        node: NodeInfo,
+        snapshot: Snapshot,
+        budgets: Sequence[Budget],
+        now: float,
+    ) -> tuple[list[PodInfo], int, Status]:
+        """Upstream ``SelectVictimsOnNode``: the fewest pods (least important first) to evict from ``node``.
+
+        Works on the shared cache through :class:`DryRunRemoval` (so the node is exactly as before on return)
+        and on ``state``, a clone the caller made, kept right by the PreFilter extensions.
+        """
+        framework = self._require_framework()
+        potential = [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)]
+        one = np.asarray([node.slot], dtype=np.int64)
+        with DryRunRemoval(snapshot.cache, node) as dry_run:
+
+            def remove(victim: PodInfo) -> Status:
+                dry_run.remove(victim)
+                return framework.run_pre_filter_extension_remove_pod(state, pod, victim, node)
+
+            def add(victim: PodInfo) -> Status:
+                dry_run.restore(victim.uid)
+                return framework.run_pre_filter_extension_add_pod(state, pod, victim, node)
+
+            def fits() -> Status:
+                return _node_status(framework.run_filter_plugins_with_nominated_pods(state, pod, one, snapshot), node)
+
+            for victim in potential:
+                status = remove(victim)
+                if not status.is_success:
+                    return [], 0, _as_error(status)
+            if not potential:
+                return [], 0, Status.unschedulable(NO_VICTIMS, unresolvable=True)
+            status = fits()
+            if not status.is_success:
+                return [], 0, status
+            ordered = sort_by_importance(potential, now)
+            violating, non_violating = split_by_pdb_violation(ordered, budgets)
+            victims: list[PodInfo] = []
+            num_violating = 0
+            for group, counts in ((violating, True), (non_violating, False)):
+                for victim in group:
+                    status = add(victim)
+                    if not status.is_success:
+                        return [], 0, _as_error(status)
+                    if not fits().is_success:  # an Error counts as not fitting, as upstream
+                        status = remove(victim)
+                        if not status.is_success:
+                            return [], 0, _as_error(status)
+                        victims.append(victim)
+                        num_violating += counts
+        if violating and non_violating:
+            victims = sort_by_importance(victims, now)
+        return victims, num_violating, SUCCESS
+
+    def process_extenders(self, pod: PodInfo, candidates: list[Candidate]) -> tuple[list[Candidate], Status]:
+        """Upstream ``callExtenders``: HTTP extenders with a ``preempt`` verb may drop candidates or victims.
+
+        The seam for extender support (issue 11, extenders): no extenders yet, so the candidates pass as they are.
+        """
+        return candidates, SUCCESS
+
+    # -- 3. the pick ---------------------------------------------------------------------------------
+    def select_candidate(self, candidates: Sequence[Candidate], now: float) -> Candidate | None:
+        """Upstream ``SelectCandidate``: the only one, or ``pickOneNodeForPreemption`` among several."""
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        by_node = {c.name: c for c in candidates}
+        picked = pick_one_node_for_preemption({name: c.victims for name, c in by_node.items()}, now)
+        return by_node.get(picked, candidates[0])
+
+    def _require_framework(self) -> FilterRunner:
+        if self._framework is None:
+            raise RuntimeError("DefaultPreemption needs its framework (attach_framework) before PostFilter")
+        return self._framework
+
+
+def _skip_after_pod_deletion(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+    """Upstream ``isPodSchedulableAfterPodDeletion``: always QueueSkip."""
+    return QUEUE_SKIP
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+def status_of(filtered: NodeToStatus, name: str) -> Status:
+    """Upstream ``NodeToStatus.Get``: the node's status, or that of absent nodes (UUR unless said otherwise)."""
+    found = filtered.get(name) if name else None
+    if found is not None:
+        return found
+    absent = getattr(filtered, "absent_nodes_status", None)
+    return absent if isinstance(absent, Status) else Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+
+def potential_nodes(filtered: NodeToStatus, names: Iterator[str] | Sequence[str]) -> list[str]:
+    """Upstream ``NodesForStatusCode(Unschedulable)``: nodes whose status (explicit or absent) is U."""
+    return [name for name in names if status_of(filtered, name).code is Code.UNSCHEDULABLE]
+
+
+def fit_error_message(num_all_nodes: int, statuses: Mapping[str, Status], absent_reason: str) -> str:
+    """Upstream ``FitError.Error()`` for the dry run's verdicts, absent nodes having ``absent_reason``."""
+    counts: dict[str, int] = {}
+    for status in statuses.values():
+        for reason in status.reasons:
+            counts[reason] = counts.get(reason, 0) + 1
+    if len(statuses) < num_all_nodes:
+        counts[absent_reason] = counts.get(absent_reason, 0) + num_all_nodes - len(statuses)
+    text = f"0/{num_all_nodes} nodes are available:"
+    histogram = sorted(f"{count} {reason}" for reason, count in counts.items())
+    if histogram:
+        text += " " + ", ".join(histogram) + "."
+    return text
+
+
+def aggregate_error(errors: Sequence[Status]) -> Status:
+    """Upstream ``utilerrors.NewAggregate``: one error as itself, several as ``[a, b]``."""
+    if len(errors) == 1:
+        return Status(Code.ERROR, errors[0].reasons, "", errors[0].error)
+    text = "[" + ", ".join(e.message for e in errors) + "]"
+    return Status(Code.ERROR, (text,), "", RuntimeError(text))
+
+
+def _as_error(status: Status) -> Status:
+    return status if status.code is Code.ERROR else Status(Code.ERROR, status.reasons, status.plugin, status.error)
+
+
+def _node_status(outcome: Any, node: NodeInfo) -> Status:
+    """One node's verdict from a :class:`FilterOutcome` over just that node."""
+    if outcome.error is not None:
+        return outcome.error
+    if len(outcome.feasible):
+        return SUCCESS
+    found = outcome.statuses.get(node.slot)
+    return found if found is not None else Status.unschedulable()
+
+
+class NodeMessages(Mapping[str, str]):
+    """Per node, why preemption did or did not help (``PostFilterResult.node_messages``), built on demand."""
+
+    def __init__(self, names: Sequence[str], filtered: NodeToStatus, search: CandidateSearch) -> None:
+        self._names = names
+        self._filtered = filtered
+        self._candidates = {c.name: c for c in search.candidates}
+        self._statuses = search.statuses
+        self._examined = set(search.examined)
+        self._potential = set(search.potential)
+        self._known: set[str] | None = None
+        self.chosen = ""
+
+    def __getitem__(self, name: str) -> str:
+        if self._known is None:
+            self._known = set(self._names)
+        if name not in self._known:
+            raise KeyError(name)
+        candidate = self._candidates.get(name)
+        if candidate is not None:
+            return explain_candidate(candidate.victims, chosen=name == self.chosen)
+        if name in self._statuses:
+            status = self._statuses[name]
+            if NO_VICTIMS in status.reasons:
+                return EXPLAIN_NO_VICTIMS
+            return f"not a candidate: {status.code.label}: {status.message}"
+        if name in self._potential and name not in self._examined:
+            return EXPLAIN_NOT_EXAMINED
+        status = status_of(self._filtered, name)
+        if status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return EXPLAIN_UNRESOLVABLE
+        return f"not a candidate: {status.code.label}"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+class SameForAll(Mapping[str, str]):
+    """One message for every node (the preemptor was not eligible), without building a dict per cycle."""
+
+    def __init__(self, names: Sequence[str], message: str) -> None:
+        self._names = names
+        self._message = message
+        self._known: set[str] | None = None
+
+    def __getitem__(self, name: str) -> str:
+        if self._known is None:
+            self._known = set(self._names)
+        if name not in self._known:
+            raise KeyError(name)
+        return self._message
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def explain_candidate(victims: Victims, *, chosen: bool = False) -> str:
+    count = len(victims.pods)
+    top = max(p.priority for p in victims.pods)
+    text = f"evicting {count} pod{'s' if count != 1 else ''} of priority ≤ {top} would fit the pod"
+    if victims.num_pdb_violations:
+        text += f" ({victims.num_pdb_violations} against a PodDisruptionBudget)"
+    return f"chosen: {text}" if chosen else text
+
+
+# -- 4. the executor -----------------------------------------------------------------------------------
+class PreemptionExecutor:
+    """Upstream ``preemption.Executor`` in async mode: evicts a candidate's victims off the scheduling cycle.
+
+    ``start`` marks the preemptor as preempting (PreEnqueue holds it) and spawns the API work: first the
+    lower-priority nominations on the node are cleared, then all victims but the last are preempted
+    concurrently, then the last one (remembered, so PreEnqueue stops holding the preemptor as soon as that
+    victim is gone or terminating). On any failure the preemptor is re-activated; on success it waits for the
+    victims' deletion events like any pod rejected by Filter.
+    """
+
+    def __init__(self, handle: Handle, plugin_name: str) -> None:
+        self.handle = handle
+        self.plugin_name = plugin_name
+        self._preempting: set[str] = set()
+        #: preemptor uid → uid of the last victim being preempted.
+        self._last_victim: dict[str, str] = {}
+
+    def is_pod_running_preemption(self, uid: str) -> bool:
+        """Upstream ``IsPodRunningPreemption``."""
+        if uid not in self._preempting:
+            return False
+        last = self._last_victim.get(uid)
+        if last is None:
+            return True
+        victim = self.handle.get_pod(last)
+        return victim is not None and not victim.terminating
+
+    def start(self, candidate: Candidate, preemptor: PodInfo) -> None:
+        """Upstream ``prepareCandidateAsync``."""
+        to_delete = [v for v in candidate.victims.pods if not _being_deleted(v)]
+        if not to_delete:
+            return
+        self.handle.metrics.preemption_victims(len(candidate.victims.pods))
+        self._preempting.add(preemptor.uid)
+        self.handle.spawn(self.run(candidate, preemptor, to_delete), name=f"preemption for pod {preemptor.key}")
+
+    async def run(self, candidate: Candidate, preemptor: PodInfo, victims: Sequence[PodInfo]) -> None:
+        failed = False
+        try:
+            try:
+                await self.clear_lower_nominations(candidate.name, preemptor)
+            except Exception:
+                log.exception("Cannot clear 'NominatedNodeName' of lower-priority pods on node %s", candidate.name)
+                failed = True
+            preempt_last = True
+            if len(victims) > 1:
+                results = await asyncio.gather(
+                    *(self.preempt_pod(candidate, preemptor, v) for v in victims[:-1]), return_exceptions=True
+                )
+                errors = [r for r in results if isinstance(r, BaseException)]
+                if errors:
+                    log.error("Error occurred during async preemption for pod %s: %s", preemptor.key, errors[0])
+                    failed, preempt_last = True, False
+            if preempt_last:
+                last = victims[-1]
+                self._last_victim[preemptor.uid] = last.uid
+                try:
+                    await self.preempt_pod(candidate, preemptor, last)
+                except Exception:
+                    log.exception("Error occurred during async preemption of the last victim %s", last.key)
+                    failed = True
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            self._preempting.discard(preemptor.uid)
+            self._last_victim.pop(preemptor.uid, None)
+            if failed:
+                self.handle.activate([preemptor])
+
+    async def preempt_pod(self, candidate: Candidate, preemptor: PodInfo, victim: PodInfo) -> None:
+        """Upstream ``Executor.PreemptPod``: reject it at Permit, or mark it DisruptionTarget and delete it."""
+        note = f"Preempted by pod {preemptor.uid} on node {candidate.name}"
+        if self.handle.reject_waiting_pod(victim.uid):
+            note += " (in kube-scheduler memory)."
+        else:
+            client = self.handle.client
+            if client is None:
+                raise RuntimeError("no API client to preempt pods with")
+            condition = disruption_condition(victim, preemptor)
+            try:
+                if condition is not None:
+                    patch = {"status": {"conditions": [condition]}}
+                    await client.patch_pod_status(namespace=victim.namespace, name=victim.name, patch=patch)
+                await client.delete_pod(namespace=victim.namespace, name=victim.name, uid=victim.uid)
+            except APIError as exc:
+                if exc.status == 404:
+                    return  # already deleted: no event, as upstream
+                raise
+        self.handle.record_event(victim, event_type="Normal", reason="Preempted", action="Preempting", note=note)
+
+    async def clear_lower_nominations(self, node_name: str, preemptor: PodInfo) -> None:
+        """Upstream ``getLowerPriorityNominatedPods`` + ``clearNominatedNodeName``: every one tried, errors after."""
+        nominator = self.handle.nominator
+        lower = [p for p in nominator.nominated_pods_for_node(node_name) if p.priority < preemptor.priority]
+        errors: list[Exception] = []
+        for pod in lower:
+            nominator.delete_nominated_pod_if_exists(pod)
+            if not nominated_node_name(pod):
+                continue
+            client = self.handle.client
+            if client is None:
+                continue
+            try:
+                patch = {"status": {"nominatedNodeName": None}}
+                await client.patch_pod_status(namespace=pod.namespace, name=pod.name, patch=patch)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def _being_deleted(pod: PodInfo) -> bool:
+    return bool((pod.obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def disruption_condition(victim: PodInfo, preemptor: PodInfo) -> dict[str, Any] | None:
+    """The DisruptionTarget condition to patch in, or None when the victim already has exactly it
+    (upstream ``UpdatePodCondition`` returning false)."""
+    scheduler = (preemptor.obj.get("spec") or {}).get("schedulerName") or preemptor.scheduler_name
+    message = f"{scheduler}: preempting to accommodate a higher priority pod"
+    condition: dict[str, Any] = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "message": message,
+        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    generation = (victim.obj.get("metadata") or {}).get("generation")
+    if generation:
+        condition["observedGeneration"] = generation
+    for old in (victim.obj.get("status") or {}).get("conditions") or ():
+        if old.get("type") != "DisruptionTarget":
+            continue
+        if old.get("status") == "True":
+            if old.get("lastTransitionTime"):
+                condition["lastTransitionTime"] = old["lastTransitionTime"]
+            if (
+                old.get("reason") == condition["reason"]
+                and old.get("message") == message
+                and not old.get("lastProbeTime")
+            ):
+                return None
+        break
+    return condition
