@@ -327,7 +327,10 @@ def test_pod_requiring_a_node_feature_goes_to_a_declaring_node_or_waits_for_one(
     total = len(cluster.core.list_node().items)
     reasons = ["1 node(s) didn't match Pod's required features"]
     reasons.append(f"{total - 1} node(s) didn't match Pod's node affinity/selector")
-    _wait_unschedulable(cluster, namespace, "stuck", f"0/{total} nodes are available: {', '.join(sorted(reasons))}.")
+    # Both reasons are UnschedulableAndUnresolvable, so DefaultPreemption finds no node worth trying.
+    preemption = f"preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
+    expected = f"0/{total} nodes are available: {', '.join(sorted(reasons))}. {preemption}"
+    _wait_unschedulable(cluster, namespace, "stuck", expected)
 
     # The node starts declaring the feature: the update event requeues the pod, which is bound there.
     declared_at = time.monotonic()
