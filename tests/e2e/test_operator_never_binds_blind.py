@@ -73,7 +73,9 @@ def test_a_pod_with_resource_claims_is_refused_unless_the_profile_disables_dynam
 
     pod, events = wait_for(reported, timeout=30, message="refused: no FailedScheduling event and condition")
     total = len(cluster.core.list_node().items)
-    message = f"0/{total} nodes are available: {STAND_IN}."
+    # The refusal is UnschedulableAndUnresolvable on every node: DefaultPreemption finds nothing worth trying.
+    preemption = f"preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
+    message = f"0/{total} nodes are available: {STAND_IN}. {preemption}"
     assert pod.spec.node_name is None
     assert pod.status.phase == "Pending"
     condition = pod_condition(pod)
