@@ -251,6 +251,10 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
             if node is None:
                 continue
             search.examined.append(name)
+            if not any(self.is_preemption_allowed(node, p, pod) for p in node.pods.values()):
+                # The common case for a pod of the lowest priority: settled before cloning anything.
+                search.statuses[name] = Status.unschedulable(NO_VICTIMS, unresolvable=True)
+                continue
             victims, violations, status = self.select_victims_on_node(state.clone(), pod, node, snapshot, budgets, now)
             if status.is_success and victims:
                 (violating if violations else non_violating).append(

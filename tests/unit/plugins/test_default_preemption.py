@@ -447,6 +447,26 @@ def test_no_victims_anywhere_is_upstreams_histogram() -> None:
     assert handle.metrics.victims == []
 
 
+def test_nodes_without_lower_priority_pods_are_settled_without_a_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The usual failing pod is of the lowest priority: no node gets a cloned state or a dry run for it."""
+    pod = preemptor(priority=5)
+    nodes = [make_node(f"n{i}", cpu="2") for i in range(4)]
+    pods = [running(f"peer{i}", f"n{i}", priority=5 + i % 2, cpu="2") for i in range(4)]
+    framework, plugin, _handle = setup(nodes, pods, pod)
+    dry_runs: list[str] = []
+    real = plugin.select_victims_on_node
+
+    def counting(state: CycleState, pod: PodInfo, node: Any, *args: Any) -> Any:
+        dry_runs.append(node.name)
+        return real(state, pod, node, *args)
+
+    monkeypatch.setattr(plugin, "select_victims_on_node", counting)
+    state, error = fail(framework, pod)
+    assert run_post_filter(framework, state, pod, error) is not None
+    assert dry_runs == []
+    assert error.diagnosis.post_filter_msg == f"preemption: 0/4 nodes are available: 4 {NO_VICTIMS}."
+
+
 def test_a_node_where_even_evicting_everything_does_not_help() -> None:
     pod = preemptor(cpu="2", nodeSelector={"disk": "ssd"})
     nodes = [make_node("n1", cpu="2"), make_node("n2", cpu="2", labels={"disk": "ssd"})]
