@@ -487,9 +487,16 @@ class PreemptionExecutor:
 
     ``start`` marks the preemptor as preempting (PreEnqueue holds it) and spawns the API work: first the
     lower-priority nominations on the node are cleared, then all victims but the last are preempted
-    concurrently, then the last one (remembered, so PreEnqueue stops holding the preemptor as soon as that
-    victim is gone or terminating). On any failure the preemptor is re-activated; on success it waits for the
+    concurrently, then the last one. On any failure the preemptor is re-activated; on success it waits for the
     victims' deletion events like any pod rejected by Filter.
+
+    Where ours differs: upstream stops holding the preemptor once its *last* victim is gone from the informer
+    (or terminating), because one informer delivers the victims' deletions in order. kopf hands each object's
+    events to its own worker, so the last victim's deletion can be watched before an earlier one's; released
+    then, the preemptor found a victim still on the node, failed, and preempted again elsewhere (seen in the
+    PreemptionAsync benchmark: one preemptor evicted pods on eight nodes). So the hold lasts until *every*
+    victim is watched gone from the node (deleted, terminating, or no longer bound there), also after the API
+    work finished.
     """
 
     def __init__(self, handle: Handle, plugin_name: str) -> None:
@@ -498,16 +505,25 @@ class PreemptionExecutor:
         self._preempting: set[str] = set()
         #: preemptor uid → uid of the last victim being preempted.
         self._last_victim: dict[str, str] = {}
+        #: preemptor uid → (node, victim uids) until every victim is watched gone from that node.
+        self._victims: dict[str, tuple[str, tuple[str, ...]]] = {}
 
     def is_pod_running_preemption(self, uid: str) -> bool:
-        """Upstream ``IsPodRunningPreemption``."""
-        if uid not in self._preempting:
+        """Upstream ``IsPodRunningPreemption``, holding until every victim is watched gone (see the class)."""
+        if uid in self._preempting and uid not in self._last_victim:
+            return True  # the API work has not reached the last victim yet
+        pending = self._victims.get(uid)
+        if pending is None:
             return False
-        last = self._last_victim.get(uid)
-        if last is None:
+        node, victims = pending
+        if any(self._still_on_node(victim, node) for victim in victims):
             return True
-        victim = self.handle.get_pod(last)
-        return victim is not None and not victim.terminating
+        del self._victims[uid]
+        return False
+
+    def _still_on_node(self, uid: str, node: str) -> bool:
+        victim = self.handle.get_pod(uid)
+        return victim is not None and not victim.terminating and victim.node_name == node
 
     def start(self, candidate: Candidate, preemptor: PodInfo) -> None:
         """Upstream ``prepareCandidateAsync``."""
@@ -516,6 +532,7 @@ class PreemptionExecutor:
             return
         self.handle.metrics.preemption_victims(len(candidate.victims.pods))
         self._preempting.add(preemptor.uid)
+        self._victims[preemptor.uid] = (candidate.name, tuple(v.uid for v in to_delete))
         self.handle.spawn(self.run(candidate, preemptor, to_delete), name=f"preemption for pod {preemptor.key}")
 
     async def run(self, candidate: Candidate, preemptor: PodInfo, victims: Sequence[PodInfo]) -> None:
@@ -550,6 +567,7 @@ class PreemptionExecutor:
             self._preempting.discard(preemptor.uid)
             self._last_victim.pop(preemptor.uid, None)
             if failed:
+                self._victims.pop(preemptor.uid, None)
                 self.handle.activate([preemptor])
 
     async def preempt_pod(self, candidate: Candidate, preemptor: PodInfo, victim: PodInfo) -> None:

@@ -681,8 +681,24 @@ def test_execution_sequence() -> None:
     assert handle.events == [
         (v, "Normal", "Preempted", "Preempting", "Preempted by pod uid-high on node n1") for v in ("v1", "v2", "v3")
     ]
-    assert plugin.pre_enqueue(pod).is_success
+    assert not plugin.pre_enqueue(pod).is_success  # the API work is done, the deletions not watched yet
     assert handle.activated == []  # success: the victims' deletions requeue it
+
+
+def test_the_hold_lasts_until_every_victim_is_watched_gone_in_any_order() -> None:
+    """kopf delivers each pod's events from its own worker: the last victim's deletion may be watched first."""
+    plugin, handle, pod = executor_setup(running("v1", "n1"), running("v2", "n1"), running("v3", "n1"))
+    plugin.executor.start(candidate(handle, "n1", "v1", "v2", "v3"), pod)
+    handle.run_jobs()
+    handle.cache.remove_pod("uid-v3")  # the last one deleted, watched first
+    assert not plugin.pre_enqueue(pod).is_success
+    dying = running("v1", "n1")
+    dying["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    handle.cache.add_or_update_pod(dying)  # terminating counts as gone
+    assert not plugin.pre_enqueue(pod).is_success
+    handle.cache.remove_pod("uid-v2")
+    assert plugin.pre_enqueue(pod).is_success
+    assert not plugin.executor.is_pod_running_preemption(pod.uid)
 
 
 def test_a_victim_waiting_at_permit_is_rejected_not_deleted() -> None:
@@ -725,19 +741,14 @@ def test_victims_already_terminating_need_no_api_call() -> None:
     assert plugin.pre_enqueue(pod).is_success
 
 
-def test_pre_enqueue_lets_the_preemptor_go_once_the_last_victim_is_gone() -> None:
+def test_pre_enqueue_holds_while_the_api_work_has_not_reached_the_last_victim() -> None:
     plugin, handle, pod = executor_setup(running("v1", "n1"))
-    executor = plugin.executor
-    executor._preempting.add(pod.uid)
-    assert not plugin.pre_enqueue(pod).is_success  # pending, no last victim yet
-    executor._last_victim[pod.uid] = "uid-v1"
-    assert not plugin.pre_enqueue(pod).is_success  # the last victim still runs
-    dying = running("v1", "n1")
-    dying["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    handle.cache.add_or_update_pod(dying)
-    assert plugin.pre_enqueue(pod).is_success  # its deletion started
-    handle.cache.remove_pod("uid-v1")
-    assert plugin.pre_enqueue(pod).is_success  # gone
+    plugin.executor.start(candidate(handle, "n1", "v1"), pod)  # the job is spawned, not run yet
+    assert not plugin.pre_enqueue(pod).is_success
+    handle.cache.remove_pod("uid-v1")  # deleted by someone else meanwhile: the job has still to run
+    assert not plugin.pre_enqueue(pod).is_success
+    handle.run_jobs()
+    assert plugin.pre_enqueue(pod).is_success
 
 
 def test_the_existing_disruption_condition_is_not_patched_again() -> None:
