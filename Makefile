@@ -36,7 +36,8 @@ IMAGE ?= localhost/kopf-scheduler:$(VERSION)
 IMAGE_BASE ?=
 IMAGE_CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
-export CONTAINERS_CONF KOPF_SCHEDULER_IMAGE := $(IMAGE)
+KOPF_SCHEDULER_IMAGE := $(IMAGE)
+export CONTAINERS_CONF KOPF_SCHEDULER_IMAGE
 
 .PHONY: help test demo lint binaries image image-tools lock pytest crds clean clean-binaries bench-algo bench conformance
 
