@@ -36,7 +36,7 @@ from kopf_scheduler.state.pod_info import PodInfo
 logger = logging.getLogger("kopf_scheduler")
 
 #: Posts an event about a pod: ``(pod, profile, event_type, reason, action, note)``; fire and forget.
-RecordEvent = Callable[[PodInfo, str, str, str, str, str], None]
+RecordEvent = Callable[[PodInfo, str, str, str, str, str, PodInfo | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +188,18 @@ class ProfileHandle:
     def reject_waiting_pod(self, uid: str) -> bool:
         return any(runtime.framework.reject_waiting_pod(uid) for runtime in list(self._profiles.values()))
 
-    def record_event(self, regarding: PodInfo, *, event_type: str, reason: str, action: str, note: str) -> None:
+    def record_event(
+        self,
+        regarding: PodInfo,
+        *,
+        event_type: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: PodInfo | None = None,
+    ) -> None:
         if self._record_event is not None:
-            self._record_event(regarding, self._name, event_type, reason, action, note)
+            self._record_event(regarding, self._name, event_type, reason, action, note, related)
 
     def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:
         self._jobs.spawn(job, name=name)

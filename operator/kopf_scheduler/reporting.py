@@ -98,9 +98,18 @@ class Reporter:
             return
         await self._patch_status(pod, {"nominatedNodeName": node}, "nominatedNodeName")
 
-    def record_event(self, pod: PodInfo, profile: str, event_type: str, reason: str, action: str, note: str) -> None:
+    def record_event(
+        self,
+        pod: PodInfo,
+        profile: str,
+        event_type: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: PodInfo | None = None,
+    ) -> None:
         """A plugin's event about a pod (the Handle's ``record_event``), posted in the background."""
-        self._spawn(self.post_event(pod, profile, event_type, reason, action, note))
+        self._spawn(self.post_event(pod, profile, event_type, reason, action, note, related))
 
     def explain(self, profile: str, fit: FitError, post_filter: PostFilterResult | None = None) -> None:
         """Keep the per-node account of this failure (read within the cycle: node names are live), with
@@ -118,7 +127,14 @@ class Reporter:
 
     # -- the API calls -------------------------------------------------------------------------------
     async def post_event(
-        self, pod: PodInfo, profile: str, event_type: str, reason: str, action: str, note: str
+        self,
+        pod: PodInfo,
+        profile: str,
+        event_type: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: PodInfo | None = None,
     ) -> None:
         client = self._client()
         if client is None:
@@ -131,6 +147,7 @@ class Reporter:
             note=note,
             reporting_controller=profile,
             reporting_instance=f"{profile}-{self._hostname}"[:128],
+            related=None if related is None else related.obj,
         )
         try:
             await client.create_event(namespace=pod.namespace, body=body)

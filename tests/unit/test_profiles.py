@@ -142,7 +142,12 @@ def test_record_event_posts_through_the_reporter_as_this_profile() -> None:
 
     async def scenario() -> None:  # plugins call it from the cycle, inside the event loop
         handle_of(app, "sp2").record_event(
-            victim, event_type="Normal", reason="Preempted", action="Preempting", note="Preempted by pod u on node n1"
+            victim,
+            event_type="Normal",
+            reason="Preempted",
+            action="Preempting",
+            note="Preempted by pod u on node n1",
+            related=pod_info(pending_pod("preemptor")),
         )
         await app.drain()
 
@@ -152,6 +157,7 @@ def test_record_event_posts_through_the_reporter_as_this_profile() -> None:
     assert event["note"] == "Preempted by pod u on node n1"
     assert event["reportingController"] == "sp2"
     assert event["regarding"]["name"] == "victim"
+    assert (event["related"]["kind"], event["related"]["name"]) == ("Pod", "preemptor")
 
 
 def test_spawned_jobs_run_their_failures_are_logged_and_shutdown_cancels_the_rest(

@@ -103,9 +103,18 @@ class Handle(Protocol):
         """Reject a pod waiting at Permit in any profile (upstream ``RejectWaitingPod``); True if one waited."""
         ...
 
-    def record_event(self, regarding: PodInfo, *, event_type: str, reason: str, action: str, note: str) -> None:
-        """Post an event about a pod, reported by this profile's scheduler name (upstream ``EventRecorder``);
-        fire and forget: a failed POST is logged, never raised."""
+    def record_event(
+        self,
+        regarding: PodInfo,
+        *,
+        event_type: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: PodInfo | None = None,
+    ) -> None:
+        """Post an event about a pod (``related``: a second pod it involves), reported by this profile's
+        scheduler name (upstream ``EventRecorder``); fire and forget: a failed POST is logged, never raised."""
         ...
 
     def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:

@@ -39,16 +39,9 @@ def event_body(
     related: dict[str, Any] | None = None,
     now: datetime.datetime | None = None,
 ) -> dict[str, Any]:
-    """The body of one Event about ``regarding`` (a pod or a SchedulerProfile object)."""
+    """The body of one Event about ``regarding`` (a pod or a SchedulerProfile object); ``related`` is a second
+    object it involves (a preemption's preemptor), referenced the same way."""
     meta = regarding.get("metadata") or {}
-    reference = {
-        "apiVersion": regarding.get("apiVersion", "v1"),
-        "kind": regarding.get("kind", "Pod"),
-        "name": meta.get("name"),
-        "namespace": meta.get("namespace"),
-        "uid": meta.get("uid"),
-        "resourceVersion": meta.get("resourceVersion"),
-    }
     body: dict[str, Any] = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
@@ -62,10 +55,24 @@ def event_body(
         "reportingInstance": reporting_instance,
         "action": action,
         "reason": reason,
-        "regarding": {k: v for k, v in reference.items() if v is not None},
+        "regarding": object_reference(regarding),
         "note": truncate_note(note),
         "type": event_type,
     }
     if related is not None:
-        body["related"] = related
+        body["related"] = object_reference(related)
     return body
+
+
+def object_reference(obj: dict[str, Any]) -> dict[str, Any]:
+    """An ObjectReference to ``obj`` (a Pod unless it says otherwise), without the fields it lacks."""
+    meta = obj.get("metadata") or {}
+    reference = {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "Pod"),
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
+    return {k: v for k, v in reference.items() if v is not None}

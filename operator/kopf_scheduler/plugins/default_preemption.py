@@ -589,7 +589,9 @@ class PreemptionExecutor:
                 if exc.status == 404:
                     return  # already deleted: no event, as upstream
                 raise
-        self.handle.record_event(victim, event_type="Normal", reason="Preempted", action="Preempting", note=note)
+        self.handle.record_event(
+            victim, event_type="Normal", reason="Preempted", action="Preempting", note=note, related=preemptor
+        )
 
     async def clear_lower_nominations(self, node_name: str, preemptor: PodInfo) -> None:
         """Upstream ``getLowerPriorityNominatedPods`` + ``clearNominatedNodeName``: every one tried, errors after."""

@@ -112,6 +112,8 @@ class PreemptionHandle:
         self.rejected: list[str] = []
         self.activated: list[str] = []
         self.events: list[tuple[str, str, str, str, str]] = []
+        #: The ``related`` pod of each event, by name.
+        self.related: list[str | None] = []
         self.jobs: list[Coroutine[Any, Any, None]] = []
 
     @property
@@ -136,8 +138,18 @@ class PreemptionHandle:
             return True
         return False
 
-    def record_event(self, regarding: PodInfo, *, event_type: str, reason: str, action: str, note: str) -> None:
+    def record_event(
+        self,
+        regarding: PodInfo,
+        *,
+        event_type: str,
+        reason: str,
+        action: str,
+        note: str,
+        related: PodInfo | None = None,
+    ) -> None:
         self.events.append((regarding.name, event_type, reason, action, note))
+        self.related.append(None if related is None else related.name)
 
     def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:
         self.jobs.append(job)
@@ -681,6 +693,7 @@ def test_execution_sequence() -> None:
     assert handle.events == [
         (v, "Normal", "Preempted", "Preempting", "Preempted by pod uid-high on node n1") for v in ("v1", "v2", "v3")
     ]
+    assert handle.related == ["high", "high", "high"]  # upstream's Eventf(victim, preemptor, ...)
     assert not plugin.pre_enqueue(pod).is_success  # the API work is done, the deletions not watched yet
     assert handle.activated == []  # success: the victims' deletions requeue it
 
