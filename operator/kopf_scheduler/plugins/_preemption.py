@@ -198,11 +198,7 @@ class DryRunRemoval:
 
     def restore(self, uid: str) -> None:
         pod, assumed = self._removed.pop(uid)
-        # ClusterCache has no public "re-add this PodInfo": ``assume`` would copy it, ``add_or_update_pod``
-        # re-parse it. Re-adding the same object keeps identities (and memos) as they were.
-        self.cache._add(pod)
-        if assumed:
-            self.cache._assumed.add(uid)
+        self.cache.restore_pod(pod, assumed=assumed)  # the same object: identities and memos as they were
 
     def _reorder(self) -> None:
         node = self.node

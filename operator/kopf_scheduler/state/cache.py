@@ -272,6 +272,15 @@ class ClusterCache:
             self._detach(pod)
             self._assumed.discard(uid)
 
+    def restore_pod(self, pod: PodInfo, *, assumed: bool) -> None:
+        """Put back the very pod object :meth:`remove_pod` took off (a dry run, e.g. preemption's), with its
+        assumed mark; unlike :meth:`assume` or :meth:`add_or_update_pod` nothing is copied or re-parsed."""
+        if pod.uid in self._pods:
+            raise ValueError(f"pod {pod.key} is already in the cache")
+        self._add(pod)
+        if assumed:
+            self._assumed.add(pod.uid)
+
     def assume(self, pod: PodInfo, node_name: str) -> PodInfo:
         """Account ``pod`` on ``node_name`` before the Binding lands (upstream ``AssumePod``)."""
         if pod.uid in self._pods:
