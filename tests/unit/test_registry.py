@@ -118,6 +118,22 @@ def test_only_classes_defined_in_a_module_are_collected() -> None:
     assert plugins_defined_in(module) == [Local]
 
 
+def test_a_plugin_package_owns_the_classes_its_submodules_define() -> None:
+    package = types.ModuleType("some.pkg")
+    package.__path__ = []  # a package
+
+    class Inner(FilterPlugin):
+        name: ClassVar[str] = "Inner"
+
+    Inner.__module__ = "some.pkg.plugin"
+    package.Inner = Inner
+    package.NodeName = NodeName  # from another package: not its own
+    assert plugins_defined_in(package) == [Inner]
+    plain = types.ModuleType("some.pkg")  # the same names in a plain module: Inner is an import there
+    plain.Inner = Inner
+    assert plugins_defined_in(plain) == []
+
+
 @pytest.mark.parametrize(
     ("candidate", "expected"),
     [

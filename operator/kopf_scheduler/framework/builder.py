@@ -35,7 +35,7 @@ what does not run. A plugin the *user* names in an ``enabled`` list must
 exist: naming an unknown plugin is an error even when it is one of upstream's defaults.
 
 **Stand-ins.** Where leaving a default out would bind pods blind (a pod with ResourceClaims bound without its
-devices), an in-tree *stand-in* holds the name (``Plugin.stand_in``, e.g. ``plugins/dynamic_resources.py``): it
+devices), an in-tree *stand-in* holds the name (``Plugin.stand_in``, e.g. ``plugins/dynamic_resources/plugin.py``): it
 runs like any plugin but only refuses the pods the real plugin would have to judge. It is named in
 :attr:`ResolvedProfile.stand_ins` and, not being upstream's plugin, in ``omitted_defaults`` too. Users may
 enable or disable it like the real one; enabling it at an extension point the stand-in does not implement

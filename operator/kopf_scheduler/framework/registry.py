@@ -98,12 +98,22 @@ def _qualname(obj: object) -> str:
 
 
 def plugins_defined_in(module: ModuleType) -> list[type[Plugin]]:
-    """Plugin classes defined in ``module`` itself (imported helpers and bases are not re-registered)."""
+    """Plugin classes defined in ``module`` itself (imported helpers and bases are not re-registered).
+
+    A plugin that is a package (``plugins/dynamic_resources/``) defines its class in a submodule and exports it
+    from the package: classes defined anywhere inside the package count as the package's own.
+    """
     found = []
     for value in vars(module).values():
-        if inspect.isclass(value) and value.__module__ == module.__name__ and plugin_name(value) is not None:
+        if inspect.isclass(value) and _defined_inside(value, module) and plugin_name(value) is not None:
             found.append(value)
     return found
+
+
+def _defined_inside(cls: type, module: ModuleType) -> bool:
+    if cls.__module__ == module.__name__:
+        return True
+    return hasattr(module, "__path__") and cls.__module__.startswith(f"{module.__name__}.")
 
 
 def in_tree_registry(package: str = IN_TREE_PACKAGE) -> Registry:
