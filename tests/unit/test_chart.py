@@ -82,6 +82,7 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     allow("resource.k8s.io", ["deviceclasses", "resourceslices", "resourceclaimtemplates"], ["get", "list", "watch"])
     allow("resource.k8s.io", ["resourceclaims"], ["get", "list", "watch", "update", "patch"])
     allow("resource.k8s.io", ["resourceclaims/status"], ["get", "update", "patch"])
+    allow("resource.k8s.io", ["resourceclaims/binding"], ["update", "patch"])  # 1.36 granular status authz
     allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles/status"], ["patch"])
     allow("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])
