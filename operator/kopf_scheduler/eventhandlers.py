@@ -57,6 +57,10 @@ _STORAGE_PATHS = {
     "CSIStorageCapacity": ("/apis/storage.k8s.io/v1", "csistoragecapacities"),
     "VolumeAttachment": ("/apis/storage.k8s.io/v1", "volumeattachments"),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
+    "ResourceClaim": ("/apis/resource.k8s.io/v1", "resourceclaims"),
+    "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
+    "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices"),
+    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses"),
 }
 _STORAGE_RESOURCES = {
     "PersistentVolume": EventResource.PERSISTENT_VOLUME,
@@ -66,6 +70,9 @@ _STORAGE_RESOURCES = {
     "CSIDriver": EventResource.CSI_DRIVER,
     "CSIStorageCapacity": EventResource.CSI_STORAGE_CAPACITY,
     "VolumeAttachment": EventResource.VOLUME_ATTACHMENT,
+    "ResourceClaim": EventResource.RESOURCE_CLAIM,
+    "ResourceSlice": EventResource.RESOURCE_SLICE,
+    "DeviceClass": EventResource.DEVICE_CLASS,
 }
 
 #: Called when a pod is bound or gone, with its uid and ``namespace/name`` key (reports about it are void).

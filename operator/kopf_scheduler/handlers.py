@@ -239,6 +239,27 @@ async def pod_disruption_budget_event(event: dict[str, Any], memo: Any, **_: Any
     _app(memo).on_storage_event("PodDisruptionBudget", event.get("type"), event["object"])
 
 
+# DynamicResources' objects (resource.k8s.io/v1, state/storage.py), as upstream's DRA manager watches them.
+@kopf.on.event("resource.k8s.io", "v1", "resourceclaims")
+async def resource_claim_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("ResourceClaim", event.get("type"), event["object"])
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates")
+async def resource_claim_template_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("ResourceClaimTemplate", event.get("type"), event["object"])
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceslices")
+async def resource_slice_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("ResourceSlice", event.get("type"), event["object"])
+
+
+@kopf.on.event("resource.k8s.io", "v1", "deviceclasses")
+async def device_class_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
+    _app(memo).on_storage_event("DeviceClass", event.get("type"), event["object"])
+
+
 # -- SchedulerProfiles ----------------------------------------------------------------------------------
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)

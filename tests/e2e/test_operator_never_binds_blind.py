@@ -1,11 +1,13 @@
 """Never bind blind: a pod with ResourceClaims is not bound by a profile that cannot judge it.
 
-design.md "Never bind blind", issue 10 item 5: DynamicResources is not implemented yet (issue 12), so the
-default profile runs a stand-in in its place. Against the real API server and the operator as a process:
+design.md "Never bind blind", issue 10 item 5: DynamicResources cannot allocate devices yet (issue 12), so
+the default profile runs a stand-in in its place: upstream's PreEnqueue (the pod waits until its claims
+exist), then a refusal at PreFilter. Against the real API server and the operator as a process:
 under the default profile a pod referencing a ResourceClaim stays Pending with the stand-in's FailedScheduling
 text (upstream's ``0/N nodes are available: ...`` form) and ``PodScheduled=False``, and the profile's status
 names the stand-in; a profile that disables DynamicResources binds the same kind of pod, as its author asked.
-The claim itself need not exist: the API server accepts a pod naming a missing claim (kubelet would wait
+The refused pod's claim is created first (else the pod would wait at PreEnqueue, without an event); the
+allowed pod's claim need not exist: the API server accepts a pod naming a missing claim (kubelet would wait
 for it; kwok just runs the pod).
 """
 
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import secrets
 from typing import Any
+
+from kubernetes import client
 
 from tests.conftest import Cluster, NodeFactory
 from tests.e2e.conftest import ProfileFactory
@@ -28,14 +32,15 @@ from tests.e2e.operator_process import (
 )
 
 STAND_IN = (
-    "pod uses ResourceClaims: DynamicResources is not implemented by kopf-scheduler yet; "
+    "pod uses ResourceClaims: DynamicResources cannot allocate devices in kopf-scheduler yet; "
     "disable it in the profile to bind such pods without device allocation"
 )
 
 
-def _claiming_pod(name: str, profile: str, labels: dict[str, str]) -> dict[str, Any]:
+def _claiming_pod(name: str, profile: str, labels: dict[str, str], claim: str = "") -> dict[str, Any]:
     pod = pod_manifest(name, profile, cpu="100m", node_selector=labels)
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"claim-{secrets.token_hex(3)}"}]
+    claim = claim or f"claim-{secrets.token_hex(3)}"
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
     pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     return pod
 
@@ -52,11 +57,24 @@ def test_a_pod_with_resource_claims_is_refused_unless_the_profile_disables_dynam
     assert "DynamicResources" in status["omittedDefaultPlugins"]
     assert not wait_profile_status(cluster.api, disabled, ready=True)["status"].get("standInPlugins")
 
+    claim = f"claim-{secrets.token_hex(3)}"
+    client.CustomObjectsApi(cluster.api).create_namespaced_custom_object(
+        "resource.k8s.io",
+        "v1",
+        namespace,
+        "resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": claim},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+        },
+    )
     create_pods(
         cluster.core,
         namespace,
         [
-            _claiming_pod("refused", default, labels),
+            _claiming_pod("refused", default, labels, claim),
             _claiming_pod("allowed", disabled, labels),
             pod_manifest("plain", default, cpu="100m", node_selector=labels),
         ],

@@ -31,6 +31,8 @@ class FakeClient:
         self.replaced: list[tuple[str, dict[str, Any]]] = []
         #: DELETEs of pods (preemption's victims), as (namespace, name, uid).
         self.deleted: list[tuple[str, str, str]] = []
+        #: DynamicResources' claim status writes: ("update" | "patch", namespace, name, body).
+        self.claim_writes: list[tuple[str, str, str, dict[str, Any]]] = []
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
@@ -51,6 +53,14 @@ class FakeClient:
 
     async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
         self.deleted.append((namespace, name, uid))
+
+    async def update_resource_claim_status(self, *, namespace: str, name: str, claim: dict[str, Any]) -> dict[str, Any]:
+        self.claim_writes.append(("update", namespace, name, claim))
+        return claim
+
+    async def patch_resource_claim_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.claim_writes.append(("patch", namespace, name, patch))
+        return patch
 
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> Any:
         self.events.append(body)

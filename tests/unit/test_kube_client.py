@@ -177,3 +177,22 @@ def test_ensure_cluster_peering_reports_that_it_created_the_object() -> None:
 
     routes = {("POST", "/apis/kopf.dev/v1/clusterkopfpeerings"): peering}
     assert serve(routes, lambda c: c.ensure_cluster_peering("x")) is True
+
+
+def test_claim_status_writes_put_and_patch_the_status_subresource_and_return_the_claim() -> None:
+    seen: list[tuple[str, str]] = []
+    path = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/status"
+
+    async def record(request: web.Request) -> web.StreamResponse:
+        seen.append((request.method, request.headers["Content-Type"]))
+        return web.json_response({"kind": "ResourceClaim", "metadata": {"resourceVersion": "7"}})
+
+    results: list[dict[str, Any]] = []
+
+    async def scenario(client: KubeClient) -> None:
+        results.append(await client.update_resource_claim_status(namespace="ns", name="c", claim={"status": {}}))
+        results.append(await client.patch_resource_claim_status(namespace="ns", name="c", patch={"status": {}}))
+
+    serve({("PUT", path): record, ("PATCH", path): record}, scenario)
+    assert seen == [("PUT", "application/json"), ("PATCH", "application/strategic-merge-patch+json")]
+    assert [r["metadata"]["resourceVersion"] for r in results] == ["7", "7"]

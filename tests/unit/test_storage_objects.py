@@ -7,7 +7,15 @@ from collections.abc import Callable
 import pytest
 
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, VOLUME_ATTACHMENT, StorageObjects
+from kopf_scheduler.state.storage import (
+    DEVICE_CLASS,
+    PERSISTENT_VOLUME,
+    PERSISTENT_VOLUME_CLAIM,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
+    VOLUME_ATTACHMENT,
+    StorageObjects,
+)
 
 
 def _obj(name: str, namespace: str | None = None, rv: str = "1") -> dict:
@@ -100,3 +108,18 @@ def test_the_index_holds_the_latest_version() -> None:
     latest = _attachment("a", "n1", rv="2")
     store.apply(VOLUME_ATTACHMENT, "MODIFIED", latest)
     assert list(store.by_node(VOLUME_ATTACHMENT, "n1")) == [latest]
+
+
+def test_resource_slices_are_indexed_by_node_and_claims_are_namespaced() -> None:
+    store = StorageObjects()
+    local = {"metadata": {"name": "s1"}, "spec": {"nodeName": "n1", "driver": "gpu.example.com"}}
+    shared = {"metadata": {"name": "s2"}, "spec": {"allNodes": True, "driver": "gpu.example.com"}}
+    store.apply(RESOURCE_SLICE, "ADDED", local)
+    store.apply(RESOURCE_SLICE, "ADDED", shared)
+    assert list(store.by_node(RESOURCE_SLICE, "n1")) == [local]
+    assert list(store.by_node(RESOURCE_SLICE, "")) == [shared]
+    store.apply(RESOURCE_CLAIM, "ADDED", _obj("c", "ns"))
+    assert store.get(RESOURCE_CLAIM, "c", "ns") is not None
+    assert store.get(RESOURCE_CLAIM, "c", "other") is None
+    store.apply(DEVICE_CLASS, "ADDED", _obj("gpu", "stray"))
+    assert store.keys(DEVICE_CLASS) == {("", "gpu")}

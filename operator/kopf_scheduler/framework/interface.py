@@ -60,6 +60,16 @@ class APIClient(Protocol):
         """DELETE a pod with a UID precondition (preemption's victims); a 404 is not an error."""
         ...
 
+    async def update_resource_claim_status(self, *, namespace: str, name: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """PUT ``resourceclaims/<name>/status`` with the whole claim (DynamicResources' PreBind writes
+        status.allocation and status.reservedFor, as upstream's UpdateStatus); the updated claim."""
+        ...
+
+    async def patch_resource_claim_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """Strategic-merge PATCH of ``resourceclaims/<name>/status`` (DynamicResources' rollback and
+        deallocation, as upstream's Patch(..., "status")); the updated claim."""
+        ...
+
 
 class APIError(Exception):
     """An API server answer that is not a success; ``status`` is the HTTP code."""

@@ -143,6 +143,16 @@ class KubeClient:
             content_type="application/strategic-merge-patch+json",
         )
 
+    async def update_resource_claim_status(self, *, namespace: str, name: str, claim: JSON) -> JSON:
+        """PUT of ``resourceclaims/status`` (DynamicResources' PreBind, upstream's UpdateStatus)."""
+        path = f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}/status"
+        return await self.request("PUT", path, body=claim)
+
+    async def patch_resource_claim_status(self, *, namespace: str, name: str, patch: JSON) -> JSON:
+        """Strategic-merge patch of ``resourceclaims/status`` (DynamicResources' rollback and deallocation)."""
+        path = f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}/status"
+        return await self.request("PATCH", path, body=patch, content_type="application/strategic-merge-patch+json")
+
     async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
         """DELETE a pod with a UID precondition (DefaultPreemption's victims, as upstream's executor deletes
         them): a pod recreated under the same name is spared (409), and one already gone (404) is no error."""

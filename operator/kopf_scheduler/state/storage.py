@@ -10,7 +10,10 @@ AssumeCache does beside the informer).
 
 Keys: cluster-scoped kinds by name, namespaced kinds (PVCs, CSIStorageCapacities) by ``(namespace, name)``.
 VolumeAttachments are also indexed by ``spec.nodeName`` (:meth:`StorageObjects.by_node`), as upstream's
-NodeVolumeLimits lists them through an informer indexer on that field instead of walking them all per node.
+NodeVolumeLimits lists them through an informer indexer on that field instead of walking them all per node;
+ResourceSlices likewise (``spec.nodeName``; slices without one, for node selectors or all nodes, sit under "").
+The resource.k8s.io kinds (ResourceClaims, ResourceClaimTemplates, ResourceSlices, DeviceClasses) are
+DynamicResources' listers.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ CSI_STORAGE_CAPACITY = "CSIStorageCapacity"
 VOLUME_ATTACHMENT = "VolumeAttachment"
 #: Not storage, but read the same way (DefaultPreemption's PDB lister): policy/v1 PodDisruptionBudgets.
 POD_DISRUPTION_BUDGET = "PodDisruptionBudget"
+#: DynamicResources' objects (resource.k8s.io/v1), read the same way as upstream's DRA manager reads its listers.
+RESOURCE_CLAIM = "ResourceClaim"
+RESOURCE_CLAIM_TEMPLATE = "ResourceClaimTemplate"
+RESOURCE_SLICE = "ResourceSlice"
+DEVICE_CLASS = "DeviceClass"
 
 #: Every kind this store holds → whether it is namespaced.
 KINDS: Mapping[str, bool] = {
@@ -38,13 +46,17 @@ KINDS: Mapping[str, bool] = {
     CSI_STORAGE_CAPACITY: True,
     VOLUME_ATTACHMENT: False,
     POD_DISRUPTION_BUDGET: True,
+    RESOURCE_CLAIM: True,
+    RESOURCE_CLAIM_TEMPLATE: True,
+    RESOURCE_SLICE: False,
+    DEVICE_CLASS: False,
 }
 
 Key = tuple[str, str]
 Obj = dict[str, Any]
 
 #: The kinds indexed by the node they concern.
-NODE_INDEXED = frozenset({VOLUME_ATTACHMENT})
+NODE_INDEXED = frozenset({VOLUME_ATTACHMENT, RESOURCE_SLICE})
 
 
 def object_key(kind: str, obj: Mapping[str, Any]) -> Key:
