@@ -4,7 +4,9 @@ Upstream's event texts, pod conditions and config errors are built with Go's ``f
 ``time.Duration.String``; users and tools compare them with upstream's, so the few formats our messages use
 are restated here once: ``%q`` of a string (:func:`go_quote`), ``%v`` of a sorted ``[]string``
 (:func:`go_string_list`) and a duration (:func:`go_duration`). :func:`kopf_scheduler.api.args.go_value`, the
-``field.Error`` value format, quotes its strings with :func:`go_quote`.
+``field.Error`` value format, quotes its strings with :func:`go_quote`. Durations in configs
+(``metav1.Duration``, e.g. an extender's ``httpTimeout`` or DynamicResources' ``filterTimeout``) are read with
+Go's ``time.ParseDuration`` rules and error texts (:func:`parse_go_duration`).
 
 Pure functions of the standard library, importable from every layer (api, framework, scheduler).
 """
@@ -12,6 +14,7 @@ Pure functions of the standard library, importable from every layer (api, framew
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 
 _NANOS_PER_SECOND = 1_000_000_000
@@ -60,4 +63,33 @@ def _trim(value: float) -> str:
     return f"{value:.9f}".rstrip("0").rstrip(".")
 
 
-__all__ = ["go_duration", "go_quote", "go_string_list"]
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d*\.?\d*)([^\d.]+)")
+
+
+def parse_go_duration(text: str) -> float:
+    """Go's ``time.ParseDuration`` in seconds (``metav1.Duration``'s JSON form), with Go's error texts."""
+    body = text[1:] if text[:1] in "+-" else text
+    sign = -1.0 if text[:1] == "-" else 1.0
+    if body == "0":
+        return 0.0
+    if not body:
+        raise ValueError(f'time: invalid duration "{text}"')
+    total = 0.0
+    position = 0
+    for match in _DURATION_PART.finditer(body):
+        number, unit = match.groups()
+        if match.start() != position or number in ("", "."):
+            raise ValueError(f'time: invalid duration "{text}"')
+        if unit not in _DURATION_UNITS:
+            raise ValueError(f'time: unknown unit "{unit}" in duration "{text}"')
+        total += float(number) * _DURATION_UNITS[unit]
+        position = match.end()
+    if position != len(body):
+        if position == 0 or body[position:].replace(".", "").isdigit():
+            raise ValueError(f'time: missing unit in duration "{text}"')
+        raise ValueError(f'time: invalid duration "{text}"')
+    return sign * total
+
+
+__all__ = ["go_duration", "go_quote", "go_string_list", "parse_go_duration"]

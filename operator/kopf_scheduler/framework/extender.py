@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,6 +40,7 @@ from typing import Any, Protocol
 from kopf_scheduler.api.profile import Extender as ExtenderSpec
 from kopf_scheduler.api.profile import ExtenderTLSConfig
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
+from kopf_scheduler.go_format import parse_go_duration
 from kopf_scheduler.state.pod_info import PodInfo
 
 logger = logging.getLogger(__name__)
@@ -238,35 +238,6 @@ def pod_uses_resources(pod: Mapping[str, Any], resources: frozenset[str]) -> boo
             if any(name in resources for name in declared.get(kind) or {}):
                 return True
     return False
-
-
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d*\.?\d*)([^\d.]+)")
-
-
-def parse_go_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` in seconds (``metav1.Duration``'s JSON form), with Go's error texts."""
-    body = text[1:] if text[:1] in "+-" else text
-    sign = -1.0 if text[:1] == "-" else 1.0
-    if body == "0":
-        return 0.0
-    if not body:
-        raise ValueError(f'time: invalid duration "{text}"')
-    total = 0.0
-    position = 0
-    for match in _DURATION_PART.finditer(body):
-        number, unit = match.groups()
-        if match.start() != position or number in ("", "."):
-            raise ValueError(f'time: invalid duration "{text}"')
-        if unit not in _DURATION_UNITS:
-            raise ValueError(f'time: unknown unit "{unit}" in duration "{text}"')
-        total += float(number) * _DURATION_UNITS[unit]
-        position = match.end()
-    if position != len(body):
-        if position == 0 or body[position:].replace(".", "").isdigit():
-            raise ValueError(f'time: missing unit in duration "{text}"')
-        raise ValueError(f'time: invalid duration "{text}"')
-    return sign * total
 
 
 def extender_config(spec: ExtenderSpec) -> ExtenderConfig:
