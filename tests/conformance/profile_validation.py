@@ -83,10 +83,10 @@ DELIBERATE: dict[str, str] = {
         "a user who enables an upstream default we have not implemented (VolumeZone, DefaultPreemption, ...) "
         "gets `... does not exist (a kube-scheduler default plugin that kopf-scheduler does not implement "
         "yet)`: we cannot run it, and silently leaving it out would schedule differently than asked. "
-        "DynamicResources is the exception: a stand-in holds its name (plugins/dynamic_resources.py, PreFilter "
-        "only, refusing pods with ResourceClaims), so enabling it in multiPoint or preFilter is accepted as "
-        "upstream accepts it; enabling it at one of upstream's other DynamicResources points (preEnqueue, "
-        'filter, postFilter, score, reserve, preBind) is refused with `plugin "DynamicResources" does not '
+        "DynamicResources is the exception: a stand-in holds its name (plugins/dynamic_resources/: PreEnqueue as "
+        "upstream's, then PreFilter refusing pods with ResourceClaims), so enabling it in multiPoint, preEnqueue "
+        "or preFilter is accepted as upstream accepts it; enabling it at one of upstream's other DynamicResources "
+        'points (filter, postFilter, score, reserve, preBind) is refused with `plugin "DynamicResources" does not '
         "extend FilterPlugin plugin (kopf-scheduler's plugin of that name is a stand-in that does not implement "
         "it yet)`, and its multiPoint weight counts towards no score overflow check. The generator draws no "
         "such case (the verdicts of its specs are unchanged by the stand-in)."

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from kopf_scheduler.api.args import (
     ARGS_MODELS_BY_PLUGIN,
     DefaultPreemptionArgs,
+    DynamicResourcesArgs,
     FieldError,
     InterPodAffinityArgs,
     NodeAffinityArgs,
@@ -83,6 +84,7 @@ def explain(model: type[BaseModel], raw: dict[str, Any]) -> str:
             id="DefaultPreemption",
         ),
         pytest.param(VolumeBindingArgs, {"bindTimeoutSeconds": 600, "shape": None}, id="VolumeBinding"),
+        pytest.param(DynamicResourcesArgs, {"filterTimeout": "10s", "bindingTimeout": "10m0s"}, id="DynamicResources"),
         pytest.param(NodeAffinityArgs, {"addedAffinity": None}, id="NodeAffinity"),
     ],
 )
@@ -92,9 +94,10 @@ def test_defaults_match_upstream_v1(model: type[BaseModel], expected: dict[str, 
 
 
 def test_every_upstream_args_kind_has_a_model() -> None:
-    # The upstream plugins with v1 args types (DynamicResourcesArgs comes with the DRA plugin, a later issue).
+    # The upstream plugins with v1 args types.
     assert set(ARGS_MODELS_BY_PLUGIN) == {
         "DefaultPreemption",
+        "DynamicResources",
         "InterPodAffinity",
         "NodeAffinity",
         "NodeResourcesBalancedAllocation",
@@ -713,3 +716,32 @@ def test_aggregate_message_is_go_aggregate() -> None:
     assert aggregate_message([a, a]) == "x: Invalid value: 1: no"
     assert str(FieldError("", "whole object")) == "whole object"
     assert FieldError("[0].name", "m").under("pluginConfig") == FieldError("pluginConfig[0].name", "m")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param(
+            {"filterTimeout": "-1s"}, 'filterTimeout: Invalid value: "-1s": must be zero or positive', id="neg"
+        ),
+        pytest.param(
+            {"bindingTimeout": "500ms"}, 'bindingTimeout: Invalid value: "500ms": must be at least 1 second', id="short"
+        ),
+        pytest.param({"filterTimeout": "1m"}, None, id="minute"),
+        pytest.param({"filterTimeout": "0s", "bindingTimeout": "1s"}, None, id="edges"),
+    ],
+)
+def test_dynamic_resources_args_validate_as_upstream(raw: dict[str, Any], expected: str | None) -> None:
+    # Upstream ValidateDynamicResourcesArgs with the 1.36 default gates (filter timeout and binding conditions on).
+    if expected is None:
+        DynamicResourcesArgs.model_validate(raw)
+        return
+    with pytest.raises(ValidationError) as caught:
+        DynamicResourcesArgs.model_validate(raw)
+    assert [str(e) for e in validation_field_errors(caught.value)] == [expected]
+
+
+def test_dynamic_resources_durations_read_and_print_as_go() -> None:
+    assert DynamicResourcesArgs.model_validate({"filterTimeout": "1500ms"}).filter_timeout == "1.5s"
+    with pytest.raises(ValidationError, match='time: invalid duration "abc"'):
+        DynamicResourcesArgs.model_validate({"filterTimeout": "abc"})

@@ -274,6 +274,7 @@ def test_default_profile_has_typed_default_args_for_every_plugin_with_args() -> 
         "InterPodAffinity": A.InterPodAffinityArgs(),
         "DefaultPreemption": A.DefaultPreemptionArgs(),
         "NodeResourcesBalancedAllocation": A.NodeResourcesBalancedAllocationArgs(),
+        "DynamicResources": A.DynamicResourcesArgs(),
     }
     assert profile.omitted_defaults == ()
     assert profile.scheduler_name == "p"

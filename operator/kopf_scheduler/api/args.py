@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from kopf_scheduler.go_format import go_quote
+from kopf_scheduler.go_format import go_duration, go_quote, parse_go_duration
 
 # -- upstream-style field errors ----------------------------------------------------------------------------
 
@@ -595,10 +595,35 @@ class VolumeBindingArgs(ArgsModel):
         return errors
 
 
+class DynamicResourcesArgs(ArgsModel):
+    """Upstream ``DynamicResourcesArgs`` (v1): ``metav1.Duration`` strings, as Go parses and prints them.
+
+    Defaults are 1.36's with the DRASchedulerFilterTimeout, DRADeviceBindingConditions and
+    DRAResourceClaimDeviceStatus gates on (all beta, on by default): the gated fields are therefore allowed.
+    """
+
+    filter_timeout: str = "10s"
+    binding_timeout: str = "10m0s"
+
+    @field_validator("filter_timeout", "binding_timeout")
+    @classmethod
+    def _go_duration(cls, value: str) -> str:
+        return go_duration(parse_go_duration(value))  # metav1.Duration round-trips through time.Duration
+
+    def field_errors(self) -> list[FieldError]:
+        errors: list[FieldError] = []
+        if parse_go_duration(self.filter_timeout) < 0:
+            errors.append(invalid("filterTimeout", self.filter_timeout, "must be zero or positive"))
+        if parse_go_duration(self.binding_timeout) < 1:
+            errors.append(invalid("bindingTimeout", self.binding_timeout, "must be at least 1 second"))
+        return errors
+
+
 #: Upstream plugin name → its args type: pluginConfig entries with these names are decoded and validated even
 #: when the plugin is not enabled (upstream validates them at config load), and even before we implement it.
 ARGS_MODELS_BY_PLUGIN: Mapping[str, type[ArgsModel]] = {
     "DefaultPreemption": DefaultPreemptionArgs,
+    "DynamicResources": DynamicResourcesArgs,
     "InterPodAffinity": InterPodAffinityArgs,
     "NodeAffinity": NodeAffinityArgs,
     "NodeResourcesBalancedAllocation": NodeResourcesBalancedAllocationArgs,
