@@ -414,6 +414,9 @@ def test_summary_and_markdown(tmp_path: Path) -> None:
     assert "schedulerName: <scheduler>" in text
     assert "name: a" in text
     assert "| TaintToleration | 1 | 1 | 0 | 0 | 1 |" in text
+    # The preemption method is part of the generated page, so a regeneration keeps it.
+    assert "## Preemption: how it is compared" in text
+    assert "refuses each victim's DisruptionTarget patch with **404 NotFound**" in text
 
 
 # -- known differences -------------------------------------------------------------------------------------
