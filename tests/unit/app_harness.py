@@ -7,6 +7,7 @@ The fake records what users would see (Bindings, events, PodScheduled patches) a
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,6 +34,10 @@ class FakeClient:
         self.deleted: list[tuple[str, str, str]] = []
         #: DynamicResources' claim status writes: ("update" | "patch", namespace, name, body).
         self.claim_writes: list[tuple[str, str, str, dict[str, Any]]] = []
+        #: What get_resource_claim answers, by (namespace, name); updates store their answer here too.
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        #: Errors the next claim write raises, popped in order (e.g. a 409 conflict).
+        self.claim_errors: list[APIError] = []
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
@@ -54,13 +59,33 @@ class FakeClient:
     async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
         self.deleted.append((namespace, name, uid))
 
+    async def get_resource_claim(self, *, namespace: str, name: str) -> dict[str, Any]:
+        if (namespace, name) not in self.claims:
+            raise APIError(404, f'resourceclaims.resource.k8s.io "{name}" not found')
+        return copy.deepcopy(self.claims[namespace, name])
+
+    async def update_resource_claim(self, *, namespace: str, name: str, claim: dict[str, Any]) -> dict[str, Any]:
+        return self._write_claim("update-claim", namespace, name, claim)
+
     async def update_resource_claim_status(self, *, namespace: str, name: str, claim: dict[str, Any]) -> dict[str, Any]:
-        self.claim_writes.append(("update", namespace, name, claim))
-        return claim
+        return self._write_claim("update", namespace, name, claim)
 
     async def patch_resource_claim_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        if self.claim_errors:
+            raise self.claim_errors.pop(0)
         self.claim_writes.append(("patch", namespace, name, patch))
         return patch
+
+    def _write_claim(self, verb: str, namespace: str, name: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """Records the write and answers as the API server would: the body with a new resourceVersion."""
+        if self.claim_errors:
+            raise self.claim_errors.pop(0)
+        self.claim_writes.append((verb, namespace, name, claim))
+        answer = copy.deepcopy(claim)
+        meta = answer.setdefault("metadata", {})
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
+        self.claims[namespace, name] = answer
+        return copy.deepcopy(answer)
 
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> Any:
         self.events.append(body)

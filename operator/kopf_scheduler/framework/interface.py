@@ -60,6 +60,15 @@ class APIClient(Protocol):
         """DELETE a pod with a UID precondition (preemption's victims); a 404 is not an error."""
         ...
 
+    async def get_resource_claim(self, *, namespace: str, name: str) -> dict[str, Any]:
+        """GET a ResourceClaim (DynamicResources' PreBind re-reads it after a conflict, as upstream's retry)."""
+        ...
+
+    async def update_resource_claim(self, *, namespace: str, name: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """PUT a ResourceClaim (DynamicResources' PreBind adds the ``resource.kubernetes.io/delete-protection``
+        finalizer in a normal update before it writes the allocation); the updated claim."""
+        ...
+
     async def update_resource_claim_status(self, *, namespace: str, name: str, claim: dict[str, Any]) -> dict[str, Any]:
         """PUT ``resourceclaims/<name>/status`` with the whole claim (DynamicResources' PreBind writes
         status.allocation and status.reservedFor, as upstream's UpdateStatus); the updated claim."""

@@ -143,14 +143,21 @@ class KubeClient:
             content_type="application/strategic-merge-patch+json",
         )
 
+    async def get_resource_claim(self, *, namespace: str, name: str) -> JSON:
+        """GET of a ResourceClaim (DynamicResources' PreBind after a conflict)."""
+        return await self.request("GET", _claim_path(namespace, name))
+
+    async def update_resource_claim(self, *, namespace: str, name: str, claim: JSON) -> JSON:
+        """PUT of a ResourceClaim (DynamicResources' PreBind adds its finalizer, upstream's Update)."""
+        return await self.request("PUT", _claim_path(namespace, name), body=claim)
+
     async def update_resource_claim_status(self, *, namespace: str, name: str, claim: JSON) -> JSON:
         """PUT of ``resourceclaims/status`` (DynamicResources' PreBind, upstream's UpdateStatus)."""
-        path = f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}/status"
-        return await self.request("PUT", path, body=claim)
+        return await self.request("PUT", _claim_path(namespace, name) + "/status", body=claim)
 
     async def patch_resource_claim_status(self, *, namespace: str, name: str, patch: JSON) -> JSON:
         """Strategic-merge patch of ``resourceclaims/status`` (DynamicResources' rollback and deallocation)."""
-        path = f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}/status"
+        path = _claim_path(namespace, name) + "/status"
         return await self.request("PATCH", path, body=patch, content_type="application/strategic-merge-patch+json")
 
     async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
@@ -214,3 +221,7 @@ def _error_message(text: str, status: int) -> str:
         return str(json.loads(text).get("message") or text)
     except (ValueError, AttributeError):
         return text or f"HTTP {status}"
+
+
+def _claim_path(namespace: str, name: str) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace)}/resourceclaims/{quote(name)}"

@@ -143,6 +143,9 @@ class ClusterCache:
         self._selector_counts = SelectorPodCounts()
         #: PVs, PVCs, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities (the volume plugins' listers).
         self.storage = StorageObjects()
+        #: Scheduler-wide state a plugin keeps for every profile, by a key the plugin owns (upstream passes such
+        #: state to all profiles through the framework handle, e.g. DynamicResources' SharedDRAManager).
+        self.shared: dict[str, Any] = {}
         self.generation = 0
 
     # -- nodes ---------------------------------------------------------------------------------------

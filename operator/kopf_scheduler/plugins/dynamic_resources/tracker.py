@@ -1,0 +1,124 @@
+"""The scheduler-wide view of ResourceClaims that DynamicResources allocates against (upstream
+``plugins/dynamicresources/dra_manager.go``: ``claimTracker`` over an ``assumecache.AssumeCache``).
+
+Two things stand between the watched claims and what the allocator must treat as taken:
+
+* **in-flight allocations**: Reserve picked devices for a claim, PreBind has not written them yet. Upstream
+  keeps them in ``inFlightAllocations`` by claim UID; another pod's PreFilter counts their devices as allocated
+  and refuses to allocate a claim that is in flight ("is in the process of being allocated").
+* **assumed claims**: PreBind's status update answered with a newer claim than the watch has delivered; that
+  answer is the claim's latest version until the watch catches up with it (upstream ``AssumeClaimAfterAPICall``:
+  an assumed object stands while the informer's version is older than it).
+
+Upstream's tracker is part of the scheduler, shared by every profile; here one :class:`ClaimTracker` lives in
+``ClusterCache.shared`` (:func:`tracker_for`), so two SchedulerProfiles never hand out the same device, and a
+profile's pipeline rebuilt mid-allocation keeps the in-flight claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.state.storage import RESOURCE_CLAIM, StorageObjects
+
+Claim = dict[str, Any]
+
+_SHARED_KEY = "DynamicResources.ClaimTracker"
+
+
+def tracker_for(cache: ClusterCache) -> ClaimTracker:
+    """The one tracker of this scheduler (created on first use)."""
+    tracker = cache.shared.get(_SHARED_KEY)
+    if tracker is None:
+        tracker = cache.shared[_SHARED_KEY] = ClaimTracker(lambda: cache.storage)
+    return tracker
+
+
+def claim_uid(claim: Claim) -> str:
+    return (claim.get("metadata") or {}).get("uid") or ""
+
+
+def _resource_version(claim: Claim) -> int:
+    raw = (claim.get("metadata") or {}).get("resourceVersion") or "0"
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
+
+
+class ClaimTracker:
+    """In-flight allocations by claim UID and claims assumed after an API call, over the watched claims."""
+
+    __slots__ = ("_assumed", "_in_flight", "_storage")
+
+    def __init__(self, storage: Callable[[], StorageObjects]) -> None:
+        self._storage = storage
+        self._in_flight: dict[str, Claim] = {}
+        self._assumed: dict[tuple[str, str], Claim] = {}
+
+    # -- reading --------------------------------------------------------------------------------------------
+    def get(self, namespace: str, name: str) -> Claim | None:
+        """The latest version: an assumed claim while the watch has not delivered its version, else the
+        watched one (None if the watch does not know the claim)."""
+        watched = self._storage().get(RESOURCE_CLAIM, name, namespace)
+        if watched is None:
+            self._assumed.pop((namespace, name), None)
+            return None
+        return self._latest((namespace, name), watched)
+
+    def claims(self) -> Iterator[Claim]:
+        """Every known claim, latest versions (upstream ``List``)."""
+        for claim in self._storage().all(RESOURCE_CLAIM):
+            meta = claim.get("metadata") or {}
+            yield self._latest((meta.get("namespace") or "", meta.get("name") or ""), claim)
+
+    def allocated_claims(self) -> list[Claim]:
+        """Claims whose devices are taken: the allocated ones (latest versions) and the in-flight ones
+        (upstream ``GatherAllocatedState``: the allocated-devices index plus ``inFlightAllocations``)."""
+        taken = [c for c in self.claims() if (c.get("status") or {}).get("allocation")]
+        taken.extend(self._in_flight.values())
+        return taken
+
+    def pending_allocation(self, uid: str) -> dict[str, Any] | None:
+        """The allocation Reserve made for the claim and PreBind has not written yet (``GetPendingAllocation``)."""
+        claim = self._in_flight.get(uid)
+        return None if claim is None else (claim.get("status") or {}).get("allocation")
+
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
+
+    # -- writing --------------------------------------------------------------------------------------------
+    def signal_pending_allocation(self, uid: str, allocated_claim: Claim) -> None:
+        """Reserve: ``allocated_claim`` (with ``status.allocation``) is in flight (``SignalClaimPendingAllocation``)."""
+        self._in_flight.setdefault(uid, allocated_claim)
+
+    def remove_pending_allocation(self, uid: str) -> bool:
+        """PreBind done or Unreserve: the allocation is no longer in flight; whether it was."""
+        return self._in_flight.pop(uid, None) is not None
+
+    def assume_after_api_call(self, claim: Claim) -> bool:
+        """The API server's answer becomes the latest version, unless the watch already has it or a newer
+        one (upstream ``Assume`` refuses an older version); whether it was assumed."""
+        meta = claim.get("metadata") or {}
+        key = (meta.get("namespace") or "", meta.get("name") or "")
+        watched = self._storage().get(RESOURCE_CLAIM, key[1], key[0])
+        if watched is None or _resource_version(watched) >= _resource_version(claim):
+            return False
+        self._assumed[key] = claim
+        return True
+
+    def restore(self, namespace: str, name: str) -> None:
+        """Drop an assumed version (upstream ``AssumedClaimRestore``)."""
+        self._assumed.pop((namespace, name), None)
+
+    # -- internals ------------------------------------------------------------------------------------------
+    def _latest(self, key: tuple[str, str], watched: Claim) -> Claim:
+        assumed = self._assumed.get(key) if self._assumed else None
+        if assumed is None:
+            return watched
+        if _resource_version(watched) >= _resource_version(assumed):
+            del self._assumed[key]  # the watch caught up
+            return watched
+        return assumed
