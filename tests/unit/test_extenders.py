@@ -538,7 +538,7 @@ def test_a_profile_edit_during_the_calls_does_not_change_the_running_cycle() -> 
     assert len(client.bindings) == 1
 
 
-# -- preempt verb (wire format and callExtenders; not yet called by DefaultPreemption) ---------------------------
+# -- preempt verb (wire format and callExtenders; DefaultPreemption's use is in plugins/test_default_preemption) ----
 def victims_on(*pods: Any) -> PreemptionVictims:
     return PreemptionVictims(tuple(pods), 1)
 
@@ -593,11 +593,11 @@ def test_preempt_extenders_shrink_candidates_in_order() -> None:
     assert run(process_preemption_with_extenders([a, *lenient], pod, candidates, on_node.get)) == {}
 
 
-def test_a_preempt_verb_is_reported_as_not_used_yet() -> None:
+def test_a_preempt_verb_is_not_reported_as_unused_any_more() -> None:
     app, _ = cluster(FakeTransport(), [])
     outcome = app.apply_profile(name="sp", spec={"extenders": [{"urlPrefix": URL, "preemptVerb": "p"}]}, generation=2)
     assert outcome.ready
-    assert "preemptVerb is accepted but not called yet" in outcome.message
+    assert "preempt" not in outcome.message
 
 
 def test_without_score_plugins_a_prioritizer_still_decides() -> None:
