@@ -666,9 +666,10 @@ class PreemptionExecutor:
                 self.handle.activate([preemptor])
 
     async def preempt_pod(self, candidate: Candidate, preemptor: PodInfo, victim: PodInfo) -> None:
-        """Upstream ``Executor.PreemptPod``: reject it at Permit, or mark it DisruptionTarget and delete it."""
+        """Upstream ``Executor.PreemptPod``: preempt it at Permit (no API call), or mark it DisruptionTarget and
+        delete it. Where ours differs: upstream also cancels a victim still in PreBind instead of deleting it."""
         note = f"Preempted by pod {preemptor.uid} on node {candidate.name}"
-        if self.handle.reject_waiting_pod(victim.uid):
+        if self.handle.preempt_waiting_pod(victim.uid, self.plugin_name):
             note += " (in kube-scheduler memory)."
         else:
             client = self.handle.client

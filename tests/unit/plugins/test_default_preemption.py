@@ -113,7 +113,8 @@ class PreemptionHandle:
         self.nominator = FakeNominator()
         self.metrics = Recorder()
         self.waiting: set[str] = set()
-        self.rejected: list[str] = []
+        #: (uid, plugin) of each pod preempted while waiting at Permit.
+        self.preempted_waiting: list[tuple[str, str]] = []
         self.activated: list[str] = []
         self.events: list[tuple[str, str, str, str, str]] = []
         #: The ``related`` pod of each event, by name.
@@ -137,8 +138,11 @@ class PreemptionHandle:
         self.activated += [p.name for p in pods]
 
     def reject_waiting_pod(self, uid: str) -> bool:
+        raise AssertionError("preemption preempts waiting pods (upstream Preempt), it does not reject them")
+
+    def preempt_waiting_pod(self, uid: str, plugin: str) -> bool:
         if uid in self.waiting:
-            self.rejected.append(uid)
+            self.preempted_waiting.append((uid, plugin))
             return True
         return False
 
@@ -718,12 +722,12 @@ def test_the_hold_lasts_until_every_victim_is_watched_gone_in_any_order() -> Non
     assert not plugin.executor.is_pod_running_preemption(pod.uid)
 
 
-def test_a_victim_waiting_at_permit_is_rejected_not_deleted() -> None:
+def test_a_victim_waiting_at_permit_is_preempted_not_deleted() -> None:
     plugin, handle, pod = executor_setup(running("waiter", "n1"), running("v2", "n1"))
     handle.waiting.add("uid-waiter")
     plugin.executor.start(candidate(handle, "n1", "waiter", "v2"), pod)
     handle.run_jobs()
-    assert handle.rejected == ["uid-waiter"]
+    assert handle.preempted_waiting == [("uid-waiter", "DefaultPreemption")]
     assert [(c[0], c[1]) for c in handle.client.calls] == [("patch", "v2"), ("delete", "v2")]
     assert handle.events[0][4] == "Preempted by pod uid-high on node n1 (in kube-scheduler memory)."
 
