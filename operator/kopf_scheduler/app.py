@@ -174,8 +174,6 @@ class SchedulerApp:
         note = f"; default plugins not implemented yet, left out: {', '.join(left_out)}" if left_out else ""
         if resolved.stand_ins:
             note += f"; stand-ins that keep the pods needing them pending: {', '.join(resolved.stand_ins)}"
-        if any(e.supports_preemption for e in extenders):
-            note += "; extenders' preemptVerb is accepted but not called yet (preemption does not consult extenders)"
         return ProfileOutcome(
             True, "PipelineBuilt", f"pipeline built from generation {generation}{note}", pipeline_status(resolved)
         )

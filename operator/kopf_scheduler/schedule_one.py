@@ -17,6 +17,8 @@ The shape is upstream's ``scheduleOne``:
   ``status.nominatedNodeName``), "clear" (both go), or nothing (the status stands). Every other
   failure of the scheduling cycle clears the nomination, as upstream's ``clearNominatedNode``: no node at
   all, no PostFilter plugin, an error, and a Reserve or Permit rejection (which runs no PostFilter).
+  In the extender cycle PostFilter is awaited (:meth:`ScheduleOne._post_filter_with_extenders`):
+  DefaultPreemption may call the extenders' preempt verb.
 - :meth:`ScheduleOne._binding_cycle` runs PreBindPreFlight, WaitOnPermit, PreBind, Bind and PostBind
   (``Scheduler.bind_pod``, which on failure runs Unreserve in reverse order and forgets the pod in the cache),
   then settles the pod: success is reported as Scheduled; failures go to :meth:`_handle_binding_cycle_error`.
@@ -71,6 +73,9 @@ class Found:
     #: With extenders, ``ClusterCache.generation`` when the cycle began: a change since means the chosen node
     #: is re-judged before it is assumed. None for a cycle that never awaited.
     generation: int | None = None
+    #: With extenders, PostFilter's outcome after a FitError, awaited already (:meth:`ScheduleOne._post_filter`'s
+    #: pair); None: PostFilter runs in :meth:`ScheduleOne._cycle`.
+    post_filter: tuple[PostFilterResult | None, str | None] | None = None
 
 
 #: Moves the parked pods of every profile that ``event`` may help (``EventHandlers.move_all_to_active_or_backoff``):
@@ -143,7 +148,12 @@ class ScheduleOne:
             outcome = e
         if self._latest(runtime, qpod) is None:
             return  # deleted, bound or assumed elsewhere while the extenders were called
-        self._cycle(runtime, qpod, pod, started, state, Found(outcome, scheduler, generation))
+        post_filter = None
+        if isinstance(outcome, FitError):  # PostFilter may await extenders too (their preempt verb)
+            post_filter = await self._post_filter_with_extenders(scheduler, state, pod, outcome)
+            if self._latest(runtime, qpod) is None:
+                return
+        self._cycle(runtime, qpod, pod, started, state, Found(outcome, scheduler, generation, post_filter))
 
     def _cycle(
         self,
@@ -159,7 +169,7 @@ class ScheduleOne:
         scheduler = found.scheduler
         outcome = found.outcome
         if isinstance(outcome, FitError):
-            post_filter, nominated_node = self._post_filter(scheduler, state, pod, outcome)
+            post_filter, nominated_node = found.post_filter or self._post_filter(scheduler, state, pod, outcome)
             self._algorithm_done(started)
             self._reporter.explain(runtime.name, outcome, post_filter)
             self._fit_failure(runtime, qpod, outcome, started, nominated_node)
@@ -240,12 +250,15 @@ class ScheduleOne:
         """
         if isinstance(fit, NoNodesAvailableError) or not scheduler.framework.has_post_filter_plugins:
             return None, CLEAR_NOMINATION
-        result = scheduler.run_post_filter(state, pod, fit)
-        if result is None:
-            return None, None
-        if result.nominated_node_name:
-            return result, result.nominated_node_name
-        return result, CLEAR_NOMINATION if result.clear_nomination else None
+        return _nomination(scheduler.run_post_filter(state, pod, fit))
+
+    async def _post_filter_with_extenders(
+        self, scheduler: Scheduler, state: CycleState, pod: PodInfo, fit: FitError
+    ) -> tuple[PostFilterResult | None, str | None]:
+        """:meth:`_post_filter` in the extender cycle, awaiting what PostFilter left pending (preempt verbs)."""
+        if isinstance(fit, NoNodesAvailableError) or not scheduler.framework.has_post_filter_plugins:
+            return None, CLEAR_NOMINATION
+        return _nomination(await scheduler.run_post_filter_with_extenders(state, pod, fit))
 
     async def _binding_cycle(
         self,
@@ -373,6 +386,15 @@ class ScheduleOne:
             self._nominator.add_nominated_pod(pod, nominated_node)
         else:
             self._nominator.delete_nominated_pod_if_exists(pod)
+
+
+def _nomination(result: PostFilterResult | None) -> tuple[PostFilterResult | None, str | None]:
+    """PostFilter's result and the nomination it means: a node, clear (""), or None (leave it)."""
+    if result is None:
+        return None, None
+    if result.nominated_node_name:
+        return result, result.nominated_node_name
+    return result, CLEAR_NOMINATION if result.clear_nomination else None
 
 
 def _new_cycle_state() -> CycleState:

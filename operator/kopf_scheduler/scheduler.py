@@ -30,6 +30,7 @@ from kopf_scheduler.framework.extender import (
     EXTENDER_NAME,
     Extender,
     ExtenderError,
+    PendingPostFilterResult,
     extenders_binding,
     find_nodes_that_pass_extenders,
     prioritize_with_extenders,
@@ -580,6 +581,27 @@ def run_post_filter(framework: Framework, state: CycleState, pod: PodInfo, error
     if isinstance(error, NoNodesAvailableError) or not error.from_node_search or not framework.has_post_filter_plugins:
         return None
     result, status = framework.run_post_filter_plugins(state, pod, error.diagnosis.node_to_status)
+    return _post_filter_verdict(pod, error, result, status)
+
+
+async def run_post_filter_with_extenders(
+    framework: Framework, state: CycleState, pod: PodInfo, error: FitError
+) -> PostFilterResult | None:
+    """:func:`run_post_filter` for a profile with extenders: a PostFilter that must await them (DefaultPreemption
+    with preempt verbs) answers a :class:`PendingPostFilterResult`, awaited here for its real verdict."""
+    result = run_post_filter(framework, state, pod, error)
+    if not isinstance(result, PendingPostFilterResult) or result.finish is None:
+        return result
+    try:
+        result, status = await result.finish()
+    except Exception as exc:  # as run_post_filter_plugins treats a plugin that raises
+        result, status = None, Status.as_error(exc)
+    return _post_filter_verdict(pod, error, result, status)
+
+
+def _post_filter_verdict(
+    pod: PodInfo, error: FitError, result: PostFilterResult | None, status: Status
+) -> PostFilterResult | None:
     error.diagnosis.post_filter_msg = status.message
     if status.code is Code.ERROR:
         logger.error("PostFilter failed for pod %s: %s", pod.key, status.message)
@@ -600,6 +622,10 @@ class Scheduler:
         self.rng = rng or random.Random()
         #: The profile's HTTP extenders (ignorable ones last); empty for most profiles, which then never await.
         self.extenders: tuple[Extender, ...] = tuple(extenders)
+        for _, plugin in framework.post_filter_plugins:  # upstream's Handle.Extenders(), for preemption
+            attach = getattr(plugin, "attach_extenders", None)
+            if attach is not None:
+                attach(self.extenders)
 
     def schedule_pod(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> ScheduleResult:
         return schedule_pod(self.framework, state, pod, snapshot, rng=self.rng)
@@ -609,6 +635,11 @@ class Scheduler:
 
     def run_post_filter(self, state: CycleState, pod: PodInfo, error: FitError) -> PostFilterResult | None:
         return run_post_filter(self.framework, state, pod, error)
+
+    async def run_post_filter_with_extenders(
+        self, state: CycleState, pod: PodInfo, error: FitError
+    ) -> PostFilterResult | None:
+        return await run_post_filter_with_extenders(self.framework, state, pod, error)
 
     def assume_and_reserve(
         self, state: CycleState, pod: PodInfo, result: ScheduleResult, cache: ClusterCache

@@ -4,7 +4,9 @@ The extender (a small threaded HTTP server on 127.0.0.1) speaks upstream's wire 
 is refused for every pod), prioritizes (one node wins), and binds by creating the Binding itself, so a pod
 bound there proves the whole round trip. A second profile points at an extender that is down: ignorable, its
 pods are bound anyway and the operator counts the errors; not ignorable, the pod stays Pending with
-upstream's SchedulerError text. A prioritizer without weight is refused with upstream's message.
+upstream's SchedulerError text. A prioritizer without weight is refused with upstream's message. A third
+extender takes part in preemption: its preempt verb keeps one of two candidate nodes, and the preemptor ends
+there, its victim evicted, while the victim on the node the extender dropped stays.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.conftest import Cluster, NodeFactory
 from tests.e2e.conftest import ProfileFactory
@@ -42,6 +45,8 @@ class Extender:
         self.core = core
         self.refused = refused
         self.preferred = preferred
+        #: The only candidate node the preempt verb keeps (with the victims it was sent for it).
+        self.kept = preferred
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.lock = threading.Lock()
 
@@ -63,7 +68,18 @@ class Extender:
             )
             self.core.create_namespaced_binding(body["PodNamespace"], binding, _preload_content=False)
             return {"Error": ""}
+        if verb == "preempt":
+            return {"NodeNameToMetaVictims": {self.kept: self.meta_victims(body, self.kept)}}
         raise ValueError(verb)
+
+    @staticmethod
+    def meta_victims(body: dict[str, Any], node: str) -> dict[str, Any]:
+        """The victims the scheduler proposed on ``node``, by UID (the answer's form, whatever was sent)."""
+        if body.get("NodeNameToMetaVictims"):
+            return body["NodeNameToMetaVictims"][node]
+        victims = body["NodeNameToVictims"][node]
+        pods = [{"UID": pod["metadata"]["uid"]} for pod in victims["Pods"]]
+        return {"Pods": pods, "NumPDBViolations": victims["NumPDBViolations"]}
 
     def verbs(self) -> list[str]:
         with self.lock:
@@ -185,3 +201,93 @@ def test_prioritizer_without_weight_is_refused_with_upstreams_message(
     condition = ready_condition(status)
     assert condition is not None
     assert "extenders[0].weight: Invalid value: 0: must have a positive weight applied to it" in condition["message"]
+
+
+@pytest.fixture
+def priority_classes(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """``{"low": name, "high": name}``: PriorityClasses of value 10 and 1000, deleted after the test (the
+    Priority admission plugin refuses a bare ``spec.priority``)."""
+    scheduling = client.SchedulingV1Api(cluster.api)
+    token = secrets.token_hex(3)
+    names = {"low": f"e2e-ext-{token}-low", "high": f"e2e-ext-{token}-high"}
+    for level, value in (("low", 10), ("high", 1000)):
+        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": names[level]}}
+        scheduling.create_priority_class({**body, "value": value})
+    try:
+        yield names
+    finally:
+        for name in names.values():
+            try:
+                scheduling.delete_priority_class(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
+def test_extender_preempt_verb_chooses_the_node_and_its_victims(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator: OperatorProcess,
+    extender_server: tuple[str, list[Extender]],
+    priority_classes: dict[str, str],
+) -> None:
+    url, box = extender_server
+    labels = {"e2e-group": secrets.token_hex(4)}
+    dropped, kept = (kwok_nodes(cpu="4", memory="16Gi", labels=labels) for _ in range(2))
+    extender = Extender(cluster.core, refused="", preferred=kept)
+    box.append(extender)
+    # No filter/prioritize/bind verb: only preemption consults this extender; full victim pods are sent.
+    profile = profiles({"extenders": [{"urlPrefix": url, "preemptVerb": "preempt"}]})
+    wait_profile_status(cluster.api, profile, ready=True)
+
+    # Both nodes full with one low-priority pod each: equally good candidates, so the extender decides.
+    victims = {dropped: "victim-dropped", kept: "victim-kept"}
+    create_pods(
+        cluster.core,
+        namespace,
+        [
+            pod_manifest(name, profile, cpu="3", spec={"nodeName": node, "priorityClassName": priority_classes["low"]})
+            for node, name in victims.items()
+        ],
+    )
+
+    def running() -> bool:
+        phases = {p.metadata.name: p.status.phase for p in cluster.core.list_namespaced_pod(namespace).items}
+        return all(phases.get(name) == "Running" for name in victims.values())
+
+    wait_for(running, timeout=60, message="the victims are not Running")
+    high = {"priorityClassName": priority_classes["high"]}
+    create_pods(cluster.core, namespace, [pod_manifest("vip", profile, cpu="2", node_selector=labels, spec=high)])
+
+    assert wait_pods_bound(cluster.core, namespace, ["vip"], timeout=90) == {"vip": kept}
+    preempts = [body for verb, body in extender.calls if verb == "preempt"]
+    assert preempts, extender.verbs()
+    sent = preempts[0]
+    assert sent["Pod"]["metadata"]["name"] == "vip"
+    assert sent["NodeNameToMetaVictims"] is None  # not nodeCacheCapable: the full victim pods
+    assert {node: [p["metadata"]["name"] for p in v["Pods"]] for node, v in sent["NodeNameToVictims"].items()} == {
+        dropped: ["victim-dropped"],
+        kept: ["victim-kept"],
+    }
+
+    def evicted(name: str) -> bool:
+        try:
+            pod = cluster.core.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return pod.metadata.deletion_timestamp is not None
+
+    wait_for(lambda: evicted("victim-kept"), timeout=30, message="the victim on the kept node was not evicted")
+    spared = cluster.core.read_namespaced_pod("victim-dropped", namespace)
+    assert spared.metadata.deletion_timestamp is None
+    assert spared.spec.node_name == dropped
+    preempted = wait_for(
+        lambda: pod_events(cluster.api, namespace, "victim-kept", reason="Preempted"),
+        timeout=30,
+        message="no Preempted event on the evicted victim",
+    )
+    assert f"on node {kept}" in preempted[0].note

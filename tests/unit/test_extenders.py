@@ -538,7 +538,7 @@ def test_a_profile_edit_during_the_calls_does_not_change_the_running_cycle() -> 
     assert len(client.bindings) == 1
 
 
-# -- preempt verb (wire format and callExtenders; not yet called by DefaultPreemption) ---------------------------
+# -- preempt verb (wire format and callExtenders; DefaultPreemption's use is in plugins/test_default_preemption) ----
 def victims_on(*pods: Any) -> PreemptionVictims:
     return PreemptionVictims(tuple(pods), 1)
 
@@ -593,11 +593,52 @@ def test_preempt_extenders_shrink_candidates_in_order() -> None:
     assert run(process_preemption_with_extenders([a, *lenient], pod, candidates, on_node.get)) == {}
 
 
-def test_a_preempt_verb_is_reported_as_not_used_yet() -> None:
+def test_a_preempt_verb_is_not_reported_as_unused_any_more() -> None:
     app, _ = cluster(FakeTransport(), [])
     outcome = app.apply_profile(name="sp", spec={"extenders": [{"urlPrefix": URL, "preemptVerb": "p"}]}, generation=2)
     assert outcome.ready
-    assert "preemptVerb is accepted but not called yet" in outcome.message
+    assert "preempt" not in outcome.message
+
+
+def full_cluster_with_victims(
+    transport: FakeTransport, extenders: list[dict[str, Any]]
+) -> tuple[SchedulerApp, FakeClient]:
+    """Two 4-cpu nodes, each full with one priority-1 pod; then a priority-100 pod that needs one node."""
+    app, client = cluster(transport, extenders, nodes=2)
+    for i in (1, 2):
+        victim = make_pod(f"v{i}", node_name=f"n{i}", requests={"cpu": "4"}, spec={"priority": 1}, uid=f"uid-v{i}")
+        app.on_pod_event("ADDED", victim)
+    app.on_pod_event("ADDED", pending("high", requests={"cpu": "4"}, spec={"priority": 100}))
+    return app, client
+
+
+def test_the_cycle_awaits_the_preempt_verb_and_evicts_what_the_extender_kept() -> None:
+    keep_n2 = {"NodeNameToMetaVictims": {"n2": {"Pods": [{"UID": "uid-v2"}], "NumPDBViolations": 0}}}
+    transport = FakeTransport({(URL, "preempt"): lambda *_: keep_n2})
+    app, client = full_cluster_with_victims(transport, [{"urlPrefix": URL, "preemptVerb": "preempt"}])
+    drive(app)
+    assert [verb for _, verb, _ in transport.calls] == ["preempt"]
+    assert sorted(transport.calls[0][2]["NodeNameToVictims"]) == ["n1", "n2"]  # both candidates were sent
+    assert [name for _, name, _ in client.deleted] == ["v2"]
+    nominations = [patch["status"].get("nominatedNodeName") for name, patch in client.status_patches if name == "high"]
+    assert nominations == ["n2"]
+
+
+def test_a_failing_preempt_verb_fails_preemption_with_its_error() -> None:
+    app, client = full_cluster_with_victims(FakeTransport(), [{"urlPrefix": URL, "preemptVerb": "preempt"}])
+    drive(app)
+    failed = [e for e in client.events if e["reason"] == "FailedScheduling"]
+    assert failed[0]["note"] == (
+        f'0/2 nodes are available: 2 Insufficient cpu. preemption: Post "{URL}/preempt": dial tcp: connect: '
+        "connection refused"
+    )
+    assert client.deleted == []
+    assert (
+        app.metrics.registry.get_sample_value(
+            "kopf_scheduler_extender_errors_total", {"extender": URL, "verb": "preempt"}
+        )
+        == 1.0
+    )
 
 
 def test_without_score_plugins_a_prioritizer_still_decides() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from kopf_scheduler.app import SchedulerApp
+from kopf_scheduler.framework.status import Code
 from kopf_scheduler.framework.waiting_pods import WaitingPod
 from kopf_scheduler.profiles import BackgroundJobs, ProfileHandle
 from kopf_scheduler.state.cache import ClusterCache
@@ -133,6 +134,17 @@ def test_reject_waiting_pod_looks_in_every_profile() -> None:
     assert handle.reject_waiting_pod("nobody") is False
     status = asyncio.run(waiting.wait())
     assert status.is_rejected
+
+
+def test_preempt_waiting_pod_looks_in_every_profile() -> None:
+    app = two_profiles()
+    waiting = WaitingPod(POD, {"SomePermit": 30.0})
+    app.profiles["sp2"].framework.waiting_pods[POD.uid] = waiting
+    handle = handle_of(app, "sp")
+    assert handle.preempt_waiting_pod(POD.uid, "DefaultPreemption") is True
+    assert handle.preempt_waiting_pod("nobody", "DefaultPreemption") is False
+    status = asyncio.run(waiting.wait())
+    assert (status.code, status.plugin, status.message) == (Code.ERROR, "DefaultPreemption", "preempted")
 
 
 def test_record_event_posts_through_the_reporter_as_this_profile() -> None:

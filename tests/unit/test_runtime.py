@@ -770,6 +770,22 @@ def test_reject_waiting_pod() -> None:
     assert (status.code, status.message) == (Code.UNSCHEDULABLE, "removed")
 
 
+def test_preempt_waiting_pod_is_an_error_not_a_rejection() -> None:
+    """Upstream ``waitingPod.Preempt``: the binding cycle fails with an Error (backoff), not Unschedulable."""
+    framework = build([lifecycle("P", permit=(Status(Code.WAIT), 60.0))], {E.PERMIT: ("P",)})
+    pod = pod_info(make_pod())
+    framework.run_permit_plugins(CycleState(), pod, "n1")
+    assert framework.preempt_waiting_pod(pod.uid, "DefaultPreemption")
+    assert not framework.preempt_waiting_pod(pod.uid, "DefaultPreemption")  # already stopped
+    assert not framework.preempt_waiting_pod("unknown", "DefaultPreemption")
+    status = asyncio.run(framework.wait_on_permit(pod))
+    assert (status.code, status.plugin, status.message) == (
+        Code.ERROR,
+        "DefaultPreemption",
+        "waiting on permit for pod: preempted",
+    )
+
+
 # -- binding cycle -------------------------------------------------------------------------------------
 def test_bind_first_non_skip_wins() -> None:
     framework = build(

@@ -1,8 +1,9 @@
 """HTTP scheduler extenders without the HTTP: upstream's wire protocol, interest and failure semantics.
 
-Upstream's counterparts: ``pkg/scheduler/extender.go`` (``HTTPExtender``: Filter, Prioritize, Bind, IsInterested),
-the extender halves of ``schedule_one.go`` (``findNodesThatPassExtenders``, ``prioritizeNodes``,
-``extendersBinding``) and the wire types of ``k8s.io/kube-scheduler/extender/v1``.
+Upstream's counterparts: ``pkg/scheduler/extender.go`` (``HTTPExtender``: Filter, Prioritize, Bind,
+ProcessPreemption, IsInterested), the extender halves of ``schedule_one.go`` (``findNodesThatPassExtenders``,
+``prioritizeNodes``, ``extendersBinding``), of ``framework/preemption/preemption.go`` (``callExtenders``) and the
+wire types of ``k8s.io/kube-scheduler/extender/v1``.
 
 Everything here is pure but the one await on :class:`ExtenderTransport`, the seam behind which the I/O layer
 (``kube/extender_http.py``: aiohttp, TLS, timeout) posts a JSON body to ``<urlPrefix>/<verb>`` and returns the
@@ -14,7 +15,9 @@ Wire format (the extender/v1 structs have no json tags, so the keys are the Go f
   "NodeNames": [...]|null}``, the full Nodes unless the extender is ``nodeCacheCapable``;
 - filter answers ``ExtenderFilterResult`` (``Nodes`` or ``NodeNames``, ``FailedNodes``,
   ``FailedAndUnresolvableNodes``, ``Error``); prioritize answers ``HostPriorityList`` ``[{"Host", "Score"}]``
-  (0-10, scaled by ``weight`` × 100/10); bind sends ``ExtenderBindingArgs`` and answers ``{"Error": ""}``.
+  (0-10, scaled by ``weight`` × 100/10); bind sends ``ExtenderBindingArgs`` and answers ``{"Error": ""}``;
+  preempt sends ``ExtenderPreemptionArgs`` (the candidates' victims, full pods or only their UIDs) and answers
+  ``ExtenderPreemptionResult`` (``NodeNameToMetaVictims``: the candidates kept, their victims by UID).
 - Go's JSON decoder matches keys case-insensitively, and so does :func:`_field` when reading answers.
 
 Semantics restated from upstream: an extender is *interested* in every pod when it manages no resources, else
@@ -23,7 +26,10 @@ the other over the shrinking list; an error fails the cycle unless the extender 
 ``FailedAndUnresolvableNodes`` wins over ``FailedNodes``. Prioritize extenders run in parallel and their errors
 are ignored (that extender gives no score). The first interested binder binds instead of the Bind plugins;
 an ignorable binder's error passes the turn on. Ignorable extenders are moved behind the others, as upstream's
-``buildExtenders`` does.
+``buildExtenders`` does. Preempt extenders run one after the other between DefaultPreemption's candidate search
+and its pick; since that is an await inside PostFilter, DefaultPreemption hands the framework a
+:class:`PendingPostFilterResult` that only the extender cycle (``Scheduler.run_post_filter_with_extenders``)
+awaits.
 
 Where we differ: an extender that is not ``nodeCacheCapable`` may answer with Node objects; upstream takes them
 as they come (bare NodeInfos without pods), we keep only the nodes it was sent, by name.
@@ -33,12 +39,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kopf_scheduler.api.profile import Extender as ExtenderSpec
 from kopf_scheduler.api.profile import ExtenderTLSConfig
+from kopf_scheduler.framework.interface import PostFilterResult
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
 from kopf_scheduler.go_format import parse_go_duration
 from kopf_scheduler.state.pod_info import PodInfo
@@ -451,9 +458,8 @@ async def process_preemption_with_extenders(
     """Upstream ``Evaluator.callExtenders``: each interested extender with a preempt verb, in order, may drop
     candidate nodes or change their victims; the next one sees what the previous left.
 
-    Raises ExtenderError for a non-ignorable failure, or a node left without victims (upstream's text).
-    NOT CALLED YET: DefaultPreemption's PostFilter is synchronous and has no await between finding candidates and
-    picking one (its ``process_extenders`` seam); until it has, preempt verbs are validated but not consulted.
+    Raises ExtenderError for a non-ignorable failure, or a node left without victims (upstream's text). An empty
+    answer leaves no candidate (the next extenders are not called).
     """
     current = dict(victims)
     for extender in extenders:
@@ -476,6 +482,22 @@ async def process_preemption_with_extenders(
             del answer[node]
         current = answer
     return current
+
+
+#: The rest of a PostFilter that awaits extenders: its final (result, status), as ``post_filter`` returns them.
+PostFilterContinuation = Callable[[], Awaitable[tuple[PostFilterResult | None, Status]]]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPostFilterResult(PostFilterResult):
+    """A PostFilter plugin's answer that still has extender calls to await (DefaultPreemption with preempt verbs).
+
+    The plugin returns it with a Success status from its synchronous ``post_filter``, so the framework's PostFilter
+    loop stops there; ``Scheduler.run_post_filter_with_extenders`` (the extender cycle, the only one that can
+    await) then awaits ``finish`` for the real verdict. Profiles without preempt extenders never see one.
+    """
+
+    finish: PostFilterContinuation | None = None
 
 
 async def extenders_binding(extenders: Sequence[Extender], pod: PodInfo, node: str) -> Status | None:
@@ -516,7 +538,9 @@ __all__ = [
     "ExtenderFilterOutcome",
     "ExtenderTransport",
     "FilterVerdict",
+    "PendingPostFilterResult",
     "PodsOnNode",
+    "PostFilterContinuation",
     "PreemptionVictims",
     "binding_args",
     "build_extenders",

@@ -122,6 +122,11 @@ class Handle(Protocol):
         """Reject a pod waiting at Permit in any profile (upstream ``RejectWaitingPod``); True if one waited."""
         ...
 
+    def preempt_waiting_pod(self, uid: str, plugin: str) -> bool:
+        """Preempt a pod waiting at Permit in any profile (upstream ``GetWaitingPod(uid).Preempt``): it fails with
+        an Error and is retried after backoff, without an API call; True if one waited."""
+        ...
+
     def record_event(
         self,
         regarding: PodInfo,

@@ -639,6 +639,12 @@ class Framework:
         waiting.reject("", "removed")
         return True
 
+    def preempt_waiting_pod(self, uid: str, plugin: str) -> bool:
+        """Upstream's preemption of a pod waiting at Permit (``GetWaitingPod(uid).Preempt(plugin, "preempted")``):
+        its binding cycle fails with an Error (``waiting on permit for pod: preempted``). True if it was waiting."""
+        waiting = self.waiting_pods.get(uid)
+        return waiting is not None and waiting.preempt(plugin, "preempted")
+
     async def wait_on_permit(self, pod: PodInfo) -> Status:
         waiting = self.waiting_pods.get(pod.uid)
         if waiting is None:

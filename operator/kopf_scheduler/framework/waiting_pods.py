@@ -43,6 +43,14 @@ class WaitingPod:
     def reject(self, plugin: str, message: str) -> None:
         self._resolve(Status.unschedulable(message, plugin=plugin))
 
+    def preempt(self, plugin: str, message: str) -> bool:
+        """Upstream ``Preempt``: stop waiting with an Error, not Unschedulable, so the pod is retried after backoff
+        instead of parked; False when it was already allowed or rejected."""
+        if self._result is not None:
+            return False
+        self._resolve(Status.as_error(RuntimeError(message), plugin=plugin))
+        return True
+
     def _resolve(self, status: Status) -> None:
         if self._result is None:
             self._result = status

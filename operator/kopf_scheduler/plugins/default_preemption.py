@@ -7,8 +7,10 @@ Restates upstream's ``plugins/defaultpreemption/default_preemption.go`` with the
 1. PostFilter counts an attempt, re-reads the preemptor and checks it may preempt (:meth:`eligible`).
 2. :meth:`find_candidates`: the nodes Filter called Unschedulable (not UUR), a sample of them from a random
    offset, each dry-run by :meth:`select_victims_on_node` (lower-priority pods out, filters with nominated
-   pods, PDB split, reprieve). Extenders with a ``preempt`` verb shrink the candidates between this step and
-   the next (:meth:`process_extenders`, the seam the extender support fills).
+   pods, PDB split, reprieve). HTTP extenders with a ``preempt`` verb may then drop candidates or change their
+   victims (:meth:`process_extenders`, upstream ``callExtenders``). That is an await, so a profile with such
+   extenders gets a :class:`~kopf_scheduler.framework.extender.PendingPostFilterResult` from PostFilter, which
+   its (already async) extender cycle awaits; every other profile's PostFilter stays synchronous.
 3. :meth:`select_candidate`: ``pickOneNodeForPreemption``'s criteria (:mod:`._preemption`).
 4. :class:`PreemptionExecutor` evicts the victims off the cycle (``Handle.spawn``) while the preemptor is held
    at PreEnqueue; it is re-activated if an API call fails.
@@ -16,7 +18,8 @@ Restates upstream's ``plugins/defaultpreemption/default_preemption.go`` with the
 Where we differ: upstream dry-runs nodes in parallel, so which nodes end up sampled can vary run to run;
 here they are tried one by one from the offset, which is one of upstream's possible outcomes. The last
 ``pickOneNodeForPreemption`` tie-break is upstream's Go map order (arbitrary); here the first candidate found.
-``PostFilterResult.node_messages`` (for ``kopf-scheduler explain``) is ours.
+``PostFilterResult.node_messages`` (for ``kopf-scheduler explain``) is ours. With preempt extenders, the
+candidates they keep are picked from in the order the dry run found them (upstream: Go's map order).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
@@ -49,6 +52,13 @@ from kopf_scheduler.framework import (
     QueueingHint,
     Status,
     nominated_node_name,
+)
+from kopf_scheduler.framework.extender import (
+    Extender,
+    ExtenderError,
+    PendingPostFilterResult,
+    PreemptionVictims,
+    process_preemption_with_extenders,
 )
 from kopf_scheduler.framework.interface import APIError, NodeToStatus
 from kopf_scheduler.plugins._preemption import (
@@ -83,6 +93,7 @@ PREEMPTION_PREFIX = "preemption: "
 EXPLAIN_UNRESOLVABLE = "UnschedulableAndUnresolvable: preemption cannot help"
 EXPLAIN_NO_VICTIMS = "not a candidate: no lower-priority pods"
 EXPLAIN_NOT_EXAMINED = "not examined: enough candidates were found on other nodes"
+EXPLAIN_DROPPED_BY_EXTENDER = "not a candidate: dropped by an extender's preempt verb"
 
 
 class FilterRunner(Protocol):
@@ -136,10 +147,24 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         self.clock: Callable[[], float] = time.time
         self.executor = PreemptionExecutor(handle, NAME)
         self._framework: FilterRunner | None = None
+        #: The profile's HTTP extenders (upstream ``Handle.Extenders()``); those with a preempt verb are consulted.
+        self.extenders: tuple[Extender, ...] = ()
 
     def attach_framework(self, framework: FilterRunner) -> None:
         """Called by the runtime before PostFilter: the framework that runs this profile's filters."""
         self._framework = framework
+
+    def attach_extenders(self, extenders: Sequence[Extender]) -> None:
+        """Called by the profile's ``Scheduler`` when it is built: the extenders it awaits (ignorable ones last)."""
+        self.extenders = tuple(extenders)
+
+    def preempting_extenders(self, pod: PodInfo) -> tuple[Extender, ...]:
+        """The extenders :meth:`process_extenders` would call for ``pod``: a preempt verb and interested in it.
+
+        Upstream rebuilds the candidate list from a map whenever any extender is configured; with none of these
+        that is the same list (in Go's map order), so only a profile with one of these pays for an await.
+        """
+        return tuple(e for e in self.extenders if e.supports_preemption and e.is_interested(pod))
 
     # -- PreEnqueue / events -------------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status:
@@ -160,9 +185,7 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
             result, status = self.preempt(state, pod, filtered)
         finally:
             self.handle.metrics.preemption_attempt()
-        if status.message:
-            status = Status(status.code, (PREEMPTION_PREFIX + status.message,), status.plugin, status.error)
-        return result, status
+        return result, _prefixed(status)
 
     def preempt(
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
@@ -193,15 +216,53 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
             text = fit_error_message(len(all_nodes), search.statuses, NOT_HELPFUL)
             return PostFilterResult(clear_nomination=True, node_messages=messages), Status.unschedulable(text)
 
-        candidates, status = self.process_extenders(pod, search.candidates)
-        if not status.is_success:
-            return None, status
+        extenders = self.preempting_extenders(pod)
+        if extenders:
+            finish = self._finish_with_extenders(extenders, pod, search.candidates, snapshot, messages, now)
+            return PendingPostFilterResult(node_messages=messages, finish=finish), SUCCESS
+        return self.conclude(pod, search.candidates, messages, now)
+
+    def conclude(
+        self, pod: PodInfo, candidates: Sequence[Candidate], messages: NodeMessages, now: float
+    ) -> tuple[PostFilterResult | None, Status]:
+        """Upstream ``Preempt`` after ``callExtenders``: pick the best candidate and start evicting its victims."""
         best = self.select_candidate(candidates, now)
         if best is None or not best.name:
             return None, Status.unschedulable(NO_CANDIDATE)
         messages.chosen = best.name
         self.executor.start(best, pod)
         return PostFilterResult(nominated_node_name=best.name, node_messages=messages), SUCCESS
+
+    def _finish_with_extenders(
+        self,
+        extenders: Sequence[Extender],
+        pod: PodInfo,
+        candidates: Sequence[Candidate],
+        snapshot: Snapshot,
+        messages: NodeMessages,
+        now: float,
+    ) -> Callable[[], Coroutine[Any, Any, tuple[PostFilterResult | None, Status]]]:
+        """The rest of :meth:`preempt` once the preempt extenders answered (``PendingPostFilterResult.finish``).
+
+        The pods on the candidate nodes are taken now, as the cycle's snapshot holds them (upstream's
+        ``convertToVictims`` reads the snapshot), so a victim deleted during the call is still found by its UID.
+        """
+        pods_on = {c.name: _pods_on(snapshot, c.name) for c in candidates}
+
+        def pods_on_node(name: str) -> Sequence[PodInfo] | None:
+            return pods_on[name] if name in pods_on else _pods_on(self.handle.snapshot(), name)
+
+        async def finish() -> tuple[PostFilterResult | None, Status]:
+            kept, status = await self.process_extenders(extenders, pod, candidates, pods_on_node)
+            if not status.is_success:
+                return None, _prefixed(status)
+            if self.handle.get_pod(pod.uid) is None:  # deleted during the calls: evict nobody for it
+                return None, _prefixed(Status.as_error(LookupError(f'pod "{pod.name}" not found')))
+            messages.after_extenders(kept)
+            result, status = self.conclude(pod, kept, messages, now)
+            return result, _prefixed(status)
+
+        return finish
 
     # -- 1. eligibility ------------------------------------------------------------------------------
     def eligible(self, pod: PodInfo, nominated_status: Status) -> tuple[bool, str]:
@@ -329,12 +390,26 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
             victims = sort_by_importance(victims, now)
         return victims, num_violating, SUCCESS
 
-    def process_extenders(self, pod: PodInfo, candidates: list[Candidate]) -> tuple[list[Candidate], Status]:
-        """Upstream ``callExtenders``: HTTP extenders with a ``preempt`` verb may drop candidates or victims.
+    async def process_extenders(
+        self,
+        extenders: Sequence[Extender],
+        pod: PodInfo,
+        candidates: Sequence[Candidate],
+        pods_on_node: Callable[[str], Sequence[PodInfo] | None],
+    ) -> tuple[list[Candidate], Status]:
+        """Upstream ``callExtenders``: HTTP extenders with a ``preempt`` verb may drop candidates or change victims.
 
-        The seam for extender support (issue 11, extenders): no extenders yet, so the candidates pass as they are.
+        A non-ignorable extender's error (or a node it left without victims) is an Error with its text; an
+        ignorable one is skipped. The candidates kept come in the dry run's order, then any node only an extender
+        named (upstream takes those too).
         """
-        return candidates, SUCCESS
+        sent = {c.name: PreemptionVictims(c.victims.pods, c.victims.num_pdb_violations) for c in candidates}
+        try:
+            answer = await process_preemption_with_extenders(extenders, pod, sent, pods_on_node)
+        except ExtenderError as exc:
+            return [], Status.as_error(exc)
+        order = [c.name for c in candidates if c.name in answer] + [n for n in answer if n not in sent]
+        return [Candidate(n, Victims(answer[n].pods, answer[n].num_pdb_violations)) for n in order], SUCCESS
 
     # -- 3. the pick ---------------------------------------------------------------------------------
     def select_candidate(self, candidates: Sequence[Candidate], now: float) -> Candidate | None:
@@ -396,6 +471,18 @@ def aggregate_error(errors: Sequence[Status]) -> Status:
     return Status(Code.ERROR, (text,), "", RuntimeError(text))
 
 
+def _prefixed(status: Status) -> Status:
+    """Upstream's PostFilter: a message gets the ``preemption: `` prefix."""
+    if not status.message:
+        return status
+    return Status(status.code, (PREEMPTION_PREFIX + status.message,), status.plugin, status.error)
+
+
+def _pods_on(snapshot: Snapshot, name: str) -> tuple[PodInfo, ...] | None:
+    node = snapshot.cache.node(name)
+    return None if node is None else tuple(node.pods.values())
+
+
 def _as_error(status: Status) -> Status:
     return status if status.code is Code.ERROR else Status(Code.ERROR, status.reasons, status.plugin, status.error)
 
@@ -421,7 +508,13 @@ class NodeMessages(Mapping[str, str]):
         self._examined = set(search.examined)
         self._potential = set(search.potential)
         self._known: set[str] | None = None
+        self._dropped: set[str] = set()
         self.chosen = ""
+
+    def after_extenders(self, kept: Sequence[Candidate]) -> None:
+        """The candidates as the preempt extenders left them (dropped ones say so, changed victims show)."""
+        self._dropped = set(self._candidates) - {c.name for c in kept}
+        self._candidates = {c.name: c for c in kept}
 
     def __getitem__(self, name: str) -> str:
         if self._known is None:
@@ -431,6 +524,8 @@ class NodeMessages(Mapping[str, str]):
         candidate = self._candidates.get(name)
         if candidate is not None:
             return explain_candidate(candidate.victims, chosen=name == self.chosen)
+        if name in self._dropped:
+            return EXPLAIN_DROPPED_BY_EXTENDER
         if name in self._statuses:
             status = self._statuses[name]
             if NO_VICTIMS in status.reasons:
@@ -571,9 +666,10 @@ class PreemptionExecutor:
                 self.handle.activate([preemptor])
 
     async def preempt_pod(self, candidate: Candidate, preemptor: PodInfo, victim: PodInfo) -> None:
-        """Upstream ``Executor.PreemptPod``: reject it at Permit, or mark it DisruptionTarget and delete it."""
+        """Upstream ``Executor.PreemptPod``: preempt it at Permit (no API call), or mark it DisruptionTarget and
+        delete it. Where ours differs: upstream also cancels a victim still in PreBind instead of deleting it."""
         note = f"Preempted by pod {preemptor.uid} on node {candidate.name}"
-        if self.handle.reject_waiting_pod(victim.uid):
+        if self.handle.preempt_waiting_pod(victim.uid, self.plugin_name):
             note += " (in kube-scheduler memory)."
         else:
             client = self.handle.client

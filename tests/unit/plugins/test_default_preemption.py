@@ -13,10 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kopf_scheduler.api.profile import Extender as ExtenderSpec
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework import ActionType, ClusterEvent, Code, CycleState, EventResource, Status
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.events import QUEUE_SKIP
+from kopf_scheduler.framework.extender import PendingPostFilterResult, build_extenders
 from kopf_scheduler.framework.interface import APIError, PostFilterResult
 from kopf_scheduler.framework.registry import default_registry
 from kopf_scheduler.framework.runtime import Framework
@@ -32,6 +34,7 @@ from kopf_scheduler.plugins._preemption import (
     split_by_pdb_violation,
 )
 from kopf_scheduler.plugins.default_preemption import (
+    EXPLAIN_DROPPED_BY_EXTENDER,
     NO_VICTIMS,
     NOT_ELIGIBLE_NEVER,
     NOT_ELIGIBLE_TERMINATING,
@@ -41,11 +44,12 @@ from kopf_scheduler.plugins.default_preemption import (
     DefaultPreemption,
     potential_nodes,
 )
-from kopf_scheduler.scheduler import FitError, run_post_filter, schedule_pod
+from kopf_scheduler.scheduler import FitError, Scheduler, run_post_filter, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.storage import POD_DISRUPTION_BUDGET
 from tests.unit.factories import make_cache, make_node, make_pod, pod_info
+from tests.unit.test_extenders import FakeTransport
 
 NOW = 1_800_000_000.0
 
@@ -109,7 +113,8 @@ class PreemptionHandle:
         self.nominator = FakeNominator()
         self.metrics = Recorder()
         self.waiting: set[str] = set()
-        self.rejected: list[str] = []
+        #: (uid, plugin) of each pod preempted while waiting at Permit.
+        self.preempted_waiting: list[tuple[str, str]] = []
         self.activated: list[str] = []
         self.events: list[tuple[str, str, str, str, str]] = []
         #: The ``related`` pod of each event, by name.
@@ -133,8 +138,11 @@ class PreemptionHandle:
         self.activated += [p.name for p in pods]
 
     def reject_waiting_pod(self, uid: str) -> bool:
+        raise AssertionError("preemption preempts waiting pods (upstream Preempt), it does not reject them")
+
+    def preempt_waiting_pod(self, uid: str, plugin: str) -> bool:
         if uid in self.waiting:
-            self.rejected.append(uid)
+            self.preempted_waiting.append((uid, plugin))
             return True
         return False
 
@@ -714,12 +722,12 @@ def test_the_hold_lasts_until_every_victim_is_watched_gone_in_any_order() -> Non
     assert not plugin.executor.is_pod_running_preemption(pod.uid)
 
 
-def test_a_victim_waiting_at_permit_is_rejected_not_deleted() -> None:
+def test_a_victim_waiting_at_permit_is_preempted_not_deleted() -> None:
     plugin, handle, pod = executor_setup(running("waiter", "n1"), running("v2", "n1"))
     handle.waiting.add("uid-waiter")
     plugin.executor.start(candidate(handle, "n1", "waiter", "v2"), pod)
     handle.run_jobs()
-    assert handle.rejected == ["uid-waiter"]
+    assert handle.preempted_waiting == [("uid-waiter", "DefaultPreemption")]
     assert [(c[0], c[1]) for c in handle.client.calls] == [("patch", "v2"), ("delete", "v2")]
     assert handle.events[0][4] == "Preempted by pod uid-high on node n1 (in kube-scheduler memory)."
 
@@ -808,3 +816,202 @@ def test_the_runtime_hands_the_plugin_its_framework_and_keeps_a_clearing_result(
     assert status.plugin == "DefaultPreemption"
     assert result is not None
     assert result.clear_nomination
+
+
+# -- HTTP extenders' preempt verb (upstream callExtenders) ---------------------------------------------------
+EXT = "http://ext/scheduler"
+REFUSED = f'preemption: Post "{EXT}/preempt": dial tcp: connect: connection refused'
+
+
+def meta_answer(**nodes: tuple[list[str], int]) -> Any:
+    """A preempt handler answering ``NodeNameToMetaVictims``: node → (victim names, PDB violations)."""
+    victims = {
+        node: {"Pods": [{"UID": f"uid-{name}"} for name in names], "NumPDBViolations": violations}
+        for node, (names, violations) in nodes.items()
+    }
+    return lambda _verb, _body: {"NodeNameToMetaVictims": victims}
+
+
+def preempt_setup(
+    extenders: list[dict[str, Any]], handlers: dict[tuple[str, str], Any]
+) -> tuple[Scheduler, DefaultPreemption, PreemptionHandle, PodInfo, FakeTransport]:
+    """Two full nodes: n1 holds ``a`` (priority 1), n2 ``b1`` (1) and ``b2`` (2). Without extenders the dry run
+    finds n1 (victim a) and n2 (victims b2, b1), and n1 wins (its highest victim priority is lower)."""
+    pod = preemptor(cpu="2")
+    nodes = [make_node("n1", cpu="2"), make_node("n2", cpu="2")]
+    pods = [running("a", "n1", priority=1, cpu="2"), running("b1", "n2", priority=1), running("b2", "n2", priority=2)]
+    framework, plugin, handle = setup(nodes, pods, pod)
+    transport = FakeTransport(handlers)
+    specs = [ExtenderSpec.model_validate({"urlPrefix": EXT, **e}) for e in extenders]
+    return Scheduler(framework, extenders=build_extenders(specs, transport)), plugin, handle, pod, transport
+
+
+def post_filter_with_extenders(scheduler: Scheduler, pod: PodInfo) -> tuple[PostFilterResult | None, FitError]:
+    state, error = fail(scheduler.framework, pod)
+    return asyncio.run(scheduler.run_post_filter_with_extenders(state, pod, error)), error
+
+
+def deleted(handle: PreemptionHandle) -> set[str]:
+    handle.run_jobs()
+    return {name for call, name, _ in handle.client.calls if call == "delete"}
+
+
+PREEMPT = {"preemptVerb": "preempt"}
+
+
+@pytest.mark.parametrize(
+    ("extenders", "handlers", "nominated", "evicted", "message", "calls"),
+    [
+        pytest.param([], {}, "n1", {"a"}, "", 0, id="no-extender"),
+        pytest.param(
+            [PREEMPT], {(EXT, "preempt"): meta_answer(n2=(["b1", "b2"], 0))}, "n2", {"b1", "b2"}, "", 1, id="drops-n1"
+        ),
+        pytest.param(
+            [PREEMPT],
+            # n1 now violates a PDB (pickOneNode prefers fewer violations) and n2 needs b1 only.
+            {(EXT, "preempt"): meta_answer(n1=(["a"], 1), n2=(["b1"], 0))},
+            "n2",
+            {"b1"},
+            "",
+            1,
+            id="changes-victims",
+        ),
+        pytest.param([PREEMPT], {}, None, set(), REFUSED, 1, id="error-not-ignorable"),
+        pytest.param([{**PREEMPT, "ignorable": True}], {}, "n1", {"a"}, "", 1, id="ignorable-down-skipped"),
+        pytest.param(
+            [{**PREEMPT, "managedResources": [{"name": "example.com/gpu"}]}],
+            {(EXT, "preempt"): meta_answer()},
+            "n1",
+            {"a"},
+            "",
+            0,
+            id="not-interested-not-called",
+        ),
+        pytest.param([{"filterVerb": "filter"}], {}, "n1", {"a"}, "", 0, id="no-preempt-verb-not-called"),
+        pytest.param(
+            [PREEMPT],
+            {(EXT, "preempt"): meta_answer()},
+            None,
+            set(),
+            "preemption: no candidate node for preemption",
+            1,
+            id="empty-answer-no-candidate",
+        ),
+        pytest.param(
+            [PREEMPT],
+            {(EXT, "preempt"): meta_answer(n2=([], 0))},
+            None,
+            set(),
+            'preemption: expected at least one victim pod on node "n2"',
+            1,
+            id="node-without-victims-not-ignorable",
+        ),
+        pytest.param(
+            [{**PREEMPT, "ignorable": True}],
+            {(EXT, "preempt"): meta_answer(n1=([], 0), n2=(["b1", "b2"], 0))},
+            "n2",
+            {"b1", "b2"},
+            "",
+            1,
+            id="node-without-victims-ignorable-dropped",
+        ),
+        pytest.param(
+            [PREEMPT, {**PREEMPT, "urlPrefix": "http://down", "ignorable": True}],
+            {(EXT, "preempt"): meta_answer(n2=(["b1", "b2"], 0))},
+            "n2",
+            {"b1", "b2"},
+            "",
+            2,
+            id="second-ignorable-down-keeps-the-first-answer",
+        ),
+    ],
+)
+def test_preempt_extenders_decide_the_candidates(
+    extenders: list[dict[str, Any]],
+    handlers: dict[tuple[str, str], Any],
+    nominated: str | None,
+    evicted: set[str],
+    message: str,
+    calls: int,
+) -> None:
+    scheduler, _plugin, handle, pod, transport = preempt_setup(extenders, handlers)
+    result, error = post_filter_with_extenders(scheduler, pod)
+    assert len(transport.calls) == calls
+    assert error.diagnosis.post_filter_msg == message
+    assert (result.nominated_node_name if result is not None else None) == nominated
+    assert deleted(handle) == evicted
+    assert handle.metrics.attempts == 1
+
+
+def test_the_candidates_are_sent_as_full_pods_or_uids_when_node_cache_capable() -> None:
+    keep_all = meta_answer(n1=(["a"], 0), n2=(["b2", "b1"], 0))
+    scheduler, _plugin, _handle, pod, transport = preempt_setup([PREEMPT], {(EXT, "preempt"): keep_all})
+    post_filter_with_extenders(scheduler, pod)
+    body = transport.calls[0][2]
+    assert body["NodeNameToMetaVictims"] is None
+    assert body["Pod"]["metadata"]["name"] == "high"
+    full = body["NodeNameToVictims"]
+    assert {n: [p["metadata"]["name"] for p in v["Pods"]] for n, v in full.items()} == {"n1": ["a"], "n2": ["b2", "b1"]}
+    assert full["n1"]["NumPDBViolations"] == 0
+
+    cache_capable = {**PREEMPT, "nodeCacheCapable": True}
+    scheduler, _plugin, _handle, pod, transport = preempt_setup([cache_capable], {(EXT, "preempt"): keep_all})
+    post_filter_with_extenders(scheduler, pod)
+    body = transport.calls[0][2]
+    assert body["NodeNameToVictims"] is None
+    assert body["NodeNameToMetaVictims"] == {
+        "n1": {"Pods": [{"UID": "uid-a"}], "NumPDBViolations": 0},
+        "n2": {"Pods": [{"UID": "uid-b2"}, {"UID": "uid-b1"}], "NumPDBViolations": 0},
+    }
+
+
+def test_without_preempt_extenders_post_filter_stays_synchronous() -> None:
+    scheduler, plugin, _handle, pod, _ = preempt_setup([{"filterVerb": "filter"}], {})
+    assert plugin.extenders == scheduler.extenders  # attached by the Scheduler (upstream Handle.Extenders())
+    state, error = fail(scheduler.framework, pod)
+    result = run_post_filter(scheduler.framework, state, pod, error)
+    assert type(result) is PostFilterResult
+    assert result.nominated_node_name == "n1"
+
+
+def test_with_a_preempt_extender_post_filter_is_pending_until_awaited() -> None:
+    scheduler, _plugin, handle, pod, transport = preempt_setup(
+        [PREEMPT], {(EXT, "preempt"): meta_answer(n2=(["b1", "b2"], 0))}
+    )
+    state, error = fail(scheduler.framework, pod)
+    result = run_post_filter(scheduler.framework, state, pod, error)
+    assert isinstance(result, PendingPostFilterResult)
+    assert result.nominated_node_name is None  # nothing decided, nothing evicted, nothing called yet
+    assert (handle.jobs, transport.calls) == ([], [])
+    assert result.finish is not None
+    final, status = asyncio.run(result.finish())
+    assert status.is_success
+    assert final is not None
+    assert final.nominated_node_name == "n2"
+    messages = final.node_messages or {}
+    assert messages["n1"] == EXPLAIN_DROPPED_BY_EXTENDER
+    assert messages["n2"] == "chosen: evicting 2 pods of priority ≤ 2 would fit the pod"
+
+
+def test_a_preemptor_deleted_during_the_call_evicts_nobody() -> None:
+    def answer_and_delete(verb: str, body: Any) -> Any:
+        handle.pending.clear()
+        return meta_answer(n1=(["a"], 0))(verb, body)
+
+    scheduler, _plugin, handle, pod, _ = preempt_setup([PREEMPT], {(EXT, "preempt"): answer_and_delete})
+    result, error = post_filter_with_extenders(scheduler, pod)
+    assert result is None
+    assert error.diagnosis.post_filter_msg == 'preemption: pod "high" not found'
+    assert handle.jobs == []
+
+
+def test_a_victim_deleted_during_the_call_is_still_found_by_its_uid() -> None:
+    def answer_after_deletion(verb: str, body: Any) -> Any:
+        handle.cache.remove_pod("uid-a")
+        return meta_answer(n1=(["a"], 0))(verb, body)
+
+    scheduler, _plugin, handle, pod, _ = preempt_setup([PREEMPT], {(EXT, "preempt"): answer_after_deletion})
+    result, error = post_filter_with_extenders(scheduler, pod)
+    assert error.diagnosis.post_filter_msg == ""
+    assert result is not None
+    assert result.nominated_node_name == "n1"
