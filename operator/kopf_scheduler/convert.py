@@ -1,0 +1,307 @@
+"""``kopf-scheduler convert``: a KubeSchedulerConfiguration (v1) becomes SchedulerProfile manifests.
+
+kube-scheduler reads one ``KubeSchedulerConfiguration`` (``kubescheduler.config.k8s.io/v1``,
+``k8s.io/kube-scheduler/config/v1/types.go``) that holds every profile plus process-wide settings; here each
+profile is a SchedulerProfile object whose ``metadata.name`` is the scheduler name, and the process settings
+belong to the operator (``kopf-scheduler run`` flags, the Helm chart) or have no counterpart. This module does
+the split and says, field by field, what became of everything it did not carry over:
+
+- ``profiles[]``: one SchedulerProfile each. ``plugins``, ``pluginConfig`` and ``percentageOfNodesToScore``
+  are copied as written (the spec mirrors ``KubeSchedulerProfile``); ``schedulerName`` becomes
+  ``metadata.name``. Upstream's defaulting is applied where it decides names: no profiles means one default
+  profile, and a single profile without a name is ``default-scheduler`` (``SetDefaults_KubeSchedulerConfiguration``).
+  Several profiles need distinct, non-empty names, as upstream's validation says.
+- ``percentageOfNodesToScore`` (top level): upstream uses it for every profile that sets none, so it is copied
+  into those profiles' specs.
+- ``extenders``: upstream consults them for every profile; ours are per profile, so each profile gets the list.
+- ``podInitialBackoffSeconds``, ``podMaxBackoffSeconds``: operator-wide here too (``run`` flags, chart
+  ``extraArgs``, or the KopfSchedulerConfiguration file); reported with the flag to set.
+- ``parallelism``, ``leaderElection``, ``clientConnection``, ``enableProfiling``,
+  ``enableContentionProfiling``, ``delayCacheUntilActive``: reported as not carried over, with the reason and
+  the nearest counterpart.
+
+Decoding is strict, as kube-scheduler's: another apiVersion or kind, or an unknown field, is an error (a file
+kube-scheduler would refuse is not silently half-converted). The plugins themselves are not checked here; the
+spec's *shape* is (the pydantic models the CRD is generated from), and ``kopf-scheduler validate`` runs the
+operator's builder on the result.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from kopf_scheduler.api.crd import GROUP, KIND, VERSION
+from kopf_scheduler.api.profile import SchedulerProfileSpec
+
+SOURCE_API_VERSION = "kubescheduler.config.k8s.io/v1"
+SOURCE_KIND = "KubeSchedulerConfiguration"
+#: Upstream ``v1.DefaultSchedulerName``: the name of the one profile when none is named.
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+
+_PROFILE_FIELDS = frozenset({"schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig"})
+
+#: Top-level fields with no place in a SchedulerProfile: why, and what to use instead.
+_NOT_CARRIED_OVER: dict[str, str] = {
+    "parallelism": (
+        "no counterpart: kopf-scheduler filters and scores nodes on one event loop, there are no worker goroutines"
+    ),
+    "leaderElection": (
+        "replicas choose the active one by kopf peering (a ClusterKopfPeering), not a Lease: set the chart's "
+        "peering.name, peering.priorityBase, peering.lifetime (run flags --peering-name, --peering-priority, "
+        "--peering-lifetime; lifetime plays the part of leaseDuration); for leaderElect: false run one replica"
+    ),
+    "clientConnection": (
+        "the operator uses its ServiceAccount in the cluster, else --kubeconfig / $KUBECONFIG; qps, burst and "
+        "the content types have no counterpart"
+    ),
+    "enableProfiling": "no counterpart: the operator serves no /debug/pprof",
+    "enableContentionProfiling": "no counterpart: the operator serves no /debug/pprof",
+    "delayCacheUntilActive": (
+        "no setting: a standby (paused) replica stops its watches and rebuilds its cache from a LIST when it "
+        "becomes active, which is what delayCacheUntilActive: true does"
+    ),
+}
+
+#: Top-level fields that are operator settings here: the ``kopf-scheduler run`` flag that sets them.
+_OPERATOR_SETTINGS: dict[str, str] = {
+    "podInitialBackoffSeconds": "--pod-initial-backoff-seconds",
+    "podMaxBackoffSeconds": "--pod-max-backoff-seconds",
+}
+
+_TOP_LEVEL_FIELDS = frozenset(
+    {"apiVersion", "kind", "profiles", "extenders", "percentageOfNodesToScore"}
+    | _NOT_CARRIED_OVER.keys()
+    | _OPERATOR_SETTINGS.keys()
+)
+
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1123_MAX_LENGTH = 253
+
+
+class ConvertError(ValueError):
+    """Input that is not a v1 KubeSchedulerConfiguration kube-scheduler would accept, or cannot be converted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """What became of one input field: ``field`` is its path in the KubeSchedulerConfiguration."""
+
+    field: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """The SchedulerProfile manifests, and the notes about fields, by what became of them."""
+
+    manifests: tuple[dict[str, Any], ...]
+    carried_over: tuple[Note, ...] = ()
+    operator_settings: tuple[Note, ...] = ()
+    dropped: tuple[Note, ...] = ()
+    warnings: tuple[Note, ...] = ()
+
+
+def load_config(text: str, *, source: str = "input") -> dict[str, Any]:
+    """The one YAML (or JSON) document of ``text``, checked to be a v1 KubeSchedulerConfiguration."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise ConvertError(f"{source}: not YAML: {e}") from e
+    if len(documents) != 1:
+        raise ConvertError(f"{source}: expected one KubeSchedulerConfiguration document, found {len(documents)}")
+    config = documents[0]
+    if not isinstance(config, dict):
+        raise ConvertError(f"{source}: expected a mapping at the top level, got {type(config).__name__}")
+    api_version, kind = config.get("apiVersion"), config.get("kind")
+    if (api_version, kind) != (SOURCE_API_VERSION, SOURCE_KIND):
+        hint = ""
+        if kind == SOURCE_KIND and isinstance(api_version, str) and api_version.startswith("kubescheduler."):
+            hint = " (only v1 is read; kube-scheduler 1.36 reads only v1 too: move the file to v1 first)"
+        raise ConvertError(
+            f"{source}: expected apiVersion {SOURCE_API_VERSION} and kind {SOURCE_KIND}, "
+            f"got apiVersion {api_version!r} and kind {kind!r}{hint}"
+        )
+    return config
+
+
+def convert_config(config: Mapping[str, Any]) -> Conversion:
+    """Split a v1 KubeSchedulerConfiguration (as loaded by :func:`load_config`) into SchedulerProfiles."""
+    _refuse_unknown(config, _TOP_LEVEL_FIELDS, "")
+    profiles = _list(config, "profiles", "profiles")
+    extenders = _list(config, "extenders", "extenders")
+    if not profiles:
+        profiles = [{}]
+    names = _scheduler_names(profiles)
+    carried: list[Note] = []
+    warnings: list[Note] = []
+    top_percentage = config.get("percentageOfNodesToScore")
+    manifests = []
+    for index, (profile, name) in enumerate(zip(profiles, names, strict=True)):
+        path = f"profiles[{index}]"
+        spec = _profile_spec(profile, path)
+        if top_percentage not in (None, 0) and "percentageOfNodesToScore" not in spec:
+            spec = {"percentageOfNodesToScore": top_percentage, **spec}
+        if extenders:
+            spec["extenders"] = [dict(e) for e in extenders]
+        _check_spec(spec, path)
+        manifests.append(_manifest(name, spec))
+        carried.append(_profile_note(profile, name, path))
+        if name == DEFAULT_SCHEDULER_NAME:
+            warnings.append(Note(f"{path}.schedulerName", _DEFAULT_SCHEDULER_WARNING))
+    carried += _top_level_carried(config, profiles, top_percentage, extenders)
+    operator = [
+        Note(
+            key,
+            f"{config[key]}: operator-wide setting: `kopf-scheduler run {flag} {config[key]}` (chart: extraArgs) "
+            f"or {key}: {config[key]} in a KopfSchedulerConfiguration (--config)",
+        )
+        for key, flag in _OPERATOR_SETTINGS.items()
+        if key in config
+    ]
+    dropped = [Note(key, why) for key, why in _NOT_CARRIED_OVER.items() if key in config]
+    return Conversion(tuple(manifests), tuple(carried), tuple(operator), tuple(dropped), tuple(warnings))
+
+
+_DEFAULT_SCHEDULER_WARNING = (
+    "pods without spec.schedulerName get default-scheduler: while kube-scheduler runs with that profile too, both "
+    "schedulers place those pods; stop kube-scheduler's default-scheduler profile or rename this one"
+)
+
+
+def _refuse_unknown(mapping: Mapping[str, Any], known: frozenset[str], path: str) -> None:
+    """Upstream decodes strictly: an unknown field is an error, named with its path."""
+    for key in mapping:
+        if key not in known:
+            where = f"{path}.{key}" if path else str(key)
+            extra = ""
+            if key == "featureGates":
+                extra = " (feature gates are kube-scheduler's --feature-gates flag, not a configuration field)"
+            raise ConvertError(f'strict decoding error: unknown field "{where}"{extra}')
+
+
+def _list(mapping: Mapping[str, Any], key: str, path: str) -> list[Any]:
+    value = mapping.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise ConvertError(f"{path}: expected a list of objects")
+    return value
+
+
+def _scheduler_names(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each profile's SchedulerProfile name: its schedulerName (upstream's defaulting and uniqueness rules),
+    lowered to a DNS-1123 subdomain if it is not one (metadata.name and a pod's spec.schedulerName must be)."""
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for index, profile in enumerate(profiles):
+        raw = profile.get("schedulerName")
+        if raw is None and len(profiles) == 1:
+            raw = DEFAULT_SCHEDULER_NAME
+        if not isinstance(raw, str) or not raw:
+            raise ConvertError(f"profiles[{index}].schedulerName: Required value")
+        name = dns_name(raw)
+        if not name:
+            raise ConvertError(f"profiles[{index}].schedulerName: {raw!r} has nothing to make a DNS name of")
+        if name in seen:
+            raise ConvertError(
+                f"profiles[{index}].schedulerName: Duplicate value: "
+                f'"profiles[{seen[name]}].schedulerName" (both become SchedulerProfile {name!r})'
+            )
+        seen[name] = index
+        names.append(name)
+    return names
+
+
+def dns_name(name: str) -> str:
+    """``name`` if it is a DNS-1123 subdomain, else the nearest one: lower case, other characters as ``-``."""
+    if len(name) <= _DNS1123_MAX_LENGTH and _DNS1123_SUBDOMAIN.fullmatch(name):
+        return name
+    lowered = re.sub(r"[^a-z0-9.-]+", "-", name.lower())
+    labels = [label.strip("-") for label in lowered.split(".")]
+    return ".".join(label for label in labels if label)[:_DNS1123_MAX_LENGTH].rstrip("-.")
+
+
+def _profile_spec(profile: Mapping[str, Any], path: str) -> dict[str, Any]:
+    _refuse_unknown(profile, _PROFILE_FIELDS, path)
+    return {key: profile[key] for key in ("percentageOfNodesToScore", "plugins", "pluginConfig") if key in profile}
+
+
+def _check_spec(spec: dict[str, Any], path: str) -> None:
+    """The spec's shape, with the models the CRD is generated from (what the API server's schema checks)."""
+    try:
+        SchedulerProfileSpec.model_validate(spec)
+    except ValidationError as e:
+        problems = [f"{path}.{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in e.errors()]
+        raise ConvertError("; ".join(problems)) from e
+
+
+def _manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": name}, "spec": spec}
+
+
+def _profile_note(profile: Mapping[str, Any], name: str, path: str) -> Note:
+    raw = profile.get("schedulerName")
+    if raw is None:
+        origin = f"no schedulerName: upstream's default, {name}"
+    elif raw != name:
+        origin = f"schedulerName {raw!r} is not a DNS-1123 subdomain: named {name}; pods must select {name}"
+    else:
+        origin = f"schedulerName {name}"
+    copied = [key for key in ("plugins", "pluginConfig", "percentageOfNodesToScore") if key in profile]
+    what = f", {', '.join(copied)} copied" if copied else ", kube-scheduler's default plugins"
+    return Note(path, f"SchedulerProfile {name} ({origin}{what})")
+
+
+def _top_level_carried(
+    config: Mapping[str, Any], profiles: Sequence[Mapping[str, Any]], top_percentage: Any, extenders: list[Any]
+) -> list[Note]:
+    notes = []
+    if top_percentage is not None:
+        own = [i for i, p in enumerate(profiles) if "percentageOfNodesToScore" in p]
+        if top_percentage == 0:
+            text = "0 is the adaptive default, which is what a profile without percentageOfNodesToScore gets"
+        else:
+            text = f"{top_percentage}: copied into spec.percentageOfNodesToScore of every profile that sets none"
+        if own:
+            owners = ", ".join(f"profiles[{i}]" for i in own)
+            text += f" ({owners} set{'s' if len(own) == 1 else ''} its own, which wins, as upstream)"
+        notes.append(Note("percentageOfNodesToScore", text))
+    if extenders:
+        notes.append(
+            Note(
+                "extenders",
+                f"{len(extenders)} extender(s): copied into spec.extenders of every profile "
+                "(kube-scheduler consults them for all profiles)",
+            )
+        )
+    return notes
+
+
+def render_manifests(manifests: Sequence[dict[str, Any]], output: str = "yaml") -> str:
+    """YAML documents separated by ``---``, or a JSON ``List``: either way ``kubectl apply -f -`` takes it."""
+    if output == "json":
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(manifests)}, indent=2) + "\n"
+    return yaml.safe_dump_all(manifests, sort_keys=False, explicit_start=True, width=120)
+
+
+def render_report(conversion: Conversion) -> str:
+    """The notes as a readable list (for stderr)."""
+    sections = [
+        ("carried over", conversion.carried_over),
+        ("set on the operator instead (not part of a SchedulerProfile)", conversion.operator_settings),
+        ("not carried over", conversion.dropped),
+        ("warnings", conversion.warnings),
+    ]
+    lines = [f"kopf-scheduler convert: {len(conversion.manifests)} SchedulerProfile(s)"]
+    for title, notes in sections:
+        if notes:
+            lines.append(f"{title}:")
+            lines += [f"  - {note.field}: {note.text}" for note in notes]
+    return "\n".join(lines) + "\n"
