@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from kopf_scheduler.api.crd import GROUP, KIND, VERSION
+from kopf_scheduler.api.crd import GROUP, KIND, VERSION, model_schema
 from kopf_scheduler.api.profile import EffectivePlugins, SchedulerProfileSpec
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.convert import dns_name
@@ -122,7 +122,25 @@ def _schema_problem(spec: Any) -> str:
             f"spec.{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" if error["loc"] else error["msg"]
             for error in e.errors()
         )
-    return ""
+    return "; ".join(_bounds_problems(spec, model_schema(SchedulerProfileSpec), "spec"))
+
+
+def _bounds_problems(value: Any, schema: dict[str, Any], path: str) -> Iterator[str]:
+    """The schema's ``minimum``/``maximum`` that the models leave to the CRD (``json_schema_extra``), in the API
+    server's words; the models have already checked types and unknown fields."""
+    if isinstance(value, dict):
+        for key, child in (schema.get("properties") or {}).items():
+            if key in value:
+                yield from _bounds_problems(value[key], child, f"{path}.{key}")
+    elif isinstance(value, list) and "items" in schema:
+        for index, item in enumerate(value):
+            yield from _bounds_problems(item, schema["items"], f"{path}[{index}]")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        invalid = f"{path}: Invalid value: {value}: {path} in body should be"
+        if "minimum" in schema and value < schema["minimum"]:
+            yield f"{invalid} greater than or equal to {schema['minimum']}"
+        if "maximum" in schema and value > schema["maximum"]:
+            yield f"{invalid} less than or equal to {schema['maximum']}"
 
 
 @contextlib.contextmanager
