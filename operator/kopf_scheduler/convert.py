@@ -141,13 +141,14 @@ def convert_config(config: Mapping[str, Any]) -> Conversion:
     names = _scheduler_names(profiles)
     carried: list[Note] = []
     warnings: list[Note] = []
-    top_percentage = config.get("percentageOfNodesToScore")
+    top_percentage = _top_percentage(config)
     manifests = []
     for index, (profile, name) in enumerate(zip(profiles, names, strict=True)):
         path = f"profiles[{index}]"
         spec = _profile_spec(profile, path)
-        if top_percentage not in (None, 0) and "percentageOfNodesToScore" not in spec:
-            spec = {"percentageOfNodesToScore": top_percentage, **spec}
+        if top_percentage and spec.get("percentageOfNodesToScore") is None:
+            rest = {key: value for key, value in spec.items() if key != "percentageOfNodesToScore"}
+            spec = {"percentageOfNodesToScore": top_percentage, **rest}
         if extenders:
             spec["extenders"] = [dict(e) for e in extenders]
         _check_spec(spec, path)
@@ -155,8 +156,14 @@ def convert_config(config: Mapping[str, Any]) -> Conversion:
         carried.append(_profile_note(profile, name, path))
         if name == DEFAULT_SCHEDULER_NAME:
             warnings.append(Note(f"{path}.schedulerName", _DEFAULT_SCHEDULER_WARNING))
-    carried += _top_level_carried(config, profiles, top_percentage, extenders)
-    operator = [
+    carried += _top_level_carried(profiles, top_percentage, extenders)
+    dropped = [Note(key, why) for key, why in _NOT_CARRIED_OVER.items() if key in config]
+    return Conversion(tuple(manifests), tuple(carried), _operator_notes(config), tuple(dropped), tuple(warnings))
+
+
+def _operator_notes(config: Mapping[str, Any]) -> tuple[Note, ...]:
+    """The operator-wide settings the config sets, with the flag (and settings-file key) that sets them here."""
+    return tuple(
         Note(
             key,
             f"{config[key]}: operator-wide setting: `kopf-scheduler run {flag} {config[key]}` (chart: extraArgs) "
@@ -164,9 +171,19 @@ def convert_config(config: Mapping[str, Any]) -> Conversion:
         )
         for key, flag in _OPERATOR_SETTINGS.items()
         if key in config
-    ]
-    dropped = [Note(key, why) for key, why in _NOT_CARRIED_OVER.items() if key in config]
-    return Conversion(tuple(manifests), tuple(carried), tuple(operator), tuple(dropped), tuple(warnings))
+    )
+
+
+def _top_percentage(config: Mapping[str, Any]) -> int | None:
+    """Upstream validates the top-level value even where every profile overrides it."""
+    value = config.get("percentageOfNodesToScore")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConvertError(f"percentageOfNodesToScore: Invalid value: {value!r}: expected an integer")
+    if not 0 <= value <= 100:
+        raise ConvertError(f"percentageOfNodesToScore: Invalid value: {value}: not in valid range [0-100]")
+    return value
 
 
 _DEFAULT_SCHEDULER_WARNING = (
@@ -204,7 +221,9 @@ def _scheduler_names(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
         raw = profile.get("schedulerName")
         if raw is None and len(profiles) == 1:
             raw = DEFAULT_SCHEDULER_NAME
-        if not isinstance(raw, str) or not raw:
+        if raw is not None and not isinstance(raw, str):
+            raise ConvertError(f"profiles[{index}].schedulerName: Invalid value: {raw!r}: expected a string")
+        if not raw:
             raise ConvertError(f"profiles[{index}].schedulerName: Required value")
         name = dns_name(raw)
         if not name:
@@ -260,18 +279,18 @@ def _profile_note(profile: Mapping[str, Any], name: str, path: str) -> Note:
 
 
 def _top_level_carried(
-    config: Mapping[str, Any], profiles: Sequence[Mapping[str, Any]], top_percentage: Any, extenders: list[Any]
+    profiles: Sequence[Mapping[str, Any]], top_percentage: int | None, extenders: list[Any]
 ) -> list[Note]:
     notes = []
     if top_percentage is not None:
-        own = [i for i, p in enumerate(profiles) if "percentageOfNodesToScore" in p]
+        own = [i for i, p in enumerate(profiles) if p.get("percentageOfNodesToScore") is not None]
         if top_percentage == 0:
             text = "0 is the adaptive default, which is what a profile without percentageOfNodesToScore gets"
         else:
             text = f"{top_percentage}: copied into spec.percentageOfNodesToScore of every profile that sets none"
         if own:
             owners = ", ".join(f"profiles[{i}]" for i in own)
-            text += f" ({owners} set{'s' if len(own) == 1 else ''} its own, which wins, as upstream)"
+            text += f" ({owners} {'sets its' if len(own) == 1 else 'set their'} own, which wins, as upstream)"
         notes.append(Note("percentageOfNodesToScore", text))
     if extenders:
         notes.append(

@@ -245,6 +245,17 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
         "both become SchedulerProfile 'batch'",
     ),
     ("profiles not a list", {"profiles": {"schedulerName": "a"}}, "profiles: expected a list of objects"),
+    (
+        "schedulerName not a string",
+        {"profiles": [{"schedulerName": 7}]},
+        "profiles[0].schedulerName: Invalid value: 7: expected a string",
+    ),
+    (
+        "top-level percentage out of range, even where profiles override it",
+        {"percentageOfNodesToScore": 150, "profiles": [{"schedulerName": "a", "percentageOfNodesToScore": 10}]},
+        "percentageOfNodesToScore: Invalid value: 150: not in valid range [0-100]",
+    ),
+    ("top-level percentage not a number", {"percentageOfNodesToScore": "50%"}, "Invalid value: '50%'"),
 ]
 
 
