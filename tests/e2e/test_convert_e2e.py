@@ -2,9 +2,10 @@
 
 A realistic KubeSchedulerConfiguration (two profiles, pluginConfig args, score weights, multiPoint,
 percentageOfNodesToScore at both levels, the process settings a real file carries) goes through the console
-script; its stdout passes ``kubectl apply --dry-run=server`` against the real API server with the CRD, then is
-applied for real with the operator running: each profile becomes Ready with the pipeline the config asked for
-(the same one ``kopf-scheduler validate`` printed offline), and schedules a pod.
+script (kube-scheduler v1.36.3 accepts the same file); its stdout passes ``kubectl apply --dry-run=server``
+against the real API server with the CRD, then is applied for real with the operator running: each profile
+becomes Ready with the pipeline the config asked for (the same one ``kopf-scheduler validate`` printed
+offline), and schedules a pod.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from tests.conformance.profile_validation import upstream_binary, upstream_error, write_kubeconfig
 from tests.conftest import Cluster, NodeFactory
 from tests.e2e.operator_process import (
     OperatorProcess,
@@ -92,6 +94,18 @@ def _config(packer: str, spread: str) -> dict[str, Any]:
     }
 
 
+def _upstream_accepts(config: dict[str, Any], work_dir: Path) -> None:
+    """kube-scheduler v1.36.3 validates the file and builds both profiles' frameworks (``--write-config-to``
+    exits right after that, before connecting; the kubeconfig names a closed port)."""
+    own = {**config, "clientConnection": {**config["clientConnection"], "kubeconfig": str(work_dir / "kc.yaml")}}
+    write_kubeconfig(work_dir / "kc.yaml")
+    path = work_dir / "upstream.json"
+    path.write_text(json.dumps(own))
+    args = [f"--config={path}", "--secure-port=0", f"--write-config-to={work_dir / 'written.yaml'}", "-v=0"]
+    proc = subprocess.run([str(upstream_binary()), *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, upstream_error(proc.stderr)
+
+
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*operator_command(), *args], input=stdin, capture_output=True, text=True, timeout=120)
 
@@ -108,6 +122,7 @@ def test_converted_profiles_apply_and_become_ready(
     packer, spread = f"packer-{suffix}", f"spread-{suffix}"
     config = tmp_path / "kube-scheduler-config.yaml"
     config.write_text(yaml.safe_dump(_config(packer, spread), sort_keys=False))
+    _upstream_accepts(_config(packer, spread), tmp_path)
 
     converted = _cli("convert", str(config))
     assert converted.returncode == 0, converted.stderr
