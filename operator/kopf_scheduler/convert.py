@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
+from kopf_scheduler.api.args import explain_validation_error
 from kopf_scheduler.api.crd import GROUP, KIND, VERSION
-from kopf_scheduler.api.profile import SchedulerProfileSpec
+from kopf_scheduler.api.profile import Extender, SchedulerProfileSpec
 
 SOURCE_API_VERSION = "kubescheduler.config.k8s.io/v1"
 SOURCE_KIND = "KubeSchedulerConfiguration"
@@ -133,9 +134,10 @@ def load_config(text: str, *, source: str = "input") -> dict[str, Any]:
 
 def convert_config(config: Mapping[str, Any]) -> Conversion:
     """Split a v1 KubeSchedulerConfiguration (as loaded by :func:`load_config`) into SchedulerProfiles."""
-    _refuse_unknown(config, _TOP_LEVEL_FIELDS, "")
     profiles = _list(config, "profiles", "profiles")
     extenders = _list(config, "extenders", "extenders")
+    _refuse_unknown_fields(config, profiles, extenders)
+    _check_extenders(extenders)
     if not profiles:
         profiles = [{}]
     names = _scheduler_names(profiles)
@@ -145,7 +147,7 @@ def convert_config(config: Mapping[str, Any]) -> Conversion:
     manifests = []
     for index, (profile, name) in enumerate(zip(profiles, names, strict=True)):
         path = f"profiles[{index}]"
-        spec = _profile_spec(profile, path)
+        spec = _profile_spec(profile)
         if top_percentage and spec.get("percentageOfNodesToScore") is None:
             rest = {key: value for key, value in spec.items() if key != "percentageOfNodesToScore"}
             spec = {"percentageOfNodesToScore": top_percentage, **rest}
@@ -192,15 +194,39 @@ _DEFAULT_SCHEDULER_WARNING = (
 )
 
 
-def _refuse_unknown(mapping: Mapping[str, Any], known: frozenset[str], path: str) -> None:
-    """Upstream decodes strictly: an unknown field is an error, named with its path."""
-    for key in mapping:
-        if key not in known:
-            where = f"{path}.{key}" if path else str(key)
-            extra = ""
-            if key == "featureGates":
-                extra = " (feature gates are kube-scheduler's --feature-gates flag, not a configuration field)"
-            raise ConvertError(f'strict decoding error: unknown field "{where}"{extra}')
+def _refuse_unknown_fields(
+    config: Mapping[str, Any], profiles: Sequence[Mapping[str, Any]], extenders: Sequence[Any]
+) -> None:
+    """Upstream decodes strictly: every unknown field, at any depth, sorted, in one error."""
+    unknown = [str(key) for key in config if key not in _TOP_LEVEL_FIELDS]
+    for index, profile in enumerate(profiles):
+        path = f"profiles[{index}]"
+        unknown += [f"{path}.{key}" for key in profile if key not in _PROFILE_FIELDS]
+        spec = {key: value for key, value in profile.items() if key in _PROFILE_FIELDS and key != "schedulerName"}
+        unknown += _extra_fields(_SPEC, spec, path)
+    unknown += _extra_fields(_EXTENDERS, extenders, "extenders")
+    if unknown:
+        message = ", ".join(f'unknown field "{field}"' for field in sorted(unknown))
+        if "featureGates" in unknown:
+            message += " (feature gates are kube-scheduler's --feature-gates flag, not a configuration field)"
+        raise ConvertError(f"strict decoding error: {message}")
+
+
+def _extra_fields(model: TypeAdapter[Any], value: Any, prefix: str) -> list[str]:
+    """The paths of the fields pydantic's ``extra="forbid"`` refuses (the models mirror upstream's types)."""
+    try:
+        model.validate_python(value)
+    except ValidationError as e:
+        return [_json_path(prefix, error["loc"]) for error in e.errors() if error["type"] == "extra_forbidden"]
+    return []
+
+
+def _json_path(prefix: str, loc: Sequence[int | str]) -> str:
+    """``profiles[0]`` + ``("plugins", "score", "enabled", 0)`` → ``profiles[0].plugins.score.enabled[0]``."""
+    path = prefix
+    for part in loc:
+        path = f"{path}[{part}]" if isinstance(part, int) else f"{path}.{part}" if path else str(part)
+    return path
 
 
 def _list(mapping: Mapping[str, Any], key: str, path: str) -> list[Any]:
@@ -247,8 +273,7 @@ def dns_name(name: str) -> str:
     return ".".join(label for label in labels if label)[:_DNS1123_MAX_LENGTH].rstrip("-.")
 
 
-def _profile_spec(profile: Mapping[str, Any], path: str) -> dict[str, Any]:
-    _refuse_unknown(profile, _PROFILE_FIELDS, path)
+def _profile_spec(profile: Mapping[str, Any]) -> dict[str, Any]:
     return {key: profile[key] for key in ("percentageOfNodesToScore", "plugins", "pluginConfig") if key in profile}
 
 
@@ -257,8 +282,19 @@ def _check_spec(spec: dict[str, Any], path: str) -> None:
     try:
         SchedulerProfileSpec.model_validate(spec)
     except ValidationError as e:
-        problems = [f"{path}.{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in e.errors()]
-        raise ConvertError("; ".join(problems)) from e
+        raise ConvertError(explain_validation_error(e, path)) from e
+
+
+def _check_extenders(extenders: list[Any]) -> None:
+    """Checked once, under their own path (every profile gets the same list)."""
+    try:
+        _EXTENDERS.validate_python(extenders)
+    except ValidationError as e:
+        raise ConvertError(explain_validation_error(e, "extenders")) from e
+
+
+_EXTENDERS = TypeAdapter(list[Extender])
+_SPEC = TypeAdapter(SchedulerProfileSpec)
 
 
 def _manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:

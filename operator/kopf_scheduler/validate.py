@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from kopf_scheduler.api.args import explain_validation_error
 from kopf_scheduler.api.crd import GROUP, KIND, VERSION, model_schema
 from kopf_scheduler.api.profile import EffectivePlugins, SchedulerProfileSpec
 from kopf_scheduler.app import SchedulerApp
@@ -118,10 +119,7 @@ def _schema_problem(spec: Any) -> str:
     try:
         SchedulerProfileSpec.model_validate(spec)
     except ValidationError as e:
-        return "; ".join(
-            f"spec.{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" if error["loc"] else error["msg"]
-            for error in e.errors()
-        )
+        return explain_validation_error(e, "spec")
     return "; ".join(_bounds_problems(spec, model_schema(SchedulerProfileSpec), "spec"))
 
 

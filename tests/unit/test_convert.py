@@ -222,12 +222,12 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     (
         "unknown field deep in the plugins",
         {"profiles": [{"schedulerName": "a", "plugins": {"score": {"enable": []}}}]},
-        "profiles[0].plugins.score.enable: Extra inputs are not permitted",
+        'strict decoding error: unknown field "profiles[0].plugins.score.enable"',
     ),
     (
         "unknown extender field",
         {"extenders": [{**EXTENDER, "verb": "x"}]},
-        "profiles[0].extenders.0.verb: Extra inputs are not permitted",
+        'strict decoding error: unknown field "extenders[0].verb"',
     ),
     (
         "second profile without a name",
@@ -243,6 +243,25 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
         "names that become the same",
         {"profiles": [{"schedulerName": "Batch"}, {"schedulerName": "batch"}]},
         "both become SchedulerProfile 'batch'",
+    ),
+    (
+        "every unknown field at once, sorted, as upstream's strict decoding error",
+        {
+            "profiles": [{"schedulerName": "a", "plugins": {"score": {"enable": []}}, "weight": 1}],
+            "extenders": [{**EXTENDER, "verb": "y"}],
+        },
+        'strict decoding error: unknown field "extenders[0].verb", unknown field "profiles[0].plugins.score.enable", '
+        'unknown field "profiles[0].weight"',
+    ),
+    (
+        "a wrong type deep in the plugins",
+        {"profiles": [{"schedulerName": "a", "plugins": {"score": {"enabled": [{"name": "X", "weight": "high"}]}}}]},
+        'profiles[0].plugins.score.enabled[0].weight: Invalid value: "high"',
+    ),
+    (
+        "a wrong type in an extender",
+        {"extenders": [{**EXTENDER, "weight": "heavy"}]},
+        'extenders[0].weight: Invalid value: "heavy"',
     ),
     ("profiles not a list", {"profiles": {"schedulerName": "a"}}, "profiles: expected a list of objects"),
     (

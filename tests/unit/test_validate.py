@@ -104,9 +104,9 @@ REFUSED: list[tuple[str, Any, str]] = [
     (
         "schema: weight not an integer",
         _profile(spec={"plugins": {"score": {"enabled": [{"name": "ImageLocality", "weight": "high"}]}}}),
-        "spec.plugins.score.enabled.0.weight: Input should be a valid integer",
+        'spec.plugins.score.enabled[0].weight: Invalid value: "high": Input should be a valid integer',
     ),
-    ("schema: unknown field", _profile(spec={"schedulerName": "x"}), "spec.schedulerName: Extra inputs"),
+    ("schema: unknown field", _profile(spec={"schedulerName": "x"}), "spec.schedulerName: Forbidden: unknown field"),
     (
         "schema: percentage above 100",
         _profile(spec={"percentageOfNodesToScore": 101}),
@@ -116,7 +116,8 @@ REFUSED: list[tuple[str, Any, str]] = [
     (
         "schema: weight below int32",
         _profile(spec={"plugins": {"score": {"enabled": [{"name": "ImageLocality", "weight": -(2**31) - 1}]}}}),
-        "spec.plugins.score.enabled.0.weight: Input should be greater than or equal to -2147483648",
+        "spec.plugins.score.enabled[0].weight: Invalid value: -2147483649: Input should be greater than or equal to "
+        "-2147483648",
     ),
 ]
 
