@@ -144,6 +144,7 @@ def convert_config(config: Mapping[str, Any]) -> Conversion:
     carried: list[Note] = []
     warnings: list[Note] = []
     top_percentage = _top_percentage(config)
+    _check_process_settings(config)
     manifests = []
     for index, (profile, name) in enumerate(zip(profiles, names, strict=True)):
         path = f"profiles[{index}]"
@@ -187,6 +188,28 @@ def _top_percentage(config: Mapping[str, Any]) -> int | None:
         raise ConvertError(f"percentageOfNodesToScore: Invalid value: {value}: not in valid range [0-100]")
     return value
 
+
+def _check_process_settings(config: Mapping[str, Any]) -> None:
+    """Upstream's checks of the settings that do not become profile fields (its texts), so that a file
+    kube-scheduler refuses is refused here too: parallelism and the backoffs (defaults 16, 1 and 10)."""
+    values = {key: config.get(key, default) for key, default in _PROCESS_DEFAULTS.items()}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConvertError(f"{key}: Invalid value: {value!r}: expected an integer")
+    if values["parallelism"] <= 0:
+        raise ConvertError(
+            f"parallelism: Invalid value: {values['parallelism']}: should be an integer value greater than zero"
+        )
+    initial, maximum = values["podInitialBackoffSeconds"], values["podMaxBackoffSeconds"]
+    if initial <= 0:
+        raise ConvertError(f"podInitialBackoffSeconds: Invalid value: {initial}: must be greater than 0")
+    if maximum < initial:
+        raise ConvertError(
+            f"podMaxBackoffSeconds: Invalid value: {maximum}: must be greater than or equal to PodInitialBackoffSeconds"
+        )
+
+
+_PROCESS_DEFAULTS = {"parallelism": 16, "podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": 10}
 
 _DEFAULT_SCHEDULER_WARNING = (
     "pods without spec.schedulerName get default-scheduler: while kube-scheduler runs with that profile too, both "

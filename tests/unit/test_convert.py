@@ -274,6 +274,18 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
         {"percentageOfNodesToScore": 150, "profiles": [{"schedulerName": "a", "percentageOfNodesToScore": 10}]},
         "percentageOfNodesToScore: Invalid value: 150: not in valid range [0-100]",
     ),
+    (
+        "parallelism 0",
+        {"parallelism": 0},
+        "parallelism: Invalid value: 0: should be an integer value greater than zero",
+    ),
+    ("initial backoff 0", {"podInitialBackoffSeconds": 0}, "podInitialBackoffSeconds: Invalid value: 0: must be"),
+    (
+        "max backoff below the initial one",
+        {"podInitialBackoffSeconds": 20},
+        "podMaxBackoffSeconds: Invalid value: 10: must be greater than or equal to PodInitialBackoffSeconds",
+    ),
+    ("backoff not a number", {"podMaxBackoffSeconds": "10s"}, "podMaxBackoffSeconds: Invalid value: '10s'"),
     ("top-level percentage not a number", {"percentageOfNodesToScore": "50%"}, "Invalid value: '50%'"),
 ]
 
