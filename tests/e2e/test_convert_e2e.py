@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.conformance.profile_validation import upstream_binary, upstream_error, write_kubeconfig
@@ -162,3 +163,50 @@ def test_converted_profiles_apply_and_become_ready(
     finally:
         for name in (packer, spread):
             delete_profile(cluster.api, name, force=True)
+
+
+#: Files kube-scheduler v1.36.3 refuses: convert refuses each too. ``UPSTREAM_TEXT``: our message contains
+#: upstream's whole error; otherwise the text both messages contain (upstream prints a duplicate's path as
+#: ``{}``, ours names it; the version check is worded differently).
+UPSTREAM_TEXT = "<upstream's error>"
+REFUSED: list[tuple[str, dict[str, Any], str]] = [
+    ("unknown fields", {"featureGates": {"A": True}, "profiles": [{"schedulerName": "a", "weight": 1}]}, UPSTREAM_TEXT),
+    (
+        "nested unknown field",
+        {"profiles": [{"schedulerName": "a", "plugins": {"score": {"enable": []}}}]},
+        UPSTREAM_TEXT,
+    ),
+    ("parallelism 0", {"parallelism": 0}, UPSTREAM_TEXT),
+    ("max backoff below initial", {"podInitialBackoffSeconds": 20}, UPSTREAM_TEXT),
+    ("percentage 150", {"percentageOfNodesToScore": 150}, UPSTREAM_TEXT),
+    (
+        "duplicate names",
+        {"profiles": [{"schedulerName": "a"}, {"schedulerName": "a"}]},
+        "profiles[1].schedulerName: Duplicate value: ",
+    ),
+    ("second profile unnamed", {"profiles": [{"schedulerName": "a"}, {}]}, UPSTREAM_TEXT),
+    ("v1beta3", {"apiVersion": "kubescheduler.config.k8s.io/v1beta3"}, "kubescheduler.config.k8s.io/v1beta3"),
+]
+
+
+@pytest.mark.parametrize(("fields", "common"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_convert_refuses_what_kube_scheduler_refuses(fields: dict[str, Any], common: str, tmp_path: Path) -> None:
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(write_kubeconfig(tmp_path / "kc.yaml"))},
+        **fields,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    args = [f"--config={path}", "--secure-port=0", f"--write-config-to={tmp_path / 'written.yaml'}", "-v=0"]
+    upstream = subprocess.run([str(upstream_binary()), *args], capture_output=True, text=True, timeout=60)
+    ours = _cli("convert", str(path))
+    assert upstream.returncode != 0
+    assert (ours.returncode, ours.stdout) == (1, "")
+    upstream_text = upstream_error(upstream.stderr)
+    if common == UPSTREAM_TEXT:
+        assert upstream_text in ours.stderr
+    else:
+        assert common in upstream_text
+        assert common in ours.stderr
