@@ -5,7 +5,8 @@ percentageOfNodesToScore at both levels, the process settings a real file carrie
 script (kube-scheduler v1.36.3 accepts the same file); its stdout passes ``kubectl apply --dry-run=server``
 against the real API server with the CRD, then is applied for real with the operator running: each profile
 becomes Ready with the pipeline the config asked for (the same one ``kopf-scheduler validate`` printed
-offline), and schedules a pod.
+offline), and schedules a pod. And the other way round: files kube-scheduler refuses, convert refuses, with
+upstream's words where they are meant to be the same.
 """
 
 from __future__ import annotations
