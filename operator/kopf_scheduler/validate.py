@@ -28,7 +28,7 @@ from kopf_scheduler.api.args import explain_validation_error
 from kopf_scheduler.api.crd import GROUP, KIND, VERSION, model_schema
 from kopf_scheduler.api.profile import EffectivePlugins, SchedulerProfileSpec
 from kopf_scheduler.app import SchedulerApp
-from kopf_scheduler.convert import dns_name
+from kopf_scheduler.convert import SOURCE_KIND, dns_name
 from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.kube import HTTPExtenderTransport
 from kopf_scheduler.settings import RunSettings
@@ -94,7 +94,8 @@ def validate_manifest(manifest: Any, index: int = 0) -> ProfileVerdict:
     label = name if isinstance(name, str) and name else label
     if (manifest.get("apiVersion"), manifest.get("kind")) != (API_VERSION, KIND):
         found = f"apiVersion {manifest.get('apiVersion')!r}, kind {manifest.get('kind')!r}"
-        return _refused(label, f"expected apiVersion {API_VERSION} and kind {KIND}, got {found}")
+        hint = " (convert it first: kopf-scheduler convert FILE)" if manifest.get("kind") == SOURCE_KIND else ""
+        return _refused(label, f"expected apiVersion {API_VERSION} and kind {KIND}, got {found}{hint}")
     if not isinstance(name, str) or not name:
         return _refused(label, "metadata.name: Required value")
     if dns_name(name) != name:

@@ -99,6 +99,11 @@ def test_an_invalid_profile_shows_the_operators_status_message(spec: dict[str, A
 REFUSED: list[tuple[str, Any, str]] = [
     ("not a mapping", ["a"], "expected a mapping, got list"),
     ("another kind", {**_profile(), "kind": "ConfigMap"}, "expected apiVersion kopf-scheduler.io/v1alpha1"),
+    (
+        "a KubeSchedulerConfiguration",
+        {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"},
+        "(convert it first: kopf-scheduler convert FILE)",
+    ),
     ("no name", {**_profile(), "metadata": {}}, "metadata.name: Required value"),
     ("name no DNS name", _profile("My_Profile"), 'metadata.name: Invalid value: "My_Profile"'),
     (
