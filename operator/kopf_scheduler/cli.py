@@ -100,7 +100,68 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--url", default="https://127.0.0.1:10259", help="the operator's metrics port URL")
     explain.add_argument("--json", action="store_true", help="print the raw JSON account")
     _add_explain_auth_flags(explain)
+    _add_convert_and_validate(commands)
     return parser
+
+
+# -- convert and validate (issue 14): a KubeSchedulerConfiguration in, SchedulerProfiles out; offline checks --
+def _add_convert_and_validate(commands: Any) -> None:
+    convert = commands.add_parser(
+        "convert",
+        help="turn a KubeSchedulerConfiguration (v1) into SchedulerProfile manifests",
+        description=(
+            "Prints one SchedulerProfile per profile (for kubectl apply -f -); on stderr, what became of every "
+            "field that is not part of a profile."
+        ),
+    )
+    convert.add_argument("file", help="the KubeSchedulerConfiguration file, - for stdin")
+    convert.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="(default yaml)")
+    validate = commands.add_parser(
+        "validate",
+        help="build SchedulerProfiles offline as the operator does: the pipeline, or the status error",
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE", help="SchedulerProfile manifests, - for stdin")
+    validate.add_argument("-o", "--output", choices=["text", "yaml", "json"], default="text", help="(default text)")
+
+
+def _read_input(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    with open(path) as f:
+        return f.read()
+
+
+def convert_command(path: str, output: str) -> int:
+    from kopf_scheduler.convert import ConvertError, convert_config, load_config, render_manifests, render_report
+
+    try:
+        conversion = convert_config(load_config(_read_input(path), source=path))
+    except (ConvertError, OSError) as e:
+        print(f"kopf-scheduler convert: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(render_manifests(conversion.manifests, output))
+    sys.stderr.write(render_report(conversion))
+    return 0
+
+
+def validate_command(paths: Sequence[str], output: str) -> int:
+    import yaml
+
+    from kopf_scheduler.validate import ManifestError, format_verdict, load_manifests, validate_manifests
+
+    try:
+        manifests = [m for path in paths for m in load_manifests(_read_input(path), source=path)]
+    except (ManifestError, OSError) as e:
+        print(f"kopf-scheduler validate: {e}", file=sys.stderr)
+        return 1
+    verdicts = validate_manifests(manifests)
+    if output == "text":
+        print("\n".join(format_verdict(v) for v in verdicts))
+    elif output == "json":
+        print(json.dumps([v.to_api() for v in verdicts], indent=2))
+    else:
+        sys.stdout.write(yaml.safe_dump([v.to_api() for v in verdicts], sort_keys=False, width=120))
+    return 0 if all(v.ready for v in verdicts) else 1
 
 
 def _add_serving_flags(run: argparse.ArgumentParser) -> None:
@@ -287,6 +348,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "explain":
         token, context = _explain_credentials(args)
         return explain_pod(pod=args["pod"], url=args["url"], as_json=args["json"], token=token, ssl_context=context)
+    if command == "convert":
+        return convert_command(args["file"], args["output"])
+    if command == "validate":
+        return validate_command(args["files"], args["output"])
     if command != "run":
         parser.print_help()
         return 0 if command is None else 2
