@@ -19,6 +19,7 @@ from kopf_scheduler.plugins.dynamic_resources.allocator import (
     allocated_state,
     gather_pools,
 )
+from kopf_scheduler.state.quantity import parse_quantity
 
 DRIVER = "gpu.example.com"
 NODE = {"metadata": {"name": "node-1", "labels": {"zone": "a"}}}
@@ -34,6 +35,7 @@ class CelError(Exception):
 
 _DRIVER_IS = re.compile(r'^device\.driver == "([^"]+)"$')
 _ATTRIBUTE_IS = re.compile(r'^device\.attributes\["([^"]+)"\]\.(\w+) == "([^"]+)"$')
+_CAPACITY_AT_LEAST = re.compile(r'^device\.capacity\["([^"]+)"\]\.(\w+)\.compareTo\(quantity\("([^"]+)"\)\) >= 0$')
 
 
 class _Compiled:
@@ -41,12 +43,19 @@ class _Compiled:
         self.expression = expression
 
     def matches(self, driver: str, device: Mapping[str, Any]) -> bool:
+        if " || " in self.expression:
+            return any(_Compiled(part).matches(driver, device) for part in self.expression.split(" || "))
         if self.expression == "true":
             return True
         if self.expression == "boom":
             raise CelError("no such key: model")
         if found := _DRIVER_IS.match(self.expression):
             return driver == found.group(1)
+        if found := _CAPACITY_AT_LEAST.match(self.expression):
+            capacity = (device.get("capacity") or {}).get(found.group(2))
+            if capacity is None:
+                raise CelError(f"no such key: {found.group(2)}")
+            return parse_quantity(capacity["value"]) >= parse_quantity(found.group(3))
         found = _ATTRIBUTE_IS.match(self.expression)
         assert found, self.expression
         domain, name, wanted = found.groups()
@@ -718,3 +727,363 @@ def test_allocated_state_counts_dedicated_and_shared_results() -> None:
     assert state.capacity == {(DRIVER, "p", "d2"): {"m": 2**30}}
     legacy = allocated_state([allocated(claim("x"), *rows)], consumable_capacity=False)
     assert legacy.devices == {(DRIVER, "p", "d0"), (DRIVER, "p", "d2")}
+
+
+# --- cases restated from upstream's allocatortesting/allocator_testing.go (same names) ---
+
+A = "driver-a"
+CLASS_A = {
+    "class-a": dclass("class-a", f'device.driver == "{A}"'),
+    "class-b": dclass("class-b", 'device.driver == "b"'),
+}
+
+
+def memory(name: str, size: str, **fields: Any) -> dict[str, Any]:
+    return device(name, capacity={"memory": {"value": size}}, **fields)
+
+
+def at_least(size: str) -> str:
+    return f'device.capacity["{A}"].memory.compareTo(quantity("{size}")) >= 0'
+
+
+def typed(name: str, kind: str, **fields: Any) -> dict[str, Any]:
+    return device(name, attributes={"type": {"string": kind}}, **fields)
+
+
+def type_is(kind: str) -> str:
+    return f'device.attributes["{A}"].type == "{kind}"'
+
+
+def consumes(amount: str, counter: str = "memory", counter_set: str = "counter-set-1") -> list[dict[str, Any]]:
+    return [{"counterSet": counter_set, "counters": {counter: {"value": amount}}}]
+
+
+def counters(amount: str, counter: str = "memory") -> list[dict[str, Any]]:
+    return [{"name": "counter-set-1", "counters": {counter: {"value": amount}}}]
+
+
+def upstream(
+    slices: Sequence[Mapping[str, Any]], *claims: Mapping[str, Any], taken: Sequence[str] = (), pool: str = "pool-1"
+) -> list[list[tuple[str, str, str]]] | None:
+    state = AllocatedState(devices={(A, pool, name) for name in taken})
+    result = allocate(slices, *claims, state=state, classes=CLASS_A)
+    if result is None:
+        return None
+    return [[(r["request"], r["pool"], r["device"]) for r in res["devices"]["results"]] for res in result]
+
+
+def test_small_and_large_backtrack_claims() -> None:
+    slices = [rslice("slice-1", [memory("device-2", "2Gi"), memory("device-1", "1Gi")], driver=A)]
+    result = upstream(
+        slices,
+        claim("claim-0", exactly("req-0", "class-a", at_least("1Gi"))),
+        claim("claim-1", exactly("req-1", "class-a", at_least("2Gi"))),
+    )
+    assert result == [[("req-0", "pool-1", "device-1")], [("req-1", "pool-1", "device-2")]]
+
+
+def test_prioritized_list_with_backtracking() -> None:
+    slices = [
+        rslice("slice-1", [memory("device-1", "8Gi")], driver=A, pool="pool-1"),
+        rslice("slice-2", [memory("device-2", "4Gi")], driver=A, pool="pool-2"),
+    ]
+    c = claim(
+        "claim-0",
+        first_available(
+            "req-0", sub("subReq-0", "class-a", at_least("8Gi")), sub("subReq-1", "class-a", at_least("4Gi"))
+        ),
+        exactly("req-1", "class-a", at_least("8Gi")),
+    )
+    assert upstream(slices, c) == [[("req-0/subReq-1", "pool-2", "device-2"), ("req-1", "pool-1", "device-1")]]
+
+
+def test_prioritized_list_too_many_in_first_subrequest() -> None:
+    c = claim("claim-0", first_available("req-0", sub("subReq-0", "class-b", count=500), sub("subReq-1", "class-a")))
+    assert upstream([rslice("slice-1", [device("device-1")], driver=A)], c) == [
+        [("req-0/subReq-1", "pool-1", "device-1")]
+    ]
+
+
+def test_check_combinations_with_prioritized_list() -> None:
+    slices = [rslice("slice-1", [typed("device-1", "X"), typed("device-2", "Y"), typed("device-3", "Y")], driver=A)]
+    c = claim(
+        "claim-0",
+        first_available(
+            "req-1", sub("subReq-0", "class-a", type_is("Y"), count=3), sub("subReq-1", "class-a", count=2)
+        ),
+        first_available("req-2", sub("subReq-0", "class-a", count=2), sub("subReq-1", "class-a", type_is("X"))),
+    )
+    assert upstream(slices, c) == [
+        [
+            ("req-1/subReq-1", "pool-1", "device-2"),
+            ("req-1/subReq-1", "pool-1", "device-3"),
+            ("req-2/subReq-1", "pool-1", "device-1"),
+        ]
+    ]
+
+
+def test_check_combinations_with_backtracking_across_slices_and_pools() -> None:
+    # Upstream runs this one with DeviceBindingAndStatus so that pool-2 (binding conditions) comes last.
+    slices = [
+        rslice("slice-1", [typed("device-1", "X")], driver=A, count=2),
+        rslice("slice-2", [typed("device-2", "Y")], driver=A, count=2),
+        rslice("slice-3", [typed("device-3", "Y", bindingConditions=["IsPrepare"])], driver=A, pool="pool-2"),
+    ]
+    c = claim("claim-0", exactly("req-1", "class-a", count=2), exactly("req-2", "class-a", type_is("X")))
+    allocator = Allocator(
+        features=Features(device_binding_and_status=True),
+        allocated=AllocatedState(),
+        classes=CLASS_A,
+        slices=slices,
+        cel=FakeCel(),
+    )
+    result = allocator.allocate(NODE, [c])
+    assert result is not None
+    assert result[0]["devices"]["results"] == [
+        {"request": "req-1", "driver": A, "pool": "pool-1", "device": "device-2"},
+        {"request": "req-1", "driver": A, "pool": "pool-2", "device": "device-3", "bindingConditions": ["IsPrepare"]},
+        {"request": "req-2", "driver": A, "pool": "pool-1", "device": "device-1"},
+    ]
+
+
+def _admin(request: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    request["exactly"].update(adminAccess=True, **fields)
+    return request
+
+
+TWO = [rslice("slice-1", [device("device-1"), device("device-2")], driver=A)]
+
+
+@pytest.mark.parametrize(
+    ("claims", "taken", "expected"),
+    [
+        pytest.param(
+            [claim("claim-0", _admin(exactly("req-0", "class-a"), allocationMode="All"))],
+            ["device-1"],
+            [[("req-0", "pool-1", "device-1"), ("req-0", "pool-1", "device-2")]],
+            id="all-devices-some-allocated-admin-access",
+        ),
+        pytest.param(
+            [
+                claim(
+                    "claim-0",
+                    _admin(exactly("req-0", "class-a")),
+                    _admin(exactly("req-1", "class-a"), allocationMode="All"),
+                )
+            ],
+            [],
+            None,
+            id="all-devices-some-allocating-admin-access",
+        ),
+        pytest.param(
+            [claim("claim-0", exactly("req-0", "class-a")), claim("claim-1", _admin(exactly("req-0", "class-a")))],
+            [],
+            [[("req-0", "pool-1", "device-1")], [("req-0", "pool-1", "device-1")]],
+            id="admin-access-claims-device-allocating-for-non-admin-access",
+        ),
+        pytest.param(
+            [claim("claim-0", _admin(exactly("req-0", "class-a"), count=2))],
+            ["device-1"],
+            [[("req-0", "pool-1", "device-1"), ("req-0", "pool-1", "device-2")]],
+            id="count-devices-some-allocated-admin-access",
+        ),
+    ],
+)
+def test_admin_access_cases(claims: list[dict[str, Any]], taken: list[str], expected: Any) -> None:
+    assert upstream(TWO, *claims, taken=taken) == expected
+
+
+def test_tainted_admin_access() -> None:
+    slices = [
+        rslice("slice-1", [device("device-1", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}])], driver=A)
+    ]
+    c = claim("claim-0", _admin(exactly("req-0", "class-a")))
+    assert upstream(slices, c, taken=["device-1", "device-2"]) is None
+
+
+def _pool_slice(name: str, node: str, generation: int, *devices: str) -> dict[str, Any]:
+    return rslice(name, [device(d) for d in devices], driver=A, node=node, generation=generation, count=2)
+
+
+@pytest.mark.parametrize(
+    ("slices", "mode", "expected"),
+    [
+        pytest.param(
+            [_pool_slice("slice-1", "node-1", 1, "device-1"), _pool_slice("slice-2", "node-2", 1, "device-2")],
+            "All",
+            [[("req-0", "pool-1", "device-1")]],
+            id="allocation-mode-all-with-multi-host-resource-pool",
+        ),
+        pytest.param(
+            [_pool_slice("slice-1", "node-1", 1, "device-1"), _pool_slice("slice-2", "node-2", 2, "device-2")],
+            "ExactCount",
+            None,
+            id="multi-host-resource-pool-with-stale-slice-for-current-node",
+        ),
+        pytest.param(
+            [
+                _pool_slice("slice-1", "node-1", 1, "device-1"),
+                _pool_slice("slice-1", "node-1", 1, "device-2"),
+                _pool_slice("slice-2", "node-2", 2, "device-1"),
+                _pool_slice("slice-2", "node-2", 2, "device-2"),
+            ],
+            "ExactCount",
+            [[("req-0", "pool-1", "device-1")]],
+            id="multi-host-resource-pool-complete-update-from-node-1-to-node-2",
+        ),
+        pytest.param(
+            [
+                _pool_slice("slice-1", "node-2", 1, "device-1"),
+                _pool_slice("slice-1", "node-2", 1, "device-2"),
+                _pool_slice("slice-2", "node-1", 2, "device-1"),
+            ],
+            "ExactCount",
+            None,
+            id="multi-host-resource-pool-incomplete-update-from-node-2-to-node-1",
+        ),
+    ],
+)
+def test_multi_host_pools(slices: list[dict[str, Any]], mode: str, expected: Any) -> None:
+    assert upstream(slices, claim("claim-0", exactly("req-0", "class-a", allocationMode=mode))) == expected
+
+
+def test_partitionable_devices_on_different_nodes_consume_same_counter_set() -> None:
+    slices = [
+        rslice("slice-1", driver=A, count=3, sharedCounters=counters("8Gi")),
+        rslice(
+            "slice-2",
+            [
+                memory("device-1", "6Gi", consumesCounters=consumes("6Gi")),
+                memory("device-2", "2Gi", consumesCounters=consumes("2Gi")),
+            ],
+            driver=A,
+            count=3,
+        ),
+        rslice("slice-3", [device("device-3", consumesCounters=consumes("6Gi"))], driver=A, count=3, node="node-2"),
+    ]
+    c = claim(
+        "claim-0",
+        first_available(
+            "req-0", sub("subReq-0", "class-a", at_least("6Gi")), sub("subReq-1", "class-a", at_least("2Gi"))
+        ),
+    )
+    assert upstream(slices, c, taken=["device-3"]) == [[("req-0/subReq-1", "pool-1", "device-2")]]
+    assert upstream(slices, c) == [[("req-0/subReq-0", "pool-1", "device-1")]]
+
+
+def test_partitionable_devices_taint_releases_counter() -> None:
+    taint = [{"key": "k", "value": "v", "effect": "NoSchedule"}]
+    slices = [
+        rslice(
+            "slice-1",
+            [
+                device("device-1", taints=taint, consumesCounters=consumes("1", "c")),
+                device("device-2", consumesCounters=consumes("1", "c")),
+            ],
+            driver=A,
+            count=2,
+        ),
+        rslice("slice-2", driver=A, count=2, sharedCounters=counters("1", "c")),
+    ]
+    assert upstream(slices, claim("claim-0", exactly("req-0", "class-a"))) == [[("req-0", "pool-1", "device-2")]]
+
+
+def _colored(name: str, color: str, **fields: Any) -> dict[str, Any]:
+    return device(name, attributes={"stringAttribute": {"string": color}}, **fields)
+
+
+def test_partitionable_devices_constraint_releases_counter() -> None:
+    slices = [
+        rslice(
+            "slice-1",
+            [
+                _colored(f"device-{i}", color, consumesCounters=consumes("1", "c"))
+                for i, color in ((1, "red"), (2, "blue"), (3, "blue"))
+            ],
+            driver=A,
+            count=2,
+        ),
+        rslice("slice-2", driver=A, count=2, sharedCounters=counters("2", "c")),
+    ]
+    c = claim("claim-0", exactly("req-0", "class-a", count=2), constraints=[{"matchAttribute": f"{A}/stringAttribute"}])
+    assert upstream(slices, c) == [[("req-0", "pool-1", "device-2"), ("req-0", "pool-1", "device-3")]]
+
+
+def test_partitionable_empty_capacity_multiple_share_backtrack_keeps_counter_ownership() -> None:
+    def kind(name: str, value: str, color: str, **fields: Any) -> dict[str, Any]:
+        attributes = {"kind": {"string": value}, "stringAttribute": {"string": color}}
+        return device(name, attributes=attributes, **fields)
+
+    def kind_is(*values: str) -> str:
+        return " || ".join(f'device.attributes["{A}"].kind == "{v}"' for v in values)
+
+    slices = [
+        rslice(
+            "slice-1",
+            [
+                kind("device-1", "shared", "red", allowMultipleAllocations=True, consumesCounters=consumes("1", "c")),
+                kind("device-2", "fallback", "blue"),
+                kind("device-3", "gate", "blue"),
+            ],
+            driver=A,
+            count=2,
+        ),
+        rslice("slice-2", driver=A, count=2, sharedCounters=counters("1", "c")),
+    ]
+    claims = [
+        claim("claim-0", exactly("req-0", "class-a", kind_is("shared"))),
+        claim(
+            "claim-1",
+            exactly("req-1", "class-a", kind_is("shared", "fallback")),
+            exactly("req-2", "class-a", kind_is("gate")),
+            exactly("req-3", "class-a", kind_is("shared")),
+            constraints=[{"matchAttribute": f"{A}/stringAttribute", "requests": ["req-1", "req-2"]}],
+        ),
+    ]
+    result = allocate(slices, *claims, classes=CLASS_A)
+    assert result is not None
+    assert [res["devices"]["results"] for res in result] == [
+        [{"request": "req-0", "driver": A, "pool": "pool-1", "device": "device-1", "shareID": "share-1"}],
+        [
+            {"request": "req-1", "driver": A, "pool": "pool-1", "device": "device-2"},
+            {"request": "req-2", "driver": A, "pool": "pool-1", "device": "device-3"},
+            {"request": "req-3", "driver": A, "pool": "pool-1", "device": "device-1", "shareID": "share-1"},
+        ],
+    ]
+
+
+def test_with_class_device_config_with_multiple_request_and_configs() -> None:
+    def config(driver: str, attribute: str) -> dict[str, Any]:
+        return {"opaque": {"driver": driver, "parameters": {attribute: attribute + "Value"}}}
+
+    classes = {
+        "class-a": dclass("class-a", f'device.driver == "{A}"', config=[config(A, "classAttribute-A")]),
+        "class-b": dclass("class-b", 'device.driver == "driver-b"', config=[config("driver-b", "classAttribute-B")]),
+    }
+    slices = [
+        rslice("slice-1", [device("device-0"), device("device-1")], driver=A),
+        rslice("slice-2", [device("device-1")], driver="driver-b"),
+    ]
+    c = claim("claim-0", exactly("req-0", "class-a"), exactly("req-1", "class-a"), exactly("req-2", "class-b"))
+    result = allocate(slices, c, classes=classes)
+    assert result is not None
+    assert [(r["request"], r["driver"], r["device"]) for r in result[0]["devices"]["results"]] == [
+        ("req-0", A, "device-0"),
+        ("req-1", A, "device-1"),
+        ("req-2", "driver-b", "device-1"),
+    ]
+    assert result[0]["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["req-0", "req-1"], **config(A, "classAttribute-A")},
+        {"source": "FromClass", "requests": ["req-2"], **config("driver-b", "classAttribute-B")},
+    ]
+
+
+def test_older_slices_of_a_pool_elsewhere_do_not_count_towards_completeness() -> None:
+    slices = [
+        rslice("s", [device("x")], pool="p", count=2),
+        rslice("t", [device("y")], pool="p", count=2, node="node-2"),
+        rslice("u", [device("z")], pool="p", count=2, node="node-3", generation=0),
+    ]
+    assert picked(allocate(slices, claim("c", exactly("r", "any", allocationMode="All")))) == [[("r", "x")]]
+    incomplete = [slices[0], slices[2]]
+    assert allocate(incomplete, claim("c", exactly("r", "any"))) is None
