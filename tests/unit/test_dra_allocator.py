@@ -35,6 +35,7 @@ class CelError(Exception):
 
 _DRIVER_IS = re.compile(r'^device\.driver == "([^"]+)"$')
 _ATTRIBUTE_IS = re.compile(r'^device\.attributes\["([^"]+)"\]\.(\w+) == "([^"]+)"$')
+_BOOL_ATTRIBUTE = re.compile(r'^device\.attributes\["([^"]+)"\]\.(\w+)$')
 _CAPACITY_AT_LEAST = re.compile(r'^device\.capacity\["([^"]+)"\]\.(\w+)\.compareTo\(quantity\("([^"]+)"\)\) >= 0$')
 
 
@@ -56,14 +57,20 @@ class _Compiled:
             if capacity is None:
                 raise CelError(f"no such key: {found.group(2)}")
             return parse_quantity(capacity["value"]) >= parse_quantity(found.group(3))
+        if found := _BOOL_ATTRIBUTE.match(self.expression):
+            return _attribute(driver, device, *found.groups()).get("bool") is True
         found = _ATTRIBUTE_IS.match(self.expression)
         assert found, self.expression
-        domain, name, wanted = found.groups()
-        attributes = device.get("attributes") or {}
-        value = attributes.get(f"{domain}/{name}") or (attributes.get(name) if domain == driver else None)
-        if value is None:
-            raise CelError(f"no such key: {name}")
-        return value.get("string") == wanted
+        return _attribute(driver, device, *found.groups()[:2]).get("string") == found.group(3)
+
+
+def _attribute(driver: str, device: Mapping[str, Any], domain: str, name: str) -> Mapping[str, Any]:
+    """CEL's ``device.attributes[domain].name``: a missing attribute is a runtime error."""
+    attributes = device.get("attributes") or {}
+    value = attributes.get(f"{domain}/{name}") or (attributes.get(name) if domain == driver else None)
+    if value is None:
+        raise CelError(f"no such key: {name}")
+    return value
 
 
 class FakeCel:
@@ -1087,3 +1094,82 @@ def test_older_slices_of_a_pool_elsewhere_do_not_count_towards_completeness() ->
     assert picked(allocate(slices, claim("c", exactly("r", "any", allocationMode="All")))) == [[("r", "x")]]
     incomplete = [slices[0], slices[2]]
     assert allocate(incomplete, claim("c", exactly("r", "any"))) is None
+
+
+def _ranged(name: str, size: str) -> dict[str, Any]:
+    policy = {"default": "2", "validRange": {"min": "2", "step": "2", "max": "4"}}
+    capacity = {"capacity-0": {"value": size, "requestPolicy": policy}}
+    return device(name, allowMultipleAllocations=True, capacity=capacity)
+
+
+@pytest.mark.parametrize(
+    ("devices", "requested", "in_use", "expected"),
+    [
+        pytest.param([_ranged("device-1", "4")], "3", {}, ("device-1", "4"), id="with-range-policy-step"),
+        pytest.param(
+            [_ranged("device-1", "2"), _ranged("device-2", "2")],
+            "2",
+            {"device-1": "2"},
+            ("device-2", "2"),
+            id="with-allocated-capacity-next-device",
+        ),
+        pytest.param([_ranged("device-1", "4")], "5", {}, None, id="with-request-over-max"),
+    ],
+)
+def test_consumable_capacity_cases(
+    devices: list[dict[str, Any]], requested: str, in_use: dict[str, str], expected: tuple[str, str] | None
+) -> None:
+    state = AllocatedState(capacity={(A, "pool-1", d): {"capacity-0": parse_quantity(v)} for d, v in in_use.items()})
+    c = claim("claim-0", exactly("req-0", "class-a", capacity={"requests": {"capacity-0": requested}}))
+    result = allocate([rslice("slice-1", devices, driver=A)], c, state=state, classes=CLASS_A)
+    if expected is None:
+        assert result is None
+        return
+    assert result is not None
+    (row,) = result[0]["devices"]["results"]
+    assert (row["device"], row["consumedCapacity"]["capacity-0"]) == expected
+    assert row["shareID"] == "share-1"
+
+
+def test_with_distinct_constraints_with_subrequests() -> None:
+    def flag(name: str, value: bool) -> dict[str, Any]:
+        return device(name, attributes={"boolAttribute": {"bool": value}}, allowMultipleAllocations=True)
+
+    preferring = [
+        first_available(
+            r, sub("subReq-0", "class-a", f'device.attributes["{A}"].boolAttribute'), sub("subReq-1", "class-a")
+        )
+        for r in ("req-0", "req-1", "req-2")
+    ]
+    c = claim(
+        "claim-0",
+        *preferring,
+        constraints=[{"distinctAttribute": f"{A}/boolAttribute", "requests": ["req-0", "req-1"]}],
+    )
+    result = upstream([rslice("slice-1", [flag("device-1", True), flag("device-2", False)], driver=A)], c)
+    assert result == [
+        [
+            ("req-0/subReq-0", "pool-1", "device-1"),
+            ("req-1/subReq-1", "pool-1", "device-2"),
+            ("req-2/subReq-0", "pool-1", "device-1"),
+        ]
+    ]
+
+
+def test_prioritized_list_subrequests_with_constraints_ref_sub_request() -> None:
+    def versioned(name: str, size: str, version: str) -> dict[str, Any]:
+        return memory(name, size, attributes={"driverVersion": {"version": version}})
+
+    slices = [
+        rslice("slice-1", [versioned("device-1", "8Gi", "1.0.0")], driver=A, pool="pool-1"),
+        rslice("slice-2", [versioned("device-2", "2Gi", "2.0.0")], driver=A, pool="pool-2"),
+    ]
+    c = claim(
+        "claim-0",
+        exactly("req-0", "class-a", at_least("8Gi")),
+        first_available(
+            "req-1", sub("subReq-0", "class-a", at_least("2Gi")), sub("subReq-1", "class-a", at_least("1Gi"))
+        ),
+        constraints=[{"requests": ["req-0", "req-1/subReq-0"], "matchAttribute": f"{A}/driverVersion"}],
+    )
+    assert upstream(slices, c) == [[("req-0", "pool-1", "device-1"), ("req-1/subReq-1", "pool-2", "device-2")]]

@@ -569,10 +569,12 @@ class DistinctAttribute(_Constraint):
         return True
 
     def _distinct(self, attribute: Mapping[str, Any]) -> bool:
+        """No recorded value equals the attribute's (an attribute of unknown type fits only an empty record)."""
         kind = _attribute_type(attribute)
-        if kind is None:
-            return False
-        return all(other.get(kind) is None or other[kind] != attribute[kind] for other in self.values.values())
+        for other in self.values.values():
+            if kind is None or (other.get(kind) is not None and other[kind] == attribute[kind]):
+                return False
+        return True
 
     def remove(self, request: str, subrequest: str) -> None:
         if self.applies(request, subrequest):
