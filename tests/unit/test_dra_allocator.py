@@ -5,6 +5,7 @@ consumable capacity and the configs of the result. CEL is a fake that knows a fe
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from kopf_scheduler.plugins.dynamic_resources.allocator import (
     AllocatedState,
     AllocationError,
+    AllocationTimeout,
     Allocator,
     Features,
     NodeAllocationError,
@@ -1173,3 +1175,12 @@ def test_prioritized_list_subrequests_with_constraints_ref_sub_request() -> None
         constraints=[{"requests": ["req-0", "req-1/subReq-0"], "matchAttribute": f"{A}/driverVersion"}],
     )
     assert upstream(slices, c) == [[("req-0", "pool-1", "device-1"), ("req-1/subReq-1", "pool-2", "device-2")]]
+
+
+def test_a_search_past_its_deadline_stops_with_a_timeout() -> None:
+    allocator = Allocator(
+        features=DEFAULTS, allocated=AllocatedState(), classes=CLASSES, slices=[rslice("s", GPUS)], cel=FakeCel()
+    )
+    with pytest.raises(AllocationTimeout, match=r"^filter operation aborted: context deadline exceeded$"):
+        allocator.allocate(NODE, [claim("c", exactly("r", "gpu"))], deadline=time.monotonic() - 1)
+    assert allocator.allocate(NODE, [claim("c", exactly("r", "gpu"))], deadline=time.monotonic() + 60) is not None

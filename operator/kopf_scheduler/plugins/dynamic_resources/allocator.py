@@ -20,6 +20,7 @@ so this module stays I/O-free and independent of the CEL implementation.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,11 @@ class SelectorCompiler(Protocol):
 
 class AllocationError(Exception):
     """A fatal problem with a claim or class (upstream: Allocate returns an error); str() is user-facing."""
+
+
+class AllocationTimeout(AllocationError):
+    """The search ran past its deadline (upstream: the Filter context's deadline, DynamicResourcesArgs
+    filterTimeout); the plugin reports "node X: timed out trying to allocate devices" as upstream does."""
 
 
 class NodeAllocationError(AllocationError):
@@ -197,8 +203,8 @@ def _slice_name(slice_: Mapping[str, Any]) -> str:
     return (slice_.get("metadata") or {}).get("name", "")
 
 
-def _devices(slice_: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list(_spec(slice_).get("devices") or ())
+def _devices(slice_: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+    return _spec(slice_).get("devices") or ()
 
 
 def _slice_relevant(slice_: Mapping[str, Any], node: Mapping[str, Any]) -> bool | None:
@@ -377,44 +383,38 @@ def _has_binding_conditions(pool: Pool) -> bool:
 
 @dataclass(frozen=True)
 class Request:
-    """A request's ``exactly`` or one ``firstAvailable`` subrequest (upstream ``requestAccessor``)."""
+    """A request's ``exactly`` or one ``firstAvailable`` subrequest (upstream ``requestAccessor``), read once:
+    the search consults these fields for every candidate device."""
 
     name: str
     spec: Mapping[str, Any]
     subrequest: bool
+    device_class_name: str
+    allocation_mode: str
+    count: int
+    admin_access: bool
+    has_admin_access: bool
+    selectors: tuple[Mapping[str, Any], ...]
+    tolerations: tuple[Mapping[str, Any], ...]
+    capacity_requests: Mapping[str, Any] | None
 
-    @property
-    def device_class_name(self) -> str:
-        return self.spec.get("deviceClassName") or ""
-
-    @property
-    def allocation_mode(self) -> str:
-        return self.spec.get("allocationMode") or EXACT_COUNT
-
-    @property
-    def count(self) -> int:
-        count = self.spec.get("count")
-        return 1 if count is None else int(count)
-
-    @property
-    def admin_access(self) -> bool:
-        return not self.subrequest and bool(self.spec.get("adminAccess"))
-
-    @property
-    def has_admin_access(self) -> bool:
-        return not self.subrequest and self.spec.get("adminAccess") is not None
-
-    @property
-    def selectors(self) -> list[Mapping[str, Any]]:
-        return list(self.spec.get("selectors") or ())
-
-    @property
-    def tolerations(self) -> list[Mapping[str, Any]]:
-        return list(self.spec.get("tolerations") or ())
-
-    @property
-    def capacity_requests(self) -> Mapping[str, Any] | None:
-        return (self.spec.get("capacity") or {}).get("requests")
+    @classmethod
+    def of(cls, name: str, spec: Mapping[str, Any], *, subrequest: bool) -> Request:
+        count = spec.get("count")
+        admin = None if subrequest else spec.get("adminAccess")  # subrequests have no adminAccess
+        return cls(
+            name=name,
+            spec=spec,
+            subrequest=subrequest,
+            device_class_name=spec.get("deviceClassName") or "",
+            allocation_mode=spec.get("allocationMode") or EXACT_COUNT,
+            count=1 if count is None else int(count),
+            admin_access=bool(admin),
+            has_admin_access=admin is not None,
+            selectors=tuple(spec.get("selectors") or ()),
+            tolerations=tuple(spec.get("tolerations") or ()),
+            capacity_requests=(spec.get("capacity") or {}).get("requests"),
+        )
 
 
 @dataclass(frozen=True)
@@ -472,11 +472,11 @@ def _claim_requests(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _request_of(raw: Mapping[str, Any]) -> Request:
-    return Request(raw.get("name", ""), raw.get("exactly") or {}, False)
+    return Request.of(raw.get("name", ""), raw.get("exactly") or {}, subrequest=False)
 
 
 def _subrequests_of(raw: Mapping[str, Any]) -> list[Request]:
-    return [Request(sub.get("name", ""), sub, True) for sub in raw.get("firstAvailable") or ()]
+    return [Request.of(sub.get("name", ""), sub, subrequest=True) for sub in raw.get("firstAvailable") or ()]
 
 
 # --- constraints (allocator_incubating.go matchAttributeConstraint, constraint.go) ---
@@ -700,16 +700,20 @@ def _violates_policy(consumed: _Quantity, policy: Mapping[str, Any] | None) -> b
     return False
 
 
+class UnknownCapacity(Exception):
+    """A request names a capacity the device does not have (upstream skips such a device)."""
+
+
 def request_fits_capacity(
     consumed_so_far: Mapping[str, Fraction],
     requests: Mapping[str, Any] | None,
     capacity: Mapping[str, Mapping[str, Any]],
     allocating: Mapping[str, Fraction],
 ) -> bool:
-    """Upstream ``CmpRequestOverCapacity``; raises KeyError when a requested capacity is not on the device."""
+    """Upstream ``CmpRequestOverCapacity``; raises :class:`UnknownCapacity` for a capacity the device lacks."""
     for name in requests or {}:
         if name not in capacity:
-            raise KeyError(name)
+            raise UnknownCapacity(name)
     for name, cap in capacity.items():
         consumed = _consumed_for((requests or {}).get(name), cap)
         if _violates_policy(consumed, cap.get("requestPolicy")):
@@ -776,12 +780,15 @@ class Allocator:
         self.available_counters: dict[str, CounterSets] = {}
         self._compiled: dict[str, CompiledSelectorLike | Exception] = {}
 
-    def allocate(self, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]) -> list[dict] | None:
+    def allocate(
+        self, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], *, deadline: float | None = None
+    ) -> list[dict] | None:
         """One AllocationResult per claim, or None when the claims do not fit this node.
 
-        Raises :class:`AllocationError` for problems with a claim or class (and :class:`NodeAllocationError`
-        when only invalid pools stood in the way)."""
-        return _Allocation(self, node, claims).run()
+        Raises :class:`AllocationError` for problems with a claim or class, :class:`NodeAllocationError` when
+        only invalid pools stood in the way and :class:`AllocationTimeout` once ``time.monotonic()`` passes
+        ``deadline``."""
+        return _Allocation(self, node, claims, deadline).run()
 
     def compiled(self, expression: str) -> CompiledSelectorLike | Exception:
         if expression not in self._compiled:
@@ -795,13 +802,18 @@ class Allocator:
 class _Allocation:
     """One ``Allocate`` call (upstream's unexported ``allocator``)."""
 
-    def __init__(self, owner: Allocator, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(
+        self, owner: Allocator, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], deadline: float | None
+    ) -> None:
         self.owner = owner
+        self.deadline = deadline
         self.features = owner.features
         self.node = node
         self.claims = list(claims)
         slices_for_node = owner.slices_on_node.get(_node_name(node), []) + owner.slices_shared
         self.pools = gather_pools(slices_for_node, node, self.features, owner.all_slices)
+        # The devices in search order, per pool and slice, built once.
+        self.candidates = [[[_candidate(p, s, d) for d in _devices(s)] for s in p.slices] for p in self.pools]
         self.request_data: dict[RequestKey, RequestData] = {}
         self.constraints: list[list[_Constraint]] = []
         self.matches: dict[tuple[DeviceID, RequestKey], bool] = {}
@@ -911,7 +923,7 @@ class _Allocation:
     def _all_devices(self, key: RequestKey, data: RequestData) -> list[Candidate]:
         claim = self.claims[key[0]]
         found: list[Candidate] = []
-        for pool in self.pools:
+        for pool, pool_candidates in zip(self.pools, self.candidates, strict=True):
             if pool.incomplete:
                 raise AllocationError(
                     f"claim {_claim_ref(claim)}, request {data.request.name}: asks for all devices, "
@@ -922,9 +934,8 @@ class _Allocation:
                     f"claim {_claim_ref(claim)}, request {data.request.name}: asks for all devices, "
                     f"but resource pool {pool.pool_id} is currently invalid"
                 )
-            for slice_ in pool.slices:
-                for device in _devices(slice_):
-                    candidate = _candidate(pool, slice_, device)
+            for slice_candidates in pool_candidates:
+                for candidate in slice_candidates:
                     if self._selectable(key, data, candidate) and self._capacity_fits(data.request, candidate):
                         found.append(candidate)
         return found
@@ -974,14 +985,17 @@ class _Allocation:
         """Upstream ``CmpRequestOverCapacity`` on the allocator (only with DRAConsumableCapacity)."""
         if not self.features.consumable_capacity:
             return True
+        capacity = candidate.device.get("capacity")
+        if not capacity and not request.capacity_requests:
+            return True
         try:
             return request_fits_capacity(
                 self.owner.allocated.capacity.get(candidate.id, {}),
                 request.capacity_requests,
-                candidate.device.get("capacity") or {},
+                capacity or {},
                 self.allocating_capacity.get(candidate.id, {}),
             )
-        except KeyError:
+        except UnknownCapacity:
             return False
 
     # search
@@ -989,6 +1003,8 @@ class _Allocation:
     def _allocate_one(self, r: tuple[int, int, int, int], in_subrequest: bool, start: tuple[int, int, int]) -> bool:
         """Upstream ``allocateOne``: find a device for position r (claim, request, subrequest, device) and
         recurse; True once everything is allocated. Raises :class:`_Stop` past the result size limit."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise AllocationTimeout("filter operation aborted: context deadline exceeded")
         claim_index, request_index, sub_index, device_index = r
         if claim_index >= len(self.claims):
             return True
@@ -1057,11 +1073,10 @@ class _Allocation:
                 continue
             first_slice = start_slice if pool_index == start_pool else 0
             for slice_index in range(first_slice, len(pool.slices)):
-                slice_ = pool.slices[slice_index]
-                devices = _devices(slice_)
+                devices = self.candidates[pool_index][slice_index]
                 first_device = start_device if (pool_index, slice_index) == (start_pool, start_slice) else 0
                 for index in range(first_device, len(devices)):
-                    candidate = _candidate(pool, slice_, devices[index])
+                    candidate = devices[index]
                     if not self._usable(key, data, candidate, claim_index):
                         continue
                     undo = self._allocate_device(r, candidate, must=False)
