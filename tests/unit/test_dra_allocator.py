@@ -1184,3 +1184,74 @@ def test_a_search_past_its_deadline_stops_with_a_timeout() -> None:
     with pytest.raises(AllocationTimeout, match=r"^filter operation aborted: context deadline exceeded$"):
         allocator.allocate(NODE, [claim("c", exactly("r", "gpu"))], deadline=time.monotonic() - 1)
     assert allocator.allocate(NODE, [claim("c", exactly("r", "gpu"))], deadline=time.monotonic() + 60) is not None
+
+
+REGION_1 = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "In", "values": ["region-1"]}]}]}
+UPSTREAM_NODE = {"metadata": {"name": "node-1", "labels": {"region": "region-1", "planet": "earth"}}}
+
+
+def test_duplicate_slice() -> None:
+    one = rslice("slice-1", [device("device-1")], driver=A, count=2)
+    two = {**one, "metadata": {"name": "slice-1-2"}}
+    with pytest.raises(NodeAllocationError, match="invalid resource pools were encountered"):
+        upstream([one, two], claim("claim-0", exactly("req-0", "class-a")))
+
+
+def test_empty_class() -> None:
+    unnamespaced = {**claim("claim-0", exactly("req-0", "")), "metadata": {"name": "claim-0"}}
+    with pytest.raises(
+        AllocationError, match=r"^claim claim-0, request req-0: missing device class name \(unsupported"
+    ):
+        upstream([rslice("slice-1", [device("device-1")], driver=A)], unnamespaced)
+
+
+def test_network_attached_device() -> None:
+    slices = [rslice("slice-1", [device("device-1")], driver=A, node=None, nodeSelector=REGION_1)]
+    result = allocate(slices, claim("claim-0", exactly("req-0", "class-a")), classes=CLASS_A, node=UPSTREAM_NODE)
+    assert result == [
+        {
+            "devices": {"results": [{"request": "req-0", "driver": A, "pool": "pool-1", "device": "device-1"}]},
+            "nodeSelector": REGION_1,
+        }
+    ]
+
+
+def test_invalid_pool_is_error_if_no_other_device_can_be_allocated() -> None:
+    slices = [
+        rslice("slice-1", [device("device-1")], driver=A, count=2),
+        rslice("slice-2", [device("device-1")], driver=A, count=2),
+        rslice("slice-3", [device("device-2")], driver=A, pool="pool-2"),
+    ]
+    c = claim("claim-0", exactly("req-0", "class-a"))
+    with pytest.raises(NodeAllocationError, match="invalid resource pools were encountered"):
+        upstream(slices, c, taken=["device-2"], pool="pool-2")
+    assert upstream(slices, c) == [[("req-0", "pool-2", "device-2")]]
+
+
+def test_node_restriction() -> None:
+    planet = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "planet", "operator": "In", "values": ["earth"]}]}]}
+    slices = [rslice("slice-1", [device("device-1", bindsToNode=True)], driver=A, node=None, nodeSelector=planet)]
+    allocator = Allocator(
+        features=Features(device_binding_and_status=True),
+        allocated=AllocatedState(),
+        classes=CLASS_A,
+        slices=slices,
+        cel=FakeCel(),
+    )
+    result = allocator.allocate(UPSTREAM_NODE, [claim("claim-0", exactly("req-0", "class-a"))])
+    assert result is not None
+    assert result[0]["nodeSelector"] == PINNED
+
+
+def test_results_share_no_structure_with_the_cluster_objects() -> None:
+    toleration = {"key": "k", "operator": "Exists"}
+    c = claim(
+        "c", exactly("r", "any", tolerations=[toleration]), config=[{"opaque": {"driver": DRIVER, "parameters": {}}}]
+    )
+    result = allocate([rslice("s", GPUS)], c)
+    assert result is not None
+    result[0]["devices"]["results"][0]["tolerations"][0]["key"] = "changed"
+    result[0]["devices"]["config"][0]["opaque"]["driver"] = "changed"
+    result[0]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"].append("x")
+    assert toleration["key"] == "k"
+    assert c["spec"]["devices"]["config"][0]["opaque"]["driver"] == DRIVER

@@ -20,6 +20,7 @@ so this module stays I/O-free and independent of the CEL implementation.
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -1248,7 +1249,8 @@ class _Allocation:
             ) from err
         if node_selector is not None:
             result["nodeSelector"] = node_selector
-        return result
+        # Configs, tolerations and selectors come from the cluster's objects: the result shares nothing with them.
+        return copy.deepcopy(result)
 
     def _device_result(self, device: DeviceResult) -> dict[str, Any]:
         driver, pool, name = device.candidate.id
