@@ -19,7 +19,9 @@ Differences from upstream, on purpose or for want of a type checker (celpy has n
   are rejected when compiling (with upstream's texts); any other non-bool result fails when evaluated, with
   upstream's runtime text for that case.
 - The cost limit (``CELSelectorExpressionMaxCost`` = 1,000,000) is enforced as a budget of evaluation steps
-  (one per AST node visited), not cel-go's cost units; the error text is cel-go's.
+  (one per parse-tree node visited, several per cel-go cost unit, so stricter than upstream); the error text is
+  cel-go's. celpy needs tens of seconds for a million steps, so callers also pass ``deadline`` (a
+  ``time.monotonic()`` instant, upstream's filter timeout); past it evaluation stops with "operation interrupted".
 
 Activations: ``CompiledSelector.matches(driver, device)`` converts the device (a resource.k8s.io/v1 ``Device``
 dict) into CEL values once and keeps the result in a small LRU keyed by ``(id(device), driver)`` that holds the
@@ -33,6 +35,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from fractions import Fraction
@@ -374,11 +377,22 @@ class CompiledSelector:
         self._tree = tree
         self._contexts = contexts
 
-    def matches(self, driver: str, device: Mapping[str, Any], context: DeviceContext | None = None) -> bool:
-        """Whether the device (served by ``driver``) satisfies the selector; ``context`` skips the conversion."""
+    def matches(
+        self,
+        driver: str,
+        device: Mapping[str, Any],
+        context: DeviceContext | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> bool:
+        """Whether the device (served by ``driver``) satisfies the selector.
+
+        ``context`` (from :func:`device_context`) skips the conversion of the device; ``deadline`` is a
+        ``time.monotonic()`` instant after which the evaluation is interrupted.
+        """
         if context is None:
             context = self._contexts.get(driver, device)
-        result = _runtime().evaluate(self._tree, context)
+        result = _runtime().evaluate(self._tree, context, deadline)
         if isinstance(result, bool):
             return result
         type_name = _cel_type_name(result)
@@ -532,8 +546,8 @@ class _Runtime:
         if name not in self._known_functions:
             raise CelError(_compile_error(node, f"undeclared reference to '{name}' (in container '')"))
 
-    def evaluate(self, tree: lark.Tree, context: DeviceContext) -> Any:
-        evaluator = self._evaluator_class(tree, context.activation, [COST_LIMIT])
+    def evaluate(self, tree: lark.Tree, context: DeviceContext, deadline: float | None) -> Any:
+        evaluator = self._evaluator_class(tree, context.activation, _Budget(COST_LIMIT, deadline))
         try:
             value = evaluator.evaluate(None)
         except self._eval_error as error:
@@ -607,15 +621,13 @@ def _evaluator_class(evaluation: Any) -> type:
     """celpy's Evaluator with cel-go's texts for missing keys, ``cel.bind`` and a step budget (the cost limit)."""
 
     class DraEvaluator(evaluation.Evaluator):  # type: ignore[misc,name-defined]
-        def __init__(self, ast: Any, activation: Any, budget: list[int]) -> None:
+        def __init__(self, ast: Any, activation: Any, budget: _Budget) -> None:
             super().__init__(ast, activation)
             self._budget = budget
 
-        def visit(self, tree: Any) -> Any:
-            self._budget[0] -= 1
-            if self._budget[0] < 0:
-                raise CelError("operation cancelled: actual cost limit exceeded")
-            return super().visit(tree)
+        def _visit_tree(self, tree: Any) -> Any:  # lark's one entry for every node, top-level and children
+            self._budget.spend()
+            return super()._visit_tree(tree)
 
         def sub_evaluator(self, ast: Any) -> Any:
             return DraEvaluator(ast, self.activation, self._budget)
@@ -637,6 +649,23 @@ def _evaluator_class(evaluation: Any) -> type:
             return _reraise_cel_errors(super().method_eval(obj, method_ident, exprlist))
 
     return DraEvaluator
+
+
+class _Budget:
+    """The steps an evaluation may still take, and the instant it must stop (checked every 1024 steps)."""
+
+    __slots__ = ("deadline", "left")
+
+    def __init__(self, steps: int, deadline: float | None) -> None:
+        self.left = steps
+        self.deadline = deadline
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise CelError("operation cancelled: actual cost limit exceeded")
+        if self.deadline is not None and self.left & 1023 == 0 and time.monotonic() > self.deadline:
+            raise CelError("operation interrupted: context deadline exceeded")
 
 
 def _reraise_cel_errors(value: Any) -> Any:
