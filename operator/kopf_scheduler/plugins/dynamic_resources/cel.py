@@ -282,11 +282,11 @@ def _kubernetes_functions() -> dict[str, Callable[..., Any]]:
 class DeviceContext:
     """The CEL activation for one device under one driver: build once, evaluate many selectors against it."""
 
-    __slots__ = ("activation", "device")
+    __slots__ = ("device", "value")
 
-    def __init__(self, device: Mapping[str, Any], activation: Any) -> None:
+    def __init__(self, device: Mapping[str, Any], value: Any) -> None:
         self.device = device
-        self.activation = activation
+        self.value = value  # the celpy map bound to ``device``
 
 
 def device_context(driver: str, device: Mapping[str, Any]) -> DeviceContext:
@@ -316,7 +316,7 @@ def device_context(driver: str, device: Mapping[str, Any]) -> DeviceContext:
             ),
         }
     )
-    return DeviceContext(device, _runtime().activation({_DEVICE_VAR: value}))
+    return DeviceContext(device, value)
 
 
 def _split_qualified_name(name: str, default_domain: str) -> tuple[str, str]:
@@ -498,6 +498,7 @@ class _Runtime:
         import celpy  # the heavy import happens only when a selector is compiled
         from celpy import celtypes, evaluation
 
+        _skip_runtime_typing(evaluation)
         self._celpy = celpy
         self.celtypes = celtypes
         self._env = celpy.Environment()
@@ -506,12 +507,6 @@ class _Runtime:
         self._evaluator_class = _evaluator_class(evaluation)
         self._eval_error = evaluation.CELEvalError
         self._base_activation = celpy.InterpretedRunner(self._env, None, functions).new_activation()  # type: ignore[arg-type]
-
-    def activation(self, variables: dict[str, Any]) -> Any:
-        """A celpy activation with the variables bound; evaluations only read it, so it is shared."""
-        activation = self._base_activation.clone()
-        activation.identifiers.load_values(variables)
-        return activation
 
     def compile(self, expression: str) -> lark.Tree:
         try:
@@ -527,6 +522,8 @@ class _Runtime:
         """The part of cel-go's checker that needs no types: known functions and variables, literal results."""
         bound = {_macro_variable(node) for node in tree.find_data("member_dot_arg") if _method_name(node) in _MACROS}
         bound |= {_macro_variable(node) for node in tree.find_data("member_dot_arg") if _is_cel_bind(node)}
+        if _DEVICE_VAR in bound:
+            raise CelError(_compile_error(tree, f"a macro or cel.bind variable must not shadow '{_DEVICE_VAR}'"))
         for node in tree.find_data("ident_arg"):
             self._require_function(str(node.children[0]), node)
         for node in tree.find_data("member_dot_arg"):
@@ -547,7 +544,7 @@ class _Runtime:
             raise CelError(_compile_error(node, f"undeclared reference to '{name}' (in container '')"))
 
     def evaluate(self, tree: lark.Tree, context: DeviceContext, deadline: float | None) -> Any:
-        evaluator = self._evaluator_class(tree, context.activation, _Budget(COST_LIMIT, deadline))
+        evaluator = self._evaluator_class(tree, self._base_activation, _Budget(COST_LIMIT, deadline), context.value)
         try:
             value = evaluator.evaluate(None)
         except self._eval_error as error:
@@ -559,6 +556,21 @@ class _Runtime:
         if isinstance(value, self.celtypes.BoolType):
             return bool(value)
         return value
+
+
+class _AnySubscript:
+    """Stands in for ``typing.Tuple`` & co: subscripting returns itself, at no cost."""
+
+    def __getitem__(self, _: Any) -> _AnySubscript:
+        return self
+
+
+def _skip_runtime_typing(evaluation: Any) -> None:
+    """celpy's evaluator subscripts ``Tuple[...]``/``List[...]`` for ``typing.cast`` on every node; hashing its
+    ``Result`` union there is a third of the evaluation time. Those subscriptions only feed ``cast`` (a no-op),
+    and ``isinstance`` checks in ``celpy.evaluation`` use none of these names, so they are replaced there."""
+    for name in ("Tuple", "List", "Iterable", "Callable"):
+        setattr(evaluation, name, _AnySubscript())
 
 
 def _compile_error(node: lark.Tree, message: str) -> str:
@@ -621,16 +633,25 @@ def _evaluator_class(evaluation: Any) -> type:
     """celpy's Evaluator with cel-go's texts for missing keys, ``cel.bind`` and a step budget (the cost limit)."""
 
     class DraEvaluator(evaluation.Evaluator):  # type: ignore[misc,name-defined]
-        def __init__(self, ast: Any, activation: Any, budget: _Budget) -> None:
+        def __init__(self, ast: Any, activation: Any, budget: _Budget, device: Any) -> None:
             super().__init__(ast, activation)
             self._budget = budget
+            self._device = device
+
+        def ident_value(self, name: str, root_scope: bool = False) -> Any:
+            # ``device`` directly: celpy's name resolution costs ~0.1 ms per lookup. Macro variables (resolved
+            # by celpy) cannot shadow it; the compile check refuses a macro variable named ``device``.
+            if name == _DEVICE_VAR:
+                return self._device
+            return super().ident_value(name, root_scope)
 
         def _visit_tree(self, tree: Any) -> Any:  # lark's one entry for every node, top-level and children
             self._budget.spend()
-            return super()._visit_tree(tree)
+            # lark's own version also looks for a ``visit_wrapper`` (``@v_args``), which celpy never uses.
+            return getattr(self, tree.data)(tree)
 
         def sub_evaluator(self, ast: Any) -> Any:
-            return DraEvaluator(ast, self.activation, self._budget)
+            return DraEvaluator(ast, self.activation, self._budget, self._device)
 
         def member_dot_arg(self, tree: Any) -> Any:
             if _is_cel_bind(tree):
