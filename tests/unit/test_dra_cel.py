@@ -318,6 +318,7 @@ COMPILE_ERRORS = [
     ("string-result", '"yes"', "must evaluate to bool or the unknown type, not string"),
     ("undeclared-function", 'device.attributes["d"].name.includes("fish")', "undeclared reference to 'includes'"),
     ("undeclared-variable", "pod.name == 1", "undeclared reference to 'pod'"),
+    ("macro-variable-shadows-device", "[1].all(device, device > 0)", "must not shadow 'device'"),
 ]
 
 
