@@ -229,6 +229,27 @@ device.attributes["dra.example.com"]["version"].isGreaterThan(semver("0.0.1"))
     ),
     ("allow_multiple_allocations_default", "device.allowMultipleAllocations == false", DRIVER, _device(), True),
     (
+        "has-absent-attribute",
+        'has(device.attributes["dra.example.com"].model)',
+        DRIVER,
+        _device(attributes={"memory": {"int": 1}}),
+        False,
+    ),
+    (
+        "missing-key-error-absorbed-by-or",
+        'device.attributes["dra.example.com"].model == "a100" || true',
+        DRIVER,
+        _device(),
+        True,
+    ),
+    (
+        "function-error-absorbed-by-and",
+        'false && quantity("bad").isGreaterThan(quantity("1"))',
+        DRIVER,
+        _device(),
+        False,
+    ),
+    (
         "in-list-literal",
         'device.attributes["dra.example.com"].model in ["a100", "h100"]',
         DRIVER,
@@ -289,6 +310,20 @@ RUNTIME_ERRORS = [
         DRIVER,
         _device(),
         "cannot convert value to integer",
+    ),
+    (
+        "quantity-parse-error",
+        'quantity("1 Gi").isGreaterThan(quantity("1"))',
+        DRIVER,
+        _device(),
+        "quantities must match the regular expression",
+    ),
+    (
+        "string-compared-with-int",
+        'device.attributes["dra.example.com"].model > 1',
+        DRIVER,
+        _device(attributes={"model": {"string": "a100"}}),
+        "no such overload",
     ),
     (
         "comparing-a-quantity-with-a-semver",

@@ -472,7 +472,7 @@ class SelectorCache:
         return len(self._compiled)
 
 
-_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter", "has", "dyn"})
 _ROOT_IDENTS = frozenset({_DEVICE_VAR})
 _LITERAL_TYPES = {
     "INT_LIT": "int",
@@ -624,7 +624,7 @@ def _runtime_text(error: Any) -> str:
         return _runtime_text(type(error)(*exc_args))
     if isinstance(exc_args, tuple) and exc_args and isinstance(exc_args[0], CelError):
         return str(exc_args[0])
-    if message == "no such overload":
+    if message == "no such overload" or (isinstance(message, str) and message.startswith("found no matching overload")):
         return "no such overload"
     return str(message)
 
@@ -663,11 +663,18 @@ def _evaluator_class(evaluation: Any) -> type:
                 return self.sub_evaluator(body).evaluate({str(name): value})
             return super().member_dot_arg(tree)
 
+        # Our functions raise CelError; as a CEL error value it is absorbed by ``||``/``&&`` like cel-go's.
         def function_eval(self, name_token: Any, exprlist: Any = None) -> Any:
-            return _reraise_cel_errors(super().function_eval(name_token, exprlist))
+            try:
+                return super().function_eval(name_token, exprlist)
+            except CelError as error:
+                return evaluation.CELEvalError(str(error))
 
         def method_eval(self, obj: Any, method_ident: Any, exprlist: Any = None) -> Any:
-            return _reraise_cel_errors(super().method_eval(obj, method_ident, exprlist))
+            try:
+                return super().method_eval(obj, method_ident, exprlist)
+            except CelError as error:
+                return evaluation.CELEvalError(str(error))
 
     return DraEvaluator
 
@@ -687,11 +694,3 @@ class _Budget:
             raise CelError("operation cancelled: actual cost limit exceeded")
         if self.deadline is not None and self.left & 1023 == 0 and time.monotonic() > self.deadline:
             raise CelError("operation interrupted: context deadline exceeded")
-
-
-def _reraise_cel_errors(value: Any) -> Any:
-    """Our functions raise :class:`CelError`; celpy would wrap it as "no such overload"; keep our text."""
-    cause = getattr(value, "__cause__", None)
-    if isinstance(cause, CelError):
-        raise cause
-    return value
