@@ -364,6 +364,27 @@ def test_compile_errors_carry_upstream_text(expression: str, message: str) -> No
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "expression",
+    [
+        '"abc".charAt(1) == "b"',
+        '"hello".indexOf("l") == 2 && "hello".lastIndexOf("l") == 3',
+        '"AbC".lowerAscii() == "abc" && "AbC".upperAscii() == "ABC" && " a ".trim() == "a"',
+        '"a,b,c".split(",") == ["a", "b", "c"] && "a,b,c".split(",", 2) == ["a", "b,c"]',
+        '"hello".substring(1, 3) == "el" && ["a", "b"].join("-") == "a-b"',
+        '"aXa".replace("a", "b") == "bXb" && "aXa".replace("a", "b", 1) == "bXa"',
+        '"abc123".find("[0-9]+") == "123" && "a1b22".findAll("[0-9]+") == ["1", "22"]',
+        "[1, 2, 3].isSorted() && [1, 2, 3].sum() == 6 && [1, 5, 2].max() == 5 && [3, 1].min() == 1",
+        "[1, 2, 3].indexOf(2) == 1 && [1, 2, 2].lastIndexOf(2) == 2",
+        'isQuantity("1Gi") && !isQuantity("1 Gi") && quantity("1Gi").isInteger() && quantity("-1").sign() == -1',
+        'semver("1.2.3").major() == 1 && semver("1.2.3").minor() == 2 && semver("1.2.3").patch() == 3',
+        'semver("1.0.0-alpha").isLessThan(semver("1.0.0-alpha.1")) && semver("1.0.0+build") == semver("1.0.0")',
+    ],
+)
+def test_kubernetes_libraries(expression: str) -> None:
+    assert SelectorCache().compile(expression).matches(DRIVER, _device()) is True
+
+
 def test_syntax_errors_read_like_cel_go() -> None:
     with pytest.raises(CelError) as caught:
         SelectorCache().compile("device.driver ==")

@@ -33,6 +33,7 @@ prefer explicit control pass ``context=device_context(driver, device)``.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import threading
 import time
@@ -266,12 +267,120 @@ def _kubernetes_functions() -> dict[str, Callable[..., Any]]:
         "major": integer(_version_part("major")),
         "minor": integer(_version_part("minor")),
         "patch": integer(_version_part("patch")),
-        # The strings extension functions device selectors use most (cel-go ext.Strings).
-        "lowerAscii": lambda s: celtypes.StringType(str(s).lower()),
-        "upperAscii": lambda s: celtypes.StringType(str(s).upper()),
-        "trim": lambda s: celtypes.StringType(str(s).strip()),
-        "split": lambda s, sep: celtypes.ListType([celtypes.StringType(p) for p in str(s).split(str(sep))]),
-        "replace": lambda s, old, new: celtypes.StringType(str(s).replace(str(old), str(new))),
+        **_string_functions(celtypes),
+        **_list_functions(celtypes),
+    }
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _string_functions(celtypes: Any) -> dict[str, Callable[..., Any]]:
+    """cel-go's ``ext.Strings`` (version 2) and the Kubernetes regex library, on celpy strings."""
+    text = celtypes.StringType
+
+    def string(value: Any) -> str:
+        if not isinstance(value, str):
+            raise TypeError("not a string")
+        return str(value)
+
+    def index(value: Any, length: int) -> int:
+        if not isinstance(value, int) or _is_bool(value):
+            raise TypeError("not an int")
+        if not 0 <= value <= length:
+            raise CelError(f"index out of range: {value}")
+        return int(value)
+
+    def char_at(s: Any, i: Any) -> Any:
+        s = string(s)
+        return text(s[index(i, len(s)) : index(i, len(s)) + 1])
+
+    def index_of(target: Any, sub: Any, offset: Any = 0) -> Any:
+        if isinstance(target, list):
+            return celtypes.IntType(next((i for i, item in enumerate(target) if item == sub), -1))
+        s = string(target)
+        return celtypes.IntType(s.find(string(sub), index(offset, len(s))))
+
+    def last_index_of(target: Any, sub: Any, offset: Any = None) -> Any:
+        if isinstance(target, list):
+            return celtypes.IntType(max((i for i, item in enumerate(target) if item == sub), default=-1))
+        s = string(target)
+        end = len(s) if offset is None else index(offset, len(s))
+        return celtypes.IntType(s.rfind(string(sub), 0, end + len(string(sub))))
+
+    def split(s: Any, sep: Any, limit: Any = -1) -> Any:
+        s, sep, limit = string(s), string(sep), int(limit)
+        if limit == 0:
+            return celtypes.ListType([])
+        parts = list(s) if sep == "" else s.split(sep, limit - 1 if limit > 0 else -1)
+        if sep == "" and 0 < limit < len(parts):
+            parts = [*parts[: limit - 1], "".join(parts[limit - 1 :])]
+        return celtypes.ListType([text(p) for p in parts])
+
+    def substring(s: Any, start: Any, end: Any = None) -> Any:
+        s = string(s)
+        first = index(start, len(s))
+        last = len(s) if end is None else index(end, len(s))
+        if first > last:
+            raise CelError(f"invalid substring range. start: {first}, end: {last}")
+        return text(s[first:last])
+
+    def join(items: Any, sep: Any = "") -> Any:
+        if not isinstance(items, list):
+            raise TypeError("not a list")
+        return text(string(sep).join(string(item) for item in items))
+
+    def find(s: Any, pattern: Any) -> Any:
+        import re2  # celpy's own regex engine, RE2 like cel-go's
+
+        match = re2.search(string(pattern), string(s))
+        return text(match.group(0) if match else "")
+
+    def find_all(s: Any, pattern: Any, limit: Any = -1) -> Any:
+        import re2
+
+        found = [m.group(0) for m in re2.finditer(string(pattern), string(s))]
+        return celtypes.ListType([text(f) for f in (found if int(limit) < 0 else found[: int(limit)])])
+
+    return {
+        "charAt": char_at,
+        "indexOf": index_of,
+        "lastIndexOf": last_index_of,
+        "lowerAscii": lambda s: text(string(s).translate(_ASCII_LOWER)),
+        "upperAscii": lambda s: text(string(s).translate(_ASCII_UPPER)),
+        "trim": lambda s: text(string(s).strip()),
+        "split": split,
+        "substring": substring,
+        "join": join,
+        "replace": lambda s, old, new, n=-1: text(string(s).replace(string(old), string(new), int(n))),
+        "find": find,
+        "findAll": find_all,
+    }
+
+
+def _list_functions(celtypes: Any) -> dict[str, Callable[..., Any]]:
+    """The Kubernetes lists library (``min()`` is celpy's own)."""
+
+    def items(value: Any) -> list[Any]:
+        if not isinstance(value, list):
+            raise TypeError("not a list")
+        return list(value)
+
+    def largest(value: Any) -> Any:
+        values = items(value)
+        if not values:
+            raise CelError("max called on empty list")
+        return max(values)
+
+    def total(value: Any) -> Any:
+        values = items(value)
+        return sum(values[1:], values[0]) if values else celtypes.IntType(0)
+
+    return {
+        "isSorted": lambda value: celtypes.BoolType(all(a <= b for a, b in itertools.pairwise(items(value)))),
+        "sum": total,
+        "max": largest,
     }
 
 
@@ -472,7 +581,8 @@ class SelectorCache:
         return len(self._compiled)
 
 
-_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter", "has", "dyn"})
+# celpy evaluates these itself (min() is its own, matching the Kubernetes lists library).
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter", "has", "dyn", "min"})
 _ROOT_IDENTS = frozenset({_DEVICE_VAR})
 _LITERAL_TYPES = {
     "INT_LIT": "int",
