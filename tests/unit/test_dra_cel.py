@@ -472,8 +472,32 @@ def test_the_device_conversion_is_cached_per_device_object_and_driver() -> None:
 
 def test_a_bad_version_attribute_is_a_runtime_error() -> None:
     selector = SelectorCache().compile("true")
-    with pytest.raises(CelError, match="attribute v: parse semantic version"):
+    with pytest.raises(CelError) as caught:
         selector.matches(DRIVER, _device(attributes={"v": {"version": "1.0"}}))
+    assert str(caught.value) == "attribute v: parse semantic version: No Major.Minor.Patch elements found"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("01.0.0", 'Major number must not contain leading zeroes "01"'),
+        ("1.x.0", 'Invalid character(s) found in minor number "x"'),
+        ("1.0.0-", "Prerelease is empty"),
+        ("1.0.0-01", 'Numeric PreRelease version must not contain leading zeroes "01"'),
+        ("1.0.0+", "Build meta data is empty"),
+        ("v1.0.0", 'Invalid character(s) found in major number "v1"'),
+    ],
+)
+def test_semver_parse_errors_are_blangs(text: str, message: str) -> None:
+    selector = SelectorCache().compile(f'semver("{text}").major() == 1')
+    with pytest.raises(CelError) as caught:
+        selector.matches(DRIVER, _device())
+    assert str(caught.value) == message
+
+
+def test_semver_normalization_fills_in_and_strips() -> None:
+    selector = SelectorCache().compile('semver("v01.2", true) == semver("1.2.0") && isSemver("1", true)')
+    assert selector.matches(DRIVER, _device()) is True
 
 
 def test_importing_the_module_does_not_import_celpy() -> None:

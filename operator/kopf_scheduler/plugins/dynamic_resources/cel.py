@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -88,11 +87,51 @@ class Quantity:
         return f"quantity({self.text!r})"
 
 
-_SEMVER = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
-)
+_NUMBERS = frozenset("0123456789")
+_ALPHANUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-0123456789")
+
+
+def _parse_number(part: str, what: str) -> int:
+    """One of major/minor/patch, with blang/semver/v4's error texts."""
+    if not set(part) <= _NUMBERS:
+        raise CelError(f'Invalid character(s) found in {what} number "{part}"')
+    if len(part) > 1 and part[0] == "0":
+        raise CelError(f'{what.capitalize()} number must not contain leading zeroes "{part}"')
+    if not part:
+        raise CelError('strconv.ParseUint: parsing "": invalid syntax')
+    return int(part)
+
+
+def _parse_prerelease(part: str) -> int | str:
+    if not part:
+        raise CelError("Prerelease is empty")
+    if set(part) <= _NUMBERS:
+        if len(part) > 1 and part[0] == "0":
+            raise CelError(f'Numeric PreRelease version must not contain leading zeroes "{part}"')
+        return int(part)
+    if not set(part) <= _ALPHANUM:
+        raise CelError(f'Invalid character(s) found in prerelease "{part}"')
+    return part
+
+
+def _parse_semver(text: str) -> tuple[int, int, int, tuple[int | str, ...]]:
+    """blang/semver/v4 ``Parse``: major.minor.patch[-pre][+build], its error texts."""
+    if not text:
+        raise CelError("Version string empty")
+    parts = text.split(".", 2)
+    if len(parts) != 3:
+        raise CelError("No Major.Minor.Patch elements found")
+    major, minor = _parse_number(parts[0], "major"), _parse_number(parts[1], "minor")
+    rest, _, build = parts[2].partition("+")
+    patch, dash, pre = rest.partition("-")
+    number = _parse_number(patch, "patch")
+    prerelease = tuple(_parse_prerelease(p) for p in pre.split(".")) if dash else ()
+    for meta in build.split(".") if "+" in parts[2] else ():
+        if not meta:
+            raise CelError("Build meta data is empty")
+        if not set(meta) <= _ALPHANUM:
+            raise CelError(f'Invalid character(s) found in build meta data "{meta}"')
+    return major, minor, number, prerelease
 
 
 class Semver:
@@ -101,13 +140,8 @@ class Semver:
     __slots__ = ("major", "minor", "patch", "pre", "text")
 
     def __init__(self, text: str) -> None:
-        match = _SEMVER.match(text)
-        if match is None:
-            raise CelError(f"invalid semantic version: {text!r}")
-        major, minor, patch, pre, _build = match.groups()
         self.text = text
-        self.major, self.minor, self.patch = int(major), int(minor), int(patch)
-        self.pre: tuple[int | str, ...] = tuple(int(p) if p.isdigit() else p for p in pre.split(".")) if pre else ()
+        self.major, self.minor, self.patch, self.pre = _parse_semver(text)
 
     def compare(self, other: Semver) -> int:
         mine, theirs = (self.major, self.minor, self.patch), (other.major, other.minor, other.patch)
