@@ -15,10 +15,12 @@ import pytest
 
 from kopf_scheduler.plugins.dynamic_resources import cel
 from kopf_scheduler.plugins.dynamic_resources.cel import (
+    CelCompileError,
     CelError,
     CompiledSelector,
     SelectorCache,
     device_context,
+    selector_error_message,
 )
 
 DRIVER = "dra.example.com"
@@ -359,7 +361,7 @@ COMPILE_ERRORS = [
 
 @pytest.mark.parametrize(("expression", "message"), [pytest.param(*case[1:], id=case[0]) for case in COMPILE_ERRORS])
 def test_compile_errors_carry_upstream_text(expression: str, message: str) -> None:
-    with pytest.raises(CelError) as caught:
+    with pytest.raises(CelCompileError) as caught:
         SelectorCache().compile(expression)
     assert message in str(caught.value)
 
@@ -386,9 +388,30 @@ def test_kubernetes_libraries(expression: str) -> None:
 
 
 def test_syntax_errors_read_like_cel_go() -> None:
-    with pytest.raises(CelError) as caught:
+    with pytest.raises(CelCompileError) as caught:
         SelectorCache().compile("device.driver ==")
-    assert str(caught.value).startswith("compilation failed: ERROR: <input>:1:")
+    assert str(caught.value) == (
+        "compilation failed: ERROR: <input>:1:15: Syntax error: unexpected input\n"
+        " | device.driver ==\n"
+        " | ..............^"
+    )
+
+
+def test_the_allocator_wording_of_a_failed_selector() -> None:
+    cache = SelectorCache()
+    with pytest.raises(CelError) as runtime:
+        cache.compile('device.attributes["dra.example.com"].model == "a100"').matches(DRIVER, _device())
+    assert not isinstance(runtime.value, CelCompileError)
+    assert (
+        selector_error_message("claim default/gpu", 0, runtime.value)
+        == "claim default/gpu: selector #0: CEL runtime error: no such key: model"
+    )
+    with pytest.raises(CelCompileError) as compile_time:
+        cache.compile("1")
+    assert (
+        selector_error_message("class gpu.example.com", 2, compile_time.value)
+        == "class gpu.example.com: selector #2: CEL compile error: must evaluate to bool or the unknown type, not int"
+    )
 
 
 def test_macro_variables_are_not_undeclared() -> None:

@@ -15,13 +15,24 @@ measurement that chose it over Google's C++ binding, which cannot carry the opaq
 celpy is imported lazily (on the first compile), so a scheduler that never sees a claim never pays for it.
 
 Differences from upstream, on purpose or for want of a type checker (celpy has none):
-- Compile-time checks are partial: syntax errors, calls of undeclared functions and a literal non-bool result
-  are rejected when compiling (with upstream's texts); any other non-bool result fails when evaluated, with
-  upstream's runtime text for that case.
+- Compile-time checks are partial: syntax errors, undeclared functions and variables and a literal non-bool
+  result are rejected when compiling (with upstream's texts); any other non-bool result (or a type mismatch)
+  fails when evaluated, with upstream's runtime text for that case. A macro or ``cel.bind`` variable may not be
+  named ``device`` (the evaluator binds ``device`` directly, for speed).
 - The cost limit (``CELSelectorExpressionMaxCost`` = 1,000,000) is enforced as a budget of evaluation steps
   (one per parse-tree node visited, several per cel-go cost unit, so stricter than upstream); the error text is
   cel-go's. celpy needs tens of seconds for a million steps, so callers also pass ``deadline`` (a
   ``time.monotonic()`` instant, upstream's filter timeout); past it evaluation stops with "operation interrupted".
+
+Errors: :class:`CelError` (:class:`CelCompileError` from ``compile``) carries cel-go's text; upstream's allocator
+wraps it as "claim ns/name: selector #0: CEL runtime error: no such key: model" (``selector_error_message``) and
+stops the allocation. Errors inside ``||``/``&&`` are absorbed as in cel-go (``x.missing || true`` is true).
+
+Libraries, as upstream's base environment has them: quantity, semver, regex (``find``/``findAll``), lists
+(``isSorted``/``sum``/``min``/``max``/``indexOf``/``lastIndexOf``), strings v2 (``charAt``, ``indexOf``,
+``lastIndexOf``, ``lowerAscii``, ``upperAscii``, ``replace``, ``split``, ``substring``, ``trim``, ``join``),
+``cel.bind``, and celpy's standard functions and macros. Not here (they fail to compile as undeclared): sets,
+IP/CIDR, URL, format, two-variable comprehensions, optional types, and DRAListTypeAttributes' ``includes``.
 
 Activations: ``CompiledSelector.matches(driver, device)`` converts the device (a resource.k8s.io/v1 ``Device``
 dict) into CEL values once and keeps the result in a small LRU keyed by ``(id(device), driver)`` that holds the
@@ -56,6 +67,20 @@ _CONTEXT_CACHE_SIZE = 4096
 
 class CelError(Exception):
     """A compile or runtime error of a selector; ``str()`` is the text upstream shows for the same failure."""
+
+
+class CelCompileError(CelError):
+    """The expression does not compile (``SelectorCache.compile``); other :class:`CelError` are runtime errors."""
+
+
+def selector_error_message(owner: str, index: int, error: CelError) -> str:
+    """Upstream allocator's ``selectorsMatch`` wording for a selector that failed (allocation stops there).
+
+    ``owner`` is ``"class <DeviceClass name>"`` or ``"claim <namespace>/<name>"``; ``index`` counts the selectors
+    of that class or request from 0: "claim default/c: selector #0: CEL runtime error: no such key: model".
+    """
+    kind = "compile" if isinstance(error, CelCompileError) else "runtime"
+    return f"{owner}: selector #{index}: CEL {kind} error: {error}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -657,8 +682,12 @@ class _Runtime:
             tree = self._env.compile(expression)
         except self._celpy.CELParseError as error:
             line, column = getattr(error, "line", None) or 1, getattr(error, "column", None) or 1
-            first = str(error.args[0] if error.args else error).splitlines()[0]
-            raise CelError(f"compilation failed: ERROR: <input>:{line}:{column}: Syntax error: {first}") from error
+            # cel-go names the expected tokens; celpy only points at the spot, drawn the way cel-go draws it.
+            source, caret = [*str(error.args[0] if error.args else "").splitlines(), "", ""][:2]
+            message = f"compilation failed: ERROR: <input>:{line}:{column}: Syntax error: unexpected input"
+            if caret.strip() == "^":
+                message += f"\n | {source}\n | {caret.replace(' ', '.')}"
+            raise CelCompileError(message) from error
         self._check(tree)
         return tree
 
@@ -667,7 +696,7 @@ class _Runtime:
         bound = {_macro_variable(node) for node in tree.find_data("member_dot_arg") if _method_name(node) in _MACROS}
         bound |= {_macro_variable(node) for node in tree.find_data("member_dot_arg") if _is_cel_bind(node)}
         if _DEVICE_VAR in bound:
-            raise CelError(_compile_error(tree, f"a macro or cel.bind variable must not shadow '{_DEVICE_VAR}'"))
+            raise CelCompileError(_compile_error(tree, f"a macro or cel.bind variable must not shadow '{_DEVICE_VAR}'"))
         for node in tree.find_data("ident_arg"):
             self._require_function(str(node.children[0]), node)
         for node in tree.find_data("member_dot_arg"):
@@ -676,16 +705,16 @@ class _Runtime:
         for node in tree.find_data("ident"):
             name = str(node.children[0])
             if name not in _ROOT_IDENTS and name not in bound and name != "cel":
-                raise CelError(_compile_error(node, f"undeclared reference to '{name}' (in container '')"))
+                raise CelCompileError(_compile_error(node, f"undeclared reference to '{name}' (in container '')"))
         literal = _top_level_literal(tree)
         if literal is not None:
-            raise CelError(
+            raise CelCompileError(
                 f"must evaluate to bool or the unknown type, not {_LITERAL_TYPES.get(literal.type, literal.type)}"
             )
 
     def _require_function(self, name: str, node: lark.Tree) -> None:
         if name not in self._known_functions:
-            raise CelError(_compile_error(node, f"undeclared reference to '{name}' (in container '')"))
+            raise CelCompileError(_compile_error(node, f"undeclared reference to '{name}' (in container '')"))
 
     def evaluate(self, tree: lark.Tree, context: DeviceContext, deadline: float | None) -> Any:
         evaluator = self._evaluator_class(tree, self._base_activation, _Budget(COST_LIMIT, deadline), context.value)
