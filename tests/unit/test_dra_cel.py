@@ -328,6 +328,13 @@ RUNTIME_ERRORS = [
         "no such overload",
     ),
     (
+        "quantities-have-no-less-than-operator",
+        'quantity("1") < quantity("2")',
+        DRIVER,
+        _device(),
+        "no such overload",
+    ),
+    (
         "comparing-a-quantity-with-a-semver",
         'quantity("1").isGreaterThan(semver("1.0.0"))',
         DRIVER,

@@ -50,7 +50,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from functools import total_ordering
 from typing import TYPE_CHECKING, Any
 
 from kopf_scheduler.state.quantity import QuantityError, parse_quantity
@@ -87,9 +86,11 @@ def selector_error_message(owner: str, index: int, error: CelError) -> str:
 # Kubernetes CEL values: quantity and semver.
 
 
-@total_ordering
 class Quantity:
-    """``resource.Quantity`` as a CEL value (k8s.io/apiserver/pkg/cel/library/quantity.go): exact rationals."""
+    """``resource.Quantity`` as a CEL value (k8s.io/apiserver/pkg/cel/library/quantity.go): exact rationals.
+
+    Equality only, as upstream: ordering goes through ``compareTo``/``isLessThan``, ``<`` is "no such overload".
+    """
 
     __slots__ = ("text", "value")
 
@@ -99,11 +100,6 @@ class Quantity:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Quantity) and self.value == other.value
-
-    def __lt__(self, other: Quantity) -> bool:
-        if not isinstance(other, Quantity):
-            return NotImplemented
-        return self.value < other.value
 
     def __hash__(self) -> int:
         return hash(self.value)
