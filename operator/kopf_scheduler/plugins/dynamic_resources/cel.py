@@ -281,6 +281,16 @@ def _arith(sign: int) -> Callable[[Any, Any], Quantity]:
     return apply
 
 
+def _sign(q: Any) -> int:
+    _require_quantity(q)
+    return (q.value > 0) - (q.value < 0)
+
+
+def _as_float(q: Any) -> float:
+    _require_quantity(q)
+    return float(q.value)
+
+
 def _require_quantity(q: Any) -> None:
     if not isinstance(q, Quantity):
         raise TypeError("not a quantity")
@@ -313,10 +323,10 @@ def _kubernetes_functions() -> dict[str, Callable[..., Any]]:
         "compareTo": integer(_compare),
         "isGreaterThan": boolean(lambda a, b: _compare(a, b) == 1),
         "isLessThan": boolean(lambda a, b: _compare(a, b) == -1),
-        "sign": integer(lambda q: (_require_quantity(q), (q.value > 0) - (q.value < 0))[1]),
+        "sign": integer(_sign),
         "asInteger": integer(_as_integer),
         "isInteger": boolean(_is_integer),
-        "asApproximateFloat": lambda q: (_require_quantity(q), celtypes.DoubleType(float(q.value)))[1],
+        "asApproximateFloat": lambda q: celtypes.DoubleType(_as_float(q)),
         "add": _arith(1),
         "sub": _arith(-1),
         "major": integer(_version_part("major")),
@@ -507,24 +517,19 @@ def _attribute_value(name: str, attribute: Mapping[str, Any]) -> Any:
     raise CelError(f"attribute {name}: unsupported attribute value")
 
 
-_DEFAULTING_MAP: type | None = None
-
-
+@functools.cache
 def _defaulting_map_type() -> type:
     """A celpy map whose lookup of an unknown key yields an empty map (upstream ``mapper.Find``)."""
-    global _DEFAULTING_MAP  # one class, built after the lazy import
-    if _DEFAULTING_MAP is None:
-        from celpy import celtypes  # lazily, with the rest of celpy
+    from celpy import celtypes  # lazily, with the rest of celpy
 
-        class DefaultingMap(celtypes.MapType):  # type: ignore[misc]
-            def __getitem__(self, key: Any) -> Any:
-                try:
-                    return super().__getitem__(key)
-                except KeyError:
-                    return celtypes.MapType({})
+    class DefaultingMap(celtypes.MapType):  # type: ignore[misc]
+        def __getitem__(self, key: Any) -> Any:
+            try:
+                return super().__getitem__(key)
+            except KeyError:
+                return celtypes.MapType({})
 
-        _DEFAULTING_MAP = DefaultingMap
-    return _DEFAULTING_MAP
+    return DefaultingMap
 
 
 # ---------------------------------------------------------------------------------------------------------------
