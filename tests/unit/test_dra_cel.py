@@ -388,6 +388,7 @@ def test_compile_errors_carry_upstream_text(expression: str, message: str) -> No
         'isQuantity("1Gi") && !isQuantity("1 Gi") && quantity("1Gi").isInteger() && quantity("-1").sign() == -1',
         'semver("1.2.3").major() == 1 && semver("1.2.3").minor() == 2 && semver("1.2.3").patch() == 3',
         'semver("1.0.0-alpha").isLessThan(semver("1.0.0-alpha.1")) && semver("1.0.0+build") == semver("1.0.0")',
+        'type(1) == int && type("a") == string',
     ],
 )
 def test_kubernetes_libraries(expression: str) -> None:

@@ -643,7 +643,10 @@ class SelectorCache:
 
 # celpy evaluates these itself (min() is its own, matching the Kubernetes lists library).
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter", "has", "dyn", "min"})
-_ROOT_IDENTS = frozenset({_DEVICE_VAR})
+# The variable and the type names CEL resolves as identifiers (`type(x) == string`).
+_ROOT_IDENTS = frozenset(
+    {_DEVICE_VAR, "int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"}
+)
 _LITERAL_TYPES = {
     "INT_LIT": "int",
     "UINT_LIT": "uint",
