@@ -362,6 +362,9 @@ COMPILE_ERRORS = [
     ("string-result", '"yes"', "must evaluate to bool or the unknown type, not string"),
     ("undeclared-function", 'device.attributes["d"].name.includes("fish")', "undeclared reference to 'includes'"),
     ("undeclared-variable", "pod.name == 1", "undeclared reference to 'pod'"),
+    # structured allocator's "invalid-CEL-one-device" case
+    ("allocator-no-such-var", "noSuchVar", "undeclared reference"),
+    ("empty-expression", "", "Syntax error"),
     ("macro-variable-shadows-device", "[1].all(device, device > 0)", "must not shadow 'device'"),
 ]
 
