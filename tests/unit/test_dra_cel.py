@@ -458,6 +458,33 @@ def test_a_deadline_interrupts_the_evaluation() -> None:
         selector.matches(DRIVER, _device(), deadline=time.monotonic() - 1)
 
 
+def test_an_outcome_is_remembered_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = SelectorCache()
+    selector = cache.compile('device.attributes["dra.example.com"].model == "a100"')
+    missing = cache.compile('device.attributes["dra.example.com"].memory > 1')
+    device = _device(attributes={"model": {"string": "a100"}})
+    assert selector.matches(DRIVER, device) is True
+    with pytest.raises(CelError, match="no such key: memory"):
+        missing.matches(DRIVER, device)
+    calls = []
+    original = cel._Runtime.evaluate
+    monkeypatch.setattr(cel._Runtime, "evaluate", lambda *args: calls.append(args) or original(*args))
+    assert selector.matches(DRIVER, device) is True
+    with pytest.raises(CelError, match="no such key: memory"):
+        missing.matches(DRIVER, device)
+    assert calls == []
+    assert selector.matches(DRIVER, _device(attributes={"model": {"string": "h100"}})) is False
+    assert len(calls) == 1
+
+
+def test_an_interrupted_evaluation_is_not_remembered() -> None:
+    selector = SelectorCache().compile(_TEN_CUBED)
+    device = _device()
+    with pytest.raises(CelError, match=r"^operation interrupted"):
+        selector.matches(DRIVER, device, deadline=time.monotonic() - 1)
+    assert selector.matches(DRIVER, device) is True
+
+
 def test_cache_returns_the_same_compiled_selector() -> None:
     cache = SelectorCache()
     first = cache.compile("device.driver == 'a'")

@@ -38,7 +38,8 @@ Activations: ``CompiledSelector.matches(driver, device)`` converts the device (a
 dict) into CEL values once and keeps the result in a small LRU keyed by ``(id(device), driver)`` that holds the
 device itself, so identity is checked and ids cannot be reused while an entry lives. Devices must therefore not
 be mutated in place after their first evaluation (informer objects are replaced, never edited). Callers that
-prefer explicit control pass ``context=device_context(driver, device)``.
+prefer explicit control pass ``context=device_context(driver, device)``. A context also remembers each
+selector's outcome on its device, so the next scheduling cycle over the same devices evaluates nothing.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ COST_LIMIT = 1_000_000
 _DEVICE_VAR = "device"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _CONTEXT_CACHE_SIZE = 4096
+_INTERRUPTED = "operation interrupted: context deadline exceeded"
 
 
 class CelError(Exception):
@@ -454,13 +456,18 @@ def _list_functions(celtypes: Any) -> dict[str, Callable[..., Any]]:
 
 
 class DeviceContext:
-    """The CEL activation for one device under one driver: build once, evaluate many selectors against it."""
+    """The CEL activation for one device under one driver: build once, evaluate many selectors against it.
 
-    __slots__ = ("device", "value")
+    It also remembers each selector's outcome on this device (the environment has no clock and no randomness,
+    so an expression's result on an unchanged device never changes); an interrupted evaluation is not kept.
+    """
+
+    __slots__ = ("device", "outcomes", "value")
 
     def __init__(self, device: Mapping[str, Any], value: Any) -> None:
         self.device = device
         self.value = value  # the celpy map bound to ``device``
+        self.outcomes: dict[str, bool | str] = {}  # expression -> result, or the CelError text
 
 
 def device_context(driver: str, device: Mapping[str, Any]) -> DeviceContext:
@@ -561,11 +568,26 @@ class CompiledSelector:
         """
         if context is None:
             context = self._contexts.get(driver, device)
-        result = _runtime().evaluate(self._tree, context, deadline)
+        outcome = context.outcomes.get(self.expression)
+        if outcome is None:
+            outcome = self._evaluate(context, deadline)
+            context.outcomes[self.expression] = outcome
+        if isinstance(outcome, str):
+            raise CelError(outcome)
+        return outcome
+
+    def _evaluate(self, context: DeviceContext, deadline: float | None) -> bool | str:
+        """The result, or the text of the :class:`CelError` (raised instead when the deadline interrupted it)."""
+        try:
+            result = _runtime().evaluate(self._tree, context, deadline)
+        except CelError as error:
+            if str(error) == _INTERRUPTED:
+                raise
+            return str(error)
         if isinstance(result, bool):
             return result
         type_name = _cel_type_name(result)
-        raise CelError(
+        return (
             f"CEL result of type {type_name} could not be converted to bool: "
             f"unsupported type conversion from '{type_name}' to bool"
         )
@@ -870,4 +892,4 @@ class _Budget:
         if self.left < 0:
             raise CelError("operation cancelled: actual cost limit exceeded")
         if self.deadline is not None and self.left & 1023 == 0 and time.monotonic() > self.deadline:
-            raise CelError("operation interrupted: context deadline exceeded")
+            raise CelError(_INTERRUPTED)
