@@ -20,9 +20,10 @@ Differences from upstream, on purpose or for want of a type checker (celpy has n
   fails when evaluated, with upstream's runtime text for that case. A macro or ``cel.bind`` variable may not be
   named ``device`` (the evaluator binds ``device`` directly, for speed).
 - The cost limit (``CELSelectorExpressionMaxCost`` = 1,000,000) is enforced as a budget of evaluation steps
-  (one per parse-tree node visited, several per cel-go cost unit, so stricter than upstream); the error text is
-  cel-go's. celpy needs tens of seconds for a million steps, so callers also pass ``deadline`` (a
-  ``time.monotonic()`` instant, upstream's filter timeout); past it evaluation stops with "operation interrupted".
+  (one per parse-tree node visited: usually several per cel-go cost unit, but string and list sizes are not
+  charged); the error text is cel-go's. celpy needs seconds for a million steps, so callers also pass
+  ``deadline`` (a ``time.monotonic()`` instant, upstream's filter timeout); past it evaluation stops with
+  "operation interrupted".
 
 Errors: :class:`CelError` (:class:`CelCompileError` from ``compile``) carries cel-go's text; upstream's allocator
 wraps it as "claim ns/name: selector #0: CEL runtime error: no such key: model" (``selector_error_message``) and
