@@ -328,6 +328,13 @@ RUNTIME_ERRORS = [
         "no such overload",
     ),
     (
+        "quantities-have-no-less-than-operator",
+        'quantity("1") < quantity("2")',
+        DRIVER,
+        _device(),
+        "no such overload",
+    ),
+    (
         "comparing-a-quantity-with-a-semver",
         'quantity("1").isGreaterThan(semver("1.0.0"))',
         DRIVER,
@@ -355,6 +362,9 @@ COMPILE_ERRORS = [
     ("string-result", '"yes"', "must evaluate to bool or the unknown type, not string"),
     ("undeclared-function", 'device.attributes["d"].name.includes("fish")', "undeclared reference to 'includes'"),
     ("undeclared-variable", "pod.name == 1", "undeclared reference to 'pod'"),
+    # structured allocator's "invalid-CEL-one-device" case
+    ("allocator-no-such-var", "noSuchVar", "undeclared reference"),
+    ("empty-expression", "", "Syntax error"),
     ("macro-variable-shadows-device", "[1].all(device, device > 0)", "must not shadow 'device'"),
 ]
 
@@ -381,6 +391,7 @@ def test_compile_errors_carry_upstream_text(expression: str, message: str) -> No
         'isQuantity("1Gi") && !isQuantity("1 Gi") && quantity("1Gi").isInteger() && quantity("-1").sign() == -1',
         'semver("1.2.3").major() == 1 && semver("1.2.3").minor() == 2 && semver("1.2.3").patch() == 3',
         'semver("1.0.0-alpha").isLessThan(semver("1.0.0-alpha.1")) && semver("1.0.0+build") == semver("1.0.0")',
+        'type(1) == int && type("a") == string',
     ],
 )
 def test_kubernetes_libraries(expression: str) -> None:
@@ -445,6 +456,33 @@ def test_a_deadline_interrupts_the_evaluation() -> None:
     selector = SelectorCache().compile(_TEN_CUBED)
     with pytest.raises(CelError, match=r"^operation interrupted: context deadline exceeded$"):
         selector.matches(DRIVER, _device(), deadline=time.monotonic() - 1)
+
+
+def test_an_outcome_is_remembered_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = SelectorCache()
+    selector = cache.compile('device.attributes["dra.example.com"].model == "a100"')
+    missing = cache.compile('device.attributes["dra.example.com"].memory > 1')
+    device = _device(attributes={"model": {"string": "a100"}})
+    assert selector.matches(DRIVER, device) is True
+    with pytest.raises(CelError, match="no such key: memory"):
+        missing.matches(DRIVER, device)
+    calls = []
+    original = cel._Runtime.evaluate
+    monkeypatch.setattr(cel._Runtime, "evaluate", lambda *args: calls.append(args) or original(*args))
+    assert selector.matches(DRIVER, device) is True
+    with pytest.raises(CelError, match="no such key: memory"):
+        missing.matches(DRIVER, device)
+    assert calls == []
+    assert selector.matches(DRIVER, _device(attributes={"model": {"string": "h100"}})) is False
+    assert len(calls) == 1
+
+
+def test_an_interrupted_evaluation_is_not_remembered() -> None:
+    selector = SelectorCache().compile(_TEN_CUBED)
+    device = _device()
+    with pytest.raises(CelError, match=r"^operation interrupted"):
+        selector.matches(DRIVER, device, deadline=time.monotonic() - 1)
+    assert selector.matches(DRIVER, device) is True
 
 
 def test_cache_returns_the_same_compiled_selector() -> None:

@@ -20,9 +20,10 @@ Differences from upstream, on purpose or for want of a type checker (celpy has n
   fails when evaluated, with upstream's runtime text for that case. A macro or ``cel.bind`` variable may not be
   named ``device`` (the evaluator binds ``device`` directly, for speed).
 - The cost limit (``CELSelectorExpressionMaxCost`` = 1,000,000) is enforced as a budget of evaluation steps
-  (one per parse-tree node visited, several per cel-go cost unit, so stricter than upstream); the error text is
-  cel-go's. celpy needs tens of seconds for a million steps, so callers also pass ``deadline`` (a
-  ``time.monotonic()`` instant, upstream's filter timeout); past it evaluation stops with "operation interrupted".
+  (one per parse-tree node visited: usually several per cel-go cost unit, but string and list sizes are not
+  charged); the error text is cel-go's. celpy needs seconds for a million steps, so callers also pass
+  ``deadline`` (a ``time.monotonic()`` instant, upstream's filter timeout); past it evaluation stops with
+  "operation interrupted".
 
 Errors: :class:`CelError` (:class:`CelCompileError` from ``compile``) carries cel-go's text; upstream's allocator
 wraps it as "claim ns/name: selector #0: CEL runtime error: no such key: model" (``selector_error_message``) and
@@ -38,7 +39,8 @@ Activations: ``CompiledSelector.matches(driver, device)`` converts the device (a
 dict) into CEL values once and keeps the result in a small LRU keyed by ``(id(device), driver)`` that holds the
 device itself, so identity is checked and ids cannot be reused while an entry lives. Devices must therefore not
 be mutated in place after their first evaluation (informer objects are replaced, never edited). Callers that
-prefer explicit control pass ``context=device_context(driver, device)``.
+prefer explicit control pass ``context=device_context(driver, device)``. A context also remembers each
+selector's outcome on its device, so the next scheduling cycle over the same devices evaluates nothing.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from functools import total_ordering
 from typing import TYPE_CHECKING, Any
 
 from kopf_scheduler.state.quantity import QuantityError, parse_quantity
@@ -63,6 +64,7 @@ COST_LIMIT = 1_000_000
 _DEVICE_VAR = "device"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _CONTEXT_CACHE_SIZE = 4096
+_INTERRUPTED = "operation interrupted: context deadline exceeded"
 
 
 class CelError(Exception):
@@ -87,9 +89,11 @@ def selector_error_message(owner: str, index: int, error: CelError) -> str:
 # Kubernetes CEL values: quantity and semver.
 
 
-@total_ordering
 class Quantity:
-    """``resource.Quantity`` as a CEL value (k8s.io/apiserver/pkg/cel/library/quantity.go): exact rationals."""
+    """``resource.Quantity`` as a CEL value (k8s.io/apiserver/pkg/cel/library/quantity.go): exact rationals.
+
+    Equality only, as upstream: ordering goes through ``compareTo``/``isLessThan``, ``<`` is "no such overload".
+    """
 
     __slots__ = ("text", "value")
 
@@ -99,11 +103,6 @@ class Quantity:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Quantity) and self.value == other.value
-
-    def __lt__(self, other: Quantity) -> bool:
-        if not isinstance(other, Quantity):
-            return NotImplemented
-        return self.value < other.value
 
     def __hash__(self) -> int:
         return hash(self.value)
@@ -285,6 +284,16 @@ def _arith(sign: int) -> Callable[[Any, Any], Quantity]:
     return apply
 
 
+def _sign(q: Any) -> int:
+    _require_quantity(q)
+    return (q.value > 0) - (q.value < 0)
+
+
+def _as_float(q: Any) -> float:
+    _require_quantity(q)
+    return float(q.value)
+
+
 def _require_quantity(q: Any) -> None:
     if not isinstance(q, Quantity):
         raise TypeError("not a quantity")
@@ -317,10 +326,10 @@ def _kubernetes_functions() -> dict[str, Callable[..., Any]]:
         "compareTo": integer(_compare),
         "isGreaterThan": boolean(lambda a, b: _compare(a, b) == 1),
         "isLessThan": boolean(lambda a, b: _compare(a, b) == -1),
-        "sign": integer(lambda q: (_require_quantity(q), (q.value > 0) - (q.value < 0))[1]),
+        "sign": integer(_sign),
         "asInteger": integer(_as_integer),
         "isInteger": boolean(_is_integer),
-        "asApproximateFloat": lambda q: (_require_quantity(q), celtypes.DoubleType(float(q.value)))[1],
+        "asApproximateFloat": lambda q: celtypes.DoubleType(_as_float(q)),
         "add": _arith(1),
         "sub": _arith(-1),
         "major": integer(_version_part("major")),
@@ -448,13 +457,18 @@ def _list_functions(celtypes: Any) -> dict[str, Callable[..., Any]]:
 
 
 class DeviceContext:
-    """The CEL activation for one device under one driver: build once, evaluate many selectors against it."""
+    """The CEL activation for one device under one driver: build once, evaluate many selectors against it.
 
-    __slots__ = ("device", "value")
+    It also remembers each selector's outcome on this device (the environment has no clock and no randomness,
+    so an expression's result on an unchanged device never changes); an interrupted evaluation is not kept.
+    """
+
+    __slots__ = ("device", "outcomes", "value")
 
     def __init__(self, device: Mapping[str, Any], value: Any) -> None:
         self.device = device
         self.value = value  # the celpy map bound to ``device``
+        self.outcomes: dict[str, bool | str] = {}  # expression -> result, or the CelError text
 
 
 def device_context(driver: str, device: Mapping[str, Any]) -> DeviceContext:
@@ -511,24 +525,19 @@ def _attribute_value(name: str, attribute: Mapping[str, Any]) -> Any:
     raise CelError(f"attribute {name}: unsupported attribute value")
 
 
-_DEFAULTING_MAP: type | None = None
-
-
+@functools.cache
 def _defaulting_map_type() -> type:
     """A celpy map whose lookup of an unknown key yields an empty map (upstream ``mapper.Find``)."""
-    global _DEFAULTING_MAP  # one class, built after the lazy import
-    if _DEFAULTING_MAP is None:
-        from celpy import celtypes  # lazily, with the rest of celpy
+    from celpy import celtypes  # lazily, with the rest of celpy
 
-        class DefaultingMap(celtypes.MapType):  # type: ignore[misc]
-            def __getitem__(self, key: Any) -> Any:
-                try:
-                    return super().__getitem__(key)
-                except KeyError:
-                    return celtypes.MapType({})
+    class DefaultingMap(celtypes.MapType):  # type: ignore[misc]
+        def __getitem__(self, key: Any) -> Any:
+            try:
+                return super().__getitem__(key)
+            except KeyError:
+                return celtypes.MapType({})
 
-        _DEFAULTING_MAP = DefaultingMap
-    return _DEFAULTING_MAP
+    return DefaultingMap
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -560,11 +569,26 @@ class CompiledSelector:
         """
         if context is None:
             context = self._contexts.get(driver, device)
-        result = _runtime().evaluate(self._tree, context, deadline)
+        outcome = context.outcomes.get(self.expression)
+        if outcome is None:
+            outcome = self._evaluate(context, deadline)
+            context.outcomes[self.expression] = outcome
+        if isinstance(outcome, str):
+            raise CelError(outcome)
+        return outcome
+
+    def _evaluate(self, context: DeviceContext, deadline: float | None) -> bool | str:
+        """The result, or the text of the :class:`CelError` (raised instead when the deadline interrupted it)."""
+        try:
+            result = _runtime().evaluate(self._tree, context, deadline)
+        except CelError as error:
+            if str(error) == _INTERRUPTED:
+                raise
+            return str(error)
         if isinstance(result, bool):
             return result
         type_name = _cel_type_name(result)
-        raise CelError(
+        return (
             f"CEL result of type {type_name} could not be converted to bool: "
             f"unsupported type conversion from '{type_name}' to bool"
         )
@@ -642,7 +666,10 @@ class SelectorCache:
 
 # celpy evaluates these itself (min() is its own, matching the Kubernetes lists library).
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter", "has", "dyn", "min"})
-_ROOT_IDENTS = frozenset({_DEVICE_VAR})
+# The variable and the type names CEL resolves as identifiers (`type(x) == string`).
+_ROOT_IDENTS = frozenset(
+    {_DEVICE_VAR, "int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"}
+)
 _LITERAL_TYPES = {
     "INT_LIT": "int",
     "UINT_LIT": "uint",
@@ -866,4 +893,4 @@ class _Budget:
         if self.left < 0:
             raise CelError("operation cancelled: actual cost limit exceeded")
         if self.deadline is not None and self.left & 1023 == 0 and time.monotonic() > self.deadline:
-            raise CelError("operation interrupted: context deadline exceeded")
+            raise CelError(_INTERRUPTED)
