@@ -7,9 +7,9 @@ the operator and is not part of the cycle. Assuming every pod makes the cluster 
 real scheduler, so later cycles see the pods of earlier ones (spread counts, anti-affinity) and nothing is
 measured against a frozen cluster. PodInfo parsing happens when the watch event arrives, so it stays outside.
 
-The framework is built from ``SchedulerProfileSpec()`` through the real builder and registry: upstream's
-default profile minus the defaults not implemented yet (volume plugins, DynamicResources, DefaultPreemption —
-reported as ``omitted_defaults``; none of them would act on these pods).
+The framework is built from ``SchedulerProfileSpec()`` through the real builder and registry: upstream's whole
+default profile (``omitted_defaults`` is empty since DynamicResources landed; the volume plugins, DynamicResources
+and DefaultPreemption run and skip these pods, which have no volumes and no claims).
 
 Each (workload, nodes) row builds a fresh cluster, runs warm-up cycles that are not recorded, then times every
 measured cycle with ``time.perf_counter_ns``. With ``--repeat N`` the whole matrix runs N times (rows are

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.conformance.devices import add_devices
 from tests.conformance.preemptions import PREEMPTION, add_preemption
 from tests.conformance.volumes import VOLUME_PLUGINS, add_storage
 
@@ -99,6 +100,7 @@ PLUGINS = (
     "NodeResourcesBalancedAllocation",
     "ImageLocality",
     *VOLUME_PLUGINS,
+    "DynamicResources",
     PREEMPTION,
 )
 
@@ -139,6 +141,10 @@ class Scenario:
     capacities: list[dict[str, Any]] = field(default_factory=list)
     #: PodDisruptionBudgets with the status the runner writes (tests.conformance.preemptions).
     budgets: list[dict[str, Any]] = field(default_factory=list)
+    #: Devices (tests.conformance.devices): DeviceClasses, ResourceSlices, and the pending pods' ResourceClaims.
+    device_classes: list[dict[str, Any]] = field(default_factory=list)
+    resource_slices: list[dict[str, Any]] = field(default_factory=list)
+    resource_claims: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def node_names(self) -> list[str]:
@@ -781,6 +787,7 @@ def generate(seed: int, size: str = "normal") -> Scenario:
     builder.pending_pods()
     add_storage(builder.scenario, builder.ns_a, builder.zones)
     add_preemption(builder.scenario, builder.ns_a)
+    add_devices(builder.scenario, seed)
     return builder.scenario
 
 

@@ -1,12 +1,12 @@
 """Upstream kube-scheduler as the oracle: its configuration, and what its log says about each decision.
 
 Equivalent profile. A SchedulerProfile's ``spec`` is one KubeSchedulerConfiguration profile minus
-``schedulerName``, so upstream gets the same spec under another scheduler name. The only difference is
-what we have not implemented: our builder leaves upstream's unimplemented default plugins out of the
-pipeline (``omitted_defaults``: DynamicResources, whose stand-in only refuses pods with ResourceClaims,
-which the generated scenarios never have), so upstream's profile disables exactly those in ``multiPoint``. The four
-volume plugins run on both sides. With DefaultPreemption on both sides, FailedScheduling texts carry its
-``preemption: ...`` suffix when preemption does not help, and none when it nominated a node.
+``schedulerName``, so upstream gets the same spec under another scheduler name. Our builder would leave
+upstream's unimplemented default plugins out of the pipeline (``omitted_defaults``) and upstream's profile
+would disable exactly those in ``multiPoint``; since issue 12 there are none, so upstream runs its unmodified
+default profile. With DynamicResources and DefaultPreemption on both sides, FailedScheduling texts carry
+``no new claims to deallocate, preemption: ...`` when preemption does not help, and no PostFilter part when
+it nominated a node (the first successful PostFilter plugin's empty message wins).
 
 Preemption. Upstream's ``-v=2`` log names the node preemption chose (``preemption.go``) and, from the
 asynchronous goroutine of ``executor.go`` (keyed ``preemptor=``), each victim: refused by the harness as

@@ -59,9 +59,9 @@ POINTS = (
     "bind",
     "postBind",
 )
-#: Upstream defaults kopf-scheduler does not implement (our builder's ``omitted_defaults``; DynamicResources runs
-#: as a stand-in that only refuses pods with ResourceClaims, and the generated pods have none).
-OMITTED_DEFAULTS = ("DynamicResources",)
+#: Upstream defaults kopf-scheduler does not implement (our builder's ``omitted_defaults``): none since issue 12,
+#: so upstream runs its unmodified default profile.
+OMITTED_DEFAULTS: tuple[str, ...] = ()
 #: Plugins removed from the v1 API (upstream ``invalidPluginsByVersion``).
 REMOVED = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
 UNKNOWN = ("NoSuchPlugin", "nodeaffinity", "Coscheduling", "Node Affinity")
@@ -418,7 +418,7 @@ def _fit_args_when_disabled(rng: random.Random) -> tuple[dict[str, Any], str]:
 
 def _omitted_default(rng: random.Random) -> tuple[dict[str, Any], str]:
     # DefaultPreemption named explicitly at postFilter: once an omitted default, implemented since issue 11 (the
-    # case stays so that every seed keeps its spec; DynamicResources is a stand-in and not generated here).
+    # case stays so that every seed keeps its spec).
     name = "DefaultPreemption"
     point = "postFilter"
     return {"plugins": _plugins(point, [_entry(name)])}, "omitted-default-enabled"

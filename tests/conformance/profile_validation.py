@@ -21,9 +21,8 @@ FilterPlugin plugin``; upstream prints that field only for config-validation err
 Schema and pydantic rejections are the API server's and pydantic's texts, deliberately (they come earlier,
 and say what kubectl users expect); they are compared for accept/reject only.
 
-The equivalent upstream profile disables upstream's defaults we do not implement (``OMITTED_DEFAULTS``, which
-keeps DynamicResources: ours is a stand-in), as the scheduling comparison does
-(:func:`tests.conformance.oracle.upstream_profile`).
+The equivalent upstream profile would disable upstream's defaults we do not implement (``OMITTED_DEFAULTS``,
+empty since issue 12), as the scheduling comparison does (:func:`tests.conformance.oracle.upstream_profile`).
 """
 
 from __future__ import annotations
@@ -80,16 +79,11 @@ DELIBERATE: dict[str, str] = {
         "plugin`). Adding the fields would mean CRD fields that can only ever be empty."
     ),
     "omitted-default-enabled": (
-        "a user who enables an upstream default we have not implemented (VolumeZone, DefaultPreemption, ...) "
-        "gets `... does not exist (a kube-scheduler default plugin that kopf-scheduler does not implement "
-        "yet)`: we cannot run it, and silently leaving it out would schedule differently than asked. "
-        "DynamicResources is the exception: a stand-in holds its name (plugins/dynamic_resources/: PreEnqueue as "
-        "upstream's, then PreFilter refusing pods with ResourceClaims), so enabling it in multiPoint, preEnqueue "
-        "or preFilter is accepted as upstream accepts it; enabling it at one of upstream's other DynamicResources "
-        'points (filter, postFilter, score, reserve, preBind) is refused with `plugin "DynamicResources" does not '
-        "extend FilterPlugin plugin (kopf-scheduler's plugin of that name is a stand-in that does not implement "
-        "it yet)`, and its multiPoint weight counts towards no score overflow check. The generator draws no "
-        "such case (the verdicts of its specs are unchanged by the stand-in)."
+        "a user who enables an upstream default we have not implemented would get `... does not exist (a "
+        "kube-scheduler default plugin that kopf-scheduler does not implement yet)`: we could not run it, and "
+        "silently leaving it out would schedule differently than asked. Since issue 12 no default is left "
+        "out (DynamicResources, the last one, allocates devices as upstream's), so the generated case "
+        "(DefaultPreemption named at postFilter) is accepted on both sides."
     ),
 }
 

@@ -58,6 +58,17 @@ from kubernetes.client.rest import ApiException
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.registry import default_registry
+from tests.conformance.devices import (
+    CLAIMS_DENIED_MARKER,
+    DEVICE_KINDS,
+    allocated_devices,
+    create_device_object,
+    delete_devices,
+    denied_devices,
+    no_claim_writes_policy,
+    pod_claim_names,
+    read_claim,
+)
 from tests.conformance.generator import (
     BIND_ANNOTATION,
     HOLD_FINALIZER,
@@ -106,7 +117,10 @@ from tools.localcluster import LocalCluster
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = REPO_ROOT / "examples"
 #: Upstream's cache handlers and binder (V3) and per-node scores (V10), and nothing else verbose.
-UPSTREAM_FLAGS = (*LOG_FLAGS[:1], f"{LOG_FLAGS[1]},eventhandlers=4,default_binder=3,batch=3")
+UPSTREAM_FLAGS = (
+    *LOG_FLAGS[:1],
+    f"{LOG_FLAGS[1]},eventhandlers=4,default_binder=3,batch=3,allocateddevices=6",
+)
 
 #: The identity upstream kube-scheduler runs as, and the policy that keeps it from binding.
 UPSTREAM_ACCOUNT = ("default", "conformance-upstream")
@@ -332,6 +346,9 @@ class Decision:
     terminating_victims: list[str] = field(default_factory=list)
     #: Ours only: where the preempting pod was bound once its victims were gone (None: not within the timeout).
     final_node: str | None = None
+    #: DRA: the devices allocated to the pod's claims, ``request=pool/device`` sorted (upstream: what its denied
+    #: PreBind tried to write; ours: what the claims say after binding). None: no claims or nothing known.
+    devices: list[str] | None = None
 
 
 @dataclass
@@ -583,9 +600,10 @@ class Harness:
         }
         volume_policy, volume_binding = no_volume_writes_policy(UPSTREAM_USER)
         delete_policy, delete_binding = no_pod_deletes_policy(UPSTREAM_USER)
-        for body in (volume_policy, delete_policy, policy):
+        claim_policy, claim_binding = no_claim_writes_policy(UPSTREAM_USER)
+        for body in (volume_policy, delete_policy, claim_policy, policy):
             self._create_ignoring_conflict(lambda b=body: admission.create_validating_admission_policy(b))
-        for body in (volume_binding, delete_binding, binding):
+        for body in (volume_binding, delete_binding, claim_binding, binding):
             self._create_ignoring_conflict(lambda b=body: admission.create_validating_admission_policy_binding(b))
 
     def _install_no_preemption_webhook(self) -> None:
@@ -707,6 +725,8 @@ class Harness:
             return _raw(self.apps.create_namespaced_replica_set(ns, body, _preload_content=False))
         if kind in STORAGE_KINDS:
             return create_storage(self.api, obj)
+        if kind in DEVICE_KINDS:
+            return create_device_object(self.api, obj)
         if kind == "PodDisruptionBudget":
             return self._create_budget(obj)
         raise ValueError(kind)
@@ -785,6 +805,9 @@ class Harness:
                     return Decision("bound", node=chose.group(1), detail="denied")
                 if upstream and DENIED_MARKER in (condition.get("message") or ""):
                     return Decision("bound", node=self._nominated(uid), detail="prebind-denied")
+                if upstream and CLAIMS_DENIED_MARKER in (condition.get("message") or ""):
+                    devices = sorted(denied_devices(condition.get("message")) or ())
+                    return Decision("bound", node=self._nominated(uid), detail="prebind-denied", devices=devices)
                 if condition["reason"] != "SchedulingGated":
                     return Decision("error", condition=condition.get("message"), detail=condition["reason"])
             if time.monotonic() > deadline:
@@ -841,6 +864,9 @@ class Harness:
             *scenario.capacities,
             *scenario.volumes,
             *scenario.claims,
+            *scenario.device_classes,
+            *scenario.resource_slices,
+            *scenario.resource_claims,
         )
         self._loaded = {}
         loaded = (*scenario.namespaces, *scenario.nodes, *scenario.services, *scenario.replica_sets, *storage)
@@ -874,6 +900,11 @@ class Harness:
                 self.log(
                     f"  seed {scenario.seed} {profile.name} {pending.name}: {mark} "
                     f"upstream={_short(result.upstream)} ours={_short(result.ours)}"
+                    + (
+                        f" devices={result.upstream.devices}/{result.ours.devices}"
+                        if result.upstream.devices is not None or result.ours.devices is not None
+                        else ""
+                    )
                     + (f" problems={result.problems}" if result.problems else "")
                     + (f" model={result.model_notes}" if result.model_notes else "")
                 )
@@ -972,6 +1003,7 @@ class Harness:
             self.apps.delete_collection_namespaced_replica_set(namespace)
             client.PolicyV1Api(self.api).delete_collection_namespaced_pod_disruption_budget(namespace)
         delete_storage(self.api, scenario)
+        delete_devices(self.api, scenario)
         for name in scenario.node_names:
             self.core.delete_node(name)
         self._wait_upstream(since, [("Delete event for node", "node", n) for n in scenario.node_names])
@@ -1007,6 +1039,7 @@ class Harness:
         if ours.kind == "bound" or ours.final_node:
             bound: dict[str, Any] | None = self._kubelet_start(ours_obj)
             wanted += [("Add event for scheduled pod", "pod", key), ("Update event for scheduled pod", "pod", key)]
+            wanted += self._claims_seen(model, namespace, pending.manifest, ours)
         else:
             bound = None
             self._delete_pod(namespace, name, ours_uid)
@@ -1026,6 +1059,25 @@ class Harness:
                 model.load(obj)
             time.sleep(0.3)
         return result
+
+    def _claims_seen(self, model: Model, namespace: str, manifest: Mapping[str, Any], ours: Decision) -> list[Any]:
+        """Our bound pod's claims: their devices on ``ours``, into the model, and the upstream log lines saying
+        its allocated-devices index took each device (``allocateddevices.go`` at -v=6)."""
+        names = pod_claim_names(dict(manifest))
+        if not names:
+            return []
+        wanted: list[Any] = []
+        devices: list[str] = []
+        for name in names:
+            claim = read_claim(self.api, namespace, name)
+            if claim is None:
+                continue
+            model.load(claim)
+            allocated = allocated_devices(claim)
+            devices += allocated
+            wanted += [("Observed device allocation", "claim", f"{namespace}/{name}")] * len(allocated)
+        ours.devices = sorted(devices)
+        return wanted
 
     def _load_pod(self, model: Model, pod: dict[str, Any]) -> None:
         model.load(pod)
@@ -1146,6 +1198,8 @@ class Harness:
             if ours.node not in top:
                 hinted = f" (it took the batching hint {cycle.hint})" if cycle.used_hint else ""
                 problems.append(f"node: ours {ours.node} is not among upstream's top nodes {sorted(top)}{hinted}")
+            elif upstream.devices is not None and ours.node == upstream.node and ours.devices != upstream.devices:
+                problems.append(f"devices: upstream {upstream.devices}, ours {ours.devices}")
         elif upstream.kind in ("error", "timeout"):
             problems.append(f"verdict: upstream {_short(upstream)}, ours {_short(ours)}")
         if cycle.preempted_for_real or cycle.preemption_errors:

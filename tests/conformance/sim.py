@@ -23,6 +23,7 @@ from kopf_scheduler.framework import CycleState
 from kopf_scheduler.scheduler import FitError, SchedulingError
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.pod_info import PodInfo
+from tests.conformance.devices import DEVICE_KINDS
 from tests.conformance.volumes import STORAGE_KINDS  # fed to ``cache.storage`` as the operator's watches do
 
 _WORKLOAD_KINDS = {"Service": "Service", "ReplicaSet": "ReplicaSet"}
@@ -75,7 +76,7 @@ class Model:
             self.app.on_namespace_event("ADDED", body)
         elif kind in _WORKLOAD_KINDS:
             self.app.on_workload_event(_WORKLOAD_KINDS[kind], "ADDED", body)
-        elif kind in STORAGE_KINDS or kind == "PodDisruptionBudget":
+        elif kind in STORAGE_KINDS or kind in DEVICE_KINDS or kind == "PodDisruptionBudget":
             self.app.on_storage_event(str(kind), "ADDED", body)
         else:
             raise ValueError(f"the model does not take {kind} objects")
@@ -91,7 +92,7 @@ class Model:
             self.app.on_workload_event(_WORKLOAD_KINDS[kind], "DELETED", body)
         elif kind == "Namespace":
             self.app.on_namespace_event("DELETED", body)
-        elif kind in STORAGE_KINDS:
+        elif kind in STORAGE_KINDS or kind in DEVICE_KINDS:
             self.app.on_storage_event(str(kind), "DELETED", body)
 
     def decide(self, profile: str, pod_obj: Mapping[str, Any]) -> ModelVerdict:

@@ -223,16 +223,17 @@ def test_upstream_profile_disables_what_we_omit_once() -> None:
 
 
 # -- profiles ------------------------------------------------------------------------------------------------
-def test_builtin_profiles_build_and_omit_the_unimplemented_defaults() -> None:
+def test_builtin_profiles_build_and_omit_nothing() -> None:
     for profile in (DEFAULT_PROFILE, *ARGS_PROFILES):
         resolved = resolve_profile(profile.name, SchedulerProfileSpec.model_validate(profile.spec), default_registry())
         assert profile.omitted == tuple(resolved.omitted_defaults)
         # DefaultPreemption runs on both sides now: upstream must not disable it.
         assert "DefaultPreemption" not in profile.omitted
+        # Nothing is omitted since issue 12: upstream runs its unmodified default profile (plus the spec's own).
+        assert profile.omitted == ()
         up = profile.upstream()
-        assert {"name": "DefaultPreemption"} not in up["plugins"]["multiPoint"]["disabled"]
-        assert {"name": "NodeDeclaredFeatures"} not in up["plugins"]["multiPoint"]["disabled"]
-        assert {"name": "DynamicResources"} in up["plugins"]["multiPoint"]["disabled"]
+        disabled = ((up.get("plugins") or {}).get("multiPoint") or {}).get("disabled") or []
+        assert {"name": "DynamicResources"} not in disabled
 
 
 def test_example_profiles_are_found_in_multi_document_files(tmp_path: Path) -> None:
@@ -341,7 +342,7 @@ def test_model_decides_like_a_scheduler() -> None:
     verdict = model.decide("p", pod)
     assert verdict.message == (
         "0/2 nodes are available: 2 Insufficient cpu. "
-        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        "no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
     assert verdict.nominated is None
 

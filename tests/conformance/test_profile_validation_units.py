@@ -32,8 +32,9 @@ def test_upstream_config_names_the_profile_and_disables_what_we_lack(tmp_path: P
     (profile,) = config["profiles"]
     assert profile["schedulerName"] == "validate-7"
     disabled = [e["name"] for e in profile["plugins"]["multiPoint"]["disabled"]]
-    # The user's own entry (VolumeBinding is implemented, so it is not in OMITTED_DEFAULTS), then ours, once each.
-    assert sorted(disabled) == sorted(["VolumeBinding", *OMITTED_DEFAULTS])
+    # The user's own entry only: kopf-scheduler omits no default (OMITTED_DEFAULTS is empty).
+    assert OMITTED_DEFAULTS == ()
+    assert disabled == ["VolumeBinding"]
     assert config["leaderElection"] == {"leaderElect": False}
     assert case.spec["plugins"]["multiPoint"]["disabled"] == [{"name": "VolumeBinding"}]  # not mutated
 

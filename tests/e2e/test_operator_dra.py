@@ -1,66 +1,228 @@
-"""DynamicResources against the real control plane: a pod with a ResourceClaimTemplate (issue 12).
+"""DynamicResources against the real control plane (issue 12): the journey a new user takes.
 
-The controller-manager's resourceclaim controller creates the pod's claim from the template and records it
-in ``pod.status.resourceClaimStatuses``. Until then the pod waits at PreEnqueue (no FailedScheduling event);
-the pod's own update (``UpdatePodGeneratedResourceClaim``) or the claim's arrival brings it back. What
-follows depends on the allocator: today the plugin refuses the pod at PreFilter with the stand-in's text,
-so the test checks that the pod got that far (the claim was found, owned by the pod) and was not bound.
-The full flow (allocation, reservedFor, release) is left for when ``allocator.py`` lands.
+A DeviceClass for a fake driver, ResourceSlices the test publishes for two kwok nodes (only one has the
+requested model: no driver is needed to allocate), and pods with a ResourceClaimTemplate whose CEL selector
+asks for that model. The controller-manager's resourceclaim controller creates each pod's claim from the
+template (found through ``pod.status.resourceClaimStatuses``). Then, with the operator as a real process:
+
+* the first pod is bound to the node with the device, and its claim is allocated that device and reserved for
+  it (``status.allocation`` and ``status.reservedFor``, written by PreBind before the Binding);
+* a second such pod is refused everywhere: ``cannot allocate all claims`` (the only device is taken);
+* deleting the first pod frees the device (the controller deallocates its claim), and the second pod is bound;
+* a device with binding conditions holds the pod in PreBind; the operator is SIGKILLed there; the claim is
+  reserved for the pod but the pod is not bound; a new replica completes the pod once the device reports its
+  condition, on the node of the claim's allocation, with no second allocation.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.conftest import Cluster, NodeFactory
-from tests.e2e.conftest import ProfileFactory
-from tests.e2e.operator_process import OperatorProcess, create_pods, pod_events, pod_manifest, wait_for
+from tests.e2e.conftest import OperatorFactory, ProfileFactory
+from tests.e2e.operator_process import create_pods, pod_events, pod_manifest, wait_for, wait_pods_bound
 
-STAND_IN = (
-    "pod uses ResourceClaims: DynamicResources cannot allocate devices in kopf-scheduler yet; "
-    "disable it in the profile to bind such pods without device allocation"
-)
+GROUP, VERSION = "resource.k8s.io", "v1"
 
 
-def _template(name: str) -> dict[str, Any]:
-    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {"spec": {"devices": {"requests": [request]}}},
-    }
+class DRA:
+    """The test's DRA objects: one driver, its class, slices per node and claim templates."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.objects = client.CustomObjectsApi(cluster.api)
+        self.namespace = namespace
+        self.driver = f"gpu-{secrets.token_hex(3)}.example.com"
+        self.device_class = self.driver
+        self.created: list[tuple[str, str]] = []
+
+    def create_class(self) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "DeviceClass",
+            "metadata": {"name": self.device_class},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{self.driver}"'}}]},
+        }
+        self.objects.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", body)
+        self.created.append(("deviceclasses", self.device_class))
+
+    def publish(self, node: str, model: str, **device_extra: Any) -> None:
+        name = f"{node}-{self.driver}"
+        device = {"name": "gpu-0", "attributes": {"model": {"string": model}}, **device_extra}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": self.driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [device],
+            },
+        }
+        self.objects.create_cluster_custom_object(GROUP, VERSION, "resourceslices", body)
+        self.created.append(("resourceslices", name))
+
+    def template(self, model: str) -> str:
+        name = f"gpu-{secrets.token_hex(3)}"
+        selector = {"cel": {"expression": f'device.attributes["{self.driver}"].model == "{model}"'}}
+        request = {"name": "gpu", "exactly": {"deviceClassName": self.device_class, "selectors": [selector]}}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": [request]}}},
+        }
+        self.objects.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "resourceclaimtemplates", body)
+        return name
+
+    def claim_of(self, core: client.CoreV1Api, pod: str) -> dict[str, Any]:
+        [status] = core.read_namespaced_pod(pod, self.namespace).status.resource_claim_statuses
+        return self.objects.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "resourceclaims", status.resource_claim_name
+        )
+
+    def cleanup(self) -> None:
+        for plural, name in reversed(self.created):
+            try:
+                self.objects.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
 
 
-def test_a_template_claim_is_generated_found_and_the_pod_is_not_bound_blind(
-    cluster: Cluster, kwok_nodes: NodeFactory, namespace: str, profiles: ProfileFactory, operator: OperatorProcess
-) -> None:
+@pytest.fixture
+def dra(cluster: Cluster, namespace: str) -> Any:
     if not cluster.has_controller_manager:
         pytest.skip("needs the resourceclaim controller (kube-controller-manager)")
-    labels = {"e2e-group": secrets.token_hex(4)}
-    kwok_nodes(cpu="4", memory="16Gi", labels=labels)
-    profile = profiles({}, suffix="dra")
-    template = f"gpu-{secrets.token_hex(3)}"
-    client.CustomObjectsApi(cluster.api).create_namespaced_custom_object(
-        "resource.k8s.io", "v1", namespace, "resourceclaimtemplates", _template(template)
-    )
-    pod = pod_manifest("gpu-pod", profile, cpu="100m", node_selector=labels)
+    objects = DRA(cluster, namespace)
+    objects.create_class()
+    yield objects
+    objects.cleanup()
+
+
+def _gpu_pod(name: str, profile: str, template: str, labels: dict[str, str]) -> dict[str, Any]:
+    pod = pod_manifest(name, profile, cpu="100m", node_selector=labels)
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
     pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
-    create_pods(cluster.core, namespace, [pod])
+    return pod
+
+
+def _allocated_device(claim: dict[str, Any]) -> tuple[str, str, str]:
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    return result["driver"], result["pool"], result["device"]
+
+
+def test_the_device_decides_the_node_a_second_pod_waits_and_gets_it_when_released(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator_factory: OperatorFactory,
+    dra: DRA,
+) -> None:
+    labels = {"e2e-group": secrets.token_hex(4)}
+    with_a100 = kwok_nodes(cpu="4", memory="16Gi", labels=labels)
+    with_t4 = kwok_nodes(cpu="4", memory="16Gi", labels=labels)
+    dra.publish(with_a100, "a100")
+    dra.publish(with_t4, "t4")
+    template = dra.template("a100")
+    operator_factory()
+    profile = profiles({}, suffix="dra")
+
+    create_pods(cluster.core, namespace, [_gpu_pod("first", profile, template, labels)])
+    assert wait_pods_bound(cluster.core, namespace, ["first"], timeout=60) == {"first": with_a100}
+    claim = dra.claim_of(cluster.core, "first")
+    assert _allocated_device(claim) == (dra.driver, with_a100, "gpu-0")
+    assert [(r["resource"], r["name"]) for r in claim["status"]["reservedFor"]] == [("pods", "first")]
+    assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+    assert claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
+        with_a100
+    ]
+
+    create_pods(cluster.core, namespace, [_gpu_pod("second", profile, template, labels)])
 
     def refused() -> Any:
-        events = pod_events(cluster.api, namespace, "gpu-pod", reason="FailedScheduling")
-        return events or None
+        return pod_events(cluster.api, namespace, "second", reason="FailedScheduling") or None
 
-    events = wait_for(refused, timeout=60, message="gpu-pod: no FailedScheduling after its claim was generated")
-    assert all(STAND_IN in e.note for e in events)
-    latest = cluster.core.read_namespaced_pod("gpu-pod", namespace)
-    assert latest.spec.node_name is None
-    [status] = latest.status.resource_claim_statuses
-    assert status.name == "gpu"
-    assert status.resource_claim_name
+    [event, *_] = wait_for(refused, timeout=60, message="second: no FailedScheduling")
+    assert "2 cannot allocate all claims" in event.note, event.note
+    assert "still not schedulable, preemption: " in event.note, event.note
+    assert cluster.core.read_namespaced_pod("second", namespace).spec.node_name is None
+
+    cluster.core.delete_namespaced_pod("first", namespace, grace_period_seconds=0)
+    assert wait_pods_bound(cluster.core, namespace, ["second"], timeout=90) == {"second": with_a100}
+    released = dra.claim_of(cluster.core, "second")
+    assert _allocated_device(released) == (dra.driver, with_a100, "gpu-0")
+
+
+def test_an_operator_killed_in_pre_bind_leaves_the_claim_to_the_next_leader(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator_factory: OperatorFactory,
+    dra: DRA,
+) -> None:
+    labels = {"e2e-group": secrets.token_hex(4)}
+    node = kwok_nodes(cpu="4", memory="16Gi", labels=labels)
+    kwok_nodes(cpu="4", memory="16Gi", labels=labels)  # a node without devices: the claim decides
+    dra.publish(node, "a100", bindingConditions=["Attached"], bindingFailureConditions=["Failed"])
+    template = dra.template("a100")
+    first = operator_factory()
+    profile = profiles({}, suffix="dra")
+    create_pods(cluster.core, namespace, [_gpu_pod("held", profile, template, labels)])
+
+    def reserved() -> dict[str, Any] | None:
+        try:
+            claim = dra.claim_of(cluster.core, "held")
+        except (ValueError, TypeError):
+            return None
+        return claim if (claim.get("status") or {}).get("reservedFor") else None
+
+    claim = wait_for(reserved, timeout=60, message="held: its claim was not allocated and reserved")
+    assert wait_for(
+        lambda: pod_events(cluster.api, namespace, "held", reason="BindingConditionsPending") or None,
+        timeout=30,
+        message="held: no BindingConditionsPending event",
+    )
+    first.kill()
+    time.sleep(1)
+    pod = cluster.core.read_namespaced_pod("held", namespace)
+    assert pod.spec.node_name is None  # reserved for the pod, not bound: the next leader must finish it
+    assert _allocated_device(claim) == (dra.driver, node, "gpu-0")
+
+    operator_factory(peering_priority=1, name="operator-next")  # outranks the dead record at once
+    # The driver reports the device attached: the new leader's PreBind sees the condition and binds.
+    meta = claim["metadata"]
+    status = {
+        "status": {
+            "allocation": claim["status"]["allocation"],
+            "reservedFor": claim["status"]["reservedFor"],
+            "devices": [
+                {
+                    "driver": dra.driver,
+                    "pool": node,
+                    "device": "gpu-0",
+                    "conditions": [
+                        {
+                            "type": "Attached",
+                            "status": "True",
+                            "reason": "Test",
+                            "message": "attached by the test",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z",
+                        }
+                    ],
+                }
+            ],
+        }
+    }
+    dra.objects.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "resourceclaims", meta["name"], status)
+    assert wait_pods_bound(cluster.core, namespace, ["held"], timeout=90) == {"held": node}
+    final = dra.claim_of(cluster.core, "held")
+    assert _allocated_device(final) == (dra.driver, node, "gpu-0")
+    assert [r["name"] for r in final["status"]["reservedFor"]] == ["held"]

@@ -1,14 +1,13 @@
-"""Never bind blind: a pod with ResourceClaims is not bound by a profile that cannot judge it.
+"""Never bind blind: a pod with ResourceClaims is bound only where DynamicResources can allocate its devices.
 
-design.md "Never bind blind", issue 10 item 5: DynamicResources cannot allocate devices yet (issue 12), so
-the default profile runs a stand-in in its place: upstream's PreEnqueue (the pod waits until its claims
-exist), then a refusal at PreFilter. Against the real API server and the operator as a process:
-under the default profile a pod referencing a ResourceClaim stays Pending with the stand-in's FailedScheduling
-text (upstream's ``0/N nodes are available: ...`` form) and ``PodScheduled=False``, and the profile's status
-names the stand-in; a profile that disables DynamicResources binds the same kind of pod, as its author asked.
-The refused pod's claim is created first (else the pod would wait at PreEnqueue, without an event); the
-allowed pod's claim need not exist: the API server accepts a pod naming a missing claim (kubelet would wait
-for it; kwok just runs the pod).
+design.md "Never bind blind": against the real API server and the operator as a process, under the default
+profile (which runs kube-scheduler's whole default profile, DynamicResources included) a pod whose claim asks
+for a DeviceClass that does not exist stays Pending with upstream's FailedScheduling text
+(``0/N nodes are available: request gpu: device class ... does not exist. ...``) and ``PodScheduled=False``;
+the profile's status omits nothing; a profile that disables DynamicResources binds the same kind of pod, as
+its author asked (no device is allocated). The refused pod's claim is created first (else the pod would wait
+at PreEnqueue, without an event); the allowed pod's claim need not exist: the API server accepts a pod naming
+a missing claim (kubelet would wait for it; kwok just runs the pod).
 """
 
 from __future__ import annotations
@@ -31,10 +30,7 @@ from tests.e2e.operator_process import (
     wait_profile_status,
 )
 
-STAND_IN = (
-    "pod uses ResourceClaims: DynamicResources cannot allocate devices in kopf-scheduler yet; "
-    "disable it in the profile to bind such pods without device allocation"
-)
+NO_CLASS = "request gpu: device class gpu.example.com does not exist"
 
 
 def _claiming_pod(name: str, profile: str, labels: dict[str, str], claim: str = "") -> dict[str, Any]:
@@ -53,9 +49,11 @@ def test_a_pod_with_resource_claims_is_refused_unless_the_profile_disables_dynam
     default = profiles({}, suffix="default")
     disabled = profiles({"plugins": {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}}, suffix="nodra")
     status = wait_profile_status(cluster.api, default, ready=True)["status"]
-    assert status["standInPlugins"] == ["DynamicResources"]
-    assert "DynamicResources" in status["omittedDefaultPlugins"]
-    assert not wait_profile_status(cluster.api, disabled, ready=True)["status"].get("standInPlugins")
+    assert not status.get("standInPlugins")
+    assert not status.get("omittedDefaultPlugins")
+    assert "DynamicResources" not in wait_profile_status(cluster.api, disabled, ready=True)["status"].get(
+        "omittedDefaultPlugins", []
+    )
 
     claim = f"claim-{secrets.token_hex(3)}"
     client.CustomObjectsApi(cluster.api).create_namespaced_custom_object(
@@ -91,9 +89,10 @@ def test_a_pod_with_resource_claims_is_refused_unless_the_profile_disables_dynam
 
     pod, events = wait_for(reported, timeout=30, message="refused: no FailedScheduling event and condition")
     total = len(cluster.core.list_node().items)
-    # The refusal is UnschedulableAndUnresolvable on every node: DefaultPreemption finds nothing worth trying.
+    # The refusal is UnschedulableAndUnresolvable (PreFilter): DefaultPreemption finds nothing worth trying, and
+    # DynamicResources' PostFilter has no claim of the pod to deallocate (PreFilter stopped before reading them).
     preemption = f"preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
-    message = f"0/{total} nodes are available: {STAND_IN}. {preemption}"
+    message = f"0/{total} nodes are available: {NO_CLASS}. no new claims to deallocate, {preemption}"
     assert pod.spec.node_name is None
     assert pod.status.phase == "Pending"
     condition = pod_condition(pod)

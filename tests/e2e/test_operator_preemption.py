@@ -267,7 +267,8 @@ def test_preemption_policy_never_waits_and_evicts_nobody(scene: Scene) -> None:
     note = scene.wait_failed_scheduling("polite")
     assert note.startswith("0/"), note
     assert "1 Insufficient cpu" in note, note
-    assert note.endswith(". preemption: not eligible due to preemptionPolicy=Never."), note
+    # DynamicResources' PostFilter speaks first (the pod has no claims), as upstream 1.36's default profile.
+    assert note.endswith(". no new claims to deallocate, preemption: not eligible due to preemptionPolicy=Never."), note
     pod = scene.read("polite")
     assert pod.spec.preemption_policy == "Never"
     assert pod.spec.node_name is None
@@ -289,7 +290,7 @@ def test_failed_scheduling_says_why_preemption_cannot_help(scene: Scene) -> None
     scene.submit("junior", low, "1")
 
     note = scene.wait_failed_scheduling("junior")
-    main, _, preemption = note.partition(" preemption: ")
+    main, _, preemption = note.partition(" no new claims to deallocate, preemption: ")
     assert "1 Insufficient cpu" in main, note
     assert preemption.startswith("0/"), note
     assert "1 No preemption victims found for incoming pod" in preemption, note

@@ -46,6 +46,8 @@ def _unique_label() -> dict[str, str]:
 
 #: DefaultPreemption's verdicts on a node, as the ``preemption: ...`` part of the FailedScheduling text says them.
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
+#: DynamicResources' PostFilter for a pod without claims; it runs before DefaultPreemption (upstream 1.36).
+NO_CLAIMS = "no new claims to deallocate, "
 NO_VICTIMS = "No preemption victims found for incoming pod"
 
 
@@ -65,7 +67,7 @@ def _expected_insufficient(cluster: Cluster, mine: list[str], resource: str, *, 
     verdicts[NOT_HELPFUL] += total - len(mine)
     after = ", ".join(sorted(f"{count} {verdict}" for verdict, count in verdicts.items() if count))
     fit_error = f"0/{total} nodes are available: {', '.join(sorted(reasons))}."
-    return f"{fit_error} preemption: 0/{total} nodes are available: {after}."
+    return f"{fit_error} {NO_CLAIMS}preemption: 0/{total} nodes are available: {after}."
 
 
 def test_pods_of_each_profile_are_bound_with_a_scheduled_event(
@@ -329,7 +331,7 @@ def test_pod_requiring_a_node_feature_goes_to_a_declaring_node_or_waits_for_one(
     reasons.append(f"{total - 1} node(s) didn't match Pod's node affinity/selector")
     # Both reasons are UnschedulableAndUnresolvable, so DefaultPreemption finds no node worth trying.
     preemption = f"preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
-    expected = f"0/{total} nodes are available: {', '.join(sorted(reasons))}. {preemption}"
+    expected = f"0/{total} nodes are available: {', '.join(sorted(reasons))}. {NO_CLAIMS}{preemption}"
     _wait_unschedulable(cluster, namespace, "stuck", expected)
 
     # The node starts declaring the feature: the update event requeues the pod, which is bound there.

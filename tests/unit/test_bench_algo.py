@@ -30,7 +30,8 @@ def test_default_profile_runs_the_implemented_defaults() -> None:
     framework = algo.default_scheduler(cache, seed=1).framework
     names = set(framework.plugins)
     assert {"NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "TaintToleration"} <= names
-    assert framework.profile.omitted_defaults  # volume plugins etc. are reported, not silently run
+    assert framework.profile.omitted_defaults == ()  # upstream's whole default profile
+    assert "DynamicResources" in names
 
 
 def test_synthetic_cluster_shape() -> None:

@@ -92,7 +92,7 @@ def test_nodes_not_judged_one_by_one_share_one_line() -> None:
     assert account is not None
     assert account["message"] == (
         "0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [NodeAffinity]. "
-        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        "no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
     assert account["nodes"] == {}
     assert account["otherNodes"] == {

@@ -658,3 +658,17 @@ def test_without_score_plugins_a_prioritizer_still_decides() -> None:
         app.on_pod_event("ADDED", pending(f"p{i}"))
     drive(app)
     assert {node for _, _, node in client.bindings} == {"n3"}
+
+
+def test_an_empty_preempt_answer_joins_dynamic_resources_reason_as_upstreams_post_filter_loop() -> None:
+    """DynamicResources said Unschedulable before DefaultPreemption awaited the extender: upstream's PostFilter
+    loop joins both reasons, so the awaited verdict must carry DynamicResources' part first."""
+    transport = FakeTransport({(URL, "preempt"): lambda *_: {"NodeNameToMetaVictims": {}}})
+    app, client = full_cluster_with_victims(transport, [{"urlPrefix": URL, "preemptVerb": "preempt"}])
+    drive(app)
+    failed = [e for e in client.events if e["reason"] == "FailedScheduling"]
+    assert failed[0]["note"] == (
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "no new claims to deallocate, preemption: no candidate node for preemption"
+    )
+    assert client.deleted == []

@@ -28,7 +28,7 @@ def test_unschedulable_pod_gets_upstream_text_condition_and_one_event() -> None:
     # DefaultPreemption (default profile) adds its part: the pod asks more than any node has (UUR everywhere).
     message = (
         "0/2 nodes are available: 2 Insufficient cpu. "
-        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        "no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
     [event] = client.events
     assert (event["reason"], event["type"], event["note"]) == ("FailedScheduling", "Warning", message)

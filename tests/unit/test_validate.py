@@ -37,7 +37,7 @@ READY: list[tuple[str, dict[str, Any], str]] = [
         "defaults",
         {},
         "TaintToleration:3,NodeAffinity:2,NodeResourcesFit:1,VolumeBinding:1,PodTopologySpread:2,InterPodAffinity:2,"
-        "NodeResourcesBalancedAllocation:1,ImageLocality:1",
+        "DynamicResources:2,NodeResourcesBalancedAllocation:1,ImageLocality:1",
     ),
     (
         "weights and disabled plugins",
@@ -48,7 +48,7 @@ READY: list[tuple[str, dict[str, Any], str]] = [
         "multiPoint disabled",
         {"plugins": {"multiPoint": {"disabled": [{"name": "TaintToleration"}, {"name": "ImageLocality"}]}}},
         "NodeAffinity:2,NodeResourcesFit:1,VolumeBinding:1,PodTopologySpread:2,InterPodAffinity:2,"
-        "NodeResourcesBalancedAllocation:1",
+        "DynamicResources:2,NodeResourcesBalancedAllocation:1",
     ),
     ("an extender", {"extenders": [EXTENDER]}, "TaintToleration:3"),
 ]

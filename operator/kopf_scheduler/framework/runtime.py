@@ -22,6 +22,7 @@ types, waiting pods and the nominator protocol have their own modules (``verdict
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -482,7 +483,7 @@ class Framework:
             except Exception as exc:
                 return None, Status.as_error(exc, plugin=name)
             if status.is_success:
-                return outcome, status
+                return _after_earlier_rejections(outcome, reasons, rejector), status
             if status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                 return outcome, status.with_plugin(name)
             if not status.is_rejected:
@@ -775,3 +776,23 @@ def _plugin_args(cls: type[Plugin], raw: BaseModel | dict[str, Any] | None) -> A
 
 
 __all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "FrameworkError"]
+
+
+def _after_earlier_rejections(
+    outcome: PostFilterResult | None, reasons: list[str], rejector: str
+) -> PostFilterResult | None:
+    """A pending result (a PostFilter plugin that still awaits extenders, ``PendingPostFilterResult``) after
+    plugins that said Unschedulable: its final Unschedulable verdict carries their reasons first, as upstream's
+    loop joins them (``no new claims to deallocate, preemption: ...``)."""
+    finish = getattr(outcome, "finish", None)
+    if finish is None or not reasons:
+        return outcome
+    earlier = tuple(reasons)
+
+    async def joined() -> tuple[PostFilterResult | None, Status]:
+        result, status = await finish()
+        if status.code is Code.UNSCHEDULABLE:
+            status = Status(Code.UNSCHEDULABLE, earlier + status.reasons, rejector or status.plugin)
+        return result, status
+
+    return dataclasses.replace(outcome, finish=joined)  # type: ignore[type-var]

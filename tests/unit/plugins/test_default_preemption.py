@@ -52,6 +52,8 @@ from tests.unit.factories import make_cache, make_node, make_pod, pod_info
 from tests.unit.test_extenders import FakeTransport
 
 NOW = 1_800_000_000.0
+#: DynamicResources' PostFilter runs first in the default profile and says this for a pod without claims.
+NO_CLAIMS = "no new claims to deallocate, "
 
 
 # -- fakes -----------------------------------------------------------------------------------------------
@@ -382,9 +384,10 @@ def test_preemption_policy_never_is_not_eligible() -> None:
     assert result.nominated_node_name is None
     assert not result.clear_nomination  # upstream's nil result: the nomination stays as it is
     assert dict(result.node_messages or {}) == {"n1": "preemption not attempted: " + NOT_ELIGIBLE_NEVER}
-    assert error.diagnosis.post_filter_msg == "preemption: " + NOT_ELIGIBLE_NEVER
+    assert error.diagnosis.post_filter_msg == NO_CLAIMS + "preemption: " + NOT_ELIGIBLE_NEVER
     assert error.message == (
-        "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
+        "0/1 nodes are available: 1 Insufficient cpu. "
+        "no new claims to deallocate, preemption: not eligible due to preemptionPolicy=Never."
     )
     assert handle.metrics.attempts == 1
     assert handle.jobs == []
@@ -442,7 +445,7 @@ def test_no_unschedulable_node_clears_the_nomination() -> None:
     assert result.clear_nomination
     assert result.nominated_node_name is None
     assert error.message == (
-        f"0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 {NOT_HELPFUL}."
+        f"0/2 nodes are available: 2 Insufficient cpu. {NO_CLAIMS}preemption: 0/2 nodes are available: 2 {NOT_HELPFUL}."
     )
     assert dict(result.node_messages or {}) == {
         "n1": "UnschedulableAndUnresolvable: preemption cannot help",
@@ -459,7 +462,9 @@ def test_no_victims_anywhere_is_upstreams_histogram() -> None:
     result = run_post_filter(framework, state, pod, error)
     assert result is not None
     assert result.clear_nomination
-    assert error.diagnosis.post_filter_msg == (f"preemption: 0/3 nodes are available: 1 {NOT_HELPFUL}, 2 {NO_VICTIMS}.")
+    assert error.diagnosis.post_filter_msg == (
+        f"{NO_CLAIMS}preemption: 0/3 nodes are available: 1 {NOT_HELPFUL}, 2 {NO_VICTIMS}."
+    )
     messages = result.node_messages or {}
     assert messages["n1"] == "not a candidate: no lower-priority pods"
     assert messages["n3"] == "UnschedulableAndUnresolvable: preemption cannot help"
@@ -484,7 +489,7 @@ def test_nodes_without_lower_priority_pods_are_settled_without_a_dry_run(monkeyp
     state, error = fail(framework, pod)
     assert run_post_filter(framework, state, pod, error) is not None
     assert dry_runs == []
-    assert error.diagnosis.post_filter_msg == f"preemption: 0/4 nodes are available: 4 {NO_VICTIMS}."
+    assert error.diagnosis.post_filter_msg == f"{NO_CLAIMS}preemption: 0/4 nodes are available: 4 {NO_VICTIMS}."
 
 
 def test_a_node_where_even_evicting_everything_does_not_help() -> None:
@@ -497,7 +502,7 @@ def test_a_node_where_even_evicting_everything_does_not_help() -> None:
     assert result is not None
     assert result.clear_nomination
     assert error.diagnosis.post_filter_msg == (
-        f"preemption: 0/2 nodes are available: 1 Insufficient cpu, 1 {NOT_HELPFUL}."
+        f"{NO_CLAIMS}preemption: 0/2 nodes are available: 1 Insufficient cpu, 1 {NOT_HELPFUL}."
     )
     assert (result.node_messages or {})["n2"] == "not a candidate: Unschedulable: Insufficient cpu"
 
@@ -813,7 +818,8 @@ def test_the_runtime_hands_the_plugin_its_framework_and_keeps_a_clearing_result(
     result, status = framework.run_post_filter_plugins(state, pod, error.diagnosis.node_to_status)
     assert plugin._framework is framework
     assert status.code is Code.UNSCHEDULABLE
-    assert status.plugin == "DefaultPreemption"
+    assert status.plugin == "DynamicResources"  # upstream's rejector: the first PostFilter plugin that said no
+    assert status.reasons == ("no new claims to deallocate", f"preemption: 0/1 nodes are available: 1 {NOT_HELPFUL}.")
     assert result is not None
     assert result.clear_nomination
 
@@ -893,7 +899,7 @@ PREEMPT = {"preemptVerb": "preempt"}
             {(EXT, "preempt"): meta_answer()},
             None,
             set(),
-            "preemption: no candidate node for preemption",
+            NO_CLAIMS + "preemption: no candidate node for preemption",  # U: joined with DynamicResources' part
             1,
             id="empty-answer-no-candidate",
         ),

@@ -1,33 +1,41 @@
-"""DynamicResources: pods with ResourceClaims wait for their claims, then are refused until the allocator lands
-(upstream ``plugins/dynamicresources/dynamicresources.go``, reference §2.17; issue 12).
+"""DynamicResources: devices for pods with ResourceClaims (upstream ``plugins/dynamicresources/dynamicresources.go``,
+reference §2.17; issue 12).
 
-Upstream's DynamicResources allocates devices to a pod's ResourceClaims: PreEnqueue waits until every claim
-exists, PreFilter and Filter find nodes whose ResourceSlices can satisfy them, Reserve and PreBind write the
-allocation. This module has upstream's PreEnqueue and its queueing hints, restated over the claims the
-watches keep in ``cache.storage`` (state/storage.py, upstream's DRA manager listers):
+Restated over the claims, slices and classes the watches keep in ``cache.storage`` (state/storage.py, upstream's
+DRA manager listers) and the scheduler-wide :class:`~.tracker.ClaimTracker` (in-flight allocations, claims
+assumed after PreBind's writes):
 
-* a claim from ``resourceClaimName`` is used as named; one from ``resourceClaimTemplateName`` is found through
-  ``pod.status.resourceClaimStatuses`` (the resourceclaim controller writes it once it created the claim), and
-  must be controlled by the pod (upstream ``resourceclaim.Name`` and ``IsForPod``);
-* a missing claim, a claim being deleted or one not owned by the pod parks the pod with upstream's message;
-  a ResourceClaim add/update or the pod's own ``UpdatePodGeneratedResourceClaim`` brings it back.
+* PreEnqueue: every claim exists (a template claim is found through ``pod.status.resourceClaimStatuses`` and
+  must be controlled by the pod); a missing, deleting or foreign claim parks the pod with upstream's message.
+* PreFilter: an allocated claim reserved for others up to the limit is "in use"; an unallocated one that
+  another pod is allocating waits; every request's DeviceClass must exist; then one
+  :class:`~.allocator.Allocator` over the slices, classes and the devices already taken.
+* Filter: an allocated claim's node selector must match; the unallocated claims must all be allocatable on
+  the node ("cannot allocate all claims"); the allocation found is kept for Reserve. ``filterTimeout`` bounds
+  one node's search (an Error, so the pod backs off, as upstream).
+* Score: prioritized lists (``firstAvailable``) score the alternative allocated, ``8 - index`` per subrequest.
+* Reserve marks the allocation in flight; PreBind writes it with the pod's reservation (``binding.py``);
+  Unreserve drops the in-flight allocation and the pod's reservation; PostFilter deallocates an allocated
+  claim that kept the pod off every node and that no other pod uses. For a pod without claims PostFilter says
+  "no new claims to deallocate", which upstream 1.36 puts into every FitError text.
 
-The structured allocator (``allocator.py``) is not here yet, so a pod whose claims all exist is still
-refused at PreFilter, UnschedulableAndUnresolvable, with :data:`NOT_IMPLEMENTED`: it stays Pending with a
-FailedScheduling Warning, never bound blind (the kubelet would never start it). A profile that disables
-DynamicResources gets what its author asked for: such pods are bound without any device allocation.
-Pods without claims cost one dict lookup at PreEnqueue and PreFilter (Skip). Claims generated for DRA-backed
-extended resources are not detected: such a pod fails NodeResourcesFit wherever nodes lack the resource.
-
-The builder and the profile's status report the plugin under ``standInPlugins`` (and under
-``omittedDefaultPlugins``) until the allocator makes it upstream's plugin.
+Pods without claims cost a dict lookup at PreEnqueue and PreFilter (Skip), a skipped Filter and Score, and
+PostFilter's one message. DRA-backed extended resources (DRAExtendedResource, beta in 1.36) are not
+detected: such a pod fails NodeResourcesFit where nodes lack the resource.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import copy
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
+from pydantic import BaseModel
+
+from kopf_scheduler.api.args import DynamicResourcesArgs
 from kopf_scheduler.framework import (
     QUEUE,
     QUEUE_SKIP,
@@ -37,24 +45,56 @@ from kopf_scheduler.framework import (
     ClusterEventWithHint,
     CycleState,
     EventResource,
+    Handle,
+    NodeFilterPlugin,
+    NodeToStatus,
+    PostFilterPlugin,
+    PostFilterResult,
+    PreBindPlugin,
     PreEnqueuePlugin,
     PreFilterPlugin,
     PreFilterResult,
+    PreScorePlugin,
     QueueingHint,
+    ReservePlugin,
+    ScorePlugin,
     Status,
+    default_normalize_score,
 )
 from kopf_scheduler.framework.events import as_pod
-from kopf_scheduler.state.cache import Snapshot
-from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.state.storage import RESOURCE_CLAIM, StorageObjects
-
-#: The FailedScheduling text of a pod whose claims all exist (after upstream's ``0/N nodes are available: ``).
-NOT_IMPLEMENTED = (
-    "pod uses ResourceClaims: DynamicResources cannot allocate devices in kopf-scheduler yet; "
-    "disable it in the profile to bind such pods without device allocation"
+from kopf_scheduler.go_format import parse_go_duration
+from kopf_scheduler.plugins.dynamic_resources.allocator import (
+    AllocationError,
+    AllocationTimeout,
+    Allocator,
+    Features,
+    NodeAllocationError,
+    allocated_state,
 )
+from kopf_scheduler.plugins.dynamic_resources.binding import (
+    FINALIZER,
+    BindingFailed,
+    bind_claim,
+    claim_key,
+    claim_ready_for_binding,
+    claim_timed_out,
+    deallocation,
+    has_binding_conditions,
+    is_reserved_for_pod,
+    pod_reference,
+    unreserve_patch,
+    wait_for_binding_conditions,
+)
+from kopf_scheduler.plugins.dynamic_resources.cel import SelectorCache
+from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, claim_uid, tracker_for
+from kopf_scheduler.state.cache import ClusterCache, NodeInfo, Snapshot
+from kopf_scheduler.state.node_affinity import NodeSelector, NodeSelectorParseError
+from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.state.storage import DEVICE_CLASS, RESOURCE_SLICE, StorageObjects
 
 Claim = dict[str, Any]
+#: Reads a claim's latest version by (namespace, name); None when it does not exist.
+ClaimLookup = Callable[[str, str], Claim | None]
 
 
 class ClaimNotUsable(Exception):
@@ -81,14 +121,14 @@ def claim_name(pod: PodInfo, pod_claim: Mapping[str, Any]) -> tuple[str | None, 
     )
 
 
-def pod_claims(pod: PodInfo, storage: StorageObjects) -> Iterator[tuple[str, Claim]]:
+def pod_claims(pod: PodInfo, lookup: ClaimLookup) -> Iterator[tuple[str, Claim]]:
     """Upstream ``foreachPodResourceClaim``: ``(pod claim name, claim)`` for every claim that exists; raises
     :class:`ClaimNotUsable` with upstream's message at the first one that does not, or is not usable."""
     for pod_claim in (pod.obj.get("spec") or {}).get("resourceClaims") or ():
         name, must_check_owner = claim_name(pod, pod_claim)
         if name is None:
             continue
-        claim = storage.get(RESOURCE_CLAIM, name, pod.namespace)
+        claim = lookup(pod.namespace, name)
         if claim is None:
             raise ClaimNotUsable(f'resourceclaim.resource.k8s.io "{name}" not found')
         meta = claim.get("metadata") or {}
@@ -118,31 +158,378 @@ def _object_uid(obj: Any) -> str:
     return ((obj or {}).get("metadata") or {}).get("uid") or ""
 
 
-class DynamicResources(PreEnqueuePlugin, PreFilterPlugin):
+# -- cycle state ----------------------------------------------------------------------------------------------
+STATE_KEY = "DynamicResources"
+#: Upstream ``ResourceClaimReservedForMaxSize``: a claim reserved for this many consumers takes no more.
+RESERVED_FOR_MAX = 256
+#: Upstream ``FirstAvailableDeviceRequestMaxSize``: the score of a prioritized list's first subrequest.
+FIRST_AVAILABLE_MAX = 8
+
+IN_USE = "resourceclaim in use"
+NOT_AVAILABLE_ON_NODE = "resourceclaim not available on the node"
+CANNOT_ALLOCATE_ALL = "cannot allocate all claims"
+NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
+DEALLOCATED = "deallocation of ResourceClaim completed"
+STILL_NOT_SCHEDULABLE = "still not schedulable"
+
+
+@dataclass(slots=True)
+class _ClaimEntry:
+    """One of the pod's claims (upstream ``informationForClaim`` with its claim)."""
+
+    claim: Claim
+    #: Parsed ``status.allocation.nodeSelector`` of an allocated claim (None: any node).
+    available_on: NodeSelector | None = None
+    #: Set by Reserve for a claim the scheduler allocates.
+    allocation: dict[str, Any] | None = None
+
+    @property
+    def allocated(self) -> bool:
+        return bool((self.claim.get("status") or {}).get("allocation"))
+
+
+@dataclass(slots=True)
+class _StateData:
+    """Upstream ``stateData``: the pod's claims, the allocator, and Filter's results by node."""
+
+    entries: list[_ClaimEntry] = field(default_factory=list)
+    allocator: Allocator | None = None
+    #: Indexes of allocated claims some node could not offer (PostFilter may deallocate one).
+    unavailable: set[int] = field(default_factory=set)
+    #: Node name → allocation results for the claims to allocate, in their order.
+    node_allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def to_allocate(self) -> list[tuple[int, _ClaimEntry]]:
+        return [(index, entry) for index, entry in enumerate(self.entries) if not entry.allocated]
+
+
+_EMPTY = _StateData()
+
+
+class DynamicResources(
+    PreEnqueuePlugin,
+    PreFilterPlugin,
+    NodeFilterPlugin,
+    PostFilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+    ReservePlugin,
+    PreBindPlugin,
+):
     name: ClassVar[str] = "DynamicResources"
-    stand_in: ClassVar[bool] = True
+    args_model: ClassVar[type[BaseModel] | None] = DynamicResourcesArgs
 
     _skip = Status.skip(plugin="DynamicResources")
-    _refusal = Status.unschedulable(NOT_IMPLEMENTED, plugin="DynamicResources", unresolvable=True)
 
-    def _storage(self) -> StorageObjects:
-        return self.handle.snapshot().cache.storage
+    def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:
+        super().__init__(handle=handle, args=args)
+        resolved = args if isinstance(args, DynamicResourcesArgs) else DynamicResourcesArgs()
+        self.filter_timeout = parse_go_duration(resolved.filter_timeout)
+        self.binding_timeout = parse_go_duration(resolved.binding_timeout)
+        # DRADeviceBindingConditions and DRAResourceClaimDeviceStatus are both beta and on in 1.36.
+        self.features = Features(device_binding_and_status=True)
+        self.selectors = SelectorCache()
 
+    def _cache(self) -> ClusterCache:
+        return self.handle.snapshot().cache
+
+    def _tracker(self) -> ClaimTracker:
+        return tracker_for(self._cache())
+
+    def _lookup(self) -> ClaimLookup:
+        tracker = self._tracker()
+        return lambda namespace, name: tracker.get(namespace, name)
+
+    # -- PreEnqueue ---------------------------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status:
         if not uses_resource_claims(pod):
             return SUCCESS
         try:
-            for _ in pod_claims(pod, self._storage()):
+            for _ in pod_claims(pod, self._lookup()):
                 pass
         except ClaimNotUsable as error:
             return Status.unschedulable(str(error), plugin=self.name, unresolvable=True)
         return SUCCESS
 
+    # -- PreFilter ----------------------------------------------------------------------------------------
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
-        return None, self._refusal if uses_resource_claims(pod) else self._skip
+        if not uses_resource_claims(pod):
+            state.write(STATE_KEY, _EMPTY)
+            return None, self._skip
+        data = _StateData()
+        state.write(STATE_KEY, data)
+        tracker = tracker_for(snapshot.cache)
+        try:
+            claims = [claim for _, claim in pod_claims(pod, self._lookup())]
+        except ClaimNotUsable as error:
+            return None, self._unresolvable(str(error))
+        if not claims:
+            return None, self._skip
+        for claim in claims:
+            entry = _ClaimEntry(claim)
+            status = self._check_claim(pod, entry, tracker, snapshot.cache.storage)
+            if status is not None:
+                return None, status
+            data.entries.append(entry)
+        if data.to_allocate():
+            data.allocator = Allocator(
+                features=self.features,
+                allocated=allocated_state(tracker.allocated_claims()),
+                classes={_name(c): c for c in snapshot.cache.storage.all(DEVICE_CLASS)},
+                slices=list(snapshot.cache.storage.all(RESOURCE_SLICE)),
+                cel=self.selectors,
+            )
+        return None, SUCCESS
 
+    def _check_claim(
+        self, pod: PodInfo, entry: _ClaimEntry, tracker: ClaimTracker, storage: StorageObjects
+    ) -> Status | None:
+        claim = entry.claim
+        allocation = (claim.get("status") or {}).get("allocation")
+        if allocation:
+            reserved = (claim.get("status") or {}).get("reservedFor") or ()
+            if len(reserved) >= RESERVED_FOR_MAX and not is_reserved_for_pod(claim, pod.uid):
+                return self._unresolvable(IN_USE)
+            if allocation.get("nodeSelector"):
+                try:
+                    entry.available_on = NodeSelector.parse(allocation["nodeSelector"], strict=True)
+                except NodeSelectorParseError as error:
+                    return Status.as_error(error, plugin=self.name)
+            return None
+        if tracker.pending_allocation(claim_uid(claim)) is not None:
+            return self._unresolvable(f"resource claim {claim_key(claim)} is in the process of being allocated")
+        for request in (claim.get("spec") or {}).get("devices", {}).get("requests") or ():
+            status = self._check_request(claim, request, storage)
+            if status is not None:
+                return status
+        return None
+
+    def _check_request(self, claim: Claim, request: Mapping[str, Any], storage: StorageObjects) -> Status | None:
+        """Upstream PreFilter's request loop and ``validateDeviceClass``."""
+        name = request.get("name") or ""
+        if request.get("exactly") is not None:
+            return self._check_class((request["exactly"] or {}).get("deviceClassName") or "", name, storage)
+        if request.get("firstAvailable"):
+            for sub in request["firstAvailable"]:
+                status = self._check_class(sub.get("deviceClassName") or "", f"{name}/{sub.get('name', '')}", storage)
+                if status is not None:
+                    return status
+            return None
+        return self._unresolvable(f"resource claim {claim_key(claim)}, request {name}: unknown request type")
+
+    def _check_class(self, class_name: str, request_name: str, storage: StorageObjects) -> Status | None:
+        if not class_name:
+            return Status.as_error(RuntimeError(f"request {request_name}: unsupported request type"), plugin=self.name)
+        if storage.get(DEVICE_CLASS, class_name) is None:
+            return self._unresolvable(f"request {request_name}: device class {class_name} does not exist")
+        return None
+
+    # -- Filter -------------------------------------------------------------------------------------------
+    def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
+        data: _StateData = state.read(STATE_KEY)
+        if not data.entries:
+            return SUCCESS
+        unavailable = [
+            index
+            for index, entry in enumerate(data.entries)
+            if (entry.available_on is not None and not entry.available_on.matches(node.labels, node.name))
+            or (entry.allocated and self._binding_failed_or_timed_out(entry.claim))
+        ]
+        results: list[dict[str, Any]] | None = None
+        if data.allocator is not None:
+            pending = [entry.claim for _, entry in data.to_allocate()]
+            try:
+                results = data.allocator.allocate(node.obj, pending, deadline=self._deadline())
+            except AllocationTimeout:
+                # Potentially transient: an Error, so the pod backs off instead of waiting for an event.
+                timed_out = RuntimeError(f"node {node.name}: timed out trying to allocate devices")
+                return Status.as_error(timed_out, plugin=self.name)
+            except NodeAllocationError as error:
+                return self._unresolvable(str(error))
+            except AllocationError as error:
+                return Status.as_error(error, plugin=self.name)
+            if results is None or len(results) != len(pending):
+                return self._unresolvable(CANNOT_ALLOCATE_ALL)
+        if unavailable:
+            data.unavailable.update(unavailable)
+            return self._unresolvable(NOT_AVAILABLE_ON_NODE)
+        if results is not None:
+            data.node_allocations[node.name] = results
+        return SUCCESS
+
+    def _deadline(self) -> float | None:
+        """``filterTimeout`` for one node's search (DRASchedulerFilterTimeout, beta and on); 0 disables it."""
+        return time.monotonic() + self.filter_timeout if self.filter_timeout > 0 else None
+
+    def _binding_failed_or_timed_out(self, claim: Claim) -> bool:
+        """Upstream Filter's check of an allocated claim's binding conditions (beta gates on in 1.36)."""
+        try:
+            ready = claim_ready_for_binding(claim)
+        except BindingFailed:
+            return True
+        return not ready and claim_timed_out(claim, self.binding_timeout)
+
+    # -- PostFilter ---------------------------------------------------------------------------------------
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
+    ) -> tuple[PostFilterResult | None, Status]:
+        data: _StateData | None = state.get(STATE_KEY)
+        if data is None:
+            # Upstream: reading the state PreFilter did not write is an error ("not found").
+            return None, Status.as_error(LookupError("not found"), plugin=self.name)
+        if not data.entries:
+            return None, Status.unschedulable(NO_CLAIMS_TO_DEALLOCATE, plugin=self.name)
+        for index in data.unavailable:
+            claim = data.entries[index].claim
+            reserved = (claim.get("status") or {}).get("reservedFor") or ()
+            if not reserved or (len(reserved) == 1 and reserved[0].get("uid") == pod.uid):
+                self._spawn_deallocation(claim)
+                return None, Status.unschedulable(DEALLOCATED, plugin=self.name)
+        return None, Status.unschedulable(STILL_NOT_SCHEDULABLE, plugin=self.name)
+
+    def _spawn_deallocation(self, claim: Claim) -> None:
+        client = self.handle.client
+        if client is None:
+            return
+        meta = claim.get("metadata") or {}
+        call = client.update_resource_claim_status(
+            namespace=meta.get("namespace") or "", name=meta.get("name") or "", claim=deallocation(claim)
+        )
+        self.handle.spawn(_ignoring_result(call), name=f"deallocate ResourceClaim {claim_key(claim)}")
+
+    # -- PreScore / Score (prioritized lists) ---------------------------------------------------------------
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> Status:
+        """Not upstream's (it has no PreScore): Skip for pods whose claims have no ``firstAvailable`` list,
+        where upstream's Score is 0 on every node; the normalised scores are the same."""
+        data: _StateData = state.read(STATE_KEY)
+        return SUCCESS if any(_has_prioritized_list(entry.claim) for entry in data.entries) else self._skip
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
+        data: _StateData = state.read(STATE_KEY)
+        scores = np.zeros(len(nodes), dtype=np.int64)
+        for position, slot in enumerate(nodes.tolist()):
+            results = data.node_allocations.get(snapshot.node_info(slot).name)
+            if results is not None:
+                scores[position] = _prioritized_list_score(data, results)
+        return scores
+
+    def normalize_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        return default_normalize_score(scores, reverse=False)
+
+    # -- Reserve / Unreserve ------------------------------------------------------------------------------
+    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        data: _StateData = state.read(STATE_KEY)
+        pending = data.to_allocate()
+        if not pending or data.allocator is None:
+            return SUCCESS
+        results = data.node_allocations.get(node_name)
+        if not results:
+            return Status.as_error(RuntimeError("claim allocation not found for node"), plugin=self.name)
+        if len(results) != len(pending):
+            return Status.as_error(
+                RuntimeError(
+                    f"internal error, have {len(results)} allocations, {len(pending)} claims to allocate, "
+                    f"want {len(pending)} claims"
+                ),
+                plugin=self.name,
+            )
+        tracker = self._tracker()
+        for (_, entry), allocation in zip(pending, results, strict=True):
+            entry.allocation = allocation
+            allocated = copy.deepcopy(entry.claim)
+            meta = allocated.setdefault("metadata", {})
+            if FINALIZER not in (meta.get("finalizers") or ()):
+                meta["finalizers"] = [*(meta.get("finalizers") or ()), FINALIZER]
+            allocated.setdefault("status", {})["allocation"] = allocation
+            tracker.signal_pending_allocation(claim_uid(entry.claim), allocated)
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        data: _StateData | None = state.get(STATE_KEY)
+        if not data or not data.entries:
+            return
+        tracker = self._tracker()
+        for entry in data.entries:
+            meta = entry.claim.get("metadata") or {}
+            if tracker.remove_pending_allocation(claim_uid(entry.claim)):
+                tracker.restore(meta.get("namespace") or "", meta.get("name") or "")
+            if entry.allocated and is_reserved_for_pod(entry.claim, pod.uid):
+                self._spawn_unreserve(entry.claim, pod)
+
+    def _spawn_unreserve(self, claim: Claim, pod: PodInfo) -> None:
+        client = self.handle.client
+        if client is None:
+            return
+        meta = claim.get("metadata") or {}
+        call = client.patch_resource_claim_status(
+            namespace=meta.get("namespace") or "",
+            name=meta.get("name") or "",
+            patch=unreserve_patch(claim_uid(claim), pod.uid),
+        )
+        self.handle.spawn(_ignoring_result(call), name=f"unreserve ResourceClaim {claim_key(claim)}")
+
+    # -- PreBind ------------------------------------------------------------------------------------------
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        data: _StateData = state.read(STATE_KEY)
+        return SUCCESS if data.entries else self._skip
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        data: _StateData = state.read(STATE_KEY)
+        if not data.entries:
+            return SUCCESS
+        try:
+            await self._bind_claims(data, pod)
+            if has_binding_conditions([entry.claim for entry in data.entries]):
+                await self._wait_for_devices(data, pod, node_name)
+        except Exception as error:
+            return Status.as_error(error, plugin=self.name)
+        return SUCCESS
+
+    async def _bind_claims(self, data: _StateData, pod: PodInfo) -> None:
+        client = self.handle.client
+        if client is None:
+            raise RuntimeError("no API client")
+        tracker = self._tracker()
+        reference = pod_reference(pod.name, pod.uid)
+        for entry in data.entries:
+            if is_reserved_for_pod(entry.claim, pod.uid):
+                continue
+            uid = claim_uid(entry.claim)
+            try:
+                entry.claim = await bind_claim(client, entry.claim, entry.allocation, reference)
+                tracker.assume_after_api_call(entry.claim)
+            finally:
+                if entry.allocation is not None:
+                    tracker.remove_pending_allocation(uid)
+
+    async def _wait_for_devices(self, data: _StateData, pod: PodInfo, node_name: str) -> None:
+        self.handle.record_event(
+            pod,
+            event_type="Normal",
+            reason="BindingConditionsPending",
+            action="Scheduling",
+            note=f"waiting for binding conditions for device on node {node_name}",
+        )
+        tracker = self._tracker()
+
+        def latest() -> list[Claim]:
+            for entry in data.entries:
+                meta = entry.claim.get("metadata") or {}
+                entry.claim = tracker.get(meta.get("namespace") or "", meta.get("name") or "") or entry.claim
+            return [entry.claim for entry in data.entries]
+
+        await wait_for_binding_conditions(latest, self.binding_timeout)
+
+    # -- events -------------------------------------------------------------------------------------------
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [
+            # With QueueingHints on (1.36) upstream does not register UpdateNodeTaint here.
+            ClusterEventWithHint(
+                ClusterEvent(
+                    EventResource.NODE,
+                    ActionType.ADD | ActionType.UPDATE_NODE_LABEL | ActionType.UPDATE_NODE_ALLOCATABLE,
+                )
+            ),
             ClusterEventWithHint(
                 ClusterEvent(EventResource.RESOURCE_CLAIM, ActionType.ADD | ActionType.UPDATE),
                 self.is_schedulable_after_claim_change,
@@ -151,17 +538,25 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin):
                 ClusterEvent(EventResource.POD, ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM),
                 self.is_schedulable_after_pod_change,
             ),
+            ClusterEventWithHint(ClusterEvent(EventResource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE)),
+            ClusterEventWithHint(ClusterEvent(EventResource.RESOURCE_SLICE, ActionType.ADD | ActionType.UPDATE)),
         ]
 
     def is_schedulable_after_claim_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-        """Upstream ``isSchedulableAfterClaimChange``, the part that matters while the pod waits for its claims:
-        the changed claim is one of the pod's and all of them are now usable."""
+        """Upstream ``isSchedulableAfterClaimChange``: any claim deallocated (its devices are free again), or
+        one of the pod's claims created or with a changed status, once all the pod's claims are usable."""
         uid = _object_uid(new)
         try:
-            uses = any(_object_uid(claim) == uid for _, claim in pod_claims(pod, self._storage()))
+            uses = any(_object_uid(claim) == uid for _, claim in pod_claims(pod, self._lookup()))
         except ClaimNotUsable:
             return QUEUE_SKIP
-        return QUEUE if uses else QUEUE_SKIP
+        if old is not None and _allocation_of(old) and not _allocation_of(new):
+            return QUEUE
+        if not uses:
+            return QUEUE_SKIP
+        if old is None:
+            return QUEUE
+        return QUEUE_SKIP if (old.get("status") or {}) == (new.get("status") or {}) else QUEUE
 
     def is_schedulable_after_pod_change(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         """Upstream ``isSchedulableAfterPodChange``: the pod's own update, after which all its claims exist."""
@@ -169,8 +564,49 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin):
         if modified is None or modified.uid != pod.uid:
             return QUEUE_SKIP
         try:
-            for _ in pod_claims(modified, self._storage()):
+            for _ in pod_claims(modified, self._lookup()):
                 pass
         except ClaimNotUsable:
             return QUEUE_SKIP
         return QUEUE
+
+    def _unresolvable(self, reason: str) -> Status:
+        return Status.unschedulable(reason, plugin=self.name, unresolvable=True)
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("name") or ""
+
+
+def _allocation_of(obj: Any) -> Any:
+    return ((obj or {}).get("status") or {}).get("allocation")
+
+
+def _has_prioritized_list(claim: Claim) -> bool:
+    return any(
+        request.get("firstAvailable")
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ()
+    )
+
+
+def _prioritized_list_score(data: _StateData, results: list[dict[str, Any]]) -> int:
+    """Upstream ``computeScore``: for every subrequest allocated, ``8 - its index`` in its ``firstAvailable``."""
+    score = 0
+    new_results = iter(results)
+    for entry in data.entries:
+        allocation = (entry.claim.get("status") or {}).get("allocation") or next(new_results, None) or {}
+        allocated = {
+            result.get("request")
+            for result in (allocation.get("devices") or {}).get("results") or ()
+            if "/" in (result.get("request") or "")
+        }
+        for request in ((entry.claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
+            for index, sub in enumerate(request.get("firstAvailable") or ()):
+                if f"{request.get('name', '')}/{sub.get('name', '')}" in allocated:
+                    score += FIRST_AVAILABLE_MAX - index
+    return score
+
+
+async def _ignoring_result(call: Awaitable[Any]) -> None:
+    """A fire-and-forget API write (the runtime logs what it raises): upstream retries in a later cycle."""
+    await call

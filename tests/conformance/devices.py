@@ -1,0 +1,218 @@
+"""Devices (DRA) in generated scenarios, and how the harness keeps upstream from allocating them.
+
+Why a pass of its own: DynamicResources (upstream ``pkg/scheduler/framework/plugins/dynamicresources`` with
+``k8s.io/dynamic-resource-allocation/structured``) only judges pods with ResourceClaims, so a fraction of
+scenarios (:data:`DEVICE_FRACTION`) get devices after everything else is built, from
+``random.Random(f"devices-{seed}")``: every other object of a seed stays as it was.
+
+What a device scenario holds (cluster-scoped names carry the seed, so scenarios never meet):
+
+- two DeviceClasses of one fake driver (:data:`DRIVER`): any device of the driver, and only devices with at
+  least 40 (GiB) of the ``memory`` attribute (a CEL comparison);
+- ResourceSlices for most nodes (seven in ten; one pool per node, generation 1, one slice): one to four
+  devices each, with a ``model`` string and a ``memory`` int attribute; nodes without a slice have no devices;
+- for some pending pods, a ResourceClaim of their own (the pod names it in ``spec.resourceClaims``): one
+  request of either class, one or two devices, sometimes a CEL selector on the model, sometimes
+  ``allocationMode: All``. A claim is created with the ``resource.kubernetes.io/delete-protection`` finalizer,
+  so that a scheduler's PreBind goes straight to the status update (the finalizer update comes first only
+  when the finalizer is missing).
+
+Upstream never allocates: a ValidatingAdmissionPolicy denies its claim (status) updates with a message that
+carries the allocation it tried to write (``request=pool/device``, comma separated), so upstream's choice of
+devices is read from the pod's SchedulerError condition, as its node is read from the nomination it sets
+before PreBind. Ours allocates for real; a claim ours allocated stays allocated for the next pods (both
+schedulers see its devices taken; the harness waits for upstream's ``allocateddevices.go`` line saying so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import re
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+DEVICE_FRACTION = 0.35
+DRIVER = "gpu.conformance.example.com"
+FINALIZER = "resource.kubernetes.io/delete-protection"
+MODELS = ("a100", "h100", "t4")
+MEMORIES = (16, 40, 80)
+GROUP, VERSION = "resource.k8s.io", "v1"
+#: What the harness feeds the in-process model and creates through the generic API.
+DEVICE_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim")
+_PLURALS = {"DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims"}
+
+NO_CLAIM_WRITES_POLICY = "conformance-no-claim-writes"
+CLAIMS_DENIED_MARKER = "conformance: upstream may not write claims"
+_ALLOCATED = re.compile(re.escape(CLAIMS_DENIED_MARKER) + r"; allocated \[([^\]]*)\]")
+
+Obj = dict[str, Any]
+
+
+# -- the generator pass ---------------------------------------------------------------------------------------
+def add_devices(scenario: Any, seed: int) -> None:
+    """Give ``scenario`` devices and some of its pending pods claims (in :data:`DEVICE_FRACTION` of the seeds)."""
+    rng = random.Random(f"devices-{seed}")
+    if rng.random() >= DEVICE_FRACTION:
+        return
+    any_gpu, big_gpu = f"gpu-{seed}", f"big-gpu-{seed}"
+    scenario.device_classes = [
+        _device_class(any_gpu, f'device.driver == "{DRIVER}"'),
+        _device_class(big_gpu, f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].memory >= 40'),
+    ]
+    for node in scenario.nodes:
+        if rng.random() < 0.7:
+            scenario.resource_slices.append(_slice(node["metadata"]["name"], rng))
+    for pending in scenario.pending:
+        if rng.random() < 0.4:
+            claim = _claim(pending.namespace, f"{pending.name}-gpu", rng.choice((any_gpu, big_gpu)), rng)
+            scenario.resource_claims.append(claim)
+            spec = pending.manifest["spec"]
+            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]
+            spec["containers"][0].setdefault("resources", {})["claims"] = [{"name": "gpu"}]
+            pending.features = tuple(sorted({*pending.features, "DynamicResources"}))
+
+
+def _device_class(name: str, expression: str) -> Obj:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def _slice(node: str, rng: random.Random) -> Obj:
+    devices = [
+        {
+            "name": f"gpu-{index}",
+            "attributes": {"model": {"string": rng.choice(MODELS)}, "memory": {"int": rng.choice(MEMORIES)}},
+        }
+        for index in range(rng.randint(1, 4))
+    ]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def _claim(namespace: str, name: str, device_class: str, rng: random.Random) -> Obj:
+    exactly: Obj = {"deviceClassName": device_class}
+    roll = rng.random()
+    if roll < 0.15:
+        exactly["allocationMode"] = "All"
+    elif roll < 0.4:
+        exactly["count"] = 2
+    if rng.random() < 0.4:
+        model = rng.choice(MODELS)
+        exactly["selectors"] = [{"cel": {"expression": f'device.attributes["{DRIVER}"].model == "{model}"'}}]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "finalizers": [FINALIZER]},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+# -- the harness ----------------------------------------------------------------------------------------------
+def create_device_object(api: client.ApiClient, obj: Obj) -> Obj:
+    objects = client.CustomObjectsApi(api)
+    plural = _PLURALS[obj["kind"]]
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    if namespace:
+        return objects.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, obj)  # type: ignore[no-any-return]
+    return objects.create_cluster_custom_object(GROUP, VERSION, plural, obj)  # type: ignore[no-any-return]
+
+
+def read_claim(api: client.ApiClient, namespace: str, name: str) -> Obj | None:
+    try:
+        return client.CustomObjectsApi(api).get_namespaced_custom_object(  # type: ignore[no-any-return]
+            GROUP, VERSION, namespace, "resourceclaims", name
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def pod_claim_names(manifest: Obj) -> list[str]:
+    return [c["resourceClaimName"] for c in manifest["spec"].get("resourceClaims") or () if c.get("resourceClaimName")]
+
+
+def allocated_devices(claim: Obj | None) -> list[str]:
+    """``request=pool/device`` for each device of the claim's allocation (what the policy message prints)."""
+    allocation = ((claim or {}).get("status") or {}).get("allocation") or {}
+    return [f"{r['request']}={r['pool']}/{r['device']}" for r in (allocation.get("devices") or {}).get("results") or ()]
+
+
+def denied_devices(message: str | None) -> list[str] | None:
+    """Upstream's allocation, from its PreBind error (the policy's message); None when the message has none."""
+    found = _ALLOCATED.search(message or "")
+    if found is None:
+        return None
+    return [item for item in found.group(1).split(",") if item]
+
+
+def delete_devices(api: client.ApiClient, scenario: Any) -> None:
+    """Remove the scenario's claims (finalizers dropped: no controller runs here), slices and classes."""
+    objects = client.CustomObjectsApi(api)
+    for claim in scenario.resource_claims:
+        meta = claim["metadata"]
+        with contextlib.suppress(ApiException):
+            objects.patch_namespaced_custom_object(
+                GROUP, VERSION, meta["namespace"], "resourceclaims", meta["name"], {"metadata": {"finalizers": None}}
+            )
+        with contextlib.suppress(ApiException):
+            objects.delete_namespaced_custom_object(GROUP, VERSION, meta["namespace"], "resourceclaims", meta["name"])
+    for obj in (*scenario.resource_slices, *scenario.device_classes):
+        with contextlib.suppress(ApiException):
+            objects.delete_cluster_custom_object(GROUP, VERSION, _PLURALS[obj["kind"]], obj["metadata"]["name"])
+
+
+def no_claim_writes_policy(upstream_user: str) -> tuple[Obj, Obj]:
+    """The policy and binding that deny ``upstream_user``'s claim updates, saying what it tried to allocate."""
+    results = "object.status.allocation.devices.results"
+    allocated = (
+        f"(has(object.status) && has(object.status.allocation) ? "
+        f"{results}.map(r, r.request + '=' + r.pool + '/' + r.device).join(',') : '')"
+    )
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": NO_CLAIM_WRITES_POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": [VERSION],
+                        "operations": ["UPDATE"],
+                        "resources": ["resourceclaims", "resourceclaims/status"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": f"request.userInfo.username != '{upstream_user}'",
+                    "messageExpression": f"'{CLAIMS_DENIED_MARKER}; allocated [' + {allocated} + ']'",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": NO_CLAIM_WRITES_POLICY},
+        "spec": {"policyName": NO_CLAIM_WRITES_POLICY, "validationActions": ["Deny"]},
+    }
+    return policy, binding
