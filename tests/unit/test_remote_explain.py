@@ -257,7 +257,15 @@ def test_nothing_recorded_is_the_operators_404_and_a_bad_gateway_is_an_error() -
     assert fetch_explanation(api, target_of(api), token="t", peering_name="kopf-scheduler") == (404, nothing)
     unreachable = {"kind": "Status", "code": 503, "message": "error trying to reach service: dial tcp: refused"}
     api = healthy_api(**{PROXY: (503, unreachable)})
-    with pytest.raises(RemoteExplainError, match="HTTP 503: error trying to reach service"):
+    with pytest.raises(RemoteExplainError) as raised:
+        fetch_explanation(api, target_of(api), token="t", peering_name="kopf-scheduler")
+    assert str(raised.value) == (
+        "replica ks-1, the active peer (last seen 2026-11-25T11:59:59+00:00), does not answer: error trying to "
+        "reach service: dial tcp: refused; if it just died, a standby takes over once its record expires "
+        "(lifetime 15 s): try again"
+    )
+    api = healthy_api(**{PROXY: (500, {"kind": "Status", "code": 500, "message": "boom"})})
+    with pytest.raises(RemoteExplainError, match=f"^replica ks-1 via {PROXY}: HTTP 500: boom$"):
         fetch_explanation(api, target_of(api), token="t", peering_name="kopf-scheduler")
 
 

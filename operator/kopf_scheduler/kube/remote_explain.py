@@ -289,4 +289,11 @@ def fetch_explanation(
         else:
             refusal += "; the caller needs get on /explain/* (the chart's <release>-metrics-reader ClusterRole)"
         raise RemoteExplainError(refusal)
+    if status in (502, 503):  # the API server could not reach the pod
+        lifetime = target.peer.lifetime
+        raise RemoteExplainError(
+            f"replica {target.pod}, the active peer (last seen {target.peer.lastseen.isoformat()}), does not "
+            f"answer: {message}; if it just died, a standby takes over once its record expires (lifetime "
+            f"{lifetime} s): try again"
+        )
     raise RemoteExplainError(f"replica {target.pod} via {target.path}: HTTP {status}: {message}")
