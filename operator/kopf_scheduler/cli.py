@@ -160,8 +160,14 @@ def _add_completion_command(commands: Any) -> None:
 
 def run_explain(args: dict[str, Any]) -> int:
     """``explain``: straight to ``--url``, else through the API server to the active replica."""
+    from kopf_scheduler.kube.kubeconfig import KubeconfigError
+
     if args.get("url"):
-        token, context = _explain_credentials(args)
+        try:
+            token, context = _explain_credentials(args)
+        except KubeconfigError as e:
+            print(f"kopf-scheduler explain: {e}", file=sys.stderr)
+            return 1
         return explain_pod(pod=args["pod"], url=args["url"], as_json=args["json"], token=token, ssl_context=context)
     return explain_through_api_server(args)
 
@@ -255,33 +261,10 @@ def _explain_credentials(args: dict[str, Any]) -> tuple[str | None, ssl.SSLConte
     if args.get("insecure_skip_tls_verify"):
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    token = args.get("token") or _kubeconfig_token(args.get("kubeconfig")) or _service_account_token()
-    return token, context
+    from kopf_scheduler.kube.kubeconfig import user_token
 
-
-def _kubeconfig_token(path: str | None) -> str | None:
-    """The current context's user token (``token`` or ``tokenFile``); None without one."""
-    import yaml
-
-    candidates = [path] if path else (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
-    candidates = [c for c in candidates if c] or [os.path.expanduser("~/.kube/config")]
-    for candidate in candidates:
-        try:
-            with open(candidate) as f:
-                config = yaml.safe_load(f) or {}
-        except OSError:
-            continue
-        contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
-        user_name = contexts.get(config.get("current-context"), {}).get("user")
-        for user in config.get("users") or []:
-            if user.get("name") == user_name:
-                spec = user.get("user") or {}
-                if spec.get("token"):
-                    return str(spec["token"])
-                if spec.get("tokenFile"):
-                    with open(spec["tokenFile"]) as f:
-                        return f.read().strip()
-    return None
+    token = args.get("token") or user_token(kubeconfig=args.get("kubeconfig"), context=args.get("context"))
+    return token or _service_account_token(), context
 
 
 def _service_account_token() -> str | None:

@@ -529,3 +529,31 @@ def test_the_kubectl_plugin_shows_its_kubectl_name(monkeypatch: pytest.MonkeyPat
     assert cli.build_parser().prog == "kubectl kopf-scheduler"
     monkeypatch.setattr(sys, "argv", ["/usr/local/bin/kopf-scheduler"])
     assert cli.build_parser().prog == "kopf-scheduler"
+
+
+def test_url_mode_takes_the_context_users_token_even_from_an_exec_plugin(tmp_path: Path) -> None:
+    """--url talks to the operator: the kubeconfig gives only the token (no cluster entry needed)."""
+    from kopf_scheduler.kube.kubeconfig import user_token
+
+    exec_user = {"exec": {"command": sys.executable, "args": ["-c", EXEC_PRINTING_TOKEN]}}
+    kubeconfig = tmp_path / "k"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "a",
+                "contexts": [{"name": "a", "context": {"user": "ua"}}, {"name": "b", "context": {"user": "ub"}}],
+                "users": [{"name": "ua", "user": {"token": "token-a"}}, {"name": "ub", "user": exec_user}],
+            }
+        )
+    )
+    assert user_token(kubeconfig=str(kubeconfig)) == "token-a"
+    assert user_token(kubeconfig=str(kubeconfig), context="b") == "from-exec"
+    token, _ = cli._explain_credentials({"kubeconfig": str(kubeconfig), "context": "b"})
+    assert token == "from-exec"
+    assert user_token(environ={"HOME": str(tmp_path / "nowhere")}) is None
+
+
+EXEC_PRINTING_TOKEN = (
+    "import json; print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential', "
+    "'status': {'token': 'from-exec'}}))"
+)

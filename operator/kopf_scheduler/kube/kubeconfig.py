@@ -139,6 +139,30 @@ def load_credentials(
     return credentials_from_config(merge_kubeconfigs(documents), context=context, environ=environ)
 
 
+def user_token(
+    *, kubeconfig: str | None = None, context: str | None = None, environ: Mapping[str, str] = os.environ
+) -> str | None:
+    """The bearer token of the context's user (``token``, ``tokenFile`` or an exec plugin's), else None.
+
+    For ``explain --url``, which talks to the operator, not the API server: no cluster entry is needed.
+    """
+    paths = kubeconfig_paths(kubeconfig, environ)
+    documents = []
+    for path in paths:
+        try:
+            documents.append((path, yaml.safe_load(path.read_text()) or {}))
+        except (OSError, yaml.YAMLError):
+            continue
+    if not documents:
+        return None
+    config = merge_kubeconfigs(documents)
+    ctx = config["contexts"].get(context or config["current-context"]) or {}
+    user = config["users"].get(ctx.get("user"), {}) if ctx.get("user") else {}
+    cluster = config["clusters"].get(ctx.get("cluster")) or {}
+    token, _ = user_credentials(user, cluster_server=str(cluster.get("server") or ""), environ=environ)
+    return token
+
+
 def credentials_from_config(
     config: Mapping[str, Any], *, context: str | None = None, environ: Mapping[str, str] = os.environ
 ) -> Credentials:
