@@ -209,7 +209,7 @@ def _get_json(api: Transport, path: str, what: str, hint: str) -> dict[str, Any]
 
 @dataclass(frozen=True)
 class Target:
-    """The replica explain asks, and how (for ``--verbose`` style messages and tests)."""
+    """The replica explain asks (the active peer, its pod and port) and the ``pods/proxy`` path to it."""
 
     peer: Peer
     namespace: str
@@ -242,7 +242,8 @@ def find_target(
             f"there is no ClusterKopfPeering {peering_name!r}: is kopf-scheduler installed, and under this "
             "peering name (--peering-name, the chart's peering.name)?"
         )
-    peer = active_peer(parse_peers(peering.get("status"), now()), now(), peering=peering_name)
+    moment = now()
+    peer = active_peer(parse_peers(peering.get("status"), moment), moment, peering=peering_name)
     pod_name = pod_of_peer(peer.identity)
     operator_ns = operator_namespace or operator_namespace_of(peering) or fallback_namespace
     hint = RBAC_HINT.format(peering=peering_name, namespace=operator_ns)
