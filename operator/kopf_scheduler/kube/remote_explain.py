@@ -16,7 +16,9 @@ with the user's own credentials, so RBAC decides (``get`` on the peering object,
 operator would see ``system:anonymous``; the CLI therefore repeats the user's bearer token in
 :data:`FORWARDED_AUTHORIZATION_HEADER`, which the operator's delegated authentication reads when there is no
 ``Authorization`` header, and still authorizes ``get /explain/...`` for that user. A user who authenticates
-with a client certificate has no token to forward, and the operator refuses the anonymous request.
+with a client certificate has no token to forward, and the operator refuses the anonymous request. The
+token goes to whichever pod the peering object names (in the operator's namespace only): whoever may write
+that object's status or create pods there is trusted with it, as docs/operations.md says.
 
 HTTP goes through :class:`APIServer` (``urllib``, synchronous: one CLI call is three requests), so the rest is
 plain functions over JSON that unit tests drive with a fake.
