@@ -47,13 +47,16 @@ _SETTING_FLAGS = {
     "authorization_always_allow_paths": "authorization_always_allow_paths",
 }
 
+#: The kubectl plugin's executable: ``kubectl kopf-scheduler ...`` runs ``kubectl-kopf_scheduler ...``.
+KUBECTL_PLUGIN = "kubectl-kopf_scheduler"
+
 #: A StatefulSet pod's name ends in ``-<ordinal>``.
 _ORDINAL_SUFFIX = re.compile(r"-(0|[1-9][0-9]*)\Z")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kopf-scheduler",
+        prog=_prog_name(),
         description="A Kubernetes scheduler on kopf that hosts SchedulerProfile resources.",
     )
     parser.add_argument(
@@ -88,20 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--pod-max-in-unschedulable-pods-duration", type=float, help="seconds before a parked pod is retried (300)"
     )
     _add_serving_flags(run)
-    explain = commands.add_parser(
-        "explain",
-        help="why a pending pod fits nowhere: each node's verdict and the plugin behind it",
-        description=(
-            "Asks a running kopf-scheduler (its metrics port) for the last failed scheduling attempt of a pod. "
-            "Only the active replica schedules: point --url at it (e.g. through kubectl port-forward)."
-        ),
-    )
-    explain.add_argument("pod", help="NAMESPACE/NAME of the pod")
-    explain.add_argument("--url", default="https://127.0.0.1:10259", help="the operator's metrics port URL")
-    explain.add_argument("--json", action="store_true", help="print the raw JSON account")
-    _add_explain_auth_flags(explain)
+    _add_explain_command(commands)
     _add_convert_and_validate(commands)
+    _add_completion_command(commands)
     return parser
+
+
+def _prog_name() -> str:
+    """``kubectl kopf-scheduler`` when run as the kubectl plugin, so usage lines show what the user typed."""
+    return "kubectl kopf-scheduler" if os.path.basename(sys.argv[0]) == KUBECTL_PLUGIN else "kopf-scheduler"
 
 
 # -- convert and validate (issue 14): a KubeSchedulerConfiguration in, SchedulerProfiles out; offline checks --
@@ -175,14 +173,114 @@ def _add_serving_flags(run: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_explain_auth_flags(explain: argparse.ArgumentParser) -> None:
-    """How explain proves who it is to the operator (the bearer token) and checks the operator's certificate."""
-    explain.add_argument("--kubeconfig", help="take the bearer token from this kubeconfig (default $KUBECONFIG)")
-    explain.add_argument("--token", help="bearer token (default: the kubeconfig's, else the pod's ServiceAccount)")
-    explain.add_argument("--certificate-authority", help="verify the operator's certificate with this CA file")
-    explain.add_argument(
-        "--insecure-skip-tls-verify", action="store_true", help="do not verify the certificate (self-signed)"
+def _add_explain_command(commands: Any) -> None:
+    explain = commands.add_parser(
+        "explain",
+        help="why a pending pod fits nowhere: each node's verdict and the plugin behind it",
+        description=(
+            "Asks the active kopf-scheduler replica for the last failed scheduling attempt of a pod. Without "
+            "--url it finds the active replica in the ClusterKopfPeering and asks it through the API server "
+            "(pods/proxy) with your kubeconfig's credentials; --url asks a replica's metrics port directly."
+        ),
     )
+    explain.add_argument("pod", help="NAMESPACE/NAME of the pod")
+    explain.add_argument("--json", action="store_true", help="print the raw JSON account")
+    explain.add_argument("--url", help="ask this metrics port URL directly (e.g. https://127.0.0.1:10259)")
+    explain.add_argument("--context", help="the kubeconfig context (default: the current one)")
+    explain.add_argument(
+        "--peering-name", default="kopf-scheduler", help="the operator's ClusterKopfPeering (default kopf-scheduler)"
+    )
+    explain.add_argument(
+        "--operator-namespace",
+        help="namespace of the operator's pods (default: the peering object's, else the context's namespace)",
+    )
+    explain.add_argument("--port", type=int, help="the replica's metrics port (default: its container port 'metrics')")
+    _add_explain_auth_flags(explain)
+
+
+def _add_explain_auth_flags(explain: argparse.ArgumentParser) -> None:
+    """Who explain is (kubeconfig user or bearer token) and how it checks the server's certificate."""
+    explain.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, ~/.kube/config, in-cluster)")
+    explain.add_argument("--token", help="bearer token (default: the kubeconfig's, else the pod's ServiceAccount)")
+    explain.add_argument("--certificate-authority", help="verify the server's certificate with this CA file")
+    explain.add_argument(
+        "--insecure-skip-tls-verify", action="store_true", help="do not verify the server's certificate"
+    )
+
+
+def _add_completion_command(commands: Any) -> None:
+    from kopf_scheduler.completion import SHELLS
+
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script (bash or zsh)",
+        description="bash: source <(kopf-scheduler completion bash); zsh: source <(kopf-scheduler completion zsh)",
+    )
+    completion.add_argument("shell", choices=SHELLS)
+
+
+def run_explain(args: dict[str, Any]) -> int:
+    """``explain``: straight to ``--url``, else through the API server to the active replica."""
+    from kopf_scheduler.kube.kubeconfig import KubeconfigError
+
+    if args.get("url"):
+        try:
+            token, context = _explain_credentials(args)
+        except KubeconfigError as e:
+            print(f"kopf-scheduler explain: {e}", file=sys.stderr)
+            return 1
+        return explain_pod(pod=args["pod"], url=args["url"], as_json=args["json"], token=token, ssl_context=context)
+    return explain_through_api_server(args)
+
+
+def explain_through_api_server(args: dict[str, Any]) -> int:
+    import dataclasses
+
+    from kopf_scheduler.explain import format_account
+    from kopf_scheduler.kube.kubeconfig import KubeconfigError, load_credentials
+    from kopf_scheduler.kube.remote_explain import APIServer, RemoteExplainError, fetch_explanation, find_target
+
+    namespace, sep, name = args["pod"].partition("/")
+    if not sep or not namespace or not name:
+        print(f"kopf-scheduler explain: expected NAMESPACE/NAME, got {args['pod']!r}", file=sys.stderr)
+        return 2
+    try:
+        credentials = load_credentials(kubeconfig=args.get("kubeconfig"), context=args.get("context"))
+        if args.get("token"):
+            credentials = dataclasses.replace(credentials, token=args["token"])
+        if args.get("certificate_authority"):
+            with open(args["certificate_authority"], "rb") as f:
+                credentials = dataclasses.replace(credentials, ca_pem=f.read())
+        if args.get("insecure_skip_tls_verify"):
+            credentials = dataclasses.replace(credentials, insecure_skip_tls_verify=True)
+        api = APIServer(credentials)
+        target = find_target(
+            api,
+            peering_name=args["peering_name"],
+            namespace=namespace,
+            name=name,
+            operator_namespace=args.get("operator_namespace"),
+            fallback_namespace=credentials.namespace,
+            port=args.get("port"),
+        )
+        status, account = fetch_explanation(api, target, token=credentials.token, peering_name=args["peering_name"])
+    except (KubeconfigError, RemoteExplainError, OSError) as e:
+        print(f"kopf-scheduler explain: {e}", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"kopf-scheduler explain: {account.get('message') or account}", file=sys.stderr)
+        return 1
+    print(json.dumps(account, indent=2) if args["json"] else format_account(account))
+    return 0
+
+
+def run_completion(args: dict[str, Any]) -> int:
+    from kopf_scheduler.completion import completion_script
+
+    parser = build_parser()
+    parser.prog = "kopf-scheduler"  # the script completes the command's name, not "kubectl kopf-scheduler"
+    print(completion_script(args["shell"], parser, commands=[KUBECTL_PLUGIN]), end="")
+    return 0
 
 
 def explain_pod(
@@ -224,33 +322,10 @@ def _explain_credentials(args: dict[str, Any]) -> tuple[str | None, ssl.SSLConte
     if args.get("insecure_skip_tls_verify"):
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    token = args.get("token") or _kubeconfig_token(args.get("kubeconfig")) or _service_account_token()
-    return token, context
+    from kopf_scheduler.kube.kubeconfig import user_token
 
-
-def _kubeconfig_token(path: str | None) -> str | None:
-    """The current context's user token (``token`` or ``tokenFile``); None without one."""
-    import yaml
-
-    candidates = [path] if path else (os.environ.get("KUBECONFIG") or "").split(os.pathsep)
-    candidates = [c for c in candidates if c] or [os.path.expanduser("~/.kube/config")]
-    for candidate in candidates:
-        try:
-            with open(candidate) as f:
-                config = yaml.safe_load(f) or {}
-        except OSError:
-            continue
-        contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
-        user_name = contexts.get(config.get("current-context"), {}).get("user")
-        for user in config.get("users") or []:
-            if user.get("name") == user_name:
-                spec = user.get("user") or {}
-                if spec.get("token"):
-                    return str(spec["token"])
-                if spec.get("tokenFile"):
-                    with open(spec["tokenFile"]) as f:
-                        return f.read().strip()
-    return None
+    token = args.get("token") or user_token(kubeconfig=args.get("kubeconfig"), context=args.get("context"))
+    return token or _service_account_token(), context
 
 
 def _service_account_token() -> str | None:
@@ -346,8 +421,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     command = args.pop("command", None)
     if command == "explain":
-        token, context = _explain_credentials(args)
-        return explain_pod(pod=args["pod"], url=args["url"], as_json=args["json"], token=token, ssl_context=context)
+        return run_explain(args)
+    if command == "completion":
+        return run_completion(args)
     if command == "convert":
         return convert_command(args["file"], args["output"])
     if command == "validate":

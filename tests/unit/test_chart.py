@@ -264,11 +264,12 @@ def test_rendered_manifests_validate_against_the_pinned_kubernetes_schemas(value
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
         "Service",
         "StatefulSet",
         "PodDisruptionBudget",
     }
-    optional = {"NetworkPolicy", "ConfigMap"}
+    optional = {"NetworkPolicy", "ConfigMap", "RoleBinding"}
     custom = {"ClusterKopfPeering", "SchedulerProfile", "ServiceMonitor", "PrometheusRule"}
     assert set(kinds) <= builtin | optional | custom, kinds
     assert builtin <= set(kinds)
@@ -541,21 +542,62 @@ def test_values_yaml_documents_every_schema_key() -> None:
 # ---- secure serving and monitoring (issue 13) --------------------------------------------------------------
 
 
-def test_metrics_reader_role_grants_get_on_metrics_and_explain_only() -> None:
+def reader_roles(docs: list[dict[str, Any]], kind: str = "ClusterRole") -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == "ks-kopf-scheduler-metrics-reader"]
+
+
+def test_metrics_reader_role_grants_metrics_explain_and_the_way_to_the_active_replica_only() -> None:
+    """/metrics and /explain/*, plus what explain through the API server needs (issue 14), nothing more:
+    the peering object by name, the StatefulSet's pods by name, pods/proxy to their HTTPS metrics port only."""
     docs = docs_of()
-    reader = [
-        d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "ks-kopf-scheduler-metrics-reader"
+    (cluster_role,) = reader_roles(docs)
+    assert cluster_role["rules"] == [
+        {"nonResourceURLs": ["/metrics", "/explain/*"], "verbs": ["get"]},
+        {
+            "apiGroups": ["kopf.dev"],
+            "resources": ["clusterkopfpeerings"],
+            "resourceNames": ["kopf-scheduler"],
+            "verbs": ["get"],
+        },
     ]
-    assert len(reader) == 1
-    assert reader[0]["rules"] == [{"nonResourceURLs": ["/metrics", "/explain/*"], "verbs": ["get"]}]
-    assert not [d for d in docs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"].endswith("-reader")]
-    binding = next(
-        d
-        for d in docs_of(FULL_VALUES)
-        if d["metadata"]["name"] == "ks-kopf-scheduler-metrics-reader" and d["kind"] == "ClusterRoleBinding"
-    )
-    assert binding["roleRef"]["name"] == "ks-kopf-scheduler-metrics-reader"
-    assert binding["subjects"] == FULL_VALUES["metrics"]["reader"]["subjects"]
+    (role,) = reader_roles(docs, "Role")
+    assert role["metadata"]["namespace"] == "kube-system"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "resourceNames": ["ks-kopf-scheduler-0", "ks-kopf-scheduler-1"],
+            "verbs": ["get"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["pods/proxy"],
+            "resourceNames": ["https:ks-kopf-scheduler-0:10259", "https:ks-kopf-scheduler-1:10259"],
+            "verbs": ["get"],
+        },
+    ]
+    assert not [d for d in docs if d["kind"].endswith("RoleBinding") and d["metadata"]["name"].endswith("-reader")]
+    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        (binding,) = reader_roles(docs_of(FULL_VALUES), kind)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind,
+            "name": "ks-kopf-scheduler-metrics-reader",
+        }
+        assert binding["subjects"] == FULL_VALUES["metrics"]["reader"]["subjects"]
+
+
+def test_metrics_reader_role_follows_replicas_port_and_peering_name() -> None:
+    docs = docs_of({"replicas": 3, "metrics": {"port": 8443}, "peering": {"name": "sched-b"}})
+    (role,) = reader_roles(docs, "Role")
+    assert role["rules"][1]["resourceNames"] == [f"https:ks-kopf-scheduler-{i}:8443" for i in range(3)]
+    assert reader_roles(docs)[0]["rules"][1]["resourceNames"] == ["sched-b"]
+
+
+def test_the_peering_object_names_the_operators_namespace() -> None:
+    """kopf-scheduler explain maps the active peer (a pod name) to a pod in this namespace."""
+    peering = one(docs_of(namespace="sched-system"), "ClusterKopfPeering")
+    assert peering["metadata"]["annotations"] == {"kopf-scheduler.io/namespace": "sched-system"}
 
 
 def test_service_monitor_scrapes_https_with_a_token_under_the_chosen_job() -> None:

@@ -359,7 +359,7 @@ def test_explain_takes_the_token_from_the_flag_the_kubeconfig_or_a_token_file(
     token, context = cli._explain_credentials({"token": "flag", "kubeconfig": str(kubeconfig)})
     assert token == "flag"
     assert context.verify_mode == ssl.CERT_REQUIRED
-    assert cli.build_parser().parse_args(["explain", "ns/p"]).url == "https://127.0.0.1:10259"
+    assert cli.build_parser().parse_args(["explain", "ns/p"]).url is None  # None: through the API server
 
 
 def test_a_provided_certificate_is_reloaded_when_its_files_change(tmp_path: Path) -> None:
@@ -418,3 +418,33 @@ def test_a_provided_certificate_is_reloaded_when_its_files_change(tmp_path: Path
     assert before == der(first[0])
     assert half == der(first[0])
     assert after == der(second[0])
+
+
+def test_the_token_forwarded_through_the_api_servers_proxy_is_reviewed_and_authorized() -> None:
+    """pods/proxy drops Authorization; the CLI repeats the user's token in X-Kopf-Scheduler-Authorization
+    (issue 14). It is reviewed and authorized like Authorization, which wins when both are there."""
+    from aiohttp.test_utils import make_mocked_request
+
+    from kopf_scheduler.kube.remote_explain import FORWARDED_AUTHORIZATION_HEADER
+    from kopf_scheduler.web import _guard
+
+    api = FakeAPIServer()
+    api.grants.add(("alice", "get", "/explain/ns/p"))
+    guard = _guard(DelegatedAuth(api.post))
+
+    async def handler(request: Any) -> Any:
+        return aiohttp.web.Response(text="served")
+
+    def status(headers: dict[str, str]) -> tuple[int, str]:
+        response = run(guard(make_mocked_request("GET", "/explain/ns/p", headers=headers), handler))
+        return response.status, response.text
+
+    assert status({FORWARDED_AUTHORIZATION_HEADER: "Bearer alice-token"}) == (200, "served")
+    code, body = status({})
+    assert code == 403
+    assert 'User \\"system:anonymous\\"' in body
+    assert status({FORWARDED_AUTHORIZATION_HEADER: "Bearer stolen"})[0] == 401
+    code, body = status({"Authorization": "Bearer root-token", FORWARDED_AUTHORIZATION_HEADER: "Bearer stolen"})
+    assert code == 200  # system:masters, from Authorization; the forwarded header is not looked at
+    code, body = status({"Authorization": "Bearer stolen", FORWARDED_AUTHORIZATION_HEADER: "Bearer alice-token"})
+    assert code == 401

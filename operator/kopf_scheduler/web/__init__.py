@@ -4,7 +4,9 @@ Served as kube-scheduler serves its secure port (10259): TLS with the given cert
 (:mod:`.certs`), every request authenticated and authorized by the API server (:mod:`.delegated`):
 ``/healthz`` is open, ``/metrics`` and ``/explain/...`` need ``get`` on that non-resource URL (the chart's
 ``<release>-metrics-reader`` ClusterRole grants it). Refusals are the API server's ``Status`` bodies: 401
-``Unauthorized`` for a rejected token, 403 ``forbidden: User "..." cannot get path "..."``.
+``Unauthorized`` for a rejected token, 403 ``forbidden: User "..." cannot get path "..."``. Behind the API
+server's ``pods/proxy`` (``kopf-scheduler explain`` without ``--url``) the caller's token arrives in
+``X-Kopf-Scheduler-Authorization``, as the proxy drops ``Authorization``.
 
 Everything is served by aiohttp on kopf's event loop, so ``/explain`` reads the explanations the scheduling
 cycle wrote without a lock (prometheus_client's own server would answer from another thread). kopf's liveness
@@ -25,6 +27,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from kopf_scheduler.kube.remote_explain import FORWARDED_AUTHORIZATION_HEADER
 from kopf_scheduler.web.certs import reload_pair, server_context
 from kopf_scheduler.web.delegated import DelegatedAuth, ReviewFailed, Unauthenticated
 
@@ -57,13 +60,23 @@ def _status(code: int, reason: str, message: str) -> web.Response:
     )
 
 
+def _authorization(request: web.Request) -> str | None:
+    """``Authorization``, else the user's token the CLI repeats for requests through the API server's proxy.
+
+    ``pods/proxy`` authenticates the caller, then drops ``Authorization`` and dials the pod without
+    credentials (:mod:`kopf_scheduler.kube.remote_explain`), so without the repeated token every proxied
+    request would be ``system:anonymous``. It is a bearer token like any other: reviewed, then authorized.
+    """
+    return request.headers.get("Authorization") or request.headers.get(FORWARDED_AUTHORIZATION_HEADER)
+
+
 def _guard(auth: DelegatedAuth) -> Any:
     """Authentication, then authorization, before routing (as upstream's filter chain: unknown paths too)."""
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            user = await auth.authenticate(request.headers.get("Authorization"))
+            user = await auth.authenticate(_authorization(request))
         except Unauthenticated:
             return _status(401, "Unauthorized", "Unauthorized")
         verb, path = request.method.lower(), request.path
