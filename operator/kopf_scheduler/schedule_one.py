@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kopf_scheduler.explain import ScoreCapture, capture_scores
 from kopf_scheduler.framework import ClusterEvent, CycleState, PostFilterResult, Status, nominated_node_name
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
 from kopf_scheduler.framework.nominator import Nominator, NoNominator
@@ -179,7 +180,21 @@ class ScheduleOne:
         except Exception as e:
             self._error_failure(runtime, qpod, pod, e, started)
             return
-        self._spawn(self._binding_cycle(runtime, qpod, state, assumed, outcome, started))
+        scores = self._capture_scores(runtime, outcome)
+        self._spawn(self._binding_cycle(runtime, qpod, state, assumed, outcome, started, scores))
+
+    def _capture_scores(self, runtime: ProfileRuntime, result: ScheduleResult) -> ScoreCapture | None:
+        """The winner's and runners-up's scores, if the profile keeps success accounts (``spec.explain``); taken
+        now, while the node table's slots still name the nodes that were scored."""
+        if not runtime.explain_successes:
+            return None
+        try:
+            scores = capture_scores(result, self._cache.table.names, at=time.time())
+        except Exception:  # an explanation must never cost a scheduling decision
+            logger.exception("could not capture the scores of %s", result.suggested_host)
+            return None
+        # With extenders the slots were read before the awaits: a node table that changed meanwhile is not trusted.
+        return scores if not scores.nodes or scores.nodes[0] == result.suggested_host else None
 
     def _fit_failure(
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, fit: FitError, started: float, nominated_node: str | None
@@ -255,6 +270,7 @@ class ScheduleOne:
         pod: PodInfo,
         result: ScheduleResult,
         started: float,
+        scores: ScoreCapture | None = None,
     ) -> None:
         """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod``; then settle it either way."""
         try:
@@ -264,18 +280,24 @@ class ScheduleOne:
             self._cache.forget(pod.uid)
             status = Status.as_error(e)
         if status.is_success:
-            await self._bound(runtime, qpod, pod, result.suggested_host, started)
+            await self._bound(runtime, qpod, pod, result.suggested_host, started, scores)
         else:
             self._handle_binding_cycle_error(runtime, qpod, pod, status, started)
 
     async def _bound(
-        self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, node: str, started: float
+        self,
+        runtime: ProfileRuntime,
+        qpod: QueuedPodInfo,
+        pod: PodInfo,
+        node: str,
+        started: float,
+        scores: ScoreCapture | None = None,
     ) -> None:
         runtime.queue.done(pod.uid)
         self._metrics.observe_attempt(result=SCHEDULED, profile=runtime.name, seconds=time.perf_counter() - started)
         first = qpod.initial_attempt_timestamp or qpod.timestamp
         self._metrics.observe_scheduled(attempts=qpod.attempts, seconds_since_first_enqueue=self._clock() - first)
-        await self._reporter.scheduled(pod, runtime.name, node)
+        await self._reporter.scheduled(pod, runtime.name, node, scores)
 
     def _handle_binding_cycle_error(
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, status: Status, started: float
