@@ -95,7 +95,7 @@ def _add_post_filter(account: dict[str, Any], result: PostFilterResult) -> None:
         account["nominatedNode"] = result.nominated_node_name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ScoreCapture:
     """The scoring step of one successful cycle, cut down to the winner and the runners-up.
 
@@ -129,8 +129,12 @@ def capture_scores(
     if scores is None or not len(scores.nodes):
         return ScoreCapture(result.suggested_host, at, result.evaluated_nodes, result.feasible_nodes)
     totals = scores.totals
-    winner = int(np.flatnonzero(scores.nodes == result.slot)[0])
     best = _best_positions(totals, runners_up + 1)
+    slots = scores.nodes[best].tolist()
+    if result.slot in slots:  # the winner has the highest total: it is there unless more nodes tie with it
+        winner = best[slots.index(result.slot)]
+    else:
+        winner = int(np.flatnonzero(scores.nodes == result.slot)[0])
     positions = np.asarray([winner, *[p for p in best if p != winner][:runners_up]], dtype=np.int64)
     slots = scores.nodes[positions].tolist()
     raw_rows = scores.raw or scores.scores
@@ -142,8 +146,8 @@ def capture_scores(
         nodes=tuple(str(names[slot]) for slot in slots),
         plugins=scores.plugins,
         weights=scores.weights,
-        raw=tuple(row[positions].tolist() for row in raw_rows),
-        weighted=tuple(row[positions].tolist() for row in scores.scores),
+        raw=tuple([row[positions].tolist() for row in raw_rows]),
+        weighted=tuple([row[positions].tolist() for row in scores.scores]),
         totals=tuple(totals[positions].tolist()),
     )
 
@@ -152,8 +156,7 @@ def _best_positions(totals: np.ndarray, k: int) -> list[int]:
     """Positions of ``k`` highest totals, best first (among equal totals, in node order)."""
     count = len(totals)
     positions = np.argpartition(totals, count - k)[count - k :].tolist() if count > k else list(range(count))
-    values = totals[positions].tolist()
-    return [p for _, p in sorted(zip(values, positions, strict=True), key=lambda vp: (-vp[0], vp[1]))]
+    return [p for _, p in sorted(zip([-v for v in totals[positions].tolist()], positions, strict=True))]
 
 
 def success_account(key: str, profile: str, capture: ScoreCapture) -> dict[str, Any]:
