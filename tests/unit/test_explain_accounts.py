@@ -305,3 +305,13 @@ def test_a_pending_pods_history_follows_the_cluster_and_is_printed() -> None:
     assert "History (last 2 attempt(s), oldest first):" in text
     assert "nodes: 1 → 2" in text
     assert "newly rejected: tainted" in text
+
+
+def test_the_benchmark_cycle_with_accounts_keeps_one_per_bound_pod_within_the_ring() -> None:
+    from bench.algo import measure
+    from bench.explain_cost import capture_alone_us
+
+    accounts = Explanations(max_bound=5)
+    measure("plain", 20, cycles=10, warmup=2, accounts=accounts)
+    assert accounts.bound_count == 5
+    assert capture_alone_us("plain", 20, cycles=5, passes=1) > 0
