@@ -315,3 +315,29 @@ def test_the_benchmark_cycle_with_accounts_keeps_one_per_bound_pod_within_the_ri
     measure("plain", 20, cycles=10, warmup=2, accounts=accounts)
     assert accounts.bound_count == 5
     assert capture_alone_us("plain", 20, cycles=5, passes=1) > 0
+
+
+def test_a_prioritize_extender_is_one_more_column_of_the_account() -> None:
+    """Upstream adds an extender's score × weight × (MaxNodeScore / MaxExtenderPriority) to the total: 10 × 5 × 10."""
+    from tests.unit.test_extenders import URL, FakeTransport, names_of
+    from tests.unit.test_extenders import drive as drive_awaiting
+    from tests.unit.test_extenders import new_app as new_extender_app
+
+    transport = FakeTransport(
+        {(URL, "prioritize"): lambda _, body: [{"Host": n, "Score": 10 if n == "n2" else 0} for n in names_of(body)]}
+    )
+    client = FakeClient()
+    app = new_extender_app(transport, client)
+    for name in ("n1", "n2", "n3"):
+        app.on_node_event(None, make_node(name))
+    extenders = [{"urlPrefix": URL, "prioritizeVerb": "prioritize", "weight": 5}]
+    assert app.apply_profile(name="sp", spec={"extenders": extenders, **PROFILE}, generation=1).ready
+    app.on_pod_event("ADDED", pending("p"))
+    drive_awaiting(app)
+    account = app.explanations.get("default/p")
+    assert account is not None
+    assert account["node"] == "n2"
+    winner = account["candidates"][0]
+    assert winner["plugins"][URL] == {"raw": 500, "normalized": 500, "weight": 1, "weighted": 500}
+    assert sum(s["weighted"] for s in winner["plugins"].values()) == winner["total"]
+    assert {"name": URL, "weight": 1} in account["scorePlugins"]
