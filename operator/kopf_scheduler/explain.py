@@ -1,20 +1,28 @@
-"""Why a pending pod fits nowhere, node by node and plugin by plugin: what kube-scheduler cannot tell you.
+"""Why a pod is where it is, or why it fits nowhere: node by node and plugin by plugin, beyond kube-scheduler.
 
 kube-scheduler's FailedScheduling text is a histogram ("0/3 nodes are available: 1 node(s) had untolerated
 taint ..., 2 Insufficient cpu."): it says how many nodes failed for which reason, never which node failed for
-which. The cycle knows (its Diagnosis holds every rejected node's Status with the plugin that returned it), so
-after each failed attempt the operator keeps that account for the pod, and serves it at
-``/explain/<namespace>/<pod>`` beside ``/metrics`` (``kopf-scheduler explain`` prints it).
+which; and its Scheduled event names the node, never why that one. The cycle knows both, so the operator keeps
+accounts per pod and serves them at ``/explain/<namespace>/<pod>`` beside ``/metrics`` (``kopf-scheduler
+explain`` prints them with :func:`format_account`; docs/explain.md shows them).
 
-The account is built when the attempt fails, because node names are read from the live node table (slots are
+Failures (always kept). The account is built when the attempt fails (its Diagnosis holds every rejected node's
+Status with the plugin that returned it), because node names are read from the live node table (slots are
 reused when nodes come and go); that costs one pass over the rejected nodes, the same order of work as the
-FitError histogram itself. Only failed attempts are kept, only the latest per pod, only while the pod is
-pending, and at most :data:`MAX_PODS` pods (the oldest are forgotten first), so memory stays bounded however
-many pods are stuck.
+FitError histogram itself. The latest attempt of each pending pod is kept in full, and the last
+:data:`HISTORY_LENGTH` attempts as summaries with what changed between consecutive ones
+(:func:`attempt_changes`); only while the pod is pending, and at most :data:`MAX_PODS` pods (the least recently
+failed are forgotten first). When PostFilter ran (DefaultPreemption), its :class:`PostFilterResult` says per
+node why preemption did or did not help there (``node_messages``) and which node it nominated; the account
+carries both.
 
-When PostFilter ran (DefaultPreemption), its :class:`PostFilterResult` says per node why preemption did or
-did not help there (``node_messages``) and which node it nominated; the account carries both, so a user sees
-not only why the pod fits nowhere but also why evicting lower-priority pods would (or would not) change that.
+Successes (per profile, ``spec.explain.successes``). Upstream's ``prioritizeNodes`` computes, per feasible node,
+each Score plugin's score, normalises it (NormalizeScore), weights it, and sums the weighted scores into the
+total that ``selectHost`` compares. :func:`capture_scores` takes the winner's and the best
+:data:`RUNNERS_UP` other nodes' numbers from the cycle's own :class:`ScoreOutcome` (nothing is scored again),
+in the synchronous cycle while slots still name those nodes; :func:`success_account` turns that into JSON when
+asked. The last :data:`MAX_BOUND_PODS` bound pods' captures are kept in a ring. The capture costs a measurable
+share of a cycle (docs/benchmarks.md), hence the opt-in.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Upstream splits this between the event recorder (``Scheduled`` after a successfu
 in ``handleSchedulingFailure``) and ``updatePod``, which patches ``PodScheduled=False`` only when the condition
 would change. What is ours: a FailedScheduling event is posted once per distinct message, and again only after
 the maximum pod backoff (upstream relies on the recorder's aggregation), and each FitError's node-by-node
-account is kept for ``/explain`` (see ``explain.py``).
+account is kept for ``/explain`` with the pod's recent attempts (any failure), and a bound pod's scores when its
+profile keeps them (see ``explain.py``).
 
 The binding cycle also publishes ``status.nominatedNodeName`` through :meth:`Reporter.nominate` before a
 PreBind that has work (upstream's NominatedNodeNameForExpectation). A failure sets it in the same patch as the

@@ -17,6 +17,8 @@ The shape is upstream's ``scheduleOne``:
   ``status.nominatedNodeName``), "clear" (both go), or nothing (the status stands). Every other
   failure of the scheduling cycle clears the nomination, as upstream's ``clearNominatedNode``: no node at
   all, no PostFilter plugin, an error, and a Reserve or Permit rejection (which runs no PostFilter).
+- A profile with ``spec.explain.successes`` has the winner's and runners-up's scores captured right after
+  Permit (:meth:`ScheduleOne._capture_scores`, ``explain.capture_scores``); they are kept once the pod is bound.
 - :meth:`ScheduleOne._binding_cycle` runs PreBindPreFlight, WaitOnPermit, PreBind, Bind and PostBind
   (``Scheduler.bind_pod``, which on failure runs Unreserve in reverse order and forgets the pod in the cache),
   then settles the pod: success is reported as Scheduled; failures go to :meth:`_handle_binding_cycle_error`.
