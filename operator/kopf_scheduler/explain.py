@@ -295,7 +295,8 @@ class Explanations:
             pending = _Pending(account, None, deque(maxlen=self._history))
             changes = None
         else:
-            changes = attempt_changes(pending.fit, account) if is_fit and pending.fit is not None else {}
+            # Only two FitErrors compare node by node; an error, or a FitError after only errors, has no diff.
+            changes = attempt_changes(pending.fit, account) if is_fit and pending.fit is not None else None
             pending.account = account
         if is_fit:
             pending.fit = account

@@ -225,6 +225,7 @@ def fit_account(nodes: dict[str, tuple[str, list[str]]], num_nodes: int, message
         counts[plugin] = counts.get(plugin, 0) + 1
     return {
         "pod": "ns/p",
+        "profile": "sp",
         "time": "t",
         "result": "Unschedulable",
         "message": message,
@@ -281,8 +282,18 @@ def test_an_error_joins_the_history_and_the_next_failure_is_compared_with_the_la
     history = (store.get("ns/p") or {})["history"]
     assert [h["result"] for h in history] == ["Unschedulable", "SchedulerError", "Unschedulable"]
     assert "changes" not in history[0]
-    assert history[1]["changes"] == {}
+    assert "changes" not in history[1]  # an error is not compared node by node
     assert history[2]["changes"]["nodesAdded"] == ["b"]
+    text = format_account(store.get("ns/p") or {})
+    assert "  t  SchedulerError: boom\n  t  Unschedulable: m\n      nodes: 1 → 2\n" in text
+
+
+def test_an_error_account_prints_its_reason_message_and_history() -> None:
+    store = Explanations()
+    store.record("ns/p", {"pod": "ns/p", "profile": "sp", "time": "t", "result": "SchedulerError", "message": "boom"})
+    text = format_account(store.get("ns/p") or {}).splitlines()
+    assert text[:2] == ["Pod ns/p: SchedulerError (profile sp, attempt at t)", "boom"]
+    assert text[-2:] == ["History (last 1 attempt(s), oldest first):", "  t  SchedulerError: boom"]
 
 
 def test_a_pending_pods_history_follows_the_cluster_and_is_printed() -> None:
