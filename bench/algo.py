@@ -42,6 +42,7 @@ import numpy as np
 
 from bench._synthetic import WORKLOADS, make_cluster
 from kopf_scheduler.api.profile import SchedulerProfileSpec
+from kopf_scheduler.explain import Explanations, capture_scores
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.registry import default_registry
@@ -134,12 +135,20 @@ class Run:
 
 
 def measure(
-    workload: str, nodes: int, *, cycles: int, warmup: int = WARMUP_CYCLES, seed: int = SEED
+    workload: str,
+    nodes: int,
+    *,
+    cycles: int,
+    warmup: int = WARMUP_CYCLES,
+    seed: int = SEED,
+    accounts: Explanations | None = None,
 ) -> tuple[Run, ClusterCache]:
     """Schedule ``warmup + cycles`` pods of ``workload`` onto a fresh ``nodes``-node cluster; time the last ``cycles``.
 
     Returns the run and the filled cache (tests inspect where the pods went). A pod that does not fit is a
-    broken benchmark, not a data point: FitError propagates.
+    broken benchmark, not a data point: FitError propagates. With ``accounts``, each cycle also captures its
+    success account and keeps it there, as the operator's cycle does for a profile with
+    ``explain.successes`` (``bench/explain_cost.py`` compares the two).
     """
     make_pod = WORKLOADS[workload]
     cache = make_cluster(nodes)
@@ -156,6 +165,8 @@ def measure(
         state = CycleState()
         result = scheduler.schedule_pod(state, pod, cache.snapshot())
         scheduler.assume_and_reserve(state, pod, result, cache)
+        if accounts is not None:
+            accounts.record_success(pod.key, PROFILE_NAME, capture_scores(result, cache.table.names, at=time.time()))
         elapsed = clock() - started
         if i >= warmup:
             durations[i - warmup] = elapsed

@@ -109,6 +109,7 @@ class SchedulerApp:
             clock=clock,
             repeat_after=settings.pod_max_backoff_seconds,
             spawn=self.spawn,
+            explanations=Explanations(max_bound=settings.explain_bound_pods, history=settings.explain_history),
         )
         self.events = EventHandlers(
             cache=self.cache,
@@ -170,6 +171,7 @@ class SchedulerApp:
             runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_framework(framework))
             runtime.queue.move_all_to_active_or_backoff(PROFILE_CHANGED)
         runtime.generation = generation
+        runtime.explain_successes = model.explain.successes
         left_out = [n for n in resolved.omitted_defaults if n not in resolved.stand_ins]
         note = f"; default plugins not implemented yet, left out: {', '.join(left_out)}" if left_out else ""
         if resolved.stand_ins:

@@ -1,32 +1,53 @@
-"""Why a pending pod fits nowhere, node by node and plugin by plugin: what kube-scheduler cannot tell you.
+"""Why a pod is where it is, or why it fits nowhere: node by node and plugin by plugin, beyond kube-scheduler.
 
 kube-scheduler's FailedScheduling text is a histogram ("0/3 nodes are available: 1 node(s) had untolerated
 taint ..., 2 Insufficient cpu."): it says how many nodes failed for which reason, never which node failed for
-which. The cycle knows (its Diagnosis holds every rejected node's Status with the plugin that returned it), so
-after each failed attempt the operator keeps that account for the pod, and serves it at
-``/explain/<namespace>/<pod>`` beside ``/metrics`` (``kopf-scheduler explain`` prints it).
+which; and its Scheduled event names the node, never why that one. The cycle knows both, so the operator keeps
+accounts per pod and serves them at ``/explain/<namespace>/<pod>`` beside ``/metrics`` (``kopf-scheduler
+explain`` prints them with :func:`format_account`; docs/explain.md shows them).
 
-The account is built when the attempt fails, because node names are read from the live node table (slots are
+Failures (always kept). The account is built when the attempt fails (its Diagnosis holds every rejected node's
+Status with the plugin that returned it), because node names are read from the live node table (slots are
 reused when nodes come and go); that costs one pass over the rejected nodes, the same order of work as the
-FitError histogram itself. Only failed attempts are kept, only the latest per pod, only while the pod is
-pending, and at most :data:`MAX_PODS` pods (the oldest are forgotten first), so memory stays bounded however
-many pods are stuck.
+FitError histogram itself. The latest attempt of each pending pod is kept in full, and the last
+:data:`HISTORY_LENGTH` attempts as summaries with what changed between consecutive ones
+(:func:`attempt_changes`); only while the pod is pending, and at most :data:`MAX_PODS` pods (the least recently
+failed are forgotten first). When PostFilter ran (DefaultPreemption), its :class:`PostFilterResult` says per
+node why preemption did or did not help there (``node_messages``) and which node it nominated; the account
+carries both.
 
-When PostFilter ran (DefaultPreemption), its :class:`PostFilterResult` says per node why preemption did or
-did not help there (``node_messages``) and which node it nominated; the account carries both, so a user sees
-not only why the pod fits nowhere but also why evicting lower-priority pods would (or would not) change that.
+Successes (per profile, ``spec.explain.successes``). Upstream's ``prioritizeNodes`` computes, per feasible node,
+each Score plugin's score, normalises it (NormalizeScore), weights it, and sums the weighted scores into the
+total that ``selectHost`` compares. :func:`capture_scores` takes the winner's and the best
+:data:`RUNNERS_UP` other nodes' numbers from the cycle's own :class:`ScoreOutcome` (nothing is scored again),
+in the synchronous cycle while slots still name those nodes; :func:`success_account` turns that into JSON when
+asked. The last :data:`MAX_BOUND_PODS` bound pods' captures are kept in a ring. The capture costs a measurable
+share of a cycle (docs/benchmarks.md), hence the opt-in.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from kopf_scheduler.framework import PostFilterResult
-from kopf_scheduler.scheduler import FitError
+import numpy as np
 
-#: Pods whose last failed attempt is kept; beyond this the oldest accounts are dropped.
+from kopf_scheduler.framework import PostFilterResult
+from kopf_scheduler.scheduler import FitError, ScheduleResult
+
+#: Pending pods whose failed attempts are kept; beyond this the least recently failed are dropped.
 MAX_PODS = 1000
+#: Bound pods whose success account is kept (the ``explainBoundPods`` run setting).
+MAX_BOUND_PODS = 256
+#: Failed attempts kept per pending pod (the ``explainHistory`` run setting).
+HISTORY_LENGTH = 5
+#: Nodes listed beside the winner in a success account.
+RUNNERS_UP = 3
+#: Nodes named per kind of change in a history entry (the rest are counted).
+MAX_CHANGED_NODES = 10
 
 
 def explain_fit_error(
@@ -82,32 +103,321 @@ def _add_post_filter(account: dict[str, Any], result: PostFilterResult) -> None:
         account["nominatedNode"] = result.nominated_node_name
 
 
-class Explanations:
-    """The latest failed-attempt account per pending pod, keyed by ``namespace/name``; bounded."""
+@dataclass(slots=True)
+class ScoreCapture:
+    """The scoring step of one successful cycle, cut down to the winner and the runners-up.
 
-    def __init__(self, *, max_pods: int = MAX_PODS) -> None:
-        self._accounts: OrderedDict[str, dict[str, Any]] = OrderedDict()
+    Taken in the scheduling cycle from the :class:`ScoreOutcome` that host selection compared (nothing is
+    scored again), with node names read while the slots still mean those nodes; turned into JSON only when
+    someone asks (:meth:`Explanations.get`). ``raw`` and ``weighted`` hold one row per plugin, one column per
+    listed node (the winner first).
+    """
+
+    node: str
+    at: float
+    evaluated_nodes: int
+    feasible_nodes: int
+    nodes: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
+    weights: tuple[int, ...] = ()
+    raw: tuple[list[int], ...] = ()
+    weighted: tuple[list[int], ...] = ()
+    totals: tuple[int, ...] = ()
+
+
+def capture_scores(
+    result: ScheduleResult, names: Sequence[str | None], *, at: float, runners_up: int = RUNNERS_UP
+) -> ScoreCapture:
+    """The winner's and the best ``runners_up`` other nodes' per-plugin scores, from the cycle's own arrays.
+
+    ``names`` is the node table's name column (``result.scores.nodes`` are its slots). When scoring did not
+    run (one feasible node, or the nominated node fit) only the counts are kept.
+    """
+    scores = result.scores
+    if scores is None or not len(scores.nodes):
+        return ScoreCapture(result.suggested_host, at, result.evaluated_nodes, result.feasible_nodes)
+    totals = scores.totals
+    best = _best_positions(totals, runners_up + 1)
+    slots = scores.nodes[best].tolist()
+    if result.slot in slots:  # the winner has the highest total: it is there unless more nodes tie with it
+        winner = best[slots.index(result.slot)]
+    else:
+        winner = int(np.flatnonzero(scores.nodes == result.slot)[0])
+    positions = np.asarray([winner, *[p for p in best if p != winner][:runners_up]], dtype=np.int64)
+    slots = scores.nodes[positions].tolist()
+    raw_rows = scores.raw or scores.scores
+    return ScoreCapture(
+        node=result.suggested_host,
+        at=at,
+        evaluated_nodes=result.evaluated_nodes,
+        feasible_nodes=result.feasible_nodes,
+        nodes=tuple(str(names[slot]) for slot in slots),
+        plugins=scores.plugins,
+        weights=scores.weights,
+        raw=tuple([row[positions].tolist() for row in raw_rows]),
+        weighted=tuple([row[positions].tolist() for row in scores.scores]),
+        totals=tuple(totals[positions].tolist()),
+    )
+
+
+def _best_positions(totals: np.ndarray, k: int) -> list[int]:
+    """Positions of ``k`` highest totals, best first (among equal totals, in node order)."""
+    count = len(totals)
+    positions = np.argpartition(totals, count - k)[count - k :].tolist() if count > k else list(range(count))
+    return [p for _, p in sorted(zip([-v for v in totals[positions].tolist()], positions, strict=True))]
+
+
+def success_account(key: str, profile: str, capture: ScoreCapture) -> dict[str, Any]:
+    """A JSON-ready account of a successful placement: the winner and runners-up, plugin by plugin.
+
+    Each candidate has, per Score plugin, upstream's four numbers: ``raw`` (what Score returned),
+    ``normalized`` (after NormalizeScore, 0-100), ``weight`` and ``weighted`` (normalized × weight), and the
+    node's ``total`` (the sum of the weighted scores: what selectHost compared).
+    """
+    account: dict[str, Any] = {
+        "pod": key,
+        "profile": profile,
+        "time": rfc3339(capture.at),
+        "result": "Scheduled",
+        "node": capture.node,
+        "evaluatedNodes": capture.evaluated_nodes,
+        "feasibleNodes": capture.feasible_nodes,
+    }
+    if not capture.nodes:
+        account["message"] = (
+            "Score did not run: the only feasible node found (one feasible node, the pod's nominated node, or a "
+            "profile without Score plugins, which stops the search at the first feasible node)"
+        )
+        return account
+    candidates = []
+    for j, node in enumerate(capture.nodes):
+        plugins = {
+            name: {
+                "raw": capture.raw[i][j],
+                "normalized": capture.weighted[i][j] // weight if weight else 0,
+                "weight": weight,
+                "weighted": capture.weighted[i][j],
+            }
+            for i, (name, weight) in enumerate(zip(capture.plugins, capture.weights, strict=True))
+        }
+        candidates.append({"node": node, "chosen": j == 0, "total": capture.totals[j], "plugins": plugins})
+    account["scorePlugins"] = [{"name": n, "weight": w} for n, w in zip(capture.plugins, capture.weights, strict=True)]
+    account["candidates"] = candidates
+    ties = sum(1 for total in capture.totals[1:] if total == capture.totals[0])
+    if ties:
+        account["tie"] = f"{ties + 1} nodes share the highest total; the winner was picked at random among them"
+    return account
+
+
+# -- history of a pending pod ---------------------------------------------------------------------------
+def attempt_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What changed between two failed attempts' accounts: the node count, the per-plugin rejection counts,
+    and which nodes were judged differently (at most :data:`MAX_CHANGED_NODES` named per kind, all counted)."""
+    changes: dict[str, Any] = {}
+    if before.get("numNodes") != after.get("numNodes"):
+        changes["numNodes"] = {"from": before.get("numNodes"), "to": after.get("numNodes")}
+    counts_before, counts_after = before.get("rejectedByPlugin") or {}, after.get("rejectedByPlugin") or {}
+    by_plugin = {
+        plugin: {"from": counts_before.get(plugin, 0), "to": counts_after.get(plugin, 0)}
+        for plugin in sorted(counts_before.keys() | counts_after.keys())
+        if counts_before.get(plugin, 0) != counts_after.get(plugin, 0)
+    }
+    if by_plugin:
+        changes["rejectedByPlugin"] = by_plugin
+    old, new = before.get("nodes") or {}, after.get("nodes") or {}
+    _named(changes, "nodesAdded", sorted(new.keys() - old.keys()))
+    _named(changes, "nodesGone", sorted(old.keys() - new.keys()))
+    changed = [
+        {"node": name, "from": _verdict(old[name]), "to": _verdict(new[name])}
+        for name in sorted(old.keys() & new.keys())
+        if (old[name]["plugin"], old[name]["reasons"]) != (new[name]["plugin"], new[name]["reasons"])
+    ]
+    _named(changes, "nodesChanged", changed)
+    if before.get("message") != after.get("message") and not changes:
+        changes["message"] = "changed"
+    return changes
+
+
+def _named(changes: dict[str, Any], kind: str, items: list[Any]) -> None:
+    if items:
+        changes[kind] = items[:MAX_CHANGED_NODES]
+        if len(items) > MAX_CHANGED_NODES:
+            changes[kind + "More"] = len(items) - MAX_CHANGED_NODES
+
+
+def _verdict(node: dict[str, Any]) -> str:
+    return f"{node['plugin'] or '-'}: {'; '.join(node['reasons']) or '-'}"
+
+
+def _history_entry(account: dict[str, Any], changes: dict[str, Any] | None) -> dict[str, Any]:
+    entry = {key: account[key] for key in ("time", "result", "message") if key in account}
+    for key in ("numNodes", "nominatedNode"):
+        if key in account:
+            entry[key] = account[key]
+    if changes is not None:
+        entry["changes"] = changes
+    return entry
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A pending pod: its latest failed attempt in full, the latest FitError account (what the next one is
+    compared with) and the last attempts' summaries, oldest first."""
+
+    account: dict[str, Any]
+    fit: dict[str, Any] | None
+    history: deque[dict[str, Any]]
+
+
+class Explanations:
+    """Accounts per pod, keyed by ``namespace/name``; every part bounded.
+
+    - pending pods: the latest failed attempt in full and the last ``history`` attempts summarised, with what
+      changed between consecutive ones; at most ``max_pods`` pods (least recently failed forgotten first);
+    - bound pods: the success account (winner, runners-up, per-plugin scores) of the last ``max_bound`` pods
+      bound by this replica (a ring; 0 keeps none).
+    """
+
+    def __init__(self, *, max_pods: int = MAX_PODS, max_bound: int = MAX_BOUND_PODS, history: int = HISTORY_LENGTH):
+        self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        self._bound: OrderedDict[str, tuple[str, ScoreCapture]] = OrderedDict()
         self._max_pods = max_pods
+        self.max_bound = max_bound
+        self._history = max(history, 1)
 
     def record(self, key: str, account: dict[str, Any]) -> None:
-        self._accounts[key] = account
-        self._accounts.move_to_end(key)
-        while len(self._accounts) > self._max_pods:
-            self._accounts.popitem(last=False)
+        """A failed attempt's account (:func:`explain_fit_error`'s, or any failure's with ``time``,
+        ``result`` and ``message``): it becomes the latest, and joins the pod's history."""
+        self._bound.pop(key, None)
+        pending = self._pending.pop(key, None)
+        is_fit = "nodes" in account
+        if pending is None:
+            pending = _Pending(account, None, deque(maxlen=self._history))
+            changes = None
+        else:
+            # Only two FitErrors compare node by node; an error, or a FitError after only errors, has no diff.
+            changes = attempt_changes(pending.fit, account) if is_fit and pending.fit is not None else None
+            pending.account = account
+        if is_fit:
+            pending.fit = account
+        pending.history.append(_history_entry(account, changes))
+        self._pending[key] = pending
+        while len(self._pending) > self._max_pods:
+            self._pending.popitem(last=False)
+
+    def record_success(self, key: str, profile: str, capture: ScoreCapture) -> None:
+        """The pod was bound where ``capture`` says: its failures are over, its success is kept (ring)."""
+        self._pending.pop(key, None)
+        if self.max_bound <= 0:
+            return
+        self._bound.pop(key, None)
+        self._bound[key] = (profile, capture)
+        while len(self._bound) > self.max_bound:
+            self._bound.popitem(last=False)
 
     def forget(self, key: str) -> None:
-        """The pod was bound or deleted: its last failure no longer explains anything."""
-        self._accounts.pop(key, None)
+        """The pod was bound or deleted: its last failures no longer explain anything (a success account
+        stays in its ring: where a pod went stays true after it is gone)."""
+        self._pending.pop(key, None)
 
     def get(self, key: str) -> dict[str, Any] | None:
-        return self._accounts.get(key)
+        """The pod's account: a pending pod's latest failure with ``history``, or a bound pod's success."""
+        pending = self._pending.get(key)
+        if pending is not None:
+            return {**pending.account, "history": list(pending.history)}
+        bound = self._bound.get(key)
+        if bound is not None:
+            return success_account(key, *bound)
+        return None
 
     def __len__(self) -> int:
-        return len(self._accounts)
+        return len(self._pending)
+
+    @property
+    def bound_count(self) -> int:
+        return len(self._bound)
+
+
+def rfc3339(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def format_account(account: dict[str, Any]) -> str:
-    """The account as ``kopf-scheduler explain`` prints it: the upstream message, then a table per node."""
+    """The account as ``kopf-scheduler explain`` prints it: a bound pod's scores (:func:`format_success`), or a
+    pending pod's latest failure (:func:`format_failure`) followed by its history."""
+    if account.get("result") == "Scheduled":
+        return format_success(account)
+    text = format_failure(account)
+    history = account.get("history") or []
+    return text + "\n\n" + format_history(history) if history else text
+
+
+def format_success(account: dict[str, Any]) -> str:
+    """The winner and runners-up, one row per node and Score plugin, each node's total last."""
+    lines = [
+        f"Pod {account['pod']}: Scheduled on {account['node']} (profile {account['profile']}, at {account['time']})",
+        f"{account['feasibleNodes']} feasible node(s) of {account['evaluatedNodes']} evaluated.",
+    ]
+    if account.get("message"):
+        lines.append(account["message"])
+    candidates = account.get("candidates") or []
+    if not candidates:
+        return "\n".join(lines)
+    if account.get("tie"):
+        lines.append(f"Tie: {account['tie']}.")
+    labels = [c["node"] + (" (chosen)" if c["chosen"] else "") for c in candidates]
+    node_width = max(len("NODE"), *(len(label) for label in labels))
+    plugin_width = max(len("PLUGIN"), len("total"), *(len(p["name"]) for p in account["scorePlugins"]))
+    header = f"{'NODE':<{node_width}}  {'PLUGIN':<{plugin_width}}  {'RAW':>5}  {'NORMALIZED':>10}  {'WEIGHT':>6}  "
+    lines += ["", header + f"{'WEIGHTED':>8}"]
+    for label, candidate in zip(labels, candidates, strict=True):
+        first = True
+        for name, score in candidate["plugins"].items():
+            node = label if first else ""
+            first = False
+            lines.append(
+                f"{node:<{node_width}}  {name:<{plugin_width}}  {score['raw']:>5}  {score['normalized']:>10}  "
+                f"{score['weight']:>6}  {score['weighted']:>8}"
+            )
+        total_label = label if first else ""
+        lines.append(f"{total_label:<{node_width}}  {'total':<{plugin_width}}  {'':>5}  {'':>10}  {'':>6}  ")
+        lines[-1] += f"{candidate['total']:>8}"
+    return "\n".join(lines)
+
+
+def format_history(history: list[dict[str, Any]]) -> str:
+    """The last attempts, oldest first, each with what changed since the one before."""
+    lines = [f"History (last {len(history)} attempt(s), oldest first):"]
+    for entry in history:
+        lines.append(f"  {entry.get('time', '?')}  {entry.get('result', '?')}: {entry.get('message', '')}")
+        changes = entry.get("changes")
+        if changes is None:
+            continue
+        lines += [f"      {line}" for line in _change_lines(changes)] or ["      no change in the verdicts"]
+    return "\n".join(lines)
+
+
+def _change_lines(changes: dict[str, Any]) -> list[str]:
+    lines = []
+    if "numNodes" in changes:
+        lines.append(f"nodes: {changes['numNodes']['from']} → {changes['numNodes']['to']}")
+    for plugin, counts in (changes.get("rejectedByPlugin") or {}).items():
+        lines.append(f"rejected by {plugin}: {counts['from']} → {counts['to']}")
+    for kind, label in (("nodesAdded", "newly rejected"), ("nodesGone", "no longer rejected")):
+        if changes.get(kind):
+            more = f" (+{changes[kind + 'More']} more)" if changes.get(kind + "More") else ""
+            lines.append(f"{label}: {', '.join(changes[kind])}{more}")
+    for change in changes.get("nodesChanged") or ():
+        lines.append(f"{change['node']}: {change['from']} → {change['to']}")
+    if changes.get("nodesChangedMore"):
+        lines.append(f"(+{changes['nodesChangedMore']} more nodes changed)")
+    if changes.get("message"):
+        lines.append("the message changed")
+    return lines
+
+
+def format_failure(account: dict[str, Any]) -> str:
+    """A failed attempt: the upstream message, then a table per node."""
     lines = [
         f"Pod {account['pod']}: {account['result']} (profile {account['profile']}, attempt at {account['time']})",
         account["message"],

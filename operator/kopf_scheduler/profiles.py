@@ -61,6 +61,8 @@ class ProfileRuntime:
     scheduler: Scheduler
     queue: SchedulingQueue = field(init=False)
     generation: int = 0
+    #: ``spec.explain.successes``: each bound pod's scores are kept for ``/explain``.
+    explain_successes: bool = False
 
     # The queue calls these; they read ``self.framework`` each time, so a hot reload takes effect at once.
     def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:

@@ -4,7 +4,8 @@ Upstream splits this between the event recorder (``Scheduled`` after a successfu
 in ``handleSchedulingFailure``) and ``updatePod``, which patches ``PodScheduled=False`` only when the condition
 would change. What is ours: a FailedScheduling event is posted once per distinct message, and again only after
 the maximum pod backoff (upstream relies on the recorder's aggregation), and each FitError's node-by-node
-account is kept for ``/explain`` (see ``explain.py``).
+account is kept for ``/explain`` with the pod's recent attempts (any failure), and a bound pod's scores when its
+profile keeps them (see ``explain.py``).
 
 The binding cycle also publishes ``status.nominatedNodeName`` through :meth:`Reporter.nominate` before a
 PreBind that has work (upstream's NominatedNodeNameForExpectation). A failure sets it in the same patch as the
@@ -24,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kopf_scheduler.client import ClientRef
-from kopf_scheduler.explain import Explanations, explain_fit_error
+from kopf_scheduler.explain import Explanations, ScoreCapture, explain_fit_error
 from kopf_scheduler.framework import APIError, PostFilterResult, nominated_node_name
 from kopf_scheduler.kube.events import event_body
 from kopf_scheduler.scheduler import FitError
@@ -58,9 +59,14 @@ class Reporter:
         self._last_failure: dict[str, tuple[str, float]] = {}
         #: The latest failed attempt of each pending pod, node by node (``/explain``).
         self.explanations = explanations or Explanations()
+        #: The pod whose failure :meth:`explain` just recorded in full (``failed`` then records nothing more).
+        self._explained: str | None = None
 
     # -- outcomes of an attempt ----------------------------------------------------------------------
-    async def scheduled(self, pod: PodInfo, profile: str, node: str) -> None:
+    async def scheduled(self, pod: PodInfo, profile: str, node: str, scores: ScoreCapture | None = None) -> None:
+        """The Scheduled event; with ``scores`` (the profile keeps success accounts) the account for /explain."""
+        if scores is not None:
+            self.explanations.record_success(pod.key, profile, scores)
         await self.post_event(
             pod, profile, "Normal", "Scheduled", "Binding", f"Successfully assigned {pod.key} to {node}"
         )
@@ -74,6 +80,7 @@ class Reporter:
         (Noop); a name sets it (a preemption's nomination), "" removes it (``clearNominatedNode``), each in
         the same patch as the condition and only if it changes the field.
         """
+        self._remember_failure(pod, profile, reason, message)
         now = self._clock()
         last = self._last_failure.get(pod.uid)
         if last is None or last[0] != message or now - last[1] >= self._repeat_after:
@@ -113,12 +120,22 @@ class Reporter:
 
     def explain(self, profile: str, fit: FitError, post_filter: PostFilterResult | None = None) -> None:
         """Keep the per-node account of this failure (read within the cycle: node names are live), with
-        what PostFilter (preemption) found on each node."""
+        what PostFilter (preemption) found on each node; :meth:`failed` follows for the same attempt."""
         try:
             account = explain_fit_error(fit, profile=profile, at=now_rfc3339(), post_filter=post_filter)
             self.explanations.record(fit.pod.key, account)
+            self._explained = fit.pod.key
         except Exception:  # an explanation must never cost a scheduling decision
             logger.exception("could not explain the failure of %s", fit.pod.key)
+
+    def _remember_failure(self, pod: PodInfo, profile: str, reason: str, message: str) -> None:
+        """A failure :meth:`explain` did not account for (a scheduling error, a binding failure, a Permit
+        rejection while waiting) still joins the pod's history, with its reason and message."""
+        explained, self._explained = self._explained, None
+        if explained == pod.key:
+            return
+        account = {"pod": pod.key, "profile": profile, "time": now_rfc3339(), "result": reason, "message": message}
+        self.explanations.record(pod.key, account)
 
     def forget(self, uid: str, key: str) -> None:
         """The pod is bound or gone: nothing about its failures is worth keeping."""

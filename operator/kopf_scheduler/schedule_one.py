@@ -19,6 +19,8 @@ The shape is upstream's ``scheduleOne``:
   all, no PostFilter plugin, an error, and a Reserve or Permit rejection (which runs no PostFilter).
   In the extender cycle PostFilter is awaited (:meth:`ScheduleOne._post_filter_with_extenders`):
   DefaultPreemption may call the extenders' preempt verb.
+- A profile with ``spec.explain.successes`` has the winner's and runners-up's scores captured right after
+  Permit (:meth:`ScheduleOne._capture_scores`, ``explain.capture_scores``); they are kept once the pod is bound.
 - :meth:`ScheduleOne._binding_cycle` runs PreBindPreFlight, WaitOnPermit, PreBind, Bind and PostBind
   (``Scheduler.bind_pod``, which on failure runs Unreserve in reverse order and forgets the pod in the cache),
   then settles the pod: success is reported as Scheduled; failures go to :meth:`_handle_binding_cycle_error`.
@@ -42,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kopf_scheduler.explain import ScoreCapture, capture_scores
 from kopf_scheduler.framework import ClusterEvent, CycleState, PostFilterResult, Status, nominated_node_name
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
 from kopf_scheduler.framework.nominator import Nominator, NoNominator
@@ -189,7 +192,21 @@ class ScheduleOne:
         except Exception as e:
             self._error_failure(runtime, qpod, pod, e, started)
             return
-        self._spawn(self._binding_cycle(runtime, qpod, state, assumed, outcome, started))
+        scores = self._capture_scores(runtime, outcome)
+        self._spawn(self._binding_cycle(runtime, qpod, state, assumed, outcome, started, scores))
+
+    def _capture_scores(self, runtime: ProfileRuntime, result: ScheduleResult) -> ScoreCapture | None:
+        """The winner's and runners-up's scores, if the profile keeps success accounts (``spec.explain``); taken
+        now, while the node table's slots still name the nodes that were scored."""
+        if not runtime.explain_successes:
+            return None
+        try:
+            scores = capture_scores(result, self._cache.table.names, at=time.time())
+        except Exception:  # an explanation must never cost a scheduling decision
+            logger.exception("could not capture the scores of %s", result.suggested_host)
+            return None
+        # With extenders the slots were read before the awaits: a node table that changed meanwhile is not trusted.
+        return scores if not scores.nodes or scores.nodes[0] == result.suggested_host else None
 
     def _fit_failure(
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, fit: FitError, started: float, nominated_node: str | None
@@ -268,6 +285,7 @@ class ScheduleOne:
         pod: PodInfo,
         result: ScheduleResult,
         started: float,
+        scores: ScoreCapture | None = None,
     ) -> None:
         """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod``; then settle it either way."""
         try:
@@ -277,18 +295,24 @@ class ScheduleOne:
             self._cache.forget(pod.uid)
             status = Status.as_error(e)
         if status.is_success:
-            await self._bound(runtime, qpod, pod, result.suggested_host, started)
+            await self._bound(runtime, qpod, pod, result.suggested_host, started, scores)
         else:
             self._handle_binding_cycle_error(runtime, qpod, pod, status, started)
 
     async def _bound(
-        self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, node: str, started: float
+        self,
+        runtime: ProfileRuntime,
+        qpod: QueuedPodInfo,
+        pod: PodInfo,
+        node: str,
+        started: float,
+        scores: ScoreCapture | None = None,
     ) -> None:
         runtime.queue.done(pod.uid)
         self._metrics.observe_attempt(result=SCHEDULED, profile=runtime.name, seconds=time.perf_counter() - started)
         first = qpod.initial_attempt_timestamp or qpod.timestamp
         self._metrics.observe_scheduled(attempts=qpod.attempts, seconds_since_first_enqueue=self._clock() - first)
-        await self._reporter.scheduled(pod, runtime.name, node)
+        await self._reporter.scheduled(pod, runtime.name, node, scores)
 
     def _handle_binding_cycle_error(
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, status: Status, started: float

@@ -482,6 +482,7 @@ def _with_extender_scores(
         scores.weights + (1,) * len(columns),
         scores.scores + columns,
         totals,
+        scores.raw + columns if scores.raw else (),
     )
 
 

@@ -40,6 +40,12 @@ class RunSettings(BaseModel):
     pod_initial_backoff_seconds: float = Field(default=1.0, gt=0)
     pod_max_backoff_seconds: float = Field(default=10.0, gt=0)
     pod_max_in_unschedulable_pods_duration: float = Field(default=300.0, gt=0)
+    explain_bound_pods: int = Field(
+        default=256,
+        ge=0,
+        description="Bound pods whose success account /explain keeps (profiles with spec.explain.successes).",
+    )
+    explain_history: int = Field(default=5, ge=1, le=100, description="Failed attempts /explain keeps per pod.")
     # Secure serving of the metrics port, under kube-scheduler's flag names (web/).
     tls_cert_file: str = Field(default="", description="PEM certificate of the metrics port; empty: self-signed.")
     tls_private_key_file: str = Field(default="", description="PEM private key matching tlsCertFile.")

@@ -84,7 +84,13 @@ def test_pods_of_each_profile_are_bound_with_a_scheduled_event(
             },
             suffix="binpack",
         ),
-        profiles({"plugins": {"score": {"disabled": [{"name": "NodeResourcesBalancedAllocation"}]}}}, suffix="nobal"),
+        profiles(
+            {
+                "plugins": {"score": {"disabled": [{"name": "NodeResourcesBalancedAllocation"}]}},
+                "explain": {"successes": True},  # bound pods keep their scores for /explain
+            },
+            suffix="nobal",
+        ),
     ]
     for name in names:
         wait_profile_status(cluster.api, name, ready=True)
@@ -126,6 +132,42 @@ def test_pods_of_each_profile_are_bound_with_a_scheduled_event(
     assert operator.scheduled_count() == len(ours)
     for profile in names:
         assert operator.scheduled_count(profile) == 3
+    _assert_success_accounts(operator, namespace, bound, ours, explained_profile=names[2])
+
+
+def _assert_success_accounts(
+    operator: OperatorProcess, namespace: str, bound: dict[str, str], ours: dict[str, str], *, explained_profile: str
+) -> None:
+    """A pod of the profile with ``spec.explain.successes`` is explained by the node it was bound to, first among
+    its runners-up, each with per-plugin weighted scores that add up to the total selectHost compared; a pod of
+    another profile has no account (its failures are forgotten once bound, and it keeps no success)."""
+    for pod_name, profile in ours.items():
+        explained = _explain(operator, namespace, pod_name, "--json")
+        if profile != explained_profile:
+            assert explained.returncode == 1, explained.stdout
+            continue
+        assert explained.returncode == 0, explained.stderr
+        account = json.loads(explained.stdout)
+        assert (account["result"], account["node"], account["profile"]) == ("Scheduled", bound[pod_name], profile)
+        candidates = account["candidates"]
+        assert candidates[0] == {**candidates[0], "node": bound[pod_name], "chosen": True}
+        assert len(candidates) == min(4, account["feasibleNodes"])
+        plugins = {p["name"]: p["weight"] for p in account["scorePlugins"]}
+        assert "NodeResourcesBalancedAllocation" not in plugins
+        assert "NodeResourcesFit" in plugins
+        for candidate in candidates:
+            assert set(candidate["plugins"]) == set(plugins)
+            for name, score in candidate["plugins"].items():
+                assert score["weight"] == plugins[name]
+                assert score["weighted"] == score["normalized"] * score["weight"]
+                assert 0 <= score["normalized"] <= 100
+            assert sum(s["weighted"] for s in candidate["plugins"].values()) == candidate["total"]
+        assert all(c["total"] <= candidates[0]["total"] for c in candidates)
+    pod_name = next(p for p, profile in ours.items() if profile == explained_profile)
+    text = _explain(operator, namespace, pod_name)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith(f"Pod {namespace}/{pod_name}: Scheduled on {bound[pod_name]} (profile ")
+    assert f"{bound[pod_name]} (chosen)  " in text.stdout
 
 
 def _failed_scheduling(cluster: Cluster, namespace: str, pod: str) -> list[Any]:
@@ -220,11 +262,11 @@ def test_unschedulable_pod_reports_upstream_text_and_is_scheduled_after_a_pod_is
     assert cluster.core.read_namespaced_pod("huge", namespace).spec.node_name is None
 
 
-def _explain(operator: OperatorProcess, namespace: str, pod: str) -> subprocess.CompletedProcess[str]:
+def _explain(operator: OperatorProcess, namespace: str, pod: str, *extra: str) -> subprocess.CompletedProcess[str]:
     # The kubeconfig's token (the admin, in system:masters) over HTTPS; the certificate is self-signed.
     url = f"https://127.0.0.1:{operator.metrics_port}"
     command = [*operator_command(), "explain", f"{namespace}/{pod}", "--url", url, "--insecure-skip-tls-verify"]
-    command += ["--kubeconfig", str(operator.kubeconfig)]
+    command += ["--kubeconfig", str(operator.kubeconfig), *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=30)
 
 

@@ -254,7 +254,7 @@ def test_schema_details_for_the_crd() -> None:
     schema = SchedulerProfileSpec.model_json_schema(by_alias=True)
     defs = schema["$defs"]
     assert set(defs["Plugins"]["properties"]) == {p.value for p in ExtensionPoint} | {"multiPoint"}
-    assert set(schema["properties"]) == {"percentageOfNodesToScore", "plugins", "pluginConfig", "extenders"}
+    assert set(schema["properties"]) == {"percentageOfNodesToScore", "plugins", "pluginConfig", "extenders", "explain"}
     percentage = schema["properties"]["percentageOfNodesToScore"]
     assert (percentage["type"], percentage["minimum"], percentage["maximum"]) == ("integer", 0, 100)
     args = defs["PluginConfig"]["properties"]["args"]

@@ -84,10 +84,13 @@ def test_forgetting_a_pod_lets_its_next_failure_be_posted_and_drops_its_explanat
     report.explanations.record(pod.key, {"pod": pod.key})
     report.failed(pod, "sp", reason="Unschedulable", message="a")
     report.forget(pod.uid, pod.key)
+    assert report.explanations.get(pod.key) is None
     report.failed(pod, "sp", reason="Unschedulable", message="a")
     settle(spawned)
     assert [e["note"] for e in client.events] == ["a", "a"]
-    assert report.explanations.get(pod.key) is None
+    account = report.explanations.get(pod.key)  # a failure without a FitError account is still history
+    assert account is not None
+    assert [(h["result"], h["message"]) for h in account["history"]] == [("Unschedulable", "a")]  # a fresh start
 
 
 def test_condition_is_patched_only_when_it_would_change() -> None:

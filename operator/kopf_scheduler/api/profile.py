@@ -254,6 +254,19 @@ class Extender(ApiModel):
     )
 
 
+class ExplainOptions(ApiModel):
+    """What the profile keeps for ``kopf-scheduler explain`` beyond failed attempts (not upstream's)."""
+
+    successes: bool = Field(
+        default=False,
+        description=(
+            "Keep, for each pod this profile binds, the per-plugin scores (raw, normalized, weighted) of the chosen "
+            "node and the three best runners-up, for the operator's last explainBoundPods bound pods. Off by "
+            "default: it adds a measurable share to each scheduling cycle (docs/benchmarks.md)."
+        ),
+    )
+
+
 class SchedulerProfileSpec(ApiModel):
     """One kube-scheduler profile; the SchedulerProfile's metadata.name is its schedulerName."""
 
@@ -283,6 +296,10 @@ class SchedulerProfileSpec(ApiModel):
             "HTTP scheduler extenders consulted by this profile, in order (upstream configures them per "
             "kube-scheduler, for every profile, in KubeSchedulerConfiguration.extenders)."
         ),
+    )
+    explain: ExplainOptions = Field(
+        default_factory=ExplainOptions,
+        description="What this profile's decisions leave for kopf-scheduler explain (failed attempts always).",
     )
 
 

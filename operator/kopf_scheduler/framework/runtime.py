@@ -541,6 +541,7 @@ class Framework:
                 )
             names.append(name)
             raw.append(scores)
+        before_normalize = tuple(raw)  # kept for explanations (references only; normalising replaces items)
         for i, name in enumerate(names):
             plugin = self.plugins[name]
             assert isinstance(plugin, ScorePlugin)
@@ -577,7 +578,7 @@ class Framework:
         else:
             weights, weighted = (), ()
             totals = np.zeros(count, dtype=np.int64)
-        return ScoreOutcome(nodes, tuple(names), weights, weighted, totals), SUCCESS
+        return ScoreOutcome(nodes, tuple(names), weights, weighted, totals, before_normalize), SUCCESS
 
     # -- Reserve / Permit ------------------------------------------------------------------------------
     def run_reserve_plugins_reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:

@@ -245,6 +245,9 @@ class ScoreOutcome:
     #: One int64 array per plugin, aligned with ``nodes``: normalised score × weight.
     scores: tuple[np.ndarray, ...]
     totals: np.ndarray
+    #: One int64 array per plugin, aligned with ``nodes``: the score before NormalizeScore (upstream's
+    #: ``Score`` result); empty when not known. The normalised score is ``scores[i] // weights[i]``.
+    raw: tuple[np.ndarray, ...] = ()
 
     def breakdown(self, position: int) -> dict[str, int]:
         """Plugin → weighted score of the node at ``position`` (why it won, or lost)."""

@@ -108,8 +108,9 @@ def build_app(*, registry: CollectorRegistry, explain: Explain, auth: DelegatedA
         account = explain(key)
         if account is None:
             message = (
-                f"no failed scheduling attempt recorded for pod {key}: it was never attempted by this replica, "
-                "it is bound or deleted, or it is not pending any more (only the active replica schedules)"
+                f"no failed scheduling attempt recorded for pod {key}, nor a success account: it was never "
+                "attempted by this replica (only the active replica schedules), or it was bound by a profile "
+                "without spec.explain.successes or longer ago than the last explainBoundPods pods, or deleted"
             )
             return web.json_response({"pod": key, "message": message}, status=404)
         return web.json_response(account)
