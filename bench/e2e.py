@@ -19,7 +19,8 @@ section 5):
   pods, each run in a fresh namespace whose pods all exist (pending, with that scheduler's
   ``schedulerName``) *before* the scheduler process is started. Both use the admin identity
   (``system:masters``). kube-scheduler gets client QPS/burst 5000 (as scheduler_perf) and a profile equal to
-  ours: upstream's defaults minus the plugins kopf-scheduler does not implement (computed from our builder).
+  ours: upstream's defaults minus the plugins kopf-scheduler does not implement (computed from our builder;
+  none since issue 12, so upstream runs its unmodified default profile).
   kopf-scheduler is the real ``kopf-scheduler run`` process with a ``SchedulerProfile`` whose spec is empty
   (= upstream's defaults). Repetitions interleave the schedulers (kube, kopf, ceiling, kube, kopf, ...) so
   slow drifts of the shared machine's load hit all of them alike.
@@ -54,6 +55,15 @@ section 5):
   no kubelet). A run completes when every pending pod, preemptors included, is bound. As scheduler_perf's
   1000Nodes case, there are as many pending pods as nodes: a node has room for four pod-default pods, and a
   preemptor takes three of those slots, so far more pending pods than nodes would leave some with no room.
+
+* **Devices** (``claims``, after scheduler_perf's SchedulingWithResourceClaimTemplate): a DeviceClass of a fake
+  driver (:data:`DRA_DRIVER`, CEL selector on the driver), a ResourceSlice per node with
+  :data:`DEVICES_PER_NODE` devices, and for each pending pod its own ResourceClaim asking for one device of the
+  class (created before the scheduler starts; scheduler_perf creates them from templates through the
+  resourceclaim controller, which light mode does not run). Both schedulers allocate: PreBind writes each
+  claim's allocation and reservation before the Binding, so a bound pod costs two more writes. Claims carry
+  the delete-protection finalizer afterwards; the harness drops it and deletes the run's claims
+  (:func:`delete_claims`). The ceiling binds without allocating.
 
 Sizes are configurable with environment variables (see :class:`Config`); the defaults are the issue's.
 """
@@ -287,6 +297,56 @@ def csinode_manifest(index: int) -> dict[str, Any]:
     }
 
 
+DRA_DRIVER = "gpu.bench.kopf-scheduler.dev"
+DEVICE_CLASS = "bench-gpu"
+DEVICES_PER_NODE = 8
+DRA_API = "/apis/resource.k8s.io/v1"
+
+
+def claim_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    """pod-default with its own ResourceClaim (named like the pod) for one device."""
+    pod = base_pod(name, scheduler_name)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": name}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    return pod
+
+
+def device_class_manifest() -> dict[str, Any]:
+    selector = {"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS},
+        "spec": {"selectors": [selector]},
+    }
+
+
+def resource_slice_manifest(index: int) -> dict[str, Any]:
+    node = node_name(index)
+    devices = [{"name": f"gpu-{d}", "attributes": {"index": {"int": d}}} for d in range(DEVICES_PER_NODE)]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def resource_claim_manifest(namespace: str, name: str) -> dict[str, Any]:
+    request = {"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [request]}},
+    }
+
+
 @dataclass(frozen=True)
 class Workload:
     id: str
@@ -299,6 +359,8 @@ class Workload:
     volumes: bool = False
     #: Every node starts with four low-priority pods bound to it (PreemptionAsync).
     full_nodes: bool = False
+    #: Each pod gets its own ResourceClaim, every node a ResourceSlice of devices (SchedulingWithResourceClaims).
+    claims: bool = False
 
 
 #: The issue's workloads at their default sizes; ``BENCH_<ID>=NODESxPODS`` overrides one (ID upper-cased, - → _).
@@ -348,6 +410,16 @@ DEFAULT_WORKLOADS: tuple[Workload, ...] = (
         f"nodes full of low-priority pods (4 x 900m); every {PREEMPTOR_EVERY}th pending pod a 3-CPU preemptor "
         "of priority 10, the others pod-default",
         full_nodes=True,
+    ),
+    Workload(
+        "claims",
+        "SchedulingWithResourceClaims",
+        1000,
+        2000,
+        claim_pod,
+        f"pod-default with its own ResourceClaim for one device of a DeviceClass (CEL on the driver); every "
+        f"node a ResourceSlice of {DEVICES_PER_NODE} devices",
+        claims=True,
     ),
 )
 
@@ -778,6 +850,31 @@ async def ensure_csinodes(api: Api, nodes: int) -> None:
     await api.create_many("/apis/storage.k8s.io/v1/csinodes", [csinode_manifest(i) for i in range(nodes)])
 
 
+async def ensure_devices(api: Api, nodes: int) -> None:
+    """The DeviceClass and a ResourceSlice for each of the first ``nodes`` nodes (existing ones are kept)."""
+    await api.create(f"{DRA_API}/deviceclasses", device_class_manifest())
+    await api.create_many(f"{DRA_API}/resourceslices", [resource_slice_manifest(i) for i in range(nodes)])
+
+
+async def delete_claims(api: Api, namespace: str, wait_seconds: float = 600.0) -> None:
+    """Delete the run's ResourceClaims (their delete-protection finalizers dropped first: no controller here)."""
+    path = f"{DRA_API}/namespaces/{namespace}/resourceclaims"
+    listed = await api.request("GET", path)
+    names = [item["metadata"]["name"] for item in listed.get("items") or []]
+
+    async def unprotect(name: str) -> None:
+        with contextlib.suppress(RuntimeError):  # already gone
+            await api.merge_patch(f"{path}/{name}", {"metadata": {"finalizers": None}})
+
+    await for_each(names, unprotect)
+    await api.request("DELETE", path, ok404=True)
+    deadline = time.monotonic() + wait_seconds
+    while (await api.request("GET", path, params={"limit": "1"})).get("items"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"claims of {namespace} not gone after {wait_seconds:.0f}s")
+        await asyncio.sleep(0.5)
+
+
 async def create_bound_volume(api: Api, namespace: str, claim: str) -> None:
     """One claim and its PV, bound both ways, as scheduler_perf's CreatePodWithPersistentVolume does.
 
@@ -842,6 +939,9 @@ async def create_pods(api: Api, workload: Workload, namespace: str, scheduler_na
         await for_each(names, lambda name: create_bound_volume(api, namespace, name))
     if workload.full_nodes:
         await fill_nodes(api, namespace, workload.nodes)
+    if workload.claims:
+        claims = [resource_claim_manifest(namespace, n) for n in names]
+        await api.create_many(f"{DRA_API}/namespaces/{namespace}/resourceclaims", claims)
     await api.create_many(f"/api/v1/namespaces/{namespace}/pods", [workload.make_pod(n, scheduler_name) for n in names])
 
 
@@ -937,6 +1037,8 @@ async def run_one(
     await delete_namespace_pods(api, namespace)
     if workload.volumes:
         await delete_volumes(api, namespace)
+    if workload.claims:
+        await delete_claims(api, namespace)
     print(
         f"  {workload.id:16s} {scheduler:15s} rep {rep}: avg {row['throughput_avg']:7.1f} pods/s "
         f"p50 {row['p50']:7.1f} p99 {row['p99']:7.1f} | lat p50 {row['latency_p50_ms']:8.0f} ms "
@@ -1072,6 +1174,8 @@ async def run_all(config: Config) -> dict[str, Any]:
                 nodes = await ensure_nodes(api, nodes, workload.nodes)
                 if workload.volumes:
                     await ensure_csinodes(api, workload.nodes)
+                if workload.claims:
+                    await ensure_devices(api, workload.nodes)
                 print(f"{workload.id}: {workload.name}, {workload.nodes} nodes, {workload.pods} pods", flush=True)
                 for rep in range(1, config.reps + 1):
                     for scheduler in config.schedulers:
