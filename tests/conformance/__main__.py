@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.conformance import profile_validation, validation_report
+from tests.conformance import extender_harness, profile_validation, validation_report
 from tests.conformance.generator import SIZES, generate
 from tests.conformance.report import (
     DOC_PATH,
@@ -32,10 +32,12 @@ from tests.conformance.report import (
     write_json,
     write_markdown,
 )
-from tests.conformance.runner import Harness, ScenarioResult, default_profiles
+from tests.conformance.runner import Harness, ProfileDef, ScenarioResult, default_profiles
 
 DEFAULT_SCENARIOS = 100
 DEFAULT_VALIDATION_SPECS = 400
+DEFAULT_EXTENDER_SCENARIOS = 12
+EXTENDER_JSON_PATH = JSON_PATH.parent / "conformance-extenders.json"
 
 
 def size_for(seed: int, sizes: str) -> str:
@@ -69,10 +71,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{DEFAULT_VALIDATION_SPECS}; 0: none)",
     )
     parser.add_argument("--validation-only", action="store_true", help="only the profile-validation comparison")
+    parser.add_argument(
+        "--extender-only", action="store_true", help="only the extender comparison (the page keeps the rest)"
+    )
+    parser.add_argument(
+        "--extender-scenarios",
+        type=int,
+        default=int(os.environ.get("CONFORMANCE_EXTENDER_SCENARIOS") or DEFAULT_EXTENDER_SCENARIOS),
+        help=f"scenarios of the extender comparison, a harness of its own (default $CONFORMANCE_EXTENDER_SCENARIOS "
+        f"or {DEFAULT_EXTENDER_SCENARIOS}; 0: none)",
+    )
     args = parser.parse_args(argv)
     command = "python -m tests.conformance " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    if args.extender_only:
+        return run_extender_scenarios(args, command.strip())
     kept_section = validation_report.current_section(args.doc)
     failed = 0 if args.validation_only else run_scenarios(args, parser, command.strip())
+    extender_section = extender_harness.current_section(args.doc)
+    if not args.validation_only and args.extender_scenarios > 0:
+        failed |= run_extender_scenarios(args, command.strip())
+    elif extender_section is not None and not args.no_write:
+        extender_harness.put_section(extender_section, args.doc)  # the scenario report rewrote the page
     if args.validation_specs > 0:
         failed |= run_validation(args, command.strip())
     elif kept_section is not None and not args.no_write:
@@ -151,6 +170,47 @@ def run_scenarios(args: argparse.Namespace, parser: argparse.ArgumentParser, com
     unexplained = [d for d in data["disagreements"] if not d["known"]]
     for item in unexplained:
         print(f"UNEXPLAINED: seed {item['seed']} {item['profile']} {item['pod']}: {item['problems']}")
+    return 1 if unexplained else 0
+
+
+def run_extender_scenarios(args: argparse.Namespace, command: str) -> int:
+    """The extender comparison: the conformance extender configured for both, a harness of its own."""
+    extender = extender_harness.ConformanceExtender().start()
+    profile = ProfileDef(
+        extender_harness.EXTENDER_PROFILE_NAME,
+        {"extenders": [extender.config()]},
+        "built-in: the default profile with the conformance extender",
+    )
+    work_dir = (args.work_dir or Path(".cluster") / "conformance") / "extender"
+    started_at = now_utc()
+    started = time.monotonic()
+    results: list[ScenarioResult] = []
+    try:
+        with Harness([profile], work_dir=work_dir.resolve(), log=lambda text: print(text, flush=True)) as harness:
+            for i in range(args.extender_scenarios):
+                seed = args.seed_start + i
+                size = size_for(seed, args.size)
+                result = harness.run_scenario(generate(seed, size), profile.name)
+                results.append(result)
+                agree = sum(p.agree for p in result.pods)
+                done = f"{i + 1}/{args.extender_scenarios}"
+                print(f"extender scenario {done}: seed {seed}: {agree}/{len(result.pods)} agree", flush=True)
+    finally:
+        extender.stop()
+    annotate_known(results)
+    run = RunInfo.collect(
+        command=command, seed_start=args.seed_start, sizes=args.size, seconds=time.monotonic() - started,
+        started=started_at,
+    )  # fmt: skip
+    data = summary(results, [profile], run)
+    if not args.no_write:
+        write_json(data, args.json.parent / EXTENDER_JSON_PATH.name)
+        extender_harness.put_section(extender_harness.section(data, extender.calls), args.doc)
+        print(f"wrote {EXTENDER_JSON_PATH} and the extender section of {args.doc}")
+    print(f"extenders: {data['pods']} pods, {data['agree']} agree, {data['disagree']} disagree; calls {extender.calls}")
+    unexplained = [d for d in data["disagreements"] if not d["known"]]
+    for item in unexplained:
+        print(f"UNEXPLAINED (extender): seed {item['seed']} {item['pod']}: {item['problems']}")
     return 1 if unexplained else 0
 
 

@@ -69,6 +69,7 @@ from tests.conformance.devices import (
     pod_claim_names,
     read_claim,
 )
+from tests.conformance.extender_harness import split_extenders
 from tests.conformance.generator import (
     BIND_ANNOTATION,
     HOLD_FINALIZER,
@@ -159,8 +160,14 @@ class ProfileDef:
         return tuple(resolve_profile(self.name, spec, default_registry()).omitted_defaults)
 
     def upstream(self) -> dict[str, Any]:
+        """Upstream's profile; ``spec.extenders`` is not a profile field there (see :meth:`extenders`)."""
         spec = self.spec if self.upstream_spec is None else self.upstream_spec
-        return upstream_profile(self.upstream_name, spec, self.omitted)
+        return upstream_profile(self.upstream_name, split_extenders(spec)[0], self.omitted)
+
+    @property
+    def extenders(self) -> list[Any]:
+        """Our ``spec.extenders``, which upstream gets at the top of its configuration (extender_harness.py)."""
+        return split_extenders(self.spec)[1]
 
 
 DEFAULT_PROFILE = ProfileDef("conformance-default", {}, "built-in: upstream's default profile")
@@ -494,6 +501,11 @@ class Harness:
         }
         self._create_ignoring_conflict(lambda: client.NodeV1Api(self.api).create_runtime_class(runtime_class))
         config = scheduler_config(p.upstream() for p in self.profiles.values())
+        extenders = {json.dumps(p.extenders, sort_keys=True) for p in self.profiles.values()}
+        if len(extenders) > 1:
+            raise ValueError("upstream configures extenders for all its profiles: compared profiles must agree")
+        if extenders != {"[]"}:
+            config["extenders"] = json.loads(extenders.pop())
         config["clientConnection"] = {"kubeconfig": str(self._upstream_kubeconfig())}
         self._install_no_binding_policy()
         self._install_no_preemption_webhook()
@@ -854,7 +866,8 @@ class Harness:
     def run_scenario(self, scenario: Scenario, profile_name: str) -> ScenarioResult:
         profile = self.profiles[profile_name]
         started = time.monotonic()
-        model = Model({p.name: p.spec for p in self.profiles.values()})
+        # The in-process model has no HTTP transport: it judges without the extenders (its notes say so).
+        model = Model({p.name: split_extenders(p.spec)[0] for p in self.profiles.values()})
         since = self._mark()
         self._scenario = scenario
         storage = (
