@@ -21,12 +21,13 @@ The conformance harness's in-process model (``tests/conformance/sim.py``) is thi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kopf_scheduler.app import SchedulerApp
-from kopf_scheduler.explain import explain_fit_error, format_account
+from kopf_scheduler.explain import capture_scores, explain_fit_error, format_failure, format_success, success_account
 from kopf_scheduler.framework import CycleState
 from kopf_scheduler.scheduler import FitError, SchedulingError
 from kopf_scheduler.settings import RunSettings
@@ -92,7 +93,8 @@ class Verdict:
     #: PostFilter (DefaultPreemption) after a FitError: the node it would nominate and the victims ("ns/name").
     nominated: str | None = None
     victims: list[str] = field(default_factory=list)
-    #: After a FitError: explain's account of the attempt (per node: the rejecting plugin and its reasons).
+    #: explain's account of the attempt: after a FitError, per node the rejecting plugin and its reasons; on
+    #: success, the winner's and runners-up's raw, normalized and weighted scores per plugin.
     account: dict[str, Any] | None = None
     num_nodes: int = 0
 
@@ -122,10 +124,8 @@ class Verdict:
                 "topNodes": sorted(self.top_nodes),
                 "feasibleNodes": len(self.feasible),
                 "numNodes": self.num_nodes,
-                "scores": [
-                    {"node": n, "total": total, "plugins": {p: s[n] for p, s in self.plugin_scores.items()}}
-                    for n, total in self.ranking()
-                ],
+                "totals": dict(self.ranking()),
+                "account": self.account,
             }
             if self.rejections:
                 out["rejected"] = dict(sorted(self.rejections.items()))
@@ -189,6 +189,7 @@ class OfflineScheduler:
             return verdict
         verdict.node = result.suggested_host
         verdict.rejections = _rejections(result.diagnosis, names)
+        verdict.account = success_account(pod.key, profile, capture_scores(result, names, at=time.time()))
         scores = result.scores
         if scores is None:
             verdict.feasible = {result.suggested_host}
@@ -295,18 +296,14 @@ def read_cluster(list_objects: Callable[[str], list[dict[str, Any]] | None]) -> 
 
 
 # -- output ------------------------------------------------------------------------------------------------
-#: Feasible nodes shown with their per-plugin scores (the winner and the runners-up).
-SHOWN_NODES = 3
-
-
 def format_verdict(verdict: Verdict, profile: str) -> str:
-    """One pod's answer for a terminal."""
+    """One pod's answer for a terminal, in ``kopf-scheduler explain``'s tables (its first line is what-if's)."""
     if verdict.node:
         return _format_success(verdict, profile)
     if verdict.error:
         return f"Pod {verdict.pod}: error (profile {profile})\n{verdict.error}"
-    body = format_account(verdict.account or {}).split("\n", 1)
-    lines = [f"Pod {verdict.pod}: would not schedule (profile {profile})", *body[1:]]
+    lines = [f"Pod {verdict.pod}: would not schedule (profile {profile})"]
+    lines += format_failure(verdict.account or {}).splitlines()[1:]
     if verdict.victims:
         lines.append(f"Preemption would evict: {', '.join(verdict.victims)}")
     return "\n".join(lines)
@@ -315,26 +312,12 @@ def format_verdict(verdict: Verdict, profile: str) -> str:
 def _format_success(verdict: Verdict, profile: str) -> str:
     top = sorted(verdict.top_nodes)
     lines = [f"Pod {verdict.pod}: would schedule on {verdict.node} (profile {profile})"]
-    feasible = f"{len(verdict.feasible)} of {verdict.num_nodes} nodes feasible"
     if len(top) > 1:
-        lines.append(f"{feasible}; {len(top)} nodes tie for the best score, one is picked at random: {', '.join(top)}")
-    else:
-        lines.append(feasible)
-    ranking = verdict.ranking()
-    if ranking:
-        shown = [name for name, _ in ranking[:SHOWN_NODES]]
-        plugins = sorted(verdict.plugin_scores)
-        width = max(len("TOTAL"), *(len(p) for p in plugins))
-        columns = [max(len(n), 5) for n in shown]
-        lines += ["", f"{'PLUGIN':<{width}}  " + "  ".join(f"{n:>{w}}" for n, w in zip(shown, columns, strict=True))]
-        for plugin in plugins:
-            values = [verdict.plugin_scores[plugin][n] for n in shown]
-            lines.append(f"{plugin:<{width}}  " + "  ".join(f"{v:>{w}}" for v, w in zip(values, columns, strict=True)))
-        totals = [verdict.final_scores[n] for n in shown]
-        lines.append(f"{'TOTAL':<{width}}  " + "  ".join(f"{v:>{w}}" for v, w in zip(totals, columns, strict=True)))
-        rest = ranking[SHOWN_NODES:]
-        if rest:
-            lines.append("other feasible nodes: " + ", ".join(f"{n} {total}" for n, total in rest))
+        lines.append(f"{len(top)} nodes tie for the best total, the operator picks one at random: {', '.join(top)}")
+    lines += format_success(dict(verdict.account or {}, tie=None)).splitlines()[1:]
+    rest = verdict.ranking()[len((verdict.account or {}).get("candidates") or ()) :]
+    if rest:
+        lines.append("other feasible nodes (total): " + ", ".join(f"{n} {total}" for n, total in rest))
     if verdict.rejections:
         name_width = max(len("NODE"), *(len(n) for n in verdict.rejections))
         lines += ["", f"{'NODE':<{name_width}}  REJECTED BY"]

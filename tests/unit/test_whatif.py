@@ -67,10 +67,13 @@ def test_a_pod_that_fits_goes_to_the_best_node(
     if len(verdict.feasible) > 1:  # one feasible node is not scored (upstream neither)
         assert verdict.ranking()[0] == (node, max(verdict.final_scores.values()))
         assert sum(scores[node] for scores in verdict.plugin_scores.values()) == verdict.final_scores[node]
-        assert "TOTAL" in text
+        assert f"{node} (chosen)" in text
+        assert verdict.account is not None
+        [winner, *_] = verdict.account["candidates"]
+        assert (winner["node"], winner["total"]) == (node, verdict.final_scores[node])
     else:
         assert verdict.final_scores == {}
-        assert "1 of 3 nodes feasible" in text
+        assert "1 feasible node(s) of 3 evaluated.\nScore did not run" in text
 
 
 def test_equal_nodes_are_reported_as_a_tie_set() -> None:
@@ -79,7 +82,9 @@ def test_equal_nodes_are_reported_as_a_tie_set() -> None:
     [verdict] = what_if(profile=PROFILE, spec={}, cluster={"Node": nodes}, pod=pod)
     assert verdict.top_nodes == {"n0", "n1", "n2"}
     assert verdict.node in verdict.top_nodes
-    assert "3 nodes tie for the best score, one is picked at random: n0, n1, n2" in format_verdict(verdict, PROFILE)
+    assert "3 nodes tie for the best total, the operator picks one at random: n0, n1, n2" in format_verdict(
+        verdict, PROFILE
+    )
 
 
 def test_a_pod_that_fits_nowhere_gets_the_fit_error_text_and_each_nodes_plugin() -> None:
