@@ -85,7 +85,7 @@ def test_the_prediction_is_the_operators_decision_and_what_if_only_reads(
     tag = secrets.token_hex(2)
     labels = {"what-if": tag}
     nodes = [kwok_nodes(f"wi-{tag}-{cpu}cpu", cpu=cpu, memory="16Gi", labels=labels) for cpu in ("2", "4", "8")]
-    profile = profiles({})
+    profile = profiles({}, name=f"what-if-{tag}")
     # Pending first, with no operator running: what-if reads the pod from the cluster.
     create_pods(cluster.core, namespace, [pod_manifest("web", profile, cpu="1500m", node_selector=labels)])
     [predicted] = what_if_json(read_only_kubeconfig, "--profile", profile, "--pod", f"{namespace}/web")
