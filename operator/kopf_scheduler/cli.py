@@ -193,9 +193,10 @@ def what_if_command(args: dict[str, Any]) -> int:
     from kopf_scheduler.whatif import WhatIfError, format_replay, format_verdict, what_if
 
     try:
-        api = APIServer(load_credentials(kubeconfig=args.get("kubeconfig"), context=args.get("context")))
+        credentials = load_credentials(kubeconfig=args.get("kubeconfig"), context=args.get("context"))
+        api = APIServer(credentials)
         name, spec = _what_if_profile(api, args["profile"])
-        pod = _what_if_pod(api, args["pod"]) if args.get("pod") else None
+        pod = _what_if_pod(api, args["pod"], credentials.namespace) if args.get("pod") else None
         cluster = _read_cluster(api)
         verdicts = what_if(profile=name, spec=spec, cluster=cluster, pod=pod)
     except (KubeconfigError, RemoteExplainError, ReadError, ManifestError, WhatIfError, OSError) as e:
@@ -234,8 +235,9 @@ def _what_if_profile(api: Any, profile: str) -> tuple[str, dict[str, Any]]:
     return str(name), dict(manifest.get("spec") or {})
 
 
-def _what_if_pod(api: Any, pod: str) -> dict[str, Any]:
-    """The pod in manifest file ``pod``, else the cluster's pod NAMESPACE/NAME."""
+def _what_if_pod(api: Any, pod: str, namespace: str) -> dict[str, Any]:
+    """The pod in manifest file ``pod`` (in ``namespace``, the context's, unless it names one), else the
+    cluster's pod NAMESPACE/NAME."""
     from kopf_scheduler.kube.reader import get_object
     from kopf_scheduler.kube.remote_explain import pod_path
     from kopf_scheduler.validate import ManifestError, load_manifests
@@ -245,11 +247,12 @@ def _what_if_pod(api: Any, pod: str) -> dict[str, Any]:
         found = [m for m in load_manifests(_read_input(pod), source=pod) if isinstance(m, dict)]
         if len(found) != 1 or found[0].get("kind") != "Pod" or not isinstance(found[0].get("spec"), dict):
             raise ManifestError(f"{pod}: expected one Pod manifest")
-        return found[0]
-    namespace, sep, name = pod.partition("/")
-    if not sep or not namespace or not name:
+        metadata = found[0].get("metadata") or {}
+        return {**found[0], "metadata": {**metadata, "namespace": metadata.get("namespace") or namespace}}
+    pod_namespace, sep, name = pod.partition("/")
+    if not sep or not pod_namespace or not name:
         raise WhatIfError(f"--pod: expected NAMESPACE/NAME or a Pod manifest file, got {pod!r}")
-    found_pod = get_object(api, pod_path(namespace, name))
+    found_pod = get_object(api, pod_path(pod_namespace, name))
     if found_pod is None:
         raise WhatIfError(f"there is no pod {pod} in the cluster, nor a file of that name")
     return found_pod

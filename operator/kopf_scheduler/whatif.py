@@ -97,6 +97,8 @@ class Verdict:
     #: success, the winner's and runners-up's raw, normalized and weighted scores per plugin.
     account: dict[str, Any] | None = None
     num_nodes: int = 0
+    #: A PreEnqueue plugin keeps the pod out of the queue (scheduling gates): no cycle runs, this says why.
+    waiting: str | None = None
 
     @property
     def top_nodes(self) -> set[str]:
@@ -108,6 +110,8 @@ class Verdict:
 
     @property
     def result(self) -> str:
+        if self.waiting:
+            return "Waiting"
         if self.node:
             return "Schedulable"
         return "Error" if self.error else "Unschedulable"
@@ -129,8 +133,8 @@ class Verdict:
             }
             if self.rejections:
                 out["rejected"] = dict(sorted(self.rejections.items()))
-        elif self.error:
-            out["message"] = self.error
+        elif self.waiting or self.error:
+            out["message"] = self.waiting or self.error
         else:
             out |= {"message": self.message, "account": self.account}
         return out
@@ -162,6 +166,14 @@ class OfflineScheduler:
             self.app.on_storage_event(kind, event_type, body)
         else:
             raise ValueError(f"the operator does not watch {kind} objects")
+
+    def pre_enqueue(self, profile: str, pod_obj: Mapping[str, Any]) -> Verdict | None:
+        """The queue's gate (PreEnqueue: SchedulingGates): a verdict when the operator would not try the pod yet."""
+        pod = PodInfo.from_obj({**pod_obj, "spec": {**pod_obj["spec"], "schedulerName": profile}})
+        status = self.app.profiles[profile].framework.run_pre_enqueue_plugins(pod)
+        if status.is_success:
+            return None
+        return Verdict(pod=pod.key, waiting=f"{status.plugin}: {status.message}")
 
     def decide(self, profile: str, pod_obj: Mapping[str, Any]) -> Verdict:
         """Schedule ``pod_obj`` with ``profile`` on the current state, without assuming or binding it.
@@ -281,11 +293,11 @@ def what_if(
                 continue
             model.feed(watched.kind, obj)
     if target is not None:
-        return [model.decide(profile, target)]
+        return [model.pre_enqueue(profile, target) or model.decide(profile, target)]
     verdicts = []
     for pending in pending_pods_of(profile, cluster.get("Pod") or ()):
         model.feed("Pod", pending, "DELETED")
-        verdicts.append(model.decide(profile, pending))
+        verdicts.append(model.pre_enqueue(profile, pending) or model.decide(profile, pending))
         model.feed("Pod", pending, "ADDED")
     return verdicts
 
@@ -300,6 +312,8 @@ def format_verdict(verdict: Verdict, profile: str) -> str:
     """One pod's answer for a terminal, in ``kopf-scheduler explain``'s tables (its first line is what-if's)."""
     if verdict.node:
         return _format_success(verdict, profile)
+    if verdict.waiting:
+        return f"Pod {verdict.pod}: not tried (profile {profile}): PreEnqueue {verdict.waiting}"
     if verdict.error:
         return f"Pod {verdict.pod}: error (profile {profile})\n{verdict.error}"
     lines = [f"Pod {verdict.pod}: would not schedule (profile {profile})"]
@@ -334,7 +348,7 @@ def format_replay(verdicts: list[Verdict], profile: str) -> str:
     width = max(len("POD"), *(len(v.pod) for v in verdicts))
     lines.append(f"{'POD':<{width}}  VERDICT")
     for v in verdicts:
-        outcome = f"would schedule on {v.node}" if v.node else (v.error or v.message or "")
+        outcome = f"would schedule on {v.node}" if v.node else (v.waiting or v.error or v.message or "")
         lines.append(f"{v.pod:<{width}}  {outcome}")
     for v in verdicts:
         lines += ["", format_verdict(v, profile)]

@@ -13,6 +13,7 @@ import yaml
 
 from kopf_scheduler import cli
 from kopf_scheduler.kube import reader
+from kopf_scheduler.kube.kubeconfig import Credentials
 from kopf_scheduler.kube.reader import ReadError, get_object, list_objects
 from kopf_scheduler.whatif import WATCHED_KINDS, WhatIfError, format_replay, format_verdict, what_if
 from tests.unit.factories import make_node, make_pod
@@ -131,6 +132,19 @@ def test_a_changed_profile_makes_a_pending_pod_schedulable() -> None:
     assert summary.startswith("2 pending pod(s) of profile p: 2 would schedule now\n")
 
 
+def test_a_gated_pod_is_not_tried() -> None:
+    """PreEnqueue (SchedulingGates) keeps it out of the queue: the operator would not try it, nor does what-if."""
+    gated = profile_pod("gated", "1")
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    [verdict] = what_if(profile=PROFILE, spec={}, cluster=cluster(pods=[gated]))
+    assert verdict.result == "Waiting"
+    assert verdict.to_api()["message"] == "SchedulingGates: waiting for scheduling gates: [example.com/wait]"
+    assert format_verdict(verdict, PROFILE) == (
+        "Pod default/gated: not tried (profile p): PreEnqueue SchedulingGates: waiting for scheduling gates: "
+        "[example.com/wait]"
+    )
+
+
 def test_no_pending_pods_and_a_broken_profile() -> None:
     assert format_replay(what_if(profile=PROFILE, spec={}, cluster=cluster()), PROFILE) == (
         "No pending pod names profile p (spec.schedulerName)."
@@ -192,7 +206,8 @@ def fake_cluster_api(pods: list[dict[str, Any]], profile_spec: dict[str, Any] | 
 @pytest.fixture
 def use_api(monkeypatch: pytest.MonkeyPatch) -> Any:
     def install(api: FakeAPI) -> FakeAPI:
-        monkeypatch.setattr("kopf_scheduler.kube.kubeconfig.load_credentials", lambda **_: None)
+        credentials = Credentials(server="https://api.example", namespace="ctx")
+        monkeypatch.setattr("kopf_scheduler.kube.kubeconfig.load_credentials", lambda **_: credentials)
         monkeypatch.setattr("kopf_scheduler.kube.remote_explain.APIServer", lambda _credentials: api)
         return api
 
