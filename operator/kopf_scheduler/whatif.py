@@ -263,11 +263,13 @@ def is_pending(obj: Mapping[str, Any]) -> bool:
 
 
 def as_pending(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod as if it waited for a scheduler: a bound pod's placement is dropped."""
+    """The pod as if it waited for a scheduler: a bound (or finished) pod's placement and phase are dropped."""
     spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "nodeName"}
-    body = {**obj, "spec": spec}
-    body.setdefault("metadata", {})
-    body["metadata"] = {"namespace": "default", **body["metadata"]}
+    metadata = {**(obj.get("metadata") or {})}
+    metadata["namespace"] = metadata.get("namespace") or "default"
+    body = {**obj, "metadata": metadata, "spec": spec}
+    if not is_pending(obj):
+        body["status"] = {**(obj.get("status") or {}), "phase": "Pending"}
     return body
 
 

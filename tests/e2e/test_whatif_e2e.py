@@ -99,6 +99,13 @@ def test_the_prediction_is_the_operators_decision_and_what_if_only_reads(
     wait_profile_status(cluster.api, profile, ready=True)
     bound = wait_pods_bound(cluster.core, namespace, ["web"], timeout=60)
     assert bound["web"] in predicted["topNodes"]
+    # Bound now, it is judged as if pending, its own placement taken out: the same answer as before.
+    [again] = what_if_json(read_only_kubeconfig, "--profile", profile, "--pod", f"{namespace}/web")
+    assert (again["result"], again["topNodes"], again["totals"]) == (
+        "Schedulable",
+        predicted["topNodes"],
+        predicted["totals"],
+    )
 
     # A pod no node can take: what-if's text is the FailedScheduling note the operator then writes.
     huge = pod_manifest("huge", profile, cpu="9", node_selector=labels)
