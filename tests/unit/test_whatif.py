@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from kopf_scheduler import cli
+from kopf_scheduler import cli, handlers
 from kopf_scheduler.kube import reader
 from kopf_scheduler.kube.kubeconfig import Credentials
 from kopf_scheduler.kube.reader import ReadError, get_object, list_objects
@@ -278,3 +279,12 @@ def test_a_refused_list_names_the_resource(use_api: Any, capsys: pytest.CaptureF
 def test_reader_module_has_no_writing_verb() -> None:
     source = Path(reader.__file__).read_text()
     assert all(verb not in source for verb in ('"POST"', '"PUT"', '"PATCH"', '"DELETE"'))
+
+
+def test_what_if_lists_every_kind_the_operator_watches() -> None:
+    """handlers.py's ``@kopf.on.event`` resources and :data:`WATCHED_KINDS`' collections are the same set."""
+    watched = set(re.findall(r'@kopf\.on\.event\("([^"]*)", "(v1)", "([a-z]+)"\)', Path(handlers.__file__).read_text()))
+    paths = {
+        f"/api/v1/{plural}" if not group else f"/apis/{group}/{version}/{plural}" for group, version, plural in watched
+    }
+    assert paths == {kind.path for kind in WATCHED_KINDS}
