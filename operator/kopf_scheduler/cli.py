@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serving_flags(run)
     _add_explain_command(commands)
     _add_convert_and_validate(commands)
+    _add_what_if_command(commands)
     _add_completion_command(commands)
     return parser
 
@@ -160,6 +161,108 @@ def validate_command(paths: Sequence[str], output: str) -> int:
     else:
         sys.stdout.write(yaml.safe_dump([v.to_api() for v in verdicts], sort_keys=False, width=120))
     return 0 if all(v.ready for v in verdicts) else 1
+
+
+# -- what-if (issue 14): where a pod would go on the live cluster, computed offline; reads only ------------
+def _add_what_if_command(commands: Any) -> None:
+    what_if = commands.add_parser(
+        "what-if",
+        help="where a pod would go now, and why, computed offline from the live cluster (reads only)",
+        description=(
+            "Lists the cluster's nodes, pods and the other objects the scheduler watches with your kubeconfig's "
+            "credentials (GET and LIST only), builds the profile offline as the operator does, and runs its "
+            "scheduling cycle for the pod without binding it: the node (or the tie set) with per-plugin scores, "
+            "or the FailedScheduling text with each node's rejecting plugin. Without --pod, every pending pod "
+            "of the profile is judged: which would schedule now."
+        ),
+    )
+    what_if.add_argument(
+        "--profile", required=True, help="a SchedulerProfile manifest file (- for stdin), or a profile's NAME"
+    )
+    what_if.add_argument("--pod", help="NAMESPACE/NAME of a pod in the cluster, or a Pod manifest file")
+    what_if.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, ~/.kube/config, in-cluster)")
+    what_if.add_argument("--context", help="the kubeconfig context (default: the current one)")
+    what_if.add_argument("-o", "--output", choices=["text", "json"], default="text", help="(default text)")
+
+
+def what_if_command(args: dict[str, Any]) -> int:
+    from kopf_scheduler.kube.kubeconfig import KubeconfigError, load_credentials
+    from kopf_scheduler.kube.reader import ReadError
+    from kopf_scheduler.kube.remote_explain import APIServer, RemoteExplainError
+    from kopf_scheduler.validate import ManifestError
+    from kopf_scheduler.whatif import WhatIfError, format_replay, format_verdict, what_if
+
+    try:
+        credentials = load_credentials(kubeconfig=args.get("kubeconfig"), context=args.get("context"))
+        api = APIServer(credentials)
+        name, spec = _what_if_profile(api, args["profile"])
+        pod = _what_if_pod(api, args["pod"], credentials.namespace) if args.get("pod") else None
+        cluster = _read_cluster(api)
+        verdicts = what_if(profile=name, spec=spec, cluster=cluster, pod=pod)
+    except (KubeconfigError, RemoteExplainError, ReadError, ManifestError, WhatIfError, OSError) as e:
+        print(f"kopf-scheduler what-if: {e}", file=sys.stderr)
+        return 1
+    if args["output"] == "json":
+        print(json.dumps({"profile": name, "pods": [v.to_api() for v in verdicts]}, indent=2))
+    elif pod is not None:
+        print(format_verdict(verdicts[0], name))
+    else:
+        print(format_replay(verdicts, name))
+    return 0
+
+
+def _what_if_profile(api: Any, profile: str) -> tuple[str, dict[str, Any]]:
+    """(name, spec) of the SchedulerProfile in file ``profile``, else of the cluster's profile of that name."""
+    from urllib.parse import quote
+
+    from kopf_scheduler.api.crd import GROUP, KIND, PLURAL, VERSION
+    from kopf_scheduler.kube.reader import get_object
+    from kopf_scheduler.validate import ManifestError, load_manifests
+    from kopf_scheduler.whatif import WhatIfError
+
+    if profile == "-" or os.path.isfile(profile):
+        found = [m for m in load_manifests(_read_input(profile), source=profile) if m.get("kind") == KIND]
+        if len(found) != 1:
+            raise ManifestError(f"{profile}: expected one {KIND}, found {len(found)}")
+        manifest = found[0]
+    else:
+        manifest = get_object(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}/{quote(profile, safe='')}")
+        if manifest is None:
+            raise WhatIfError(f"there is no {KIND} {profile!r} in the cluster, nor a file of that name")
+    name = (manifest.get("metadata") or {}).get("name")
+    if not name:
+        raise ManifestError(f"{profile}: the {KIND} has no metadata.name")
+    return str(name), dict(manifest.get("spec") or {})
+
+
+def _what_if_pod(api: Any, pod: str, namespace: str) -> dict[str, Any]:
+    """The pod in manifest file ``pod`` (in ``namespace``, the context's, unless it names one), else the
+    cluster's pod NAMESPACE/NAME."""
+    from kopf_scheduler.kube.reader import get_object
+    from kopf_scheduler.kube.remote_explain import pod_path
+    from kopf_scheduler.validate import ManifestError, load_manifests
+    from kopf_scheduler.whatif import WhatIfError
+
+    if pod == "-" or os.path.isfile(pod):
+        found = [m for m in load_manifests(_read_input(pod), source=pod) if isinstance(m, dict)]
+        if len(found) != 1 or found[0].get("kind") != "Pod" or not isinstance(found[0].get("spec"), dict):
+            raise ManifestError(f"{pod}: expected one Pod manifest")
+        metadata = found[0].get("metadata") or {}
+        return {**found[0], "metadata": {**metadata, "namespace": metadata.get("namespace") or namespace}}
+    pod_namespace, sep, name = pod.partition("/")
+    if not sep or not pod_namespace or not name:
+        raise WhatIfError(f"--pod: expected NAMESPACE/NAME or a Pod manifest file, got {pod!r}")
+    found_pod = get_object(api, pod_path(pod_namespace, name))
+    if found_pod is None:
+        raise WhatIfError(f"there is no pod {pod} in the cluster, nor a file of that name")
+    return found_pod
+
+
+def _read_cluster(api: Any) -> dict[str, list[dict[str, Any]]]:
+    from kopf_scheduler.kube.reader import list_objects
+    from kopf_scheduler.whatif import read_cluster
+
+    return read_cluster(lambda path: list_objects(api, path))
 
 
 def _add_serving_flags(run: argparse.ArgumentParser) -> None:
@@ -428,6 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return convert_command(args["file"], args["output"])
     if command == "validate":
         return validate_command(args["files"], args["output"])
+    if command == "what-if":
+        return what_if_command(args)
     if command != "run":
         parser.print_help()
         return 0 if command is None else 2

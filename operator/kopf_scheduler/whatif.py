@@ -1,0 +1,357 @@
+"""``kopf-scheduler what-if``: where a pod would go now, and why, computed offline on the live cluster's objects.
+
+The operator's answer comes from one cycle over its cache: ``Scheduler.schedule_pod`` on a snapshot, then
+PostFilter after a FitError. What-if makes that very cycle on a :class:`SchedulerApp` with no API client (as
+``kopf-scheduler validate`` builds profiles): the profile goes through ``apply_profile``, every object the
+operator watches goes through the same event handlers its kopf watches call (``on_node_event``,
+``on_pod_event``, ...), and :meth:`OfflineScheduler.decide` runs the algorithm without assuming or binding,
+and PostFilter with preemption recorded instead of executed (its victims are named, nobody is evicted). So
+the node, the scores and the ``0/N nodes are available: ...`` text are the operator's own for the same state.
+Upstream has no such command; kube-scheduler-simulator needs its own copy of the cluster.
+
+Where it can differ from the operator's next real decision: the cluster changes in between; ties are broken
+at random (as upstream's ``selectHost``), so the answer names the tie set; pods of a replay are each judged
+on the cluster as it is, as if each were the next pod taken (the operator assumes each placement before the
+next); extenders are not called (no HTTP from what-if); the operator hosts all profiles while what-if builds
+only the one asked about, so pods nominated by another profile's preemption are seen only through their
+``status.nominatedNodeName``, as the operator sees them too.
+
+The conformance harness's in-process model (``tests/conformance/sim.py``) is this class.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kopf_scheduler.app import SchedulerApp
+from kopf_scheduler.explain import capture_scores, explain_fit_error, format_failure, format_success, success_account
+from kopf_scheduler.framework import CycleState
+from kopf_scheduler.scheduler import FitError, SchedulingError
+from kopf_scheduler.settings import RunSettings
+from kopf_scheduler.state.pod_info import PodInfo
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedKind:
+    """A kind the operator watches (handlers.py), where its collection is, and which app handler it feeds."""
+
+    kind: str
+    path: str
+    #: "node", "pod", "namespace", "workload" (on_workload_event) or "storage" (on_storage_event).
+    feed: str
+
+
+#: Everything handlers.py watches, in an order that lets each object find what it refers to.
+WATCHED_KINDS: tuple[WatchedKind, ...] = (
+    WatchedKind("Namespace", "/api/v1/namespaces", "namespace"),
+    WatchedKind("Node", "/api/v1/nodes", "node"),
+    WatchedKind("Service", "/api/v1/services", "workload"),
+    WatchedKind("ReplicationController", "/api/v1/replicationcontrollers", "workload"),
+    WatchedKind("ReplicaSet", "/apis/apps/v1/replicasets", "workload"),
+    WatchedKind("StatefulSet", "/apis/apps/v1/statefulsets", "workload"),
+    WatchedKind("StorageClass", "/apis/storage.k8s.io/v1/storageclasses", "storage"),
+    WatchedKind("PersistentVolume", "/api/v1/persistentvolumes", "storage"),
+    WatchedKind("PersistentVolumeClaim", "/api/v1/persistentvolumeclaims", "storage"),
+    WatchedKind("CSINode", "/apis/storage.k8s.io/v1/csinodes", "storage"),
+    WatchedKind("CSIDriver", "/apis/storage.k8s.io/v1/csidrivers", "storage"),
+    WatchedKind("CSIStorageCapacity", "/apis/storage.k8s.io/v1/csistoragecapacities", "storage"),
+    WatchedKind("VolumeAttachment", "/apis/storage.k8s.io/v1/volumeattachments", "storage"),
+    WatchedKind("PodDisruptionBudget", "/apis/policy/v1/poddisruptionbudgets", "storage"),
+    WatchedKind("DeviceClass", "/apis/resource.k8s.io/v1/deviceclasses", "storage"),
+    WatchedKind("ResourceSlice", "/apis/resource.k8s.io/v1/resourceslices", "storage"),
+    WatchedKind("ResourceClaim", "/apis/resource.k8s.io/v1/resourceclaims", "storage"),
+    WatchedKind("ResourceClaimTemplate", "/apis/resource.k8s.io/v1/resourceclaimtemplates", "storage"),
+    WatchedKind("Pod", "/api/v1/pods", "pod"),
+)
+_FEEDS = {watched.kind: watched.feed for watched in WATCHED_KINDS}
+
+#: kind → its objects, as the API server listed them (items carry no ``kind``).
+ClusterObjects = Mapping[str, list[dict[str, Any]]]
+
+
+class WhatIfError(Exception):
+    """What-if cannot answer (the profile does not build, a pod manifest is not a pod)."""
+
+
+@dataclass
+class Verdict:
+    """What the cycle decides for one pod on the model's state."""
+
+    pod: str = ""
+    node: str | None = None
+    message: str | None = None
+    error: str | None = None
+    #: plugin → node → weighted score (empty when scoring did not run).
+    plugin_scores: dict[str, dict[str, int]] = field(default_factory=dict)
+    final_scores: dict[str, int] = field(default_factory=dict)
+    feasible: set[str] = field(default_factory=set)
+    #: node → "Plugin: reason; reason" for nodes filtered out.
+    rejections: dict[str, str] = field(default_factory=dict)
+    #: PostFilter (DefaultPreemption) after a FitError: the node it would nominate and the victims ("ns/name").
+    nominated: str | None = None
+    victims: list[str] = field(default_factory=list)
+    #: explain's account of the attempt: after a FitError, per node the rejecting plugin and its reasons; on
+    #: success, the winner's and runners-up's raw, normalized and weighted scores per plugin.
+    account: dict[str, Any] | None = None
+    num_nodes: int = 0
+    #: A PreEnqueue plugin keeps the pod out of the queue (scheduling gates): no cycle runs, this says why.
+    waiting: str | None = None
+
+    @property
+    def top_nodes(self) -> set[str]:
+        """The nodes sharing the best total score: the operator picks one of them at random."""
+        if self.final_scores:
+            best = max(self.final_scores.values())
+            return {n for n, s in self.final_scores.items() if s == best}
+        return {self.node} if self.node else set()
+
+    @property
+    def result(self) -> str:
+        if self.waiting:
+            return "Waiting"
+        if self.node:
+            return "Schedulable"
+        return "Error" if self.error else "Unschedulable"
+
+    def ranking(self) -> list[tuple[str, int]]:
+        """Feasible nodes by total score, best first (ties by name)."""
+        return sorted(self.final_scores.items(), key=lambda item: (-item[1], item[0]))
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pod": self.pod, "result": self.result}
+        if self.node:
+            out |= {
+                "node": self.node,
+                "topNodes": sorted(self.top_nodes),
+                "feasibleNodes": len(self.feasible),
+                "numNodes": self.num_nodes,
+                "totals": dict(self.ranking()),
+                "account": self.account,
+            }
+            if self.rejections:
+                out["rejected"] = dict(sorted(self.rejections.items()))
+        elif self.waiting or self.error:
+            out["message"] = self.waiting or self.error
+        else:
+            out |= {"message": self.message, "account": self.account}
+        return out
+
+
+class OfflineScheduler:
+    """An in-process SchedulerApp with no API client, fed objects as the operator's watches feed it."""
+
+    def __init__(self, profiles: Mapping[str, Mapping[str, Any]]) -> None:
+        self.app = SchedulerApp(settings=RunSettings(), client=None)
+        for name, spec in profiles.items():
+            outcome = self.app.apply_profile(name=name, spec=dict(spec))
+            if not outcome.ready:
+                raise WhatIfError(f"profile {name} does not build: {outcome.message}")
+
+    def feed(self, kind: str, obj: Mapping[str, Any], event_type: str = "ADDED") -> None:
+        """One watch event for an object of ``kind`` (one of :data:`WATCHED_KINDS`)."""
+        feed = _FEEDS.get(kind)
+        body = dict(obj)
+        if feed == "node":
+            self.app.on_node_event(event_type, body)
+        elif feed == "pod":
+            self.app.on_pod_event(event_type, body)
+        elif feed == "namespace":
+            self.app.on_namespace_event(event_type, body)
+        elif feed == "workload":
+            self.app.on_workload_event(kind, event_type, body)
+        elif feed == "storage":
+            self.app.on_storage_event(kind, event_type, body)
+        else:
+            raise ValueError(f"the operator does not watch {kind} objects")
+
+    def pre_enqueue(self, profile: str, pod_obj: Mapping[str, Any]) -> Verdict | None:
+        """The queue's gate (PreEnqueue: SchedulingGates): a verdict when the operator would not try the pod yet."""
+        pod = PodInfo.from_obj({**pod_obj, "spec": {**pod_obj["spec"], "schedulerName": profile}})
+        status = self.app.profiles[profile].framework.run_pre_enqueue_plugins(pod)
+        if status.is_success:
+            return None
+        return Verdict(pod=pod.key, waiting=f"{status.plugin}: {status.message}")
+
+    def decide(self, profile: str, pod_obj: Mapping[str, Any]) -> Verdict:
+        """Schedule ``pod_obj`` with ``profile`` on the current state, without assuming or binding it.
+
+        The pod must not be in the model (a bound pod would occupy its node; a pending one is re-added and
+        removed around PostFilter here).
+        """
+        runtime = self.app.profiles[profile]
+        body = {**pod_obj, "spec": {**pod_obj["spec"], "schedulerName": profile}}
+        pod = PodInfo.from_obj(body)
+        snapshot = self.app.cache.snapshot()
+        names = snapshot.table.names
+        verdict = Verdict(pod=pod.key, num_nodes=snapshot.num_nodes)
+        state = CycleState()
+        try:
+            result = runtime.scheduler.schedule_pod(state, pod, snapshot)
+        except FitError as fit:
+            verdict.rejections = _rejections(fit.diagnosis, names)
+            post_filter = self._post_filter(runtime, state, pod, body, fit, verdict)
+            verdict.message = fit.message
+            verdict.account = explain_fit_error(fit, profile=profile, at="what-if", post_filter=post_filter)
+            return verdict
+        except SchedulingError as e:
+            verdict.error = e.status.message
+            return verdict
+        verdict.node = result.suggested_host
+        verdict.rejections = _rejections(result.diagnosis, names)
+        verdict.account = success_account(pod.key, profile, capture_scores(result, names, at=time.time()))
+        scores = result.scores
+        if scores is None:
+            verdict.feasible = {result.suggested_host}
+            return verdict
+        node_names = [str(names[int(slot)]) for slot in scores.nodes]
+        verdict.feasible = set(node_names)
+        for plugin, values in zip(scores.plugins, scores.scores, strict=True):
+            verdict.plugin_scores[plugin] = {n: int(v) for n, v in zip(node_names, values, strict=True)}
+        verdict.final_scores = {n: int(v) for n, v in zip(node_names, scores.totals, strict=True)}
+        return verdict
+
+    def _post_filter(
+        self, runtime: Any, state: CycleState, pod: PodInfo, body: dict[str, Any], fit: FitError, verdict: Verdict
+    ) -> Any:
+        """PostFilter as the operator runs it, but its preemption only recorded, never executed.
+
+        DefaultPreemption re-reads the preemptor (``Handle.get_pod``), so the pod is in the model meanwhile.
+        """
+        plugins = [plugin for _, plugin in runtime.framework.post_filter_plugins]
+        executors = [p.executor for p in plugins if hasattr(p, "executor")]
+        chosen: list[Any] = []
+        originals = [executor.start for executor in executors]
+        for executor in executors:
+            executor.start = lambda candidate, _preemptor: chosen.append(candidate)
+        self.app.on_pod_event("ADDED", body)
+        try:
+            outcome = runtime.scheduler.run_post_filter(state, pod, fit)
+        finally:
+            self.app.on_pod_event("DELETED", body)
+            for executor, start in zip(executors, originals, strict=True):
+                executor.start = start
+        verdict.nominated = outcome.nominated_node_name if outcome is not None else None
+        if chosen:
+            verdict.victims = sorted(victim.key for victim in chosen[-1].victims.pods)
+        return outcome
+
+
+def _rejections(diagnosis: Any, names: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for slot, status in diagnosis.statuses.items():
+        out[str(names[int(slot)])] = f"{status.plugin}: {'; '.join(status.reasons)}"
+    return out
+
+
+# -- the command: read, build, decide -------------------------------------------------------------------------
+def pod_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def is_pending(obj: Mapping[str, Any]) -> bool:
+    """Waiting for a scheduler: no node yet, not finished, not being deleted."""
+    spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj.get("metadata") or {}
+    return (
+        not spec.get("nodeName")
+        and status.get("phase") not in ("Succeeded", "Failed")
+        and meta.get("deletionTimestamp") is None
+    )
+
+
+def as_pending(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod as if it waited for a scheduler: a bound (or finished) pod's placement and phase are dropped."""
+    spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "nodeName"}
+    metadata = {**(obj.get("metadata") or {})}
+    metadata["namespace"] = metadata.get("namespace") or "default"
+    body = {**obj, "metadata": metadata, "spec": spec}
+    if not is_pending(obj):
+        body["status"] = {**(obj.get("status") or {}), "phase": "Pending"}
+    return body
+
+
+def pending_pods_of(profile: str, pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The pending pods naming ``profile`` in ``spec.schedulerName``, oldest first."""
+    mine = [dict(p) for p in pods if (p.get("spec") or {}).get("schedulerName") == profile and is_pending(p)]
+    return sorted(mine, key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "", pod_key(p)))
+
+
+def what_if(
+    *,
+    profile: str,
+    spec: Mapping[str, Any],
+    cluster: ClusterObjects,
+    pod: Mapping[str, Any] | None = None,
+) -> list[Verdict]:
+    """Verdicts for ``pod`` (its own copy in the cluster ignored), else for every pending pod of ``profile``."""
+    model = OfflineScheduler({profile: spec})
+    target = as_pending(pod) if pod is not None else None
+    for watched in WATCHED_KINDS:
+        for obj in cluster.get(watched.kind) or ():
+            if target is not None and watched.kind == "Pod" and pod_key(obj) == pod_key(target):
+                continue
+            model.feed(watched.kind, obj)
+    if target is not None:
+        return [model.pre_enqueue(profile, target) or model.decide(profile, target)]
+    verdicts = []
+    for pending in pending_pods_of(profile, cluster.get("Pod") or ()):
+        model.feed("Pod", pending, "DELETED")
+        verdicts.append(model.pre_enqueue(profile, pending) or model.decide(profile, pending))
+        model.feed("Pod", pending, "ADDED")
+    return verdicts
+
+
+def read_cluster(list_objects: Callable[[str], list[dict[str, Any]] | None]) -> dict[str, list[dict[str, Any]]]:
+    """Every watched kind's objects, by kind (a kind the API server does not serve is empty)."""
+    return {watched.kind: list(list_objects(watched.path) or ()) for watched in WATCHED_KINDS}
+
+
+# -- output ------------------------------------------------------------------------------------------------
+def format_verdict(verdict: Verdict, profile: str) -> str:
+    """One pod's answer for a terminal, in ``kopf-scheduler explain``'s tables (its first line is what-if's)."""
+    if verdict.node:
+        return _format_success(verdict, profile)
+    if verdict.waiting:
+        return f"Pod {verdict.pod}: not tried (profile {profile}): PreEnqueue {verdict.waiting}"
+    if verdict.error:
+        return f"Pod {verdict.pod}: error (profile {profile})\n{verdict.error}"
+    lines = [f"Pod {verdict.pod}: would not schedule (profile {profile})"]
+    lines += format_failure(verdict.account or {}).splitlines()[1:]
+    if verdict.victims:
+        lines.append(f"Preemption would evict: {', '.join(verdict.victims)}")
+    return "\n".join(lines)
+
+
+def _format_success(verdict: Verdict, profile: str) -> str:
+    top = sorted(verdict.top_nodes)
+    lines = [f"Pod {verdict.pod}: would schedule on {verdict.node} (profile {profile})"]
+    if len(top) > 1:
+        lines.append(f"{len(top)} nodes tie for the best total, the operator picks one at random: {', '.join(top)}")
+    lines += format_success(dict(verdict.account or {}, tie=None)).splitlines()[1:]
+    rest = verdict.ranking()[len((verdict.account or {}).get("candidates") or ()) :]
+    if rest:
+        lines.append("other feasible nodes (total): " + ", ".join(f"{n} {total}" for n, total in rest))
+    if verdict.rejections:
+        name_width = max(len("NODE"), *(len(n) for n in verdict.rejections))
+        lines += ["", f"{'NODE':<{name_width}}  REJECTED BY"]
+        lines += [f"{n:<{name_width}}  {why}" for n, why in sorted(verdict.rejections.items())]
+    return "\n".join(lines)
+
+
+def format_replay(verdicts: list[Verdict], profile: str) -> str:
+    """The replay's answer: a summary line per pending pod, then each pod's account."""
+    if not verdicts:
+        return f"No pending pod names profile {profile} (spec.schedulerName)."
+    would = sum(1 for v in verdicts if v.node)
+    lines = [f"{len(verdicts)} pending pod(s) of profile {profile}: {would} would schedule now", ""]
+    width = max(len("POD"), *(len(v.pod) for v in verdicts))
+    lines.append(f"{'POD':<{width}}  VERDICT")
+    for v in verdicts:
+        outcome = f"would schedule on {v.node}" if v.node else (v.waiting or v.error or v.message or "")
+        lines.append(f"{v.pod:<{width}}  {outcome}")
+    for v in verdicts:
+        lines += ["", format_verdict(v, profile)]
+    return "\n".join(lines)
