@@ -131,18 +131,30 @@ def _show(cluster: LocalCluster, title: str, *args: str) -> None:
     sys.stdout.write(result.stdout or result.stderr)
 
 
-def _show_explain(pod: str, *, metrics_port: int, kubeconfig: Path) -> None:
+def _show_explain(pod: str, *, metrics_port: int, kubeconfig: Path, why: str) -> None:
     """``kopf-scheduler explain``: what kube-scheduler's histogram cannot say, node by node."""
-    # HTTPS with a self-signed certificate; the kubeconfig's (admin) token is the credential.
+    # HTTPS with a self-signed certificate; the kubeconfig's (admin) token is the credential. The operator runs
+    # outside a pod here, so --url names it directly (in a cluster, explain finds the active replica itself).
     url = f"https://127.0.0.1:{metrics_port}"
-    flags = ["--url", url, "--insecure-skip-tls-verify"]
-    print(f"\n$ kopf-scheduler explain {pod} {' '.join(flags)}    # which node failed for which plugin", flush=True)
-    command = [str(Path(sys.executable).with_name("kopf-scheduler")), "explain", pod, *flags]
-    command += ["--kubeconfig", str(kubeconfig)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    _show_cli(["explain", pod, "--url", url, "--insecure-skip-tls-verify"], why, kubeconfig)
+
+
+def _show_cli(args: list[str], why: str, kubeconfig: Path) -> None:
+    """Run one ``kopf-scheduler`` command against the demo cluster and print it with its output."""
+    print(f"\n$ kopf-scheduler {' '.join(args)}    # {why}", flush=True)
+    command = [str(Path(sys.executable).with_name("kopf-scheduler")), *args, "--kubeconfig", str(kubeconfig)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     sys.stdout.write(result.stdout or result.stderr)
-    if not result.stdout.endswith("\n"):
+    if not (result.stdout or result.stderr).endswith("\n"):
         sys.stdout.write("\n")
+
+
+def _a_bound_pod(core: client.CoreV1Api, scheduler_name: str) -> str | None:
+    """``default/<name>`` of a bound pod of the profile (None if there is none yet)."""
+    for pod in core.list_namespaced_pod("default").items:
+        if pod.spec.scheduler_name == scheduler_name and pod.spec.node_name:
+            return f"default/{pod.metadata.name}"
+    return None
 
 
 def _instructions(cluster: LocalCluster, *, metrics_port: int) -> str:
@@ -163,6 +175,7 @@ Try:
     {kubectl} get events --field-selector reason=FailedScheduling
     {kubectl} describe pod too-big
     {explain} explain default/too-big --url https://127.0.0.1:{metrics_port} --insecure-skip-tls-verify   # per node
+    {explain} what-if --profile default-equivalent --pod default/too-big   # where it would go now (read-only)
     {kubectl} edit sp bin-packing          # change the profile: the next pods follow it, no restart
     {kubectl} scale deployment batch --replicas=10
 
@@ -211,7 +224,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             _show(cluster, "the profiles, their score plugins and weights", "get", "sp")
             _show(cluster, "where each profile put its pods", "get", "pods", "-o", "wide", "--sort-by=.spec.nodeName")
             _show(cluster, "why the others wait", "get", "events", "--field-selector", "reason=FailedScheduling")
-            _show_explain("default/too-big", metrics_port=metrics_port, kubeconfig=cluster.kubeconfig)
+            kubeconfig = cluster.kubeconfig
+            why = "per node, per plugin"
+            _show_explain("default/too-big", metrics_port=metrics_port, kubeconfig=kubeconfig, why=why)
+            bound = _a_bound_pod(core, "bin-packing")
+            if bound is not None:
+                why = "why there: the winner's and runners-up's scores"
+                _show_explain(bound, metrics_port=metrics_port, kubeconfig=kubeconfig, why=why)
+            what_if = ["what-if", "--profile", "default-equivalent", "--pod", "default/too-big"]
+            _show_cli(what_if, "the pending pod under another profile, offline (get/list only)", kubeconfig)
         print(f"\nready in {time.monotonic() - started:.1f}s", flush=True)
         print(_instructions(cluster, metrics_port=metrics_port), flush=True)
         try:

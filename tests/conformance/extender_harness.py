@@ -108,9 +108,14 @@ class ConformanceExtender:
         }
 
 
+#: SchedulerProfile fields that are not KubeSchedulerConfiguration profile fields: extenders (upstream's top
+#: level) and explain (ours only: what the operator keeps for ``kopf-scheduler explain``).
+OURS_ONLY = ("extenders", "explain")
+
+
 def split_extenders(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any]]:
-    """A profile spec without ``extenders`` (upstream's profile) and the extenders (upstream's top level)."""
-    rest = {k: v for k, v in spec.items() if k != "extenders"}
+    """A profile spec without our own fields (upstream's profile) and the extenders (upstream's top level)."""
+    rest = {k: v for k, v in spec.items() if k not in OURS_ONLY}
     return rest, list(spec.get("extenders") or ())
 
 
