@@ -1255,3 +1255,12 @@ def test_results_share_no_structure_with_the_cluster_objects() -> None:
     result[0]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"].append("x")
     assert toleration["key"] == "k"
     assert c["spec"]["devices"]["config"][0]["opaque"]["driver"] == DRIVER
+
+
+def test_many_claims_of_many_devices_do_not_exhaust_the_python_stack() -> None:
+    slices = [rslice("s", [device(f"d-{i:03}") for i in range(16 * 32)])]
+    claims = [claim(f"c{k}", exactly("r", "any", count=32)) for k in range(16)]
+    result = allocate(slices, *claims)
+    assert result is not None
+    assert [len(r["devices"]["results"]) for r in result] == [32] * 16
+    assert result[15]["devices"]["results"][-1]["device"] == "d-511"

@@ -21,6 +21,7 @@ so this module stays I/O-free and independent of the CEL implementation.
 from __future__ import annotations
 
 import copy
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -828,6 +829,7 @@ class _Allocation:
     def run(self) -> list[dict] | None:
         for claim_index, claim in enumerate(self.claims):
             self._prepare_claim(claim_index, claim)
+        _ensure_recursion_room(len(self.claims))
         try:
             done = self._allocate_one((0, 0, 0, 0), False, (0, 0, 0))
         except _Stop as stop:
@@ -1315,6 +1317,25 @@ class _Allocation:
             if f"{request.get('name', '')}/{chosen.name}" in names:
                 out.append(dict(item, requests=list(names)))
         return out
+
+
+#: Python frames the search may stack per claim: two per device (at most 32), two per request (at most 32), one.
+FRAMES_PER_CLAIM = 2 * ALLOCATION_RESULTS_MAX_SIZE + 2 * 32 + 1
+
+
+def _ensure_recursion_room(claims: int) -> None:
+    """The search recurses like upstream's; a pod with many claims needs more frames than Python's default
+    limit allows. The limit is only ever raised, never lowered (other threads may rely on it)."""
+    needed = _stack_depth() + FRAMES_PER_CLAIM * claims + 100
+    if sys.getrecursionlimit() < needed:
+        sys.setrecursionlimit(needed)
+
+
+def _stack_depth() -> int:
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    return depth
 
 
 def _without_empty_requests(item: dict[str, Any]) -> dict[str, Any]:
