@@ -3,8 +3,9 @@
 Upstream counterpart: ``k8s.io/dynamic-resource-allocation@v0.36.3/structured``. ``allocator.go`` picks one of
 three implementations by the feature set the scheduler passes (``dynamicresources.go`` builds it from
 ``plugins/feature``). With the gates on by default in 1.36 (DRAAdminAccess, DRAPrioritizedList,
-DRAPartitionableDevices, DRADeviceTaints, DRAConsumableCapacity; DRADeviceBindingConditions is off and
-DRAListTypeAttributes is never passed) "stable" is too small (no ConsumableCapacity) and "incubating" is chosen.
+DRAPartitionableDevices, DRADeviceTaints, DRAConsumableCapacity, and DRADeviceBindingConditions with
+DRAResourceClaimDeviceStatus, both beta and on in 1.36's kube_features.go; DRAListTypeAttributes is never passed)
+"stable" is too small (no ConsumableCapacity) and "incubating" is chosen.
 This module restates that variant: ``internal/incubating/allocator_incubating.go`` (Allocate, allocateOne,
 allocateDevice, counters, node selector of the result), ``pools_incubating.go`` (GatherPools: newest pool
 generation, incomplete and invalid pools, pool and slice order), ``constraint.go`` (distinctAttribute),
@@ -67,14 +68,15 @@ class NodeAllocationError(AllocationError):
 
 @dataclass(frozen=True)
 class Features:
-    """Upstream ``internal.Features``, defaulted to what the 1.36 scheduler passes with default gates."""
+    """Upstream ``internal.Features``, defaulted to what the 1.36 scheduler passes with default gates (the plugin
+    passes ``device_binding_and_status=True`` explicitly; the default here keeps the allocator's own tests)."""
 
     admin_access: bool = True  # DRAAdminAccess
     prioritized_list: bool = True  # DRAPrioritizedList
     partitionable_devices: bool = True  # DRAPartitionableDevices
     device_taints: bool = True  # DRADeviceTaints
     consumable_capacity: bool = True  # DRAConsumableCapacity
-    device_binding_and_status: bool = False  # DRADeviceBindingConditions && DRAResourceClaimDeviceStatus
+    device_binding_and_status: bool = False  # DRADeviceBindingConditions && DRAResourceClaimDeviceStatus (on in 1.36)
 
 
 # --- allocated state (scheduler allocateddevices.go + dra_manager.go GatherAllocatedState) ---
