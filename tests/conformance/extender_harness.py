@@ -13,8 +13,9 @@ alone, so both schedulers get the same answers for the same question, whatever o
 - ``filter``: refuses the nodes whose CRC-32 is divisible by 5, with one reason (FailedNodes), and the nodes
   whose CRC-32 leaves 1 modulo 17 as unresolvable (FailedAndUnresolvableNodes);
 - ``prioritize``: scores each node CRC-32 mod 11 (0 to 10), weight 2;
-- ``preempt``: keeps the candidates (with the victims it was sent, by UID) whose CRC-32 is divisible neither
-  by 3 nor by 5 (those its filter refuses).
+- ``preempt``: keeps the candidates (with the victims it was sent, by UID) whose CRC-32 is not divisible by
+  3, and none its filter refuses (a node refused after preemption would make the preemptor preempt again on
+  its next attempt, which the harness follows on our side only).
 
 ``nodeCacheCapable`` is on: both send node names and victims' UIDs only.
 """
@@ -51,8 +52,13 @@ def answer(verb: str, body: Mapping[str, Any]) -> Any:
         # A node its filter refuses is no use to the pod after preemption either: dropped (else the preemptor
         # would preempt again on its next attempt, which the harness does not follow on upstream's side).
         victims = body.get("NodeNameToMetaVictims") or {}
-        return {"NodeNameToMetaVictims": {n: v for n, v in victims.items() if _crc(n) % 3 and _crc(n) % 5}}
+        return {"NodeNameToMetaVictims": {n: v for n, v in victims.items() if _kept_for_preemption(n)}}
     raise ValueError(f"unknown verb {verb}")
+
+
+def _kept_for_preemption(name: str) -> bool:
+    crc = _crc(name)
+    return crc % 3 != 0 and crc % 5 != 0 and crc % 17 != 1
 
 
 class ConformanceExtender:
