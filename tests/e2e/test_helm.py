@@ -8,7 +8,8 @@ operator needs: too little and scheduling breaks in a real cluster, too much and
 No image runs here (kwok nodes run no containers, and nothing schedules the chart's own pods in the local
 control plane), so the RBAC proof runs the operator out of cluster as a real process whose only credential
 is a token of the chart's ServiceAccount (``kubectl create token``), and drives the core scenario through
-it: a chart-created SchedulerProfile turns Ready with its status, a pod is bound with a ``Scheduled`` event,
+it: a chart-created SchedulerProfile turns Ready with its status, a pod is bound with a ``Scheduled`` event
+(and one with a ResourceClaim is bound to the node with its device, the claim allocated and reserved),
 an unschedulable pod gets ``FailedScheduling`` and ``PodScheduled=False``, and deleting the profile clears
 the operator's finalizer. Any missing permission shows up as a 403 in the operator's log (kopf logs every
 forbidden request) or as a step that never happens; both fail the test. ``kubectl auth can-i --list``
@@ -343,6 +344,7 @@ def test_operator_runs_with_only_the_chart_service_account(
         # operator race, reported separately; not what this test is about).
         operator.wait_log(r"cache reconciled", timeout=30)
         _core_scenario(cluster, namespace, profile, nodes, operator)
+        _device_scenario(cluster, namespace, profile, nodes)
         delete_profile(cluster.api, profile, wait=30)  # the operator (patch on profiles) drops its finalizer
     except BaseException:
         print(_diagnosis(cluster, release, operator))
@@ -387,6 +389,45 @@ def _diagnosis(cluster: Cluster, rel: Release, operator: OperatorProcess) -> str
         for pod in cluster.core.list_namespaced_pod(rel.namespace).items:
             parts.append(f"pod {pod.metadata.name}: node={pod.spec.node_name} scheduler={pod.spec.scheduler_name}")
     return "\n".join(parts)
+
+
+def _device_scenario(cluster: Cluster, namespace: str, profile: str, nodes: list[str]) -> None:
+    """DynamicResources' calls with the chart's rights: the claim is read, allocated and reserved (a normal update
+    for the finalizer, then the status update) and the pod bound to the node with the device."""
+    objects = client.CustomObjectsApi(cluster.api)
+    driver = f"gpu-{secrets.token_hex(3)}.example.com"
+    device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": driver},
+                    "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}  # fmt: skip
+    slice_ = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{nodes[1]}-{driver}"},
+        "spec": {"driver": driver, "nodeName": nodes[1], "devices": [{"name": "gpu-0"}],
+                 "pool": {"name": nodes[1], "generation": 1, "resourceSliceCount": 1}},
+    }  # fmt: skip
+    request = {"name": "gpu", "exactly": {"deviceClassName": driver}}
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "gpu"},
+             "spec": {"devices": {"requests": [request]}}}  # fmt: skip
+    objects.create_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses", device_class)
+    objects.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", slice_)
+    objects.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", claim)
+    try:
+        pod = pod_manifest("with-device", profile, cpu="100m", memory="64Mi")
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
+        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+        cluster.core.create_namespaced_pod(namespace, pod)
+        assert wait_pods_bound(cluster.core, namespace, ["with-device"], timeout=30) == {"with-device": nodes[1]}
+        allocated = objects.get_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", "gpu")
+        [result] = allocated["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"], result["device"]) == (driver, nodes[1], "gpu-0")
+        assert [ref["name"] for ref in allocated["status"]["reservedFor"]] == ["with-device"]
+    finally:
+        unhold = {"metadata": {"finalizers": None}}
+        with contextlib.suppress(ApiException):
+            objects.patch_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", "gpu", unhold)
+        for plural, name in (("resourceslices", slice_["metadata"]["name"]), ("deviceclasses", driver)):
+            with contextlib.suppress(ApiException):
+                objects.delete_cluster_custom_object("resource.k8s.io", "v1", plural, name)
 
 
 def _core_scenario(cluster: Cluster, namespace: str, profile: str, nodes: list[str], operator: OperatorProcess) -> None:
