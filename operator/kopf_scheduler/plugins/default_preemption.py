@@ -37,6 +37,7 @@ import numpy as np
 
 from kopf_scheduler.api.args import DefaultPreemptionArgs
 from kopf_scheduler.framework import (
+    QUEUE,
     QUEUE_SKIP,
     SUCCESS,
     ActionType,
@@ -53,6 +54,7 @@ from kopf_scheduler.framework import (
     Status,
     nominated_node_name,
 )
+from kopf_scheduler.framework.events import as_pod
 from kopf_scheduler.framework.extender import (
     Extender,
     ExtenderError,
@@ -173,9 +175,22 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         return SUCCESS
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
-        """Pod/Delete, always QueueSkip: registered so a deletion may lift the PreEnqueue hold; whether the pod
-        is then worth retrying is for the plugins that rejected it (upstream's comment says the same)."""
-        return [ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.DELETE), _skip_after_pod_deletion)]
+        """Pod/Delete: registered so a deletion may lift the PreEnqueue hold (upstream's hint always says
+        QueueSkip; ours says Queue for the deletion that lifts the hold, see :meth:`after_victim_deletion`)."""
+        return [ClusterEventWithHint(ClusterEvent(EventResource.POD, ActionType.DELETE), self.after_victim_deletion)]
+
+    def after_victim_deletion(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        """Queue the preemptor when this deletion took the last of its victims off the node, else Skip.
+
+        Upstream's hint is always QueueSkip: the plugins that rejected the pod decide, and its hold ends with the
+        last victim, whose deletion their hints see. Ours holds until *every* victim is watched gone (see
+        :class:`PreemptionExecutor`), so the deletion that ends the hold may be one no rejecting plugin cares
+        about (a victim without the host port that was in the way): without this the preemptor waited in the
+        unschedulable pool for the periodic flush (conformance seed 81, p13)."""
+        victim = as_pod(old)
+        if victim is None or not self.executor.is_victim_of(pod.uid, victim.uid):
+            return QUEUE_SKIP
+        return QUEUE_SKIP if self.executor.is_pod_running_preemption(pod.uid) else QUEUE
 
     # -- PostFilter ----------------------------------------------------------------------------------
     def post_filter(
@@ -428,11 +443,6 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         return self._framework
 
 
-def _skip_after_pod_deletion(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-    """Upstream ``isPodSchedulableAfterPodDeletion``: always QueueSkip."""
-    return QUEUE_SKIP
-
-
 # -- helpers -------------------------------------------------------------------------------------------
 def status_of(filtered: NodeToStatus, name: str) -> Status:
     """Upstream ``NodeToStatus.Get``: the node's status, or that of absent nodes (UUR unless said otherwise)."""
@@ -602,6 +612,11 @@ class PreemptionExecutor:
         self._last_victim: dict[str, str] = {}
         #: preemptor uid → (node, victim uids) until every victim is watched gone from that node.
         self._victims: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+    def is_victim_of(self, preemptor_uid: str, victim_uid: str) -> bool:
+        """Whether ``victim_uid`` is one of the victims the preemptor's hold still waits for."""
+        pending = self._victims.get(preemptor_uid)
+        return pending is not None and victim_uid in pending[1]
 
     def is_pod_running_preemption(self, uid: str) -> bool:
         """Upstream ``IsPodRunningPreemption``, holding until every victim is watched gone (see the class)."""

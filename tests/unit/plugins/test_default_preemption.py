@@ -17,7 +17,7 @@ from kopf_scheduler.api.profile import Extender as ExtenderSpec
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework import ActionType, ClusterEvent, Code, CycleState, EventResource, Status
 from kopf_scheduler.framework.builder import resolve_profile
-from kopf_scheduler.framework.events import QUEUE_SKIP
+from kopf_scheduler.framework.events import QUEUE, QUEUE_SKIP
 from kopf_scheduler.framework.extender import PendingPostFilterResult, build_extenders
 from kopf_scheduler.framework.interface import APIError, PostFilterResult
 from kopf_scheduler.framework.registry import default_registry
@@ -793,13 +793,24 @@ def test_the_existing_disruption_condition_is_not_patched_again() -> None:
     assert [(c[0], c[1]) for c in handle.client.calls] == [("delete", "v1")]
 
 
-def test_events_to_register_pod_delete_always_skips() -> None:
+def test_pod_delete_queues_the_preemptor_only_when_it_takes_its_last_victim_off_the_node() -> None:
+    """Ours holds until every victim is watched gone, so the deletion that ends the hold must requeue the pod
+    even when no rejecting plugin cares about that victim (upstream's hint always skips; conformance seed 81)."""
     pod = preemptor()
-    _, plugin, _ = setup([make_node("n1")], [], pod)
+    v1, v2 = running("v1", "n1"), running("v2", "n1")
+    _, plugin, handle = setup([make_node("n1", cpu="2")], [v1, v2], pod)
     [registration] = plugin.events_to_register()
     assert registration.event == ClusterEvent(EventResource.POD, ActionType.DELETE)
-    assert registration.hint is not None
-    assert registration.hint(pod, pod.obj, None) is QUEUE_SKIP
+    hint = registration.hint
+    assert hint is not None
+    assert hint(pod, v1, None) is QUEUE_SKIP  # not preempting: other plugins decide
+    plugin.executor.start(candidate(handle, "n1", "v1", "v2"), pod)
+    handle.run_jobs()  # the API work is done; the watch has not delivered the deletions yet
+    handle.cache.remove_pod("uid-v1")
+    assert hint(pod, v1, None) is QUEUE_SKIP  # v2 is still on the node: the hold stays
+    assert hint(pod, running("other", "n1"), None) is QUEUE_SKIP  # not a victim of this pod
+    handle.cache.remove_pod("uid-v2")
+    assert hint(pod, v2, None) is QUEUE
 
 
 def test_the_default_profile_runs_it_after_dynamic_resources() -> None:
