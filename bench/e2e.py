@@ -453,6 +453,7 @@ class Config:
     - ``BENCH_CEILING_CONCURRENCY`` (64): Bindings in flight in the ceiling binder.
     - ``BENCH_MERGE`` (unset): 1 = the workloads run now replace theirs in an existing ``e2e.json``, the
       others are kept (re-measuring one workload; the report says which were measured when).
+    - ``BENCH_KOPF_SPEC`` (unset): the JSON spec of kopf-scheduler's SchedulerProfile (default ``{}``).
     - ``BENCH_PROFILE`` (unset): a ``py-spy`` executable; kopf-scheduler runs are then recorded with
       ``py-spy record --format raw`` (collapsed stacks) into ``<log dir>/profiles/``. Profiling slows
       the process down: never combine it with runs whose numbers are published.
@@ -1139,14 +1140,15 @@ def _pip_version(name: str) -> str:
 
 
 async def prepare_kopf(cluster: LocalCluster) -> None:
-    """CRDs (SchedulerProfile, kopf peering) and the benchmark's SchedulerProfile with an empty spec."""
+    """CRDs (SchedulerProfile, kopf peering) and the benchmark's SchedulerProfile: an empty spec, or the JSON of
+    ``BENCH_KOPF_SPEC`` (e.g. ``{"explain": {"successes": true}}`` to measure what keeping accounts costs)."""
     from tests.e2e.operator_process import apply_crds, create_profile, ensure_peering
 
     api = cluster.api_client()
     try:
         apply_crds(api)
         ensure_peering(api, "kopf-scheduler")
-        create_profile(api, SCHEDULER_NAMES[KOPF], {})
+        create_profile(api, SCHEDULER_NAMES[KOPF], json.loads(os.environ.get("BENCH_KOPF_SPEC") or "{}"))
     finally:
         api.close()
 
