@@ -77,6 +77,7 @@ def test_known_freed_host_port_difference_is_still_there(harness: Harness) -> No
     assert (result.upstream.kind, result.upstream.node) == ("bound", "known-n0"), result.upstream
     assert result.ours.note == (
         "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports. "
+        "no new claims to deallocate, "
         "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
     )
     known = explain(result)

@@ -13,14 +13,15 @@ assumed after PreBind's writes):
 * Filter: an allocated claim's node selector must match; the unallocated claims must all be allocatable on
   the node ("cannot allocate all claims"); the allocation found is kept for Reserve. ``filterTimeout`` bounds
   one node's search (an Error, so the pod backs off, as upstream).
-* Score: prioritized lists (``firstAvailable``) score the alternative allocated, ``8 - index`` per subrequest.
+* Score: prioritized lists (``firstAvailable``) score the alternative allocated, ``8 - index`` per subrequest;
+  every other pod scores 0 everywhere (upstream has no PreScore that would skip it).
 * Reserve marks the allocation in flight; PreBind writes it with the pod's reservation (``binding.py``);
   Unreserve drops the in-flight allocation and the pod's reservation; PostFilter deallocates an allocated
   claim that kept the pod off every node and that no other pod uses. For a pod without claims PostFilter says
   "no new claims to deallocate", which upstream 1.36 puts into every FitError text.
 
-Pods without claims cost a dict lookup at PreEnqueue and PreFilter (Skip), a skipped Filter and Score, and
-PostFilter's one message. DRA-backed extended resources (DRAExtendedResource, beta in 1.36) are not
+Pods without claims cost a dict lookup at PreEnqueue and PreFilter (Skip), a skipped Filter, a zero Score
+array, and PostFilter's one message. DRA-backed extended resources (DRAExtendedResource, beta in 1.36) are not
 detected: such a pod fails NodeResourcesFit where nodes lack the resource.
 """
 
@@ -54,7 +55,6 @@ from kopf_scheduler.framework import (
     PreEnqueuePlugin,
     PreFilterPlugin,
     PreFilterResult,
-    PreScorePlugin,
     QueueingHint,
     ReservePlugin,
     ScorePlugin,
@@ -211,7 +211,6 @@ class DynamicResources(
     PreFilterPlugin,
     NodeFilterPlugin,
     PostFilterPlugin,
-    PreScorePlugin,
     ScorePlugin,
     ReservePlugin,
     PreBindPlugin,
@@ -397,16 +396,14 @@ class DynamicResources(
         )
         self.handle.spawn(_ignoring_result(call), name=f"deallocate ResourceClaim {claim_key(claim)}")
 
-    # -- PreScore / Score (prioritized lists) ---------------------------------------------------------------
-    def pre_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> Status:
-        """Not upstream's (it has no PreScore): Skip for pods whose claims have no ``firstAvailable`` list,
-        where upstream's Score is 0 on every node; the normalised scores are the same."""
-        data: _StateData = state.read(STATE_KEY)
-        return SUCCESS if any(_has_prioritized_list(entry.claim) for entry in data.entries) else self._skip
-
+    # -- Score (prioritized lists) ---------------------------------------------------------------------
     def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
+        """Upstream has no PreScore here: every pod is scored (0 on every node without a prioritized list, so
+        ``explain`` lists the plugin as upstream's log does); pods without allocations cost one array."""
         data: _StateData = state.read(STATE_KEY)
         scores = np.zeros(len(nodes), dtype=np.int64)
+        if not data.node_allocations or not any(_has_prioritized_list(e.claim) for e in data.entries):
+            return scores
         for position, slot in enumerate(nodes.tolist()):
             results = data.node_allocations.get(snapshot.node_info(slot).name)
             if results is not None:
