@@ -401,9 +401,9 @@ class DynamicResources(
         """Upstream has no PreScore here: every pod is scored (0 on every node without a prioritized list, so
         ``explain`` lists the plugin as upstream's log does); pods without allocations cost one array."""
         data: _StateData = state.read(STATE_KEY)
-        scores = np.zeros(len(nodes), dtype=np.int64)
         if not data.node_allocations or not any(_has_prioritized_list(e.claim) for e in data.entries):
-            return scores
+            return _zeros(len(nodes))
+        scores = np.zeros(len(nodes), dtype=np.int64)
         for position, slot in enumerate(nodes.tolist()):
             results = data.node_allocations.get(snapshot.node_info(slot).name)
             if results is not None:
@@ -411,7 +411,8 @@ class DynamicResources(
         return scores
 
     def normalize_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        return default_normalize_score(scores, reverse=False)
+        # All zero (every pod without a prioritized list) normalises to itself: skip the arithmetic.
+        return default_normalize_score(scores, reverse=False) if scores.any() else scores
 
     # -- Reserve / Unreserve ------------------------------------------------------------------------------
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
@@ -577,6 +578,18 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 def _allocation_of(obj: Any) -> Any:
     return ((obj or {}).get("status") or {}).get("allocation")
+
+
+def _zeros(count: int) -> np.ndarray:
+    """A read-only int64 zero array of ``count`` (one per length, shared: Score's answer for most pods)."""
+    zeros = _ZEROS.get(count)
+    if zeros is None:
+        zeros = _ZEROS[count] = np.zeros(count, dtype=np.int64)
+        zeros.flags.writeable = False
+    return zeros
+
+
+_ZEROS: dict[int, np.ndarray] = {}
 
 
 def _has_prioritized_list(claim: Claim) -> bool:
