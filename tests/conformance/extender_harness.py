@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import threading
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -61,24 +61,26 @@ def _kept_for_preemption(name: str) -> bool:
     return crc % 3 != 0 and crc % 5 != 0 and crc % 17 != 1
 
 
-class ConformanceExtender:
-    """The server; ``url`` is the urlPrefix both schedulers call."""
+class ExtenderServer:
+    """A threaded HTTP server on 127.0.0.1 speaking the extender protocol: POST ``<url>/<verb>`` with JSON, the
+    answer from ``answer(verb, body)`` (an exception becomes a 500 with its text); it counts calls per verb.
+    Shared by this harness and the e2e extender tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: Callable[[str, dict[str, Any]], Any], path: str = "/scheduler") -> None:
         self.calls: dict[str, int] = {}
         self._lock = threading.Lock()
-        extender = self
+        server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 verb = self.path.rsplit("/", 1)[-1]
-                with extender._lock:
-                    extender.calls[verb] = extender.calls.get(verb, 0) + 1
+                with server._lock:
+                    server.calls[verb] = server.calls.get(verb, 0) + 1
                 try:
                     payload = json.dumps(answer(verb, body)).encode()
                     self.send_response(200)
-                except Exception as exc:  # a harness bug shows up as a 500 in both schedulers' logs
+                except Exception as exc:  # a test bug shows up as a 500 in the schedulers' logs
                     payload = str(exc).encode()
                     self.send_response(500)
                 self.send_header("Content-Type", "application/json")
@@ -91,15 +93,22 @@ class ConformanceExtender:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/conformance"
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{path}"
 
-    def start(self) -> ConformanceExtender:
+    def start(self) -> ExtenderServer:
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class ConformanceExtender(ExtenderServer):
+    """The conformance extender's server; ``url`` is the urlPrefix both schedulers call."""
+
+    def __init__(self) -> None:
+        super().__init__(answer, path="/conformance")
 
     def config(self) -> dict[str, Any]:
         """The extender's configuration, in both schedulers' (identical) field names."""

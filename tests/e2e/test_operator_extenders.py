@@ -11,17 +11,16 @@ there, its victim evicted, while the victim on the node the extender dropped sta
 
 from __future__ import annotations
 
-import json
 import secrets
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.conformance.extender_harness import ExtenderServer
 from tests.conftest import Cluster, NodeFactory
 from tests.e2e.conftest import ProfileFactory
 from tests.e2e.operator_process import (
@@ -90,33 +89,11 @@ class Extender:
 def extender_server(cluster: Cluster) -> Iterator[tuple[str, list[Extender]]]:
     """``(url, box)``: a running extender; the test puts its :class:`Extender` into ``box``."""
     box: list[Extender] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            verb = self.path.rsplit("/", 1)[-1]
-            try:
-                payload = json.dumps(box[0].answer(verb, body)).encode()
-                self.send_response(200)
-            except Exception as exc:  # a test bug shows up as a 500 in the operator's log
-                payload = str(exc).encode()
-                self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = ExtenderServer(lambda verb, body: box[0].answer(verb, body)).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/scheduler", box
+        yield server.url, box
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 def test_extender_filters_scores_and_binds(
