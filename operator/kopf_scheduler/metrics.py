@@ -108,7 +108,8 @@ class SchedulerMetrics:
         # (unreachable, timeout, non-200, undecodable answer, or an Error in the answer), ignorable or not.
         self.extender_errors = Counter(
             "kopf_scheduler_extender_errors",
-            "Failed calls to HTTP scheduler extenders, by extender (its urlPrefix) and verb (filter, prioritize, bind)",
+            "Failed calls to HTTP scheduler extenders, by extender (its urlPrefix) and verb "
+            "(filter, prioritize, preempt, bind)",
             ["extender", "verb"],
             registry=r,
         )
