@@ -87,7 +87,7 @@ from kopf_scheduler.plugins.dynamic_resources.binding import (
 )
 from kopf_scheduler.plugins.dynamic_resources.cel import SelectorCache
 from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, claim_uid, tracker_for
-from kopf_scheduler.state.cache import ClusterCache, NodeInfo, Snapshot
+from kopf_scheduler.state.cache import NodeInfo, Snapshot
 from kopf_scheduler.state.node_affinity import NodeSelector, NodeSelectorParseError
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.storage import DEVICE_CLASS, RESOURCE_SLICE, StorageObjects
@@ -229,22 +229,15 @@ class DynamicResources(
         self.features = Features(device_binding_and_status=True)
         self.selectors = SelectorCache()
 
-    def _cache(self) -> ClusterCache:
-        return self.handle.snapshot().cache
-
     def _tracker(self) -> ClaimTracker:
-        return tracker_for(self._cache())
-
-    def _lookup(self) -> ClaimLookup:
-        tracker = self._tracker()
-        return lambda namespace, name: tracker.get(namespace, name)
+        return tracker_for(self.handle.snapshot().cache)
 
     # -- PreEnqueue ---------------------------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status:
         if not uses_resource_claims(pod):
             return SUCCESS
         try:
-            for _ in pod_claims(pod, self._lookup()):
+            for _ in pod_claims(pod, self._tracker().get):
                 pass
         except ClaimNotUsable as error:
             return Status.unschedulable(str(error), plugin=self.name, unresolvable=True)
@@ -259,7 +252,7 @@ class DynamicResources(
         state.write(STATE_KEY, data)
         tracker = tracker_for(snapshot.cache)
         try:
-            claims = [claim for _, claim in pod_claims(pod, self._lookup())]
+            claims = [claim for _, claim in pod_claims(pod, tracker.get)]
         except ClaimNotUsable as error:
             return None, self._unresolvable(str(error))
         if not claims:
@@ -545,7 +538,7 @@ class DynamicResources(
         one of the pod's claims created or with a changed status, once all the pod's claims are usable."""
         uid = _object_uid(new)
         try:
-            uses = any(_object_uid(claim) == uid for _, claim in pod_claims(pod, self._lookup()))
+            uses = any(_object_uid(claim) == uid for _, claim in pod_claims(pod, self._tracker().get))
         except ClaimNotUsable:
             return QUEUE_SKIP
         if old is not None and _allocation_of(old) and not _allocation_of(new):
@@ -562,7 +555,7 @@ class DynamicResources(
         if modified is None or modified.uid != pod.uid:
             return QUEUE_SKIP
         try:
-            for _ in pod_claims(modified, self._lookup()):
+            for _ in pod_claims(modified, self._tracker().get):
                 pass
         except ClaimNotUsable:
             return QUEUE_SKIP
