@@ -170,6 +170,8 @@ def run_scenarios(args: argparse.Namespace, parser: argparse.ArgumentParser, com
     unexplained = [d for d in data["disagreements"] if not d["known"]]
     for item in unexplained:
         print(f"UNEXPLAINED: seed {item['seed']} {item['profile']} {item['pod']}: {item['problems']}")
+        for side, texts in item.get("texts", {}).items():
+            print(f"  {side}: note={texts['note']!r} condition={texts['condition']!r}")
     return 1 if unexplained else 0
 
 

@@ -35,7 +35,6 @@ which would make the choice depend on timing.
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import json
 import ssl
@@ -297,10 +296,24 @@ class PodWatch:
         self.gone.append((self._sequence, uid))
 
     def _run(self) -> None:
+        """Watch pods for ever; a restarted watch resumes where the last one ended.
+
+        Resuming matters: a re-list shows only each pod's latest state, and a pod that failed twice in the gap
+        would have its first PodScheduled message (the one compared) replaced by its second. Only when the
+        API server has forgotten the version (410 Gone) does it start over with a list.
+        """
+        version: str | None = None
         while not self._stopped.is_set():
             self._watch = watch.Watch()
-            with contextlib.suppress(Exception):  # a dropped watch is restarted
-                for event in self._watch.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=60):
+            resume = {"resource_version": version} if version else {}
+            try:
+                for event in self._watch.stream(self.core.list_pod_for_all_namespaces, timeout_seconds=60, **resume):
                     self.observe(str(event["type"]), event["object"])
+                    version = self._watch.resource_version
                     if self._stopped.is_set():
                         return
+            except client.ApiException as e:
+                if e.status == 410:
+                    version = None
+            except Exception:  # a dropped connection: resume from the last version seen
+                pass

@@ -243,6 +243,11 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
                 "pod": f"{p.namespace}/{p.name}",
                 "problems": p.problems,
                 "known": p.known,
+                # The evidence, so that a disagreement seen once can be explained after the run.
+                "texts": {
+                    side: {"note": decision.note, "condition": decision.condition}
+                    for side, decision in (("upstream", p.upstream), ("ours", p.ours))
+                },
             }
             for p in pods
             if not p.agree

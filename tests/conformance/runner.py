@@ -1151,6 +1151,14 @@ class Harness:
         if ours.kind != "unschedulable":
             return ours
         deadline = time.monotonic() + 2
+        while (facts is None or facts.unschedulable is None) and time.monotonic() < deadline:
+            time.sleep(POLL * 5)  # the watch may lag behind _decide's read
+            facts = self.nominations.get(uid)
+        if facts is not None and facts.unschedulable is not None:
+            # _decide's poll may have met a later failed cycle (e.g. after its victims went); the note is the
+            # first cycle's, and so is upstream's verdict: compare the first PodScheduled message the watch saw.
+            ours.condition = facts.unschedulable
+        deadline = time.monotonic() + 2
         while ours.nominated is None and time.monotonic() < deadline:
             ours.nominated = self.nominations.nominated(uid)
             if ours.nominated is None:

@@ -11,6 +11,7 @@ import copy
 import json
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -408,6 +409,12 @@ def test_summary_and_markdown(tmp_path: Path) -> None:
     assert data["by_plugin"]["NodePorts"] == {"scenarios": 2, "pods": 2, "decisive": 0, "agree": 1, "disagree": 1}
     assert data["by_plugin"]["ImageLocality"]["pods"] == 0
     assert data["checks"]["our_node_in_upstream_top_set"] == 1
+    (disagreement,) = data["disagreements"]
+    disagreeing = results[1].pods[0]
+    assert disagreement["texts"] == {
+        "upstream": {"note": disagreeing.upstream.note, "condition": disagreeing.upstream.condition},
+        "ours": {"note": disagreeing.ours.note, "condition": disagreeing.ours.condition},
+    }
     path = tmp_path / "conformance.md"
     write_markdown(data, results, [ProfileDef(DEFAULT_PROFILE.name, {}, "built-in")], path)
     text = path.read_text()
@@ -725,6 +732,52 @@ def test_pod_watch_keeps_first_nomination_and_message_and_orders_what_went() -> 
     assert (facts.nominated, facts.unschedulable) == ("n1", "first")
     assert [f.key for f in watch.gone_since(mark)] == ["ns/v1", "ns/v0"]
     assert watch.gone_since(watch.mark()) == []
+
+
+class _FakeWatchResponse:
+    status = 200
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.lines = [json.dumps(e).encode() + b"\n" for e in events]
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+        return iter(self.lines)
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+def test_pod_watch_resumes_from_the_last_version_and_relists_only_when_gone() -> None:
+    pod_watch = preemption_harness.PodWatch(api=None)  # type: ignore[arg-type]
+    asked: list[str | None] = []
+
+    def pod(version: str, message: str) -> dict[str, Any]:
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        meta = {"uid": "p", "name": "p", "namespace": "ns", "resourceVersion": version}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "status": {"conditions": [condition]}}
+
+    replies = [
+        [{"type": "ADDED", "object": pod("5", "first")}],
+        [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}}],
+        [{"type": "MODIFIED", "object": pod("9", "second")}],
+    ]
+
+    def list_pod_for_all_namespaces(**kwargs: Any) -> _FakeWatchResponse:
+        """:rtype: V1PodList"""
+        asked.append(kwargs.get("resource_version"))
+        if len(asked) == len(replies):
+            pod_watch._stopped.set()
+        return _FakeWatchResponse(replies[len(asked) - 1])
+
+    pod_watch.core = SimpleNamespace(list_pod_for_all_namespaces=list_pod_for_all_namespaces)  # type: ignore[assignment]
+    pod_watch._run()
+    assert asked == [None, "5", None]
+    facts = pod_watch.get("p")
+    assert facts is not None
+    assert facts.unschedulable == "first"
 
 
 def test_judge_compares_the_preemption() -> None:
