@@ -359,7 +359,7 @@ class ScheduleOne:
         self.handle_scheduling_failure(
             runtime,
             qpod,
-            message=f"binding rejected: {status.message}",
+            message=status.message,  # "running Bind plugin ...: ..." as upstream's, unprefixed
             reason="SchedulerError",
             plugins=set(),
             started=started,
