@@ -14,11 +14,15 @@ nominated, or to nothing when the failure clears the nomination. Plugins' events
 ``Preempted``) go out through :meth:`Reporter.record_event`, the Handle's recorder.
 
 Everything here is best effort: a failed event post or status patch is logged and never changes a scheduling
-decision. The posts run as tasks (``spawn``) so the scheduling cycle never waits for the API server.
+decision. The posts run as tasks (``spawn``) so the scheduling cycle never waits for the API server. A pod's
+status patches still go out one after the other, and its binding cycle waits for the last one
+(:meth:`Reporter.status_settled`), as upstream's API dispatcher keeps one call per object in flight: a late
+PodScheduled=False patch would otherwise overwrite the PodScheduled=True that the Binding sets.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -61,6 +65,8 @@ class Reporter:
         self.explanations = explanations or Explanations()
         #: The pod whose failure :meth:`explain` just recorded in full (``failed`` then records nothing more).
         self._explained: str | None = None
+        #: Pod UID → set when its last spawned status patch has finished (absent: none in flight).
+        self._status_patches: dict[str, asyncio.Event] = {}
 
     # -- outcomes of an attempt ----------------------------------------------------------------------
     async def scheduled(self, pod: PodInfo, profile: str, node: str, scores: ScoreCapture | None = None) -> None:
@@ -89,11 +95,33 @@ class Reporter:
         condition = _needs_condition_patch(pod.obj, reason, message)
         nominate = nominated_node is not None and nominated_node != nominated_node_name(pod)
         if condition or nominate:
-            self._spawn(
-                self.patch_condition(
-                    pod, reason, message, condition=condition, nominated_node=nominated_node if nominate else None
-                )
+            patch = self.patch_condition(
+                pod, reason, message, condition=condition, nominated_node=nominated_node if nominate else None
             )
+            self._spawn(self._in_order(pod.uid, patch))
+
+    async def status_settled(self, uid: str) -> None:
+        """Return once the pod's spawned status patches have gone out (the binding cycle waits for them)."""
+        pending = self._status_patches.get(uid)
+        if pending is not None:
+            await pending.wait()
+
+    def _in_order(self, uid: str, patch: Awaitable[None]) -> Awaitable[None]:
+        """``patch`` to be run after the pod's earlier status patches, tracked for :meth:`status_settled`."""
+        earlier = self._status_patches.get(uid)
+        done = self._status_patches[uid] = asyncio.Event()
+
+        async def run() -> None:
+            try:
+                if earlier is not None:
+                    await earlier.wait()
+                await patch
+            finally:
+                done.set()
+                if self._status_patches.get(uid) is done:
+                    del self._status_patches[uid]
+
+        return run()
 
     async def nominate(self, pod: PodInfo, node: str) -> None:
         """Set ``status.nominatedNodeName`` to ``node`` unless the pod has it already (upstream ``updatePod``).

@@ -289,6 +289,7 @@ class ScheduleOne:
     ) -> None:
         """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod``; then settle it either way."""
         try:
+            await self._reporter.status_settled(pod.uid)  # an earlier failure's patch must not land after the bind
             status = await runtime.scheduler.bind_pod(state, pod, result, self._cache, nominate=self._reporter.nominate)
         except Exception as e:  # the bind task must always settle the pod (bind_pod itself does not raise)
             runtime.scheduler.framework.run_reserve_plugins_unreserve(state, pod, result.suggested_host)

@@ -202,3 +202,45 @@ def test_record_event_posts_a_plugins_event_in_the_background() -> None:
         "Preempted by pod u1 on node n1",
     )
     assert event["reportingInstance"] == "sp-test"
+
+
+def test_a_pods_status_patches_go_out_in_order_and_its_binding_waits_for_them() -> None:
+    """Upstream's API dispatcher keeps one call per pod in flight: a slow PodScheduled=False patch must land
+    before the Binding (which sets PodScheduled=True), and a later patch must not overtake an earlier one."""
+    gate = asyncio.Event()
+    happened: list[str] = []
+
+    class Slow(FakeClient):
+        async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> Any:
+            message = patch["status"]["conditions"][0]["message"]
+            if message == "first":
+                await gate.wait()
+            happened.append(f"patched {message}")
+            return {}
+
+    async def scenario() -> None:
+        tasks: list[asyncio.Task[Any]] = []
+        report = Reporter(
+            client=lambda: Slow(),
+            hostname="test",
+            clock=FakeClock(),
+            repeat_after=10.0,
+            spawn=lambda coro: tasks.append(asyncio.ensure_future(coro)),
+        )
+        pod = PodInfo.from_obj(pending("p"))
+        report.failed(pod, "sp", reason="Unschedulable", message="first")
+        report.failed(pod, "sp", reason="Unschedulable", message="second")
+
+        async def bind() -> None:
+            await report.status_settled(pod.uid)
+            happened.append("bound")
+
+        binding = asyncio.ensure_future(bind())
+        await asyncio.sleep(0.01)
+        assert happened == []  # the first patch is still on its way: neither the second nor the bind overtakes
+        gate.set()
+        await asyncio.gather(binding, *tasks)
+        await report.status_settled("another-uid")  # nothing in flight: returns at once
+
+    asyncio.run(scenario())
+    assert happened == ["patched first", "patched second", "bound"]
