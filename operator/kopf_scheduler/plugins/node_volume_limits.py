@@ -31,6 +31,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -71,7 +72,14 @@ from kopf_scheduler.plugins._volumes import (
     not_found_message,
     pod_volumes,
 )
-from kopf_scheduler.state.storage import VOLUME_ATTACHMENT, StorageObjects
+from kopf_scheduler.state.storage import (
+    CSI_NODE,
+    PERSISTENT_VOLUME,
+    PERSISTENT_VOLUME_CLAIM,
+    STORAGE_CLASS,
+    VOLUME_ATTACHMENT,
+    StorageObjects,
+)
 
 NAME = "NodeVolumeLimits"
 ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"
@@ -200,6 +208,29 @@ def attachment_volumes(storage: StorageObjects, attachments: Iterable[Obj], node
     return found
 
 
+#: The kinds whose objects a node's count is read from (CSINodes are compared by identity too).
+_COUNTED_FROM = (PERSISTENT_VOLUME_CLAIM, PERSISTENT_VOLUME, STORAGE_CLASS, CSI_NODE, VOLUME_ATTACHMENT)
+
+
+@dataclass(slots=True, eq=False)
+class _OnNode:
+    """A node's attached volumes (or the Error collecting them) and per-driver counts, with what they came from."""
+
+    changes: int
+    csi_node: Obj | None
+    pods: tuple[PodInfo, ...]
+    attached: Volumes | Status
+    counts: Counter[str]
+
+    def is_current(self, changes: int, csi_node: Obj | None, pods: tuple[PodInfo, ...]) -> bool:
+        return (
+            self.changes == changes
+            and self.csi_node is csi_node
+            and len(self.pods) == len(pods)
+            and all(a is b for a, b in zip(self.pods, pods, strict=True))
+        )
+
+
 def _pod_needs_check(pod: PodInfo | Obj) -> bool:
     return any(
         volume.get("persistentVolumeClaim") is not None
@@ -218,6 +249,8 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
         super().__init__(**kwargs)
         #: Upstream's ``randomVolumeIDPrefix``: makes the handles of unbound claims unique to this scheduler.
         self.random_prefix = secrets.token_hex(16)
+        #: Node name → what its pods and VolumeAttachments hold, as last counted (:meth:`_on_node`).
+        self._nodes: dict[str, _OnNode] = {}
 
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
         if _pod_needs_check(pod):
@@ -263,22 +296,42 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
         limits = volume_limits(csi_node)
         if not limits:
             return None
-        node = snapshot.cache.node(node_name)
-        attached: Volumes = {}
-        try:
-            for existing in node.pods.values() if node is not None else ():
-                collector.collect(existing, csi_node, new_pod=False, into=attached)
-        except ValueError as exc:
-            return Status.as_error(exc, plugin=NAME)
+        on_node = self._on_node(collector, snapshot, node_name, csi_node)
+        if isinstance(on_node.attached, Status):
+            return on_node.attached
+        attached = on_node.attached
         new_volumes = {key: driver for key, driver in wanted.items() if key not in attached}
-        attached_count = Counter(attached.values())
-        by_attachment = attachment_volumes(storage, storage.by_node(VOLUME_ATTACHMENT, node_name), node_name)
-        attached_count.update(driver for key, driver in by_attachment.items() if key not in attached)
         for driver, count in Counter(new_volumes.values()).items():
             limit = limits.get(driver)
-            if limit is not None and attached_count[driver] + count > limit:
+            if limit is not None and on_node.counts[driver] + count > limit:
                 return self._rejection
         return None
+
+    def _on_node(self, collector: VolumeCollector, snapshot: Snapshot, node_name: str, csi_node: Obj | None) -> _OnNode:
+        """The volumes the node's pods use and the per-driver count with its VolumeAttachments; recounted
+        only when its pods, its CSINode or a storage object they are read from changed (between cycles, most
+        nodes change nothing, and upstream's per-node walk of every pod's claims was most of the cost)."""
+        storage = snapshot.cache.storage
+        changes = storage.changes(_COUNTED_FROM)
+        node = snapshot.cache.node(node_name)
+        pods = tuple(node.pods.values()) if node is not None else ()
+        held = self._nodes.get(node_name)
+        if held is not None and held.is_current(changes, csi_node, pods):
+            return held
+        attached: Volumes = {}
+        counts: Counter[str] = Counter()
+        try:
+            for existing in pods:
+                collector.collect(existing, csi_node, new_pod=False, into=attached)
+        except ValueError as exc:
+            counted = _OnNode(changes, csi_node, pods, Status.as_error(exc, plugin=NAME), counts)
+        else:
+            counts.update(attached.values())
+            by_attachment = attachment_volumes(storage, storage.by_node(VOLUME_ATTACHMENT, node_name), node_name)
+            counts.update(driver for key, driver in by_attachment.items() if key not in attached)
+            counted = _OnNode(changes, csi_node, pods, attached, counts)
+        self._nodes[node_name] = counted
+        return counted
 
     @staticmethod
     def _own_volumes(collector: VolumeCollector, pod: PodInfo, csi_node: Obj | None) -> Volumes | Status:

@@ -72,7 +72,9 @@ from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.plugins._assume_cache import AssumeCache
 from kopf_scheduler.plugins._csi_translation import (
     ANN_MIGRATED_PLUGINS,
+    MIGRATION_ON,
     TranslationError,
+    migratable_plugin,
     translate_pv_to_csi,
     translation_plugin,
     try_translate_pv_to_csi,
@@ -209,9 +211,17 @@ class _StateData:
     claims: PodVolumeClaims | None = None
     by_node: dict[str, PodVolumes] = field(default_factory=dict)
     all_bound: bool = False
+    #: Filter found that every node fits and needs nothing (see :meth:`VolumeBinder.fits_every_node`).
+    every_node_fits: bool = False
 
     def clone(self) -> _StateData:
         return self
+
+    def volumes_for(self, node_name: str) -> PodVolumes | None:
+        """What Filter found the pod needs on ``node_name``; None if Filter did not pass the node."""
+        if self.every_node_fits:
+            return self.by_node.setdefault(node_name, PodVolumes())
+        return self.by_node.get(node_name)
 
 
 @dataclass(slots=True)
@@ -338,6 +348,21 @@ class VolumeBinder:
         if claims.unbound_delay:
             self._find_unbound(claims, node, fits_node, outcome, volumes)
         return volumes, outcome.reasons()
+
+    def fits_every_node(self, claims: PodVolumeClaims) -> bool:
+        """Whether :meth:`find_pod_volumes` would pass every node and find nothing to do: every claim bound to a
+        PV that exists, has no node affinity and no in-tree source CSI migration could translate (which could
+        add one, node by node). The common StatefulSet pod after its first start; no node is visited."""
+        if claims.unbound_delay:
+            return False
+        for pvc in claims.bound:
+            pv = self.pv_cache.get(spec(pvc).get("volumeName") or "")
+            if pv is None or volume_node_selector(pv) is not None:
+                return False
+            plugin = migratable_plugin(spec(pv))
+            if plugin is not None and plugin.in_tree_name in MIGRATION_ON:
+                return False
+        return True
 
     def _check_bound_claims(self, claims: PodVolumeClaims, node: NodeInfo, fits_node: FitsNode) -> tuple[bool, bool]:
         """Upstream ``checkBoundClaims``: (every bound PV's node affinity fits, every bound PV exists); an
@@ -692,6 +717,9 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
         data: _StateData = state.read(STATE_KEY)
         if data.claims is None:
             return None
+        if self.binder.fits_every_node(data.claims):
+            data.every_node_fits = True
+            return None
         fit = _NodeFit(snapshot, nodes)
         rejected = np.zeros(len(nodes), dtype=bool)
         palette: dict[Status, int] = {}
@@ -706,7 +734,9 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
 
     def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
         data: _StateData = state.read(STATE_KEY)
-        return SUCCESS if data.claims is None else self._filter_one(data, node, None)
+        if data.claims is None or data.every_node_fits:
+            return SUCCESS
+        return self._filter_one(data, node, None)
 
     def _filter_one(self, data: _StateData, node: NodeInfo, fits_node: FitsNode | None) -> Status:
         assert data.claims is not None
@@ -729,7 +759,7 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
     # -- Reserve / Unreserve --------------------------------------------------------------------------------
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         data: _StateData = state.read(STATE_KEY)
-        volumes = data.by_node.get(node_name)
+        volumes = data.volumes_for(node_name)
         if volumes is None:
             data.all_bound = True  # the pod has no claims
             return SUCCESS
@@ -741,7 +771,7 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
         data: _StateData | None = state.get(STATE_KEY)
-        volumes = None if data is None else data.by_node.get(node_name)
+        volumes = None if data is None else data.volumes_for(node_name)
         if volumes is not None:
             self.binder.revert_assumed_pod_volumes(volumes)
 
@@ -751,7 +781,7 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
         data: _StateData = state.read(STATE_KEY)
         if data.all_bound:
             return Status.skip(plugin=NAME)
-        if node_name not in data.by_node:
+        if data.volumes_for(node_name) is None:
             return _no_pod_volumes(node_name)
         return SUCCESS
 
@@ -759,7 +789,7 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
         data: _StateData = state.read(STATE_KEY)
         if data.all_bound:
             return SUCCESS
-        volumes = data.by_node.get(node_name)
+        volumes = data.volumes_for(node_name)
         if volumes is None:
             return _no_pod_volumes(node_name)
         try:

@@ -18,7 +18,7 @@ DynamicResources' listers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 PERSISTENT_VOLUME = "PersistentVolume"
@@ -68,10 +68,12 @@ def object_key(kind: str, obj: Mapping[str, Any]) -> Key:
 class StorageObjects:
     """The latest watched version of every storage object, by kind and key."""
 
-    __slots__ = ("_by_kind", "_by_node")
+    __slots__ = ("_by_kind", "_by_node", "_changes")
 
     def __init__(self) -> None:
         self._by_kind: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
+        #: kind → how many times an object of that kind was stored or dropped (see :meth:`changes`).
+        self._changes: dict[str, int] = dict.fromkeys(KINDS, 0)
         #: kind (of :data:`NODE_INDEXED`) → ``spec.nodeName`` → key → object.
         self._by_node: dict[str, dict[str, dict[Key, Obj]]] = {kind: {} for kind in NODE_INDEXED}
 
@@ -82,6 +84,7 @@ class StorageObjects:
         key = object_key(kind, obj)
         old = objects.get(key)
         self._unindex(kind, key, old)
+        self._changes[kind] += 1
         if event_type == "DELETED":
             objects.pop(key, None)
             return old, None
@@ -96,6 +99,7 @@ class StorageObjects:
         """Drop an object the reconciling LIST no longer returns; the dropped object, if any."""
         old = self._by_kind[kind].pop(key, None)
         self._unindex(kind, key, old)
+        self._changes[kind] += 1
         return old
 
     def _index(self, kind: str, key: Key, obj: Obj) -> None:
@@ -127,6 +131,11 @@ class StorageObjects:
 
     def count(self, kind: str) -> int:
         return len(self._by_kind[kind])
+
+    def changes(self, kinds: Iterable[str]) -> int:
+        """A number that grows whenever an object of one of ``kinds`` is stored or dropped: what a plugin
+        derived from those kinds alone is still current while it stays the same."""
+        return sum(self._changes[kind] for kind in kinds)
 
     def pv(self, name: str) -> Obj | None:
         return self.get(PERSISTENT_VOLUME, name)

@@ -10,6 +10,7 @@ from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent
 from kopf_scheduler.plugins.node_volume_limits import (
     ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED,
     NodeVolumeLimits,
+    VolumeCollector,
 )
 from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info, slots
 from tests.unit.plugins._storage import claim_volume, csi_node, fill, pv, pvc, storage_class
@@ -169,3 +170,43 @@ def test_volume_attachments_on_the_node_count(
     result = plugin.filter(state, pod, slots(snapshot), snapshot)
     got = "fits" if result is None else (result.status_at(0).code, result.status_at(0).message)
     assert got == expected
+
+
+def test_a_nodes_count_is_kept_between_cycles_until_its_pods_or_storage_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counted volumes of a node are reused while nothing they come from changed, and recounted (with the
+    verdict following) when a pod lands on the node, a VolumeAttachment appears or a pod leaves."""
+    old = make_pod("old0", node_name="n", spec={"volumes": [claim_volume("c2")]})
+    cache = fill(make_cache([make_node("n")], [old]), *OBJECTS, ("CSINode", csi_node("n", d_csi_io=2)))
+    plugin = NodeVolumeLimits(handle=FakeHandle(cache))
+    collected: list[str] = []
+    real_collect = VolumeCollector.collect
+
+    def counting(self: VolumeCollector, pod: Any, csi: Any, *, new_pod: bool, into: Any) -> None:
+        if not new_pod:
+            collected.append(pod.name)
+        real_collect(self, pod, csi, new_pod=new_pod, into=into)
+
+    monkeypatch.setattr(VolumeCollector, "collect", counting)
+
+    def verdict() -> Any:
+        snapshot = cache.snapshot()
+        pod = pod_info(make_pod(spec={"volumes": [claim_volume("c1")]}))
+        state = CycleState()
+        plugin.pre_filter(state, pod, snapshot)
+        result = plugin.filter(state, pod, slots(snapshot), snapshot)
+        return "fits" if result is None else (result.status_at(0).code, result.status_at(0).message)
+
+    assert (verdict(), verdict(), collected) == ("fits", "fits", ["old0"])  # counted once for two cycles
+    cache.storage.apply("VolumeAttachment", "ADDED", _attachment("va9", "pv9"))
+    cache.storage.apply("PersistentVolume", "ADDED", csi_pv("pv9", "h9"))
+    assert verdict() == EXCEEDED
+    assert collected == ["old0", "old0"]
+    cache.storage.apply("VolumeAttachment", "DELETED", _attachment("va9", "pv9"))
+    assert verdict() == "fits"
+    cache.add_or_update_pod(
+        make_pod("old1", uid="u-old1", node_name="n", spec={"volumes": [claim_volume("c-unbound")]})
+    )
+    assert verdict() == EXCEEDED
+    assert collected[-2:] == ["old0", "old1"]
+    cache.remove_pod("u-old1")
+    assert verdict() == "fits"

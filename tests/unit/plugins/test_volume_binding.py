@@ -1080,3 +1080,42 @@ def test_pre_bind_fails_once_the_pods_deletion_is_watched() -> None:
         ('binding volumes: pod does not exist any more: pod "web-0" not found',),
     )
     assert fake.ticks == 2  # noticed at the first poll after the deletion, not at the timeout
+
+
+def test_a_pod_whose_claims_are_bound_to_csi_volumes_without_affinity_visits_no_node() -> None:
+    """Filter decides once for every node (the StatefulSet pod after its first start), and Reserve/PreBind
+    behave as after a node-by-node Filter: nothing to assume, nothing for PreBind to do."""
+    volume = pv("pv1", node=None, phase="Bound")
+    volume["spec"]["csi"] = {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"}
+    cache = cluster(V(volume), BOUND)
+    plugin = plugin_for(cache)
+    pod = a_pod(claim_volume())
+    state = CycleState()
+    snapshot = cache.snapshot()
+    assert plugin.pre_filter(state, pod, snapshot)[1].is_success
+
+    def visited(*_: Any) -> Any:
+        raise AssertionError("a node was visited")
+
+    plugin.binder.find_pod_volumes = visited  # type: ignore[method-assign]
+    assert plugin.filter(state, pod, snapshot.order, snapshot) is None
+    assert plugin.filter_node(state, pod, snapshot.node_info(int(snapshot.order[1]))).is_success
+    assert plugin.reserve(state, pod, "n2").is_success
+    assert state.read(STATE_KEY).all_bound
+    assert plugin.pre_bind_pre_flight(state, pod, "n2").is_skip
+    assert len(plugin.binder.pv_cache) == 0
+
+
+@pytest.mark.parametrize(
+    "volume",
+    [
+        pytest.param(pv("pv1", node="n1", phase="Bound"), id="node-affinity"),
+        pytest.param(in_tree_pv(GCE_PD, zone_key=None, phase="Bound"), id="in-tree-source-migration-could-translate"),
+    ],
+)
+def test_bound_volumes_the_node_can_matter_for_are_judged_node_by_node(volume: dict[str, Any]) -> None:
+    cache = migration_cluster(V(volume), BOUND)
+    plugin = plugin_for(cache)
+    state, _, status, _ = cycle(plugin, cache, a_pod(claim_volume()))  # vectorised == node by node, in there
+    assert status.is_success
+    assert not state.read(STATE_KEY).every_node_fits
