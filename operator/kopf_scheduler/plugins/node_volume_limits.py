@@ -212,13 +212,25 @@ def attachment_volumes(storage: StorageObjects, attachments: Iterable[Obj], node
 _COUNTED_FROM = (PERSISTENT_VOLUME_CLAIM, PERSISTENT_VOLUME, STORAGE_CLASS, CSI_NODE, VOLUME_ATTACHMENT)
 
 
+@dataclass(slots=True, frozen=True)
+class _Cycle:
+    """What one Filter call reads for every node."""
+
+    collector: VolumeCollector
+    snapshot: Snapshot
+    #: :meth:`StorageObjects.changes` of :data:`_COUNTED_FROM` (a node's count is current while it is the same).
+    changes: int
+
+
 @dataclass(slots=True, eq=False)
 class _OnNode:
-    """A node's attached volumes (or the Error collecting them) and per-driver counts, with what they came from."""
+    """A node's volume limits, attached volumes (or the Error collecting them) and per-driver counts, with what
+    they came from (the volumes are counted only when the node has limits)."""
 
     changes: int
     csi_node: Obj | None
     pods: tuple[PodInfo, ...]
+    limits: dict[str, int]
     attached: Volumes | Status
     counts: Counter[str]
 
@@ -260,14 +272,15 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
     def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
         if not pod_volumes(pod):
             return None
-        collector = VolumeCollector(snapshot.cache.storage, self.random_prefix)
+        storage = snapshot.cache.storage
+        cycle = _Cycle(VolumeCollector(storage, self.random_prefix), snapshot, storage.changes(_COUNTED_FROM))
         # The pod's own volumes depend on the node only through whether it has a CSINode.
         own: dict[bool, Volumes | Status] = {}
         rejected = np.zeros(len(nodes), dtype=bool)
         palette: dict[Status, int] = {}
         index = np.zeros(len(nodes), dtype=np.int64)
-        for position, slot in enumerate(nodes):
-            status = self._filter_node(collector, own, pod, snapshot.node_info(int(slot)).name, snapshot)
+        for position, slot in enumerate(nodes.tolist()):
+            status = self._filter_node(cycle, own, pod, snapshot.node_info(slot).name)
             if status is not None:
                 rejected[position] = True
                 index[position] = palette.setdefault(status, len(palette))
@@ -276,62 +289,60 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
         return FilterResult(rejected, tuple(palette), index)
 
     def _filter_node(
-        self,
-        collector: VolumeCollector,
-        own: dict[bool, Volumes | Status],
-        pod: PodInfo,
-        node_name: str,
-        snapshot: Snapshot,
+        self, cycle: _Cycle, own: dict[bool, Volumes | Status], pod: PodInfo, node_name: str
     ) -> Status | None:
-        storage = snapshot.cache.storage
-        csi_node = storage.csi_node(node_name)
+        csi_node = cycle.snapshot.cache.storage.csi_node(node_name)
         has_csi_node = csi_node is not None
         if has_csi_node not in own:
-            own[has_csi_node] = self._own_volumes(collector, pod, csi_node)
+            own[has_csi_node] = self._own_volumes(cycle.collector, pod, csi_node)
         wanted = own[has_csi_node]
         if isinstance(wanted, Status):
             return wanted
         if not wanted:
             return None
-        limits = volume_limits(csi_node)
-        if not limits:
+        on_node = self._on_node(cycle, node_name, csi_node)
+        if not on_node.limits:
             return None
-        on_node = self._on_node(collector, snapshot, node_name, csi_node)
         if isinstance(on_node.attached, Status):
             return on_node.attached
         attached = on_node.attached
-        new_volumes = {key: driver for key, driver in wanted.items() if key not in attached}
-        for driver, count in Counter(new_volumes.values()).items():
-            limit = limits.get(driver)
+        new_volumes = [driver for key, driver in wanted.items() if key not in attached]
+        for driver, count in Counter(new_volumes).items():
+            limit = on_node.limits.get(driver)
             if limit is not None and on_node.counts[driver] + count > limit:
                 return self._rejection
         return None
 
-    def _on_node(self, collector: VolumeCollector, snapshot: Snapshot, node_name: str, csi_node: Obj | None) -> _OnNode:
-        """The volumes the node's pods use and the per-driver count with its VolumeAttachments; recounted
-        only when its pods, its CSINode or a storage object they are read from changed (between cycles, most
-        nodes change nothing, and upstream's per-node walk of every pod's claims was most of the cost)."""
-        storage = snapshot.cache.storage
-        changes = storage.changes(_COUNTED_FROM)
-        node = snapshot.cache.node(node_name)
+    def _on_node(self, cycle: _Cycle, node_name: str, csi_node: Obj | None) -> _OnNode:
+        """The node's volume limits, the volumes its pods use and the per-driver count with its
+        VolumeAttachments; recounted only when its pods, its CSINode or a storage object they are read from
+        changed (between cycles most nodes change nothing, and the per-node walk of every pod's claims, which
+        upstream does each time, was most of the cost)."""
+        node = cycle.snapshot.cache.node(node_name)
         pods = tuple(node.pods.values()) if node is not None else ()
         held = self._nodes.get(node_name)
-        if held is not None and held.is_current(changes, csi_node, pods):
+        if held is not None and held.is_current(cycle.changes, csi_node, pods):
             return held
-        attached: Volumes = {}
-        counts: Counter[str] = Counter()
-        try:
-            for existing in pods:
-                collector.collect(existing, csi_node, new_pod=False, into=attached)
-        except ValueError as exc:
-            counted = _OnNode(changes, csi_node, pods, Status.as_error(exc, plugin=NAME), counts)
-        else:
-            counts.update(attached.values())
-            by_attachment = attachment_volumes(storage, storage.by_node(VOLUME_ATTACHMENT, node_name), node_name)
-            counts.update(driver for key, driver in by_attachment.items() if key not in attached)
-            counted = _OnNode(changes, csi_node, pods, attached, counts)
+        counted = _OnNode(cycle.changes, csi_node, pods, volume_limits(csi_node), {}, Counter())
+        if counted.limits:  # without limits the node passes: nothing to count
+            self._count(cycle, counted, node_name)
         self._nodes[node_name] = counted
         return counted
+
+    @staticmethod
+    def _count(cycle: _Cycle, counted: _OnNode, node_name: str) -> None:
+        attached: Volumes = {}
+        try:
+            for existing in counted.pods:
+                cycle.collector.collect(existing, counted.csi_node, new_pod=False, into=attached)
+        except ValueError as exc:
+            counted.attached = Status.as_error(exc, plugin=NAME)
+            return
+        storage = cycle.snapshot.cache.storage
+        counted.attached = attached
+        counted.counts.update(attached.values())
+        by_attachment = attachment_volumes(storage, storage.by_node(VOLUME_ATTACHMENT, node_name), node_name)
+        counted.counts.update(driver for key, driver in by_attachment.items() if key not in attached)
 
     @staticmethod
     def _own_volumes(collector: VolumeCollector, pod: PodInfo, csi_node: Obj | None) -> Volumes | Status:
