@@ -39,7 +39,7 @@ CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
 KOPF_SCHEDULER_IMAGE := $(IMAGE)
 export CONTAINERS_CONF KOPF_SCHEDULER_IMAGE
 
-.PHONY: help test demo lint binaries image image-tools lock pytest crds clean clean-binaries bench-algo bench conformance
+.PHONY: help test demo lint binaries image image-tools lock pytest crds clean clean-binaries bench-algo bench bench-takeover conformance
 
 help:
 	@echo "make test      venv + binaries + image + lint + the whole pytest suite"
@@ -52,6 +52,7 @@ help:
 	@echo "make clean     remove the venv and caches in the tree (the binary cache stays)"
 	@echo "make bench-algo  algorithm benchmark, no API server: bench/results/algo.json + docs/benchmarks.md"
 	@echo "make bench     end-to-end benchmark vs kube-scheduler (~30 min): bench/results/e2e.json + docs/benchmarks.md"
+	@echo "make bench-takeover  SIGKILL of the active replica with a 50000-pod backlog: bench/results/takeover.json"
 	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~4 min) and"
 	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400):"
 	@echo "                  docs/conformance.md + bench/results/conformance.json + profile-validation.json"
@@ -113,6 +114,11 @@ bench-algo: $(VENV_STAMP)
 # documented in bench/e2e.py). Writes bench/results/e2e.json, the plot and docs/benchmarks.md's section.
 bench: $(VENV_STAMP) binaries
 	$(VENV)/bin/python -m bench.e2e
+
+# Takeover after SIGKILL of the active replica with a pending backlog (BENCH_TAKEOVER=<nodes>x<pods>, default
+# 5000x50000): writes bench/results/takeover.json (method: bench/takeover.py).
+bench-takeover: $(VENV_STAMP) binaries
+	$(VENV)/bin/python -m bench.takeover
 
 # The SchedulerProfile CRD is generated from the pydantic models; the chart ships copies of both CRD files
 # (tests/unit/test_crd.py and tests/unit/test_chart.py fail when either drifts).
