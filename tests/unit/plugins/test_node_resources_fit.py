@@ -873,3 +873,132 @@ def test_node_resources_fit_device_class_hint() -> None:
     assert hint(pod, None, mapped, event=event) is QUEUE
     assert hint(pod, mapped, mapped, event=ClusterEvent(EventResource.DEVICE_CLASS, ActionType.UPDATE)) is QUEUE_SKIP
     assert hint(pod, other, mapped, event=ClusterEvent(EventResource.DEVICE_CLASS, ActionType.UPDATE)) is QUEUE
+
+
+# -- DRA-backed extended resources (DRAExtendedResource: upstream shouldDelegateResourceToDRA) --------------
+IMPLICIT = "deviceclass.resource.kubernetes.io/gpus"
+
+
+def _device_class(name: str, extended: str = "", created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    spec = {"extendedResourceName": extended} if extended else {}
+    return {"metadata": {"name": name, "creationTimestamp": created}, "spec": spec}
+
+
+def run_filter_with_classes(
+    nodes: list[dict[str, Any]], pod: dict[str, Any], classes: list[dict[str, Any]], pods: list[dict[str, Any]] = ()
+) -> dict[str, tuple[Code, tuple[str, ...]] | None]:
+    cache = make_cache(nodes, list(pods))
+    for device_class in classes:
+        cache.storage.apply("DeviceClass", "ADDED", device_class)
+    plugin = plugin_for(cache)
+    snapshot = cache.snapshot()
+    state = new_state()
+    info = pod_info(pod)
+    plugin.pre_filter(state, info, snapshot)
+    names = [node["metadata"]["name"] for node in nodes]
+    result = plugin.filter(state, info, slots(snapshot, names), snapshot)
+    if result is None:
+        return dict.fromkeys(names)
+    return {name: verdict(result.status_at(i)) if result.rejected[i] else None for i, name in enumerate(names)}
+
+
+DRA_FILTER_CASES = [
+    pytest.param(
+        [make_node("n1"), make_node("n2")],
+        {GPU: "1"},
+        [],
+        {"n1": (UUR, ("Insufficient example.com/gpu",)), "n2": (UUR, ("Insufficient example.com/gpu",))},
+        id="no-class-no-node-advertises",
+    ),
+    pytest.param(
+        [make_node("n1"), make_node("n2")],
+        {GPU: "1"},
+        [_device_class("gpus", GPU)],
+        {"n1": None, "n2": None},
+        id="explicit-name-left-to-dra-everywhere",
+    ),
+    pytest.param(
+        [make_node("n1"), make_node("n2")],
+        {IMPLICIT: "2"},
+        [_device_class("gpus")],
+        {"n1": None, "n2": None},
+        id="implicit-name",
+    ),
+    pytest.param(
+        [make_node("n1"), make_node("n2")],
+        {IMPLICIT: "2"},
+        [_device_class("other")],
+        {"n1": (UUR, (f"Insufficient {IMPLICIT}",)), "n2": (UUR, (f"Insufficient {IMPLICIT}",))},
+        id="implicit-name-of-another-class",
+    ),
+    pytest.param(
+        [make_node("n1", extra={GPU: 1}), make_node("n2")],
+        {GPU: "2"},
+        [_device_class("gpus", GPU)],
+        {"n1": (UUR, ("Insufficient example.com/gpu",)), "n2": None},
+        id="a-device-plugin-node-is-checked-as-usual",
+    ),
+    pytest.param(
+        [make_node("n1", extra={GPU: 0}), make_node("n2", extra={GPU: 4})],
+        {GPU: "2", "cpu": "8"},
+        [_device_class("gpus", GPU)],
+        {"n1": (UUR, (REASON_INSUFFICIENT_CPU,)), "n2": (UUR, (REASON_INSUFFICIENT_CPU,))},
+        id="zero-allocatable-is-delegated-cpu-still-checked",
+    ),
+]
+
+
+@pytest.mark.parametrize(("nodes", "requests", "classes", "expected"), DRA_FILTER_CASES)
+def test_filter_leaves_dra_backed_extended_resources_to_dynamic_resources(
+    nodes: list[dict[str, Any]],
+    requests: dict[str, str],
+    classes: list[dict[str, Any]],
+    expected: dict[str, Any],
+) -> None:
+    assert run_filter_with_classes(nodes, make_pod("p", requests=requests), classes) == expected
+
+
+def test_a_delegated_resource_is_checked_against_what_device_plugin_nodes_have_left() -> None:
+    nodes = [make_node("n1", extra={GPU: 2}), make_node("n2")]
+    taken = make_pod("taken", node_name="n1", requests={GPU: "2"})
+    result = run_filter_with_classes(nodes, make_pod("p", requests={GPU: "1"}), [_device_class("gpus", GPU)], [taken])
+    assert result == {"n1": (U, ("Insufficient example.com/gpu",)), "n2": None}
+
+
+def test_the_older_class_backs_an_explicit_name() -> None:
+    from kopf_scheduler.plugins._device_class_mapping import device_class_for
+
+    cache = ClusterCache()
+    for device_class in (
+        _device_class("b-new", GPU, "2026-02-01T00:00:00Z"),
+        _device_class("z-old", GPU, "2026-01-01T00:00:00Z"),
+        _device_class("a-old", GPU, "2026-01-01T00:00:00Z"),
+    ):
+        cache.storage.apply("DeviceClass", "ADDED", device_class)
+    assert device_class_for(cache.storage, GPU)["metadata"]["name"] == "a-old"
+    assert device_class_for(cache.storage, "deviceclass.resource.kubernetes.io/b-new")["metadata"]["name"] == "b-new"
+    assert device_class_for(cache.storage, "example.com/other") is None
+
+
+def _hint_with_classes(pod: PodInfo, old: Any, new: Any, event: ClusterEvent, *classes: dict[str, Any]) -> Any:
+    cache = ClusterCache()
+    for device_class in classes:
+        cache.storage.apply("DeviceClass", "ADDED", device_class)
+    return hint_for(plugin_for(cache), event)(pod, old, new)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "classes", "expected"),
+    [
+        (None, make_node("n"), [], QUEUE_SKIP),  # nothing provides the GPU
+        (None, make_node("n"), [_device_class("gpus", GPU)], QUEUE),  # DRA may
+        (make_node("n", cpu="4"), make_node("n", cpu="4", labels={"a": "b"}), [_device_class("gpus", GPU)], QUEUE),
+        (make_node("n", cpu="4"), make_node("n", cpu="4", labels={"a": "b"}), [], QUEUE_SKIP),
+        (None, make_node("n", extra={GPU: 0}), [_device_class("gpus", GPU)], QUEUE),
+    ],
+    ids=["add-no-class", "add-backed", "update-backed", "update-no-class", "add-zero-allocatable"],
+)
+def test_node_hint_delegates_dra_backed_resources(old: Any, new: Any, classes: list[Any], expected: Any) -> None:
+    pod = pod_info(make_pod("g", requests={"cpu": "1", GPU: "1"}))
+    event = NODE_ADD if old is None else NODE_ALLOC
+    assert _hint_with_classes(pod, old, new, event, *classes) is expected
