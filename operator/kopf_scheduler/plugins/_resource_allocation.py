@@ -11,10 +11,11 @@ request is left out, and so is any resource a node has no allocatable of; a left
 neither score nor weight. Integer math truncates as Go does; RequestedToCapacityRatio rounds its final
 average half away from zero (``math.Round``).
 
-Not modelled: extended resources backed by DRA device classes (DRAExtendedResource, beta in 1.36): upstream
-counts ResourceSlice devices for a configured resource that no node advertises in ``allocatable`` but a
-DeviceClass maps; the cache does not watch DeviceClasses, so such a resource is left out (as it is upstream
-in a cluster without such a DeviceClass).
+Not modelled: scoring extended resources backed by DRA device classes (DRAExtendedResource, beta in 1.36):
+for a resource in ``scoringStrategy.resources`` that a node does not advertise in ``allocatable`` but a
+DeviceClass backs, upstream counts the node's matching ResourceSlice devices (capacity) and the allocated ones;
+here such a resource is left out on that node (as upstream does without such a DeviceClass). Filtering them is
+restated (NodeResourcesFit delegates them to DynamicResources); only a configured scoring resource is affected.
 """
 
 from __future__ import annotations
