@@ -66,7 +66,12 @@ from kopf_scheduler.framework.interface import (
     ScorePlugin,
 )
 from kopf_scheduler.framework.status import SUCCESS, Status
-from kopf_scheduler.plugins._device_class_mapping import DEVICE_CLASS_PREFIX, backed_resources, delegated_to_dra
+from kopf_scheduler.plugins._device_class_mapping import (
+    DEVICE_CLASS_PREFIX,
+    backed_resources,
+    delegated_to_dra,
+    is_dra_extended_resource_name,
+)
 from kopf_scheduler.plugins._resource_allocation import (
     Scorer,
     calculate_allocation,
@@ -345,8 +350,11 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             if value > 0 and (name in _HINT_BASE_RESOURCES or is_scalar_resource_name(name)) and not self._ignored(name)
         }
 
-    def _storage(self) -> StorageObjects:
-        return self.handle.snapshot().cache.storage
+    def _delegated(self, name: str, allocatable: Mapping[str, int]) -> bool:
+        """Upstream ``shouldDelegateResourceToDRA`` for a node seen by a hint (only extended names can be)."""
+        return is_dra_extended_resource_name(name) and delegated_to_dra(
+            name, allocatable, self.handle.snapshot().cache.storage
+        )
 
     def fits_empty_node(self, pod: PodInfo, node: Mapping[str, Any]) -> bool:
         """Upstream ``isFit``: would the pod fit this node if nothing ran on it? (DRA-backed resources the node
@@ -355,8 +363,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if allocatable.get(_PODS, 0) < 1:
             return False
         return all(
-            want <= allocatable.get(name, 0)
-            or (is_scalar_resource_name(name) and delegated_to_dra(name, allocatable, self._storage()))
+            want <= allocatable.get(name, 0) or self._delegated(name, allocatable)
             for name, want in self._hint_requests(pod).items()
         )
 
@@ -369,9 +376,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         requested = self._hint_requests(pod)
         if any(after.get(name, 0) > before.get(name, 0) for name in requested):
             return True
-        return any(
-            is_scalar_resource_name(name) and delegated_to_dra(name, after, self._storage()) for name in requested
-        )
+        return any(self._delegated(name, after) for name in requested)
 
     def is_schedulable_after_pod_event(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         """A pod was deleted or scaled down (upstream ``isSchedulableAfterPodEvent``)."""

@@ -32,7 +32,7 @@ from kopf_scheduler.plugins._device_class_mapping import device_class_for, is_dr
 from kopf_scheduler.plugins.dynamic_resources.binding import CONFLICT_ATTEMPTS, FINALIZER
 from kopf_scheduler.state.pod_info import PodInfo, is_scalar_resource_name
 from kopf_scheduler.state.quantity import QuantityError, parse_quantity
-from kopf_scheduler.state.storage import StorageObjects
+from kopf_scheduler.state.storage import DEVICE_CLASS, StorageObjects
 
 Claim = dict[str, Any]
 
@@ -70,6 +70,8 @@ def is_special(claim: Claim) -> bool:
 def pod_scalar_requests(pod: PodInfo, storage: StorageObjects) -> dict[str, int] | None:
     """Upstream ``hasDeviceClassMappedExtendedResource`` over the pod's requests: its scalar requests if a
     DeviceClass backs one of them, else None (the pod has nothing for DRA to allocate this way)."""
+    if not storage.count(DEVICE_CLASS):
+        return None  # the common case: no DeviceClass, nothing can be backed
     requests = pod.requests
     if not any(
         value and is_dra_extended_resource_name(name) and device_class_for(storage, name) is not None
