@@ -97,7 +97,6 @@ from kopf_scheduler.plugins.dynamic_resources.cel import SelectorCache
 from kopf_scheduler.plugins.dynamic_resources.extended import (
     ASSUME_POLL_SECONDS,
     ASSUME_TIMEOUT_SECONDS,
-    SPECIAL_CLAIM_NAME,
     ExtendedRequests,
     creation_body,
     delete_claim,
@@ -644,7 +643,9 @@ class DynamicResources(
         except APIError as error:
             self.handle.metrics.resource_claim_create("failure")
             raise APIError(
-                error.status, f"create claim for extended resources {namespace}/{SPECIAL_CLAIM_NAME}: {error}"
+                # klog.KObj of the body, whose name upstream cleared: "<namespace>/".
+                error.status,
+                f"create claim for extended resources {namespace}/: {error}",
             ) from error
         self.handle.metrics.resource_claim_create("success")
         return created
