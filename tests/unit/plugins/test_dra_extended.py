@@ -426,3 +426,28 @@ def test_a_claim_left_from_an_earlier_cycle_is_deleted_by_post_filter() -> None:
         ("delete", stale["metadata"]["name"]),
     ]
     assert client.claim_writes[0][3]["metadata"]["finalizers"] == []
+
+
+def test_a_pod_with_a_claim_and_an_extended_resource_gets_distinct_devices_for_both() -> None:
+    from tests.unit.plugins.test_dynamic_resources import resource_claim
+
+    app, client = _app(
+        (DEVICE_CLASS, gpu_class()),
+        (RESOURCE_SLICE, resource_slice("n1", "a100", "a100")),
+        (RESOURCE_CLAIM, resource_claim()),
+        nodes=("n1",),
+    )
+    pod = gpu_pod("both")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "my-gpu"}]
+    app.on_pod_event("ADDED", pod)
+    drive(app)
+    assert client.bindings == [("default", "both", "n1")]
+    status_writes = [(name, body) for verb, _, name, body in client.claim_writes if verb == "update"]
+    [(first, _), (second, _)] = status_writes
+    assert first == "my-gpu"  # the pod's own claim first, as upstream
+    assert second.startswith("both-extended-resources-")
+    devices = sorted(
+        result["device"] for _, body in status_writes for result in body["status"]["allocation"]["devices"]["results"]
+    )
+    assert devices == ["gpu-0", "gpu-1"]
+    assert [verb for verb, *_ in client.claim_writes].count("create") == 1
