@@ -72,6 +72,7 @@ from kopf_scheduler.plugins._device_class_mapping import (
     delegated_to_dra,
     is_dra_extended_resource_name,
 )
+from kopf_scheduler.plugins._dra_capacity import dra_capacity, may_score_dra
 from kopf_scheduler.plugins._resource_allocation import (
     Scorer,
     calculate_allocation,
@@ -200,6 +201,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         strategy = fit_args.scoring_strategy
         self.strategy = strategy.type
         self.resources = scored_resources(strategy.resources)
+        #: A scored resource may be a DRA-backed extended resource (counted in devices where nodes lack it).
+        self.may_score_dra = may_score_dra([resource.name for resource in self.resources])
         if strategy.type == "RequestedToCapacityRatio":
             shape = strategy.requested_to_capacity_ratio.shape if strategy.requested_to_capacity_ratio else []
             self.scorer = requested_to_capacity_ratio(shape)
@@ -321,7 +324,10 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
         pre: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
         pod_requests = pre.pod_requests if pre is not None else self.pod_requests(pod)
-        allocation = calculate_allocation(snapshot.table, nodes, self.resources, pod_requests, use_requested=False)
+        dra = dra_capacity(snapshot) if self.may_score_dra else None
+        allocation = calculate_allocation(
+            snapshot.table, nodes, self.resources, pod_requests, use_requested=False, dra=dra
+        )
         return self.scorer(allocation)
 
     # -- EnqueueExtensions --------------------------------------------------------------------------------
