@@ -451,3 +451,32 @@ def test_a_pod_with_a_claim_and_an_extended_resource_gets_distinct_devices_for_b
     )
     assert devices == ["gpu-0", "gpu-1"]
     assert [verb for verb, *_ in client.claim_writes].count("create") == 1
+
+
+# -- the API client's new calls (kube/client.py) --------------------------------------------------------------
+def test_the_client_posts_and_deletes_claims() -> None:
+    from aiohttp import web
+
+    from tests.unit.test_kube_client import serve
+
+    collection = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims"
+    seen: list[tuple[str, str, Any]] = []
+
+    async def record(request: web.Request) -> web.StreamResponse:
+        body = await request.json() if request.can_read_body else None
+        seen.append((request.method, request.path, body))
+        return web.json_response({"kind": "ResourceClaim", "metadata": {"name": "p-extended-resources-x"}})
+
+    async def scenario(client: Any) -> Any:
+        created = await client.create_resource_claim(namespace="ns", claim={"metadata": {"generateName": "p-"}})
+        await client.delete_resource_claim(namespace="ns", name="p-extended-resources-x")
+        return created
+
+    created = serve(
+        {("POST", collection): record, ("DELETE", f"{collection}/p-extended-resources-x"): record}, scenario
+    )
+    assert created["metadata"]["name"] == "p-extended-resources-x"
+    assert seen == [
+        ("POST", collection, {"metadata": {"generateName": "p-"}}),
+        ("DELETE", f"{collection}/p-extended-resources-x", None),
+    ]
