@@ -480,3 +480,15 @@ def test_the_client_posts_and_deletes_claims() -> None:
         ("POST", collection, {"metadata": {"generateName": "p-"}}),
         ("DELETE", f"{collection}/p-extended-resources-x", None),
     ]
+
+
+def test_a_created_claim_the_watch_never_delivers_stops_being_in_flight_after_the_timeout() -> None:
+    """Upstream waits for its assume cache (1 s polls, 120 s) and only logs when the claim never shows up."""
+    app, client = _app((DEVICE_CLASS, gpu_class()), (RESOURCE_SLICE, resource_slice("n1", "a100")), nodes=("n1",))
+    client.on_claim_created = None  # no watch event for the created claim
+    plugin = app.profiles["sp"].framework.plugins["DynamicResources"]
+    plugin.assume_timeout, plugin.assume_poll = 0.05, 0.01
+    app.on_pod_event("ADDED", gpu_pod("gpu-pod"))
+    drive(app)
+    assert client.bindings == [("default", "gpu-pod", "n1")]
+    assert tracker_for(app.cache).in_flight_count() == 0
