@@ -256,7 +256,7 @@ def test_an_extended_resource_backed_by_a_device_class_gets_a_claim_of_the_sched
     with_device = kwok_nodes(cpu="4", memory="16Gi", labels=labels)
     kwok_nodes(cpu="4", memory="16Gi", labels=labels)  # no device here
     dra.publish(with_device, "a100")
-    operator_factory()
+    operator = operator_factory()
     profile = profiles({}, suffix="dra-ext")
 
     def extended_pod(name: str) -> dict[str, Any]:
@@ -293,6 +293,7 @@ def test_an_extended_resource_backed_by_a_device_class_gets_a_claim_of_the_sched
     assert (request["exactly"]["deviceClassName"], request["exactly"]["count"]) == (body["metadata"]["name"], 1)
     assert _allocated_device(claim) == (dra.driver, with_device, "gpu-0")
     assert [(r["resource"], r["name"]) for r in claim["status"]["reservedFor"]] == [("pods", "first")]
+    assert operator.metric("scheduler_resourceclaim_creates_total", status="success") == 1.0
 
     create_pods(cluster.core, namespace, [extended_pod("second")])
 
@@ -305,3 +306,4 @@ def test_an_extended_resource_backed_by_a_device_class_gets_a_claim_of_the_sched
     assert cluster.core.read_namespaced_pod("second", namespace).spec.node_name is None
     claims = dra.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims")["items"]
     assert [c["metadata"]["name"] for c in claims] == [meta["name"]]  # nothing created for the refused pod
+    assert operator.metric("scheduler_resourceclaim_creates_total") == 1.0
