@@ -98,6 +98,12 @@ class SchedulerMetrics:
             buckets=_exponential(1, 2, 7),
             registry=r,
         )
+        self.resource_claim_creates = Counter(
+            "scheduler_resourceclaim_creates",
+            "Number of ResourceClaims creation requests within scheduler",
+            ["status"],
+            registry=r,
+        )
         self.cache_size = Gauge(
             "scheduler_cache_size",
             "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
@@ -133,6 +139,9 @@ class SchedulerMetrics:
 
     def preemption_victims(self, count: int) -> None:
         self.preemption_victims_count.observe(count)
+
+    def resource_claim_create(self, status: str) -> None:
+        self.resource_claim_creates.labels(status=status).inc()
 
     def set_pending(self, counts: dict[str, int]) -> None:
         for queue in ("active", "backoff", "unschedulable", "gated"):

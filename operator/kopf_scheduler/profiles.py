@@ -118,6 +118,9 @@ class _NoMetrics:
     def preemption_victims(self, count: int) -> None:
         return None
 
+    def resource_claim_create(self, status: str) -> None:
+        return None
+
 
 class ProfileHandle:
     """The framework Handle of one profile: its name, the API client, the cache snapshot, the known pods, and

@@ -17,10 +17,20 @@ What a device scenario holds (cluster-scoped names carry the seed, so scenarios 
   so that a scheduler's PreBind goes straight to the status update (the finalizer update comes first only
   when the finalizer is missing).
 
+DRA-backed extended resources (DRAExtendedResource, :func:`add_extended_resources`, its own RNG
+``extended-{seed}`` so the device pass above draws as before): in half of the device scenarios a third class
+backs ``conformance.example.com/gpu-<seed>`` (``spec.extendedResourceName``), and some pending pods ask for
+one or two of it, or of the class's implicit ``deviceclass.resource.kubernetes.io/<class>``, in their first
+container (requests and limits); no node advertises either, so both schedulers leave it to DynamicResources,
+which allocates it through a claim the scheduler creates in PreBind.
+
 Upstream never allocates: a ValidatingAdmissionPolicy denies its claim (status) updates with a message that
 carries the allocation it tried to write (``request=pool/device``, comma separated), so upstream's choice of
 devices is read from the pod's SchedulerError condition, as its node is read from the nomination it sets
-before PreBind. Ours allocates for real; a claim ours allocated stays allocated for the next pods (both
+before PreBind. The policy denies upstream's claim *creation* too (its extended-resource claim): that
+message carries no devices (a claim is created without its allocation), so for such a pod only the node is
+compared, and upstream, whose created claim never exists, has nothing to delete in Unreserve. Ours allocates
+for real; a claim ours allocated (its extended-resource claim too) stays allocated for the next pods (both
 schedulers see its devices taken; the harness waits for upstream's ``allocateddevices.go`` line saying so).
 """
 
@@ -35,6 +45,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 DEVICE_FRACTION = 0.35
+#: Of the device scenarios, those that also get DRA-backed extended resources.
+EXTENDED_FRACTION = 0.5
+#: Upstream ``resourceapi.ResourceDeviceClassPrefix``: a DeviceClass's implicit extended resource name.
+DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+#: Upstream ``resourceapi.ExtendedResourceClaimAnnotation``: the claims a scheduler created for such resources.
+EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 DRIVER = "gpu.conformance.example.com"
 FINALIZER = "resource.kubernetes.io/delete-protection"
 MODELS = ("a100", "h100", "t4")
@@ -73,15 +89,34 @@ def add_devices(scenario: Any, seed: int) -> None:
             spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]
             spec["containers"][0].setdefault("resources", {})["claims"] = [{"name": "gpu"}]
             pending.features = tuple(sorted({*pending.features, "DynamicResources"}))
+    add_extended_resources(scenario, seed)
 
 
-def _device_class(name: str, expression: str) -> Obj:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
-    }
+def add_extended_resources(scenario: Any, seed: int) -> None:
+    """In :data:`EXTENDED_FRACTION` of the device scenarios: a class backing an extended resource, and pods
+    asking for it (by that name or the class's implicit one)."""
+    if not scenario.device_classes:
+        return
+    rng = random.Random(f"extended-{seed}")
+    if rng.random() >= EXTENDED_FRACTION:
+        return
+    name, explicit = f"ext-gpu-{seed}", f"conformance.example.com/gpu-{seed}"
+    scenario.device_classes.append(_device_class(name, f'device.driver == "{DRIVER}"', extended=explicit))
+    for pending in scenario.pending:
+        if rng.random() < 0.35:
+            resource = rng.choice((explicit, DEVICE_CLASS_PREFIX + name))
+            count = str(rng.choice((1, 1, 2)))
+            resources = pending.manifest["spec"]["containers"][0].setdefault("resources", {})
+            resources.setdefault("requests", {})[resource] = count
+            resources.setdefault("limits", {})[resource] = count
+            pending.features = tuple(sorted({*pending.features, "DynamicResources"}))
+
+
+def _device_class(name: str, expression: str, *, extended: str = "") -> Obj:
+    spec: Obj = {"selectors": [{"cel": {"expression": expression}}]}
+    if extended:
+        spec["extendedResourceName"] = extended
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
 
 
 def _slice(node: str, rng: random.Random) -> Obj:
@@ -162,10 +197,23 @@ def denied_devices(message: str | None) -> list[str] | None:
     return [item for item in found.group(1).split(",") if item]
 
 
+def extended_claim_name(pod: Obj | None) -> str | None:
+    """The claim a scheduler created for the pod's DRA-backed extended resources (its status says which)."""
+    status = ((pod or {}).get("status") or {}).get("extendedResourceClaimStatus") or {}
+    return status.get("resourceClaimName") or None
+
+
 def delete_devices(api: client.ApiClient, scenario: Any) -> None:
-    """Remove the scenario's claims (finalizers dropped: no controller runs here), slices and classes."""
+    """Remove the scenario's claims and the ones ours created for extended resources (finalizers dropped: no
+    controller runs here), slices and classes."""
     objects = client.CustomObjectsApi(api)
-    for claim in scenario.resource_claims:
+    created = [
+        claim
+        for namespace in scenario.namespace_names
+        for claim in objects.list_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims")["items"]
+        if (claim["metadata"].get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true"
+    ]
+    for claim in (*scenario.resource_claims, *created):
         meta = claim["metadata"]
         with contextlib.suppress(ApiException):
             objects.patch_namespaced_custom_object(
@@ -179,7 +227,8 @@ def delete_devices(api: client.ApiClient, scenario: Any) -> None:
 
 
 def no_claim_writes_policy(upstream_user: str) -> tuple[Obj, Obj]:
-    """The policy and binding that deny ``upstream_user``'s claim updates, saying what it tried to allocate."""
+    """The policy and binding that deny ``upstream_user``'s claim creations and updates, saying what it tried
+    to allocate (nothing, for a creation)."""
     results = "object.status.allocation.devices.results"
     allocated = (
         f"(has(object.status) && has(object.status.allocation) ? "
@@ -196,7 +245,8 @@ def no_claim_writes_policy(upstream_user: str) -> tuple[Obj, Obj]:
                     {
                         "apiGroups": [GROUP],
                         "apiVersions": [VERSION],
-                        "operations": ["UPDATE"],
+                        # CREATE: upstream's claim for DRA-backed extended resources is never made.
+                        "operations": ["CREATE", "UPDATE"],
                         "resources": ["resourceclaims", "resourceclaims/status"],
                     }
                 ]

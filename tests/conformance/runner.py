@@ -65,6 +65,7 @@ from tests.conformance.devices import (
     create_device_object,
     delete_devices,
     denied_devices,
+    extended_claim_name,
     no_claim_writes_policy,
     pod_claim_names,
     read_claim,
@@ -1075,19 +1076,23 @@ class Harness:
 
     def _claims_seen(self, model: Model, namespace: str, manifest: Mapping[str, Any], ours: Decision) -> list[Any]:
         """Our bound pod's claims: their devices on ``ours``, into the model, and the upstream log lines saying
-        its allocated-devices index took each device (``allocateddevices.go`` at -v=6)."""
+        its allocated-devices index took each device (``allocateddevices.go`` at -v=6). The claim ours created
+        for DRA-backed extended resources counts for the model and the log lines, not for ``ours.devices``
+        (upstream's denied creation tells no devices)."""
         names = pod_claim_names(dict(manifest))
-        if not names:
+        extended = extended_claim_name(self._read_pod(namespace, str(manifest["metadata"]["name"])))
+        if not names and extended is None:
             return []
         wanted: list[Any] = []
         devices: list[str] = []
-        for name in names:
+        for name in (*names, *([extended] if extended else [])):
             claim = read_claim(self.api, namespace, name)
             if claim is None:
                 continue
             model.load(claim)
             allocated = allocated_devices(claim)
-            devices += allocated
+            if name != extended:
+                devices += allocated
             wanted += [("Observed device allocation", "claim", f"{namespace}/{name}")] * len(allocated)
         ours.devices = sorted(devices)
         return wanted

@@ -868,3 +868,41 @@ def test_pinned_preemption_scenario_guards_the_cheaper_node_with_a_budget() -> N
         "conformance-high",
         preemptions.NEVER_CLASS,
     ]
+
+
+def test_upstream_may_neither_create_nor_update_claims() -> None:
+    """Its claim for DRA-backed extended resources is a CREATE: denied like its allocation, with no devices."""
+    from tests.conformance import devices
+
+    policy, binding = devices.no_claim_writes_policy("upstream")
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["operations"] == ["CREATE", "UPDATE"]
+    assert "resourceclaims" in rule["resources"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert devices.denied_devices(f"x: {devices.CLAIMS_DENIED_MARKER}; allocated []") == []
+
+
+def test_extended_resources_come_with_a_backing_class_and_leave_the_device_pass_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.conformance import devices
+
+    scenario = generate(17, "normal")
+    [backing] = [c for c in scenario.device_classes if c["spec"].get("extendedResourceName")]
+    names = {backing["spec"]["extendedResourceName"], devices.DEVICE_CLASS_PREFIX + backing["metadata"]["name"]}
+
+    def resources(pending: Any) -> dict[str, Any]:
+        return pending.manifest["spec"]["containers"][0].get("resources") or {}
+
+    asking = [p for p in scenario.pending if names & set(resources(p).get("requests") or {})]
+    assert asking
+    for pending in asking:
+        requested = names & set(resources(pending)["requests"])
+        assert all(resources(pending)["requests"][n] == resources(pending)["limits"][n] for n in requested)
+        assert "DynamicResources" in pending.features
+    # The extended pass draws from its own RNG: without it, the device pass makes the same objects.
+    monkeypatch.setattr(devices, "add_extended_resources", lambda scenario, seed: None)
+    plain = generate(17, "normal")
+    assert plain.resource_claims == scenario.resource_claims
+    assert plain.resource_slices == scenario.resource_slices
+    assert plain.device_classes == [c for c in scenario.device_classes if c is not backing]

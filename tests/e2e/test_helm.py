@@ -9,7 +9,8 @@ No image runs here (kwok nodes run no containers, and nothing schedules the char
 control plane), so the RBAC proof runs the operator out of cluster as a real process whose only credential
 is a token of the chart's ServiceAccount (``kubectl create token``), and drives the core scenario through
 it: a chart-created SchedulerProfile turns Ready with its status, a pod is bound with a ``Scheduled`` event
-(and one with a ResourceClaim is bound to the node with its device, the claim allocated and reserved),
+(and one with a ResourceClaim is bound to the node with its device, the claim allocated and reserved; one
+asking for a DeviceClass's extended resource gets the claim the scheduler creates, and its pod status says so),
 an unschedulable pod gets ``FailedScheduling`` and ``PodScheduled=False``, and deleting the profile clears
 the operator's finalizer. Any missing permission shows up as a 403 in the operator's log (kopf logs every
 forbidden request) or as a step that never happens; both fail the test. ``kubectl auth can-i --list``
@@ -393,7 +394,8 @@ def _diagnosis(cluster: Cluster, rel: Release, operator: OperatorProcess) -> str
 
 def _device_scenario(cluster: Cluster, namespace: str, profile: str, nodes: list[str]) -> None:
     """DynamicResources' calls with the chart's rights: the claim is read, allocated and reserved (a normal update
-    for the finalizer, then the status update) and the pod bound to the node with the device."""
+    for the finalizer, then the status update) and the pod bound to the node with the device; a pod asking for a
+    DeviceClass's extended resource gets a claim the scheduler creates, and its pods/status patch."""
     objects = client.CustomObjectsApi(cluster.api)
     driver = f"gpu-{secrets.token_hex(3)}.example.com"
     device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": driver},
@@ -402,13 +404,17 @@ def _device_scenario(cluster: Cluster, namespace: str, profile: str, nodes: list
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": f"{nodes[1]}-{driver}"},
-        "spec": {"driver": driver, "nodeName": nodes[1], "devices": [{"name": "gpu-0"}],
+        "spec": {"driver": driver, "nodeName": nodes[1], "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}],
                  "pool": {"name": nodes[1], "generation": 1, "resourceSliceCount": 1}},
     }  # fmt: skip
     request = {"name": "gpu", "exactly": {"deviceClassName": driver}}
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "gpu"},
              "spec": {"devices": {"requests": [request]}}}  # fmt: skip
+    extended = f"{driver}/gpu"
+    backing = {**device_class, "metadata": {"name": f"{driver}-ext"},
+               "spec": {**device_class["spec"], "extendedResourceName": extended}}  # fmt: skip
     objects.create_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses", device_class)
+    objects.create_cluster_custom_object("resource.k8s.io", "v1", "deviceclasses", backing)
     objects.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", slice_)
     objects.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", claim)
     try:
@@ -421,11 +427,32 @@ def _device_scenario(cluster: Cluster, namespace: str, profile: str, nodes: list
         [result] = allocated["status"]["allocation"]["devices"]["results"]
         assert (result["driver"], result["pool"], result["device"]) == (driver, nodes[1], "gpu-0")
         assert [ref["name"] for ref in allocated["status"]["reservedFor"]] == ["with-device"]
+        # DRAExtendedResource: create resourceclaims, then patch pods/status.
+        pod = pod_manifest("with-extended", profile, cpu="100m", memory="64Mi")
+        pod["spec"]["containers"][0]["resources"] = {"requests": {extended: "1"}, "limits": {extended: "1"}}
+        cluster.core.create_namespaced_pod(namespace, pod)
+        assert wait_pods_bound(cluster.core, namespace, ["with-extended"], timeout=30) == {"with-extended": nodes[1]}
+        status = cluster.core.read_namespaced_pod("with-extended", namespace).status.extended_resource_claim_status
+        assert status is not None
+        created = objects.get_namespaced_custom_object(
+            "resource.k8s.io", "v1", namespace, "resourceclaims", status.resource_claim_name
+        )
+        [result] = created["status"]["allocation"]["devices"]["results"]
+        assert (result["pool"], result["device"]) == (nodes[1], "gpu-1")
+        assert [ref["name"] for ref in created["status"]["reservedFor"]] == ["with-extended"]
     finally:
         unhold = {"metadata": {"finalizers": None}}
-        with contextlib.suppress(ApiException):
-            objects.patch_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", "gpu", unhold)
-        for plural, name in (("resourceslices", slice_["metadata"]["name"]), ("deviceclasses", driver)):
+        claims = objects.list_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims")["items"]
+        for claim in claims:
+            with contextlib.suppress(ApiException):
+                objects.patch_namespaced_custom_object(
+                    "resource.k8s.io", "v1", namespace, "resourceclaims", claim["metadata"]["name"], unhold
+                )
+        for plural, name in (
+            ("resourceslices", slice_["metadata"]["name"]),
+            ("deviceclasses", driver),
+            ("deviceclasses", backing["metadata"]["name"]),
+        ):
             with contextlib.suppress(ApiException):
                 objects.delete_cluster_custom_object("resource.k8s.io", "v1", plural, name)
 

@@ -226,3 +226,84 @@ def test_an_operator_killed_in_pre_bind_leaves_the_claim_to_the_next_leader(
     final = dra.claim_of(cluster.core, "held")
     assert _allocated_device(final) == (dra.driver, node, "gpu-0")
     assert [r["name"] for r in final["status"]["reservedFor"]] == ["held"]
+
+
+def test_an_extended_resource_backed_by_a_device_class_gets_a_claim_of_the_schedulers(
+    cluster: Cluster,
+    kwok_nodes: NodeFactory,
+    namespace: str,
+    profiles: ProfileFactory,
+    operator_factory: OperatorFactory,
+    dra: DRA,
+) -> None:
+    """DRAExtendedResource: a DeviceClass names ``<driver>/gpu``; no node advertises it, so NodeResourcesFit
+    leaves it to DynamicResources, which creates the pod's claim in PreBind (allocated, reserved for the pod,
+    the pod as its controller) and records it in ``status.extendedResourceClaimStatus``. A second pod finds
+    the only device taken and stays Pending with upstream's text."""
+    extended = f"{dra.driver}/gpu"
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DeviceClass",
+        "metadata": {"name": f"{dra.device_class}-ext"},
+        "spec": {
+            "selectors": [{"cel": {"expression": f'device.driver == "{dra.driver}"'}}],
+            "extendedResourceName": extended,
+        },
+    }
+    dra.objects.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", body)
+    dra.created.append(("deviceclasses", body["metadata"]["name"]))
+    labels = {"e2e-group": secrets.token_hex(4)}
+    with_device = kwok_nodes(cpu="4", memory="16Gi", labels=labels)
+    kwok_nodes(cpu="4", memory="16Gi", labels=labels)  # no device here
+    dra.publish(with_device, "a100")
+    operator = operator_factory()
+    profile = profiles({}, suffix="dra-ext")
+
+    def extended_pod(name: str) -> dict[str, Any]:
+        pod = pod_manifest(name, profile, cpu="100m", node_selector=labels)
+        pod["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "100m", extended: "1"},
+            "limits": {extended: "1"},
+        }
+        return pod
+
+    create_pods(cluster.core, namespace, [extended_pod("first")])
+    assert wait_pods_bound(cluster.core, namespace, ["first"], timeout=60) == {"first": with_device}
+    pod = cluster.core.read_namespaced_pod("first", namespace)
+    status = pod.status.extended_resource_claim_status
+    assert status is not None, "first: no status.extendedResourceClaimStatus"
+    [only] = status.request_mappings
+    assert (only.container_name, only.resource_name, only.request_name) == ("c", extended, "container-0-request-1")
+    claim = dra.objects.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "resourceclaims", status.resource_claim_name
+    )
+    meta = claim["metadata"]
+    assert meta["name"].startswith("first-extended-resources-")
+    assert meta["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "Pod",
+        "first",
+        pod.metadata.uid,
+        True,
+    )
+    assert "resource.kubernetes.io/delete-protection" in meta["finalizers"]
+    [request] = claim["spec"]["devices"]["requests"]
+    assert request["name"] == "container-0-request-1"
+    assert (request["exactly"]["deviceClassName"], request["exactly"]["count"]) == (body["metadata"]["name"], 1)
+    assert _allocated_device(claim) == (dra.driver, with_device, "gpu-0")
+    assert [(r["resource"], r["name"]) for r in claim["status"]["reservedFor"]] == [("pods", "first")]
+    assert operator.metric("scheduler_resourceclaim_creates_total", status="success") == 1.0
+
+    create_pods(cluster.core, namespace, [extended_pod("second")])
+
+    def refused() -> Any:
+        return pod_events(cluster.api, namespace, "second", reason="FailedScheduling") or None
+
+    [event, *_] = wait_for(refused, timeout=60, message="second: no FailedScheduling")
+    assert "2 cannot allocate all claims" in event.note, event.note
+    assert "still not schedulable, preemption: " in event.note, event.note
+    assert cluster.core.read_namespaced_pod("second", namespace).spec.node_name is None
+    claims = dra.objects.list_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims")["items"]
+    assert [c["metadata"]["name"] for c in claims] == [meta["name"]]  # nothing created for the refused pod
+    assert operator.metric("scheduler_resourceclaim_creates_total") == 1.0

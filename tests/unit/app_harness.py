@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from kopf_scheduler.app import SchedulerApp
@@ -38,6 +38,8 @@ class FakeClient:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         #: Errors the next claim write raises, popped in order (e.g. a 409 conflict).
         self.claim_errors: list[APIError] = []
+        #: Called with every claim this client creates (a test feeds it to the app, as the watch would).
+        self.on_claim_created: Callable[[dict[str, Any]], None] | None = None
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
@@ -75,6 +77,24 @@ class FakeClient:
             raise self.claim_errors.pop(0)
         self.claim_writes.append(("patch", namespace, name, patch))
         return patch
+
+    async def create_resource_claim(self, *, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """Records ("create", …) and answers with a generated name, a UID and resourceVersion 1."""
+        if self.claim_errors:
+            raise self.claim_errors.pop(0)
+        self.claim_writes.append(("create", namespace, "", claim))
+        answer = copy.deepcopy(claim)
+        meta = answer.setdefault("metadata", {})
+        meta["name"] = f"{meta.pop('generateName', '')}{len(self.claim_writes):05d}"
+        meta.update(namespace=namespace, uid=f"created-{len(self.claim_writes)}", resourceVersion="1")
+        self.claims[namespace, meta["name"]] = answer
+        if self.on_claim_created is not None:
+            self.on_claim_created(copy.deepcopy(answer))
+        return copy.deepcopy(answer)
+
+    async def delete_resource_claim(self, *, namespace: str, name: str) -> None:
+        self.claim_writes.append(("delete", namespace, name, {}))
+        self.claims.pop((namespace, name), None)
 
     def _write_claim(self, verb: str, namespace: str, name: str, claim: dict[str, Any]) -> dict[str, Any]:
         """Records the write and answers as the API server would: the body with a new resourceVersion."""

@@ -80,7 +80,8 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     allow("policy", ["poddisruptionbudgets"], ["get", "list", "watch"])  # DefaultPreemption's PDB accounting
     # DynamicResources (upstream's system:kube-scheduler DRA rules; the claim status write).
     allow("resource.k8s.io", ["deviceclasses", "resourceslices", "resourceclaimtemplates"], ["get", "list", "watch"])
-    allow("resource.k8s.io", ["resourceclaims"], ["get", "list", "watch", "update", "patch"])
+    # create/delete: DRA-backed extended resources' claim (upstream's DRAExtendedResource rule).
+    allow("resource.k8s.io", ["resourceclaims"], ["get", "list", "watch", "update", "patch", "create", "delete"])
     allow("resource.k8s.io", ["resourceclaims/status"], ["get", "update", "patch"])
     allow("resource.k8s.io", ["resourceclaims/binding"], ["update", "patch"])  # 1.36 granular status authz
     allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])

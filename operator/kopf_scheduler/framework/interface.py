@@ -79,6 +79,15 @@ class APIClient(Protocol):
         deallocation, as upstream's Patch(..., "status")); the updated claim."""
         ...
 
+    async def create_resource_claim(self, *, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """POST a ResourceClaim (DynamicResources' PreBind creates the claim for DRA-backed extended resources,
+        named by ``metadata.generateName``); the created claim."""
+        ...
+
+    async def delete_resource_claim(self, *, namespace: str, name: str) -> None:
+        """DELETE a ResourceClaim (DynamicResources removes its extended-resource claim after a failure)."""
+        ...
+
 
 class APIError(Exception):
     """An API server answer that is not a success; ``status`` is the HTTP code."""
@@ -162,6 +171,11 @@ class PluginMetrics(Protocol):
 
     def preemption_victims(self, count: int) -> None:
         """``scheduler_preemption_victims``: the victims of one executed preemption."""
+        ...
+
+    def resource_claim_create(self, status: str) -> None:
+        """``scheduler_resourceclaim_creates_total{status}``: DynamicResources created an extended-resource
+        claim ("success") or failed to ("failure")."""
         ...
 
 

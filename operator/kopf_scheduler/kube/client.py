@@ -160,6 +160,15 @@ class KubeClient:
         path = _claim_path(namespace, name) + "/status"
         return await self.request("PATCH", path, body=patch, content_type="application/strategic-merge-patch+json")
 
+    async def create_resource_claim(self, *, namespace: str, claim: JSON) -> JSON:
+        """POST of a ResourceClaim (DynamicResources' claim for DRA-backed extended resources, upstream's Create)."""
+        path = f"/apis/resource.k8s.io/v1/namespaces/{quote(namespace)}/resourceclaims"
+        return await self.request("POST", path, body=claim)
+
+    async def delete_resource_claim(self, *, namespace: str, name: str) -> None:
+        """DELETE of a ResourceClaim (DynamicResources drops its extended-resource claim, upstream's Delete)."""
+        await self.request("DELETE", _claim_path(namespace, name))
+
     async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
         """DELETE a pod with a UID precondition (DefaultPreemption's victims, as upstream's executor deletes
         them): a pod recreated under the same name is spared (409), and one already gone (404) is no error."""

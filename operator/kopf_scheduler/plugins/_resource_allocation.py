@@ -11,10 +11,10 @@ request is left out, and so is any resource a node has no allocatable of; a left
 neither score nor weight. Integer math truncates as Go does; RequestedToCapacityRatio rounds its final
 average half away from zero (``math.Round``).
 
-Not modelled: extended resources backed by DRA device classes (DRAExtendedResource, beta in 1.36): upstream
-counts ResourceSlice devices for a configured resource that no node advertises in ``allocatable`` but a
-DeviceClass maps; the cache does not watch DeviceClasses, so such a resource is left out (as it is upstream
-in a cluster without such a DeviceClass).
+Extended resources backed by DRA device classes (DRAExtendedResource, beta and on in 1.36): for a configured
+resource that a node does not advertise in ``allocatable`` but a DeviceClass backs, the node's allocatable and
+allocated amounts are its devices of that class and the taken ones (``dra`` of :func:`calculate_allocation`,
+``plugins/_dra_capacity.py``), as upstream's ``calculateResourceAllocatableRequest`` does.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from kopf_scheduler.api.args import ResourceSpec, UtilizationShapePoint
 from kopf_scheduler.framework.interface import MAX_NODE_SCORE
 from kopf_scheduler.state.node_table import CPU, EPHEMERAL_STORAGE, MEMORY, NodeTable
 from kopf_scheduler.state.pod_info import is_scalar_resource_name
+
+#: (allocatable, allocated) of a DRA-backed resource on the given nodes; None: no DeviceClass backs it.
+DraCapacity = Callable[[str, np.ndarray], "tuple[np.ndarray, np.ndarray] | None"]
 
 #: Upstream ``config.MaxCustomPriorityScore``: RequestedToCapacityRatio shape scores are 0..10, scaled ×10.
 MAX_CUSTOM_PRIORITY_SCORE = 10
@@ -133,14 +136,18 @@ def calculate_allocation(
     pod_requests: Sequence[int],
     *,
     use_requested: bool,
+    dra: DraCapacity | None = None,
 ) -> Allocation:
-    """Upstream ``calculateNodeAllocatableRequest`` for every node at once."""
+    """Upstream ``calculateNodeAllocatableRequest`` for every node at once; ``dra`` counts DRA-backed resources
+    on nodes without allocatable of them (None: no configured resource can be DRA-backed)."""
     rows: list[ResourceRow] = []
     for resource, pod_request in zip(resources, pod_requests, strict=True):
         # A scalar resource the pod does not ask for would only reward nodes for not having it.
         if pod_request == 0 and resource.scalar:
             continue
         found = node_allocatable_request(table, nodes, resource.name, use_requested=use_requested)
+        if dra is not None and resource.scalar:
+            found = _with_dra(found, dra, resource.name, nodes)
         if found is None:
             continue
         allocatable, allocated = found
@@ -152,6 +159,26 @@ def calculate_allocation(
             requested = np.where(present, allocated + pod_request, 0)
             rows.append(ResourceRow(resource.weight, allocatable, allocated, requested, present))
     return Allocation(tuple(rows), len(nodes))
+
+
+def _with_dra(
+    found: tuple[np.ndarray, np.ndarray] | None, dra: DraCapacity, name: str, nodes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Upstream: allocatable 0 (or none) on a node, and a DeviceClass backs the resource: the node's devices."""
+    if found is None:
+        found = (np.zeros(len(nodes), dtype=np.int64), np.zeros(len(nodes), dtype=np.int64))
+    allocatable, allocated = found
+    missing = allocatable == 0
+    if not missing.any():
+        return found
+    backed = dra(name, nodes[missing])
+    if backed is None:
+        return found
+    capacity, taken = backed
+    allocatable, allocated = allocatable.copy(), allocated.copy()
+    allocatable[missing] = capacity
+    allocated[missing] = np.where(capacity > 0, taken, allocated[missing])
+    return allocatable, allocated
 
 
 # -- strategies ---------------------------------------------------------------------------------------------

@@ -20,15 +20,15 @@ pod-level ``spec.resources.requests`` are ignored and the containers' aggregate 
 plus overhead) is scored instead, although Filter and the node side do honour pod-level requests. Found by
 the differential conformance suite (tests/conformance).
 
-Not modelled: DRA-backed extended resources (DRAExtendedResource): upstream skips the fit check of an
-extended resource that a node does not advertise but a DeviceClass maps; the cache does not watch
-DeviceClasses, so such a request fails as ``Insufficient <name>`` (as upstream without such a DeviceClass).
+DRA-backed extended resources (DRAExtendedResource, beta and on in 1.36; upstream ``shouldDelegateResourceToDRA``):
+a requested extended resource that a DeviceClass backs (``plugins/_device_class_mapping.py``) is not checked on
+a node whose allocatable has none of it; DynamicResources allocates devices for it there. A node that does
+advertise it (a device plugin) is checked as usual.
 
 QueueingHints (upstream ``EventsToRegister``): a pod delete or scale-down, a node add or allocatable change,
 a DeviceClass add/update. Where they simplify: the Node hint's "would the pod fit an empty node" check looks
-at the pod count and the requested cpu / memory / ephemeral-storage / scalar resources only; DRA-backed
-extended resources are not delegated to the DRA manager (a node without the resource reads as 0, so such
-pods may wait for the flush).
+at the pod count and the requested cpu / memory / ephemeral-storage / scalar resources only (DRA-backed ones
+are delegated as in Filter, and any DRA-backed request makes an allocatable change worth a retry, as upstream).
 """
 
 from __future__ import annotations
@@ -66,6 +66,13 @@ from kopf_scheduler.framework.interface import (
     ScorePlugin,
 )
 from kopf_scheduler.framework.status import SUCCESS, Status
+from kopf_scheduler.plugins._device_class_mapping import (
+    DEVICE_CLASS_PREFIX,
+    backed_resources,
+    delegated_to_dra,
+    is_dra_extended_resource_name,
+)
+from kopf_scheduler.plugins._dra_capacity import dra_capacity, may_score_dra
 from kopf_scheduler.plugins._resource_allocation import (
     Scorer,
     calculate_allocation,
@@ -91,6 +98,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from kopf_scheduler.state.cache import Snapshot
+    from kopf_scheduler.state.storage import StorageObjects
 
 NAME = "NodeResourcesFit"
 PRE_FILTER_STATE_KEY = "PreFilter" + NAME
@@ -114,8 +122,6 @@ _BASE_CHECKS = (
 #: What the QueueingHints compare besides scalar resources, and the allocatable key of the pod count.
 _HINT_BASE_RESOURCES = frozenset(name for name, _ in _BASE_CHECKS)
 _PODS = "pods"
-#: A DeviceClass backs the implicit extended resource ``deviceclass.resource.kubernetes.io/<class name>``.
-_DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 #: Failure rows (pods, resources…, unresolvable) that still fit one int64 key per node.
 _MAX_PACKED_BITS = 62
@@ -125,11 +131,13 @@ _STRATEGIES: dict[str, Scorer] = {"LeastAllocated": least_allocated, "MostAlloca
 
 @dataclass(frozen=True, slots=True)
 class ResourceCheck:
-    """One resource the pod requests (> 0) and the reason a node lacking it gets."""
+    """One resource the pod requests (> 0) and the reason a node lacking it gets; a DRA-backed one is left to
+    DynamicResources on nodes without allocatable of it."""
 
     name: str
     request: int
     reason: str
+    dra_backed: bool = False
 
 
 @dataclass(slots=True)
@@ -193,6 +201,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         strategy = fit_args.scoring_strategy
         self.strategy = strategy.type
         self.resources = scored_resources(strategy.resources)
+        #: A scored resource may be a DRA-backed extended resource (counted in devices where nodes lack it).
+        self.may_score_dra = may_score_dra([resource.name for resource in self.resources])
         if strategy.type == "RequestedToCapacityRatio":
             shape = strategy.requested_to_capacity_ratio.shape if strategy.requested_to_capacity_ratio else []
             self.scorer = requested_to_capacity_ratio(shape)
@@ -206,24 +216,27 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             return False
         return name in self.ignored_resources or name.split("/", 1)[0] in self.ignored_resource_groups
 
-    def compute_pre_filter_state(self, pod: PodInfo) -> PreFilterState:
-        """The resources to check, in upstream's reason order (scalars sorted by name)."""
+    def compute_pre_filter_state(self, pod: PodInfo, storage: StorageObjects | None = None) -> PreFilterState:
+        """The resources to check, in upstream's reason order (scalars sorted by name); ``storage`` holds the
+        DeviceClasses that may back extended resources (None: none do)."""
         requests = pod.requests
         checks = [ResourceCheck(name, requests[name], reason) for name, reason in _BASE_CHECKS if requests.get(name)]
+        backed = backed_resources(requests, storage) if storage is not None else frozenset()
         for name in sorted(requests):
             if name in ("cpu", "memory", "ephemeral-storage") or requests[name] <= 0 or self._ignored(name):
                 continue
-            checks.append(ResourceCheck(name, requests[name], REASON_INSUFFICIENT_FORMAT.format(name)))
+            reason = REASON_INSUFFICIENT_FORMAT.format(name)
+            checks.append(ResourceCheck(name, requests[name], reason, dra_backed=name in backed))
         return PreFilterState(tuple(checks))
 
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
-        state.write(PRE_FILTER_STATE_KEY, self.compute_pre_filter_state(pod))
+        state.write(PRE_FILTER_STATE_KEY, self.compute_pre_filter_state(pod, snapshot.cache.storage))
         return None, SUCCESS
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
         pre: PreFilterState | None = state.get(PRE_FILTER_STATE_KEY)
         if pre is None:
-            pre = self.compute_pre_filter_state(pod)
+            pre = self.compute_pre_filter_state(pod, snapshot.cache.storage)
         table = snapshot.table
         count = len(nodes)
         # Failure key per node: bit 0 = too many pods, bit r = check r failed (reason order); the top bit marks
@@ -233,6 +246,10 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         for check in pre.checks:
             column = table.resource_column(check.name)
             if column is None:
+                if check.dra_backed:
+                    # No node advertises it: DynamicResources allocates it everywhere.
+                    failed.append(np.zeros(count, dtype=bool))
+                    continue
                 # No node advertises it and no pod uses it: nothing is free anywhere, and the request exceeds
                 # every node's (zero) allocatable.
                 failed.append(np.ones(count, dtype=bool))
@@ -240,6 +257,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
                 continue
             allocatable = table.allocatable[:, column][nodes]
             fails = check.request > allocatable - table.requested[:, column][nodes]
+            if check.dra_backed:
+                fails &= allocatable > 0  # left to DynamicResources where the node has none
             failed.append(fails)
             # Beyond the node's total allocatable: no preemption can make room.
             unresolvable |= fails & (check.request > allocatable)
@@ -305,7 +324,10 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
         pre: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
         pod_requests = pre.pod_requests if pre is not None else self.pod_requests(pod)
-        allocation = calculate_allocation(snapshot.table, nodes, self.resources, pod_requests, use_requested=False)
+        dra = dra_capacity(snapshot) if self.may_score_dra else None
+        allocation = calculate_allocation(
+            snapshot.table, nodes, self.resources, pod_requests, use_requested=False, dra=dra
+        )
         return self.scorer(allocation)
 
     # -- EnqueueExtensions --------------------------------------------------------------------------------
@@ -334,19 +356,33 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             if value > 0 and (name in _HINT_BASE_RESOURCES or is_scalar_resource_name(name)) and not self._ignored(name)
         }
 
+    def _delegated(self, name: str, allocatable: Mapping[str, int]) -> bool:
+        """Upstream ``shouldDelegateResourceToDRA`` for a node seen by a hint (only extended names can be)."""
+        return is_dra_extended_resource_name(name) and delegated_to_dra(
+            name, allocatable, self.handle.snapshot().cache.storage
+        )
+
     def fits_empty_node(self, pod: PodInfo, node: Mapping[str, Any]) -> bool:
-        """Upstream ``isFit``: would the pod fit this node if nothing ran on it?"""
+        """Upstream ``isFit``: would the pod fit this node if nothing ran on it? (DRA-backed resources the node
+        does not advertise are left to DynamicResources.)"""
         allocatable = _allocatable(node)
         if allocatable.get(_PODS, 0) < 1:
             return False
-        return all(want <= allocatable.get(name, 0) for name, want in self._hint_requests(pod).items())
+        return all(
+            want <= allocatable.get(name, 0) or self._delegated(name, allocatable)
+            for name, want in self._hint_requests(pod).items()
+        )
 
     def any_requested_increased(self, pod: PodInfo, original: Mapping[str, Any], modified: Mapping[str, Any]) -> bool:
-        """Upstream ``haveAnyRequestedResourcesIncreased``: more pods allowed, or more of something requested."""
+        """Upstream ``haveAnyRequestedResourcesIncreased``: more pods allowed, more of something requested, or a
+        requested scalar resource the modified node leaves to DRA."""
         before, after = _allocatable(original), _allocatable(modified)
         if after.get(_PODS, 0) > before.get(_PODS, 0):
             return True
-        return any(after.get(name, 0) > before.get(name, 0) for name in self._hint_requests(pod))
+        requested = self._hint_requests(pod)
+        if any(after.get(name, 0) > before.get(name, 0) for name in requested):
+            return True
+        return any(self._delegated(name, after) for name in requested)
 
     def is_schedulable_after_pod_event(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
         """A pod was deleted or scaled down (upstream ``isSchedulableAfterPodEvent``)."""
@@ -388,6 +424,6 @@ def is_schedulable_after_device_class_event(pod: PodInfo, old: Any, new: Any) ->
     if original is not None:
         if ((original.get("spec") or {}).get("extendedResourceName") or "") == new_name:
             return QUEUE_SKIP
-    elif _DEVICE_CLASS_PREFIX + object_name(modified) in pod.requests:
+    elif DEVICE_CLASS_PREFIX + object_name(modified) in pod.requests:
         return QUEUE
     return QUEUE if new_name and new_name in pod.requests else QUEUE_SKIP

@@ -873,3 +873,262 @@ def test_node_resources_fit_device_class_hint() -> None:
     assert hint(pod, None, mapped, event=event) is QUEUE
     assert hint(pod, mapped, mapped, event=ClusterEvent(EventResource.DEVICE_CLASS, ActionType.UPDATE)) is QUEUE_SKIP
     assert hint(pod, other, mapped, event=ClusterEvent(EventResource.DEVICE_CLASS, ActionType.UPDATE)) is QUEUE
+
+
+# -- DRA-backed extended resources (DRAExtendedResource: upstream shouldDelegateResourceToDRA) --------------
+IMPLICIT = "deviceclass.resource.kubernetes.io/gpus"
+
+
+def _device_class(name: str, extended: str = "", created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    spec = {"extendedResourceName": extended} if extended else {}
+    return {"metadata": {"name": name, "creationTimestamp": created}, "spec": spec}
+
+
+def run_filter_with_classes(
+    nodes: list[dict[str, Any]], pod: dict[str, Any], classes: list[dict[str, Any]], pods: list[dict[str, Any]] = ()
+) -> dict[str, tuple[Code, tuple[str, ...]] | None]:
+    cache = make_cache(nodes, list(pods))
+    for device_class in classes:
+        cache.storage.apply("DeviceClass", "ADDED", device_class)
+    plugin = plugin_for(cache)
+    snapshot = cache.snapshot()
+    state = new_state()
+    info = pod_info(pod)
+    plugin.pre_filter(state, info, snapshot)
+    names = [node["metadata"]["name"] for node in nodes]
+    result = plugin.filter(state, info, slots(snapshot, names), snapshot)
+    if result is None:
+        return dict.fromkeys(names)
+    return {name: verdict(result.status_at(i)) if result.rejected[i] else None for i, name in enumerate(names)}
+
+
+DRA_FILTER_CASES = [
+    pytest.param(
+        [make_node("n1"), make_node("n2")],
+        {GPU: "1"},
+        [],
+        {"n1": (UUR, ("Insufficient example.com/gpu",)), "n2": (UUR, ("Insufficient example.com/gpu",))},
+        id="no-class-no-node-advertises",
+    ),
+    pytest.param(
+        [make_node("n1"), make_node("n2")],
+        {GPU: "1"},
+        [_device_class("gpus", GPU)],
+        {"n1": None, "n2": None},
+        id="explicit-name-left-to-dra-everywhere",
+    ),
+    pytest.param(
+        [make_node("n1"), make_node("n2")],
+        {IMPLICIT: "2"},
+        [_device_class("gpus")],
+        {"n1": None, "n2": None},
+        id="implicit-name",
+    ),
+    pytest.param(
+        [make_node("n1"), make_node("n2")],
+        {IMPLICIT: "2"},
+        [_device_class("other")],
+        {"n1": (UUR, (f"Insufficient {IMPLICIT}",)), "n2": (UUR, (f"Insufficient {IMPLICIT}",))},
+        id="implicit-name-of-another-class",
+    ),
+    pytest.param(
+        [make_node("n1", extra={GPU: 1}), make_node("n2")],
+        {GPU: "2"},
+        [_device_class("gpus", GPU)],
+        {"n1": (UUR, ("Insufficient example.com/gpu",)), "n2": None},
+        id="a-device-plugin-node-is-checked-as-usual",
+    ),
+    pytest.param(
+        [make_node("n1", extra={GPU: 0}), make_node("n2", extra={GPU: 4})],
+        {GPU: "2", "cpu": "8"},
+        [_device_class("gpus", GPU)],
+        {"n1": (UUR, (REASON_INSUFFICIENT_CPU,)), "n2": (UUR, (REASON_INSUFFICIENT_CPU,))},
+        id="zero-allocatable-is-delegated-cpu-still-checked",
+    ),
+]
+
+
+@pytest.mark.parametrize(("nodes", "requests", "classes", "expected"), DRA_FILTER_CASES)
+def test_filter_leaves_dra_backed_extended_resources_to_dynamic_resources(
+    nodes: list[dict[str, Any]],
+    requests: dict[str, str],
+    classes: list[dict[str, Any]],
+    expected: dict[str, Any],
+) -> None:
+    assert run_filter_with_classes(nodes, make_pod("p", requests=requests), classes) == expected
+
+
+def test_a_delegated_resource_is_checked_against_what_device_plugin_nodes_have_left() -> None:
+    nodes = [make_node("n1", extra={GPU: 2}), make_node("n2")]
+    taken = make_pod("taken", node_name="n1", requests={GPU: "2"})
+    result = run_filter_with_classes(nodes, make_pod("p", requests={GPU: "1"}), [_device_class("gpus", GPU)], [taken])
+    assert result == {"n1": (U, ("Insufficient example.com/gpu",)), "n2": None}
+
+
+def test_the_older_class_backs_an_explicit_name() -> None:
+    from kopf_scheduler.plugins._device_class_mapping import device_class_for
+
+    cache = ClusterCache()
+    for device_class in (
+        _device_class("b-new", GPU, "2026-02-01T00:00:00Z"),
+        _device_class("z-old", GPU, "2026-01-01T00:00:00Z"),
+        _device_class("a-old", GPU, "2026-01-01T00:00:00Z"),
+    ):
+        cache.storage.apply("DeviceClass", "ADDED", device_class)
+    assert device_class_for(cache.storage, GPU)["metadata"]["name"] == "a-old"
+    assert device_class_for(cache.storage, "deviceclass.resource.kubernetes.io/b-new")["metadata"]["name"] == "b-new"
+    assert device_class_for(cache.storage, "example.com/other") is None
+
+
+def _hint_with_classes(pod: PodInfo, old: Any, new: Any, event: ClusterEvent, *classes: dict[str, Any]) -> Any:
+    cache = ClusterCache()
+    for device_class in classes:
+        cache.storage.apply("DeviceClass", "ADDED", device_class)
+    return hint_for(plugin_for(cache), event)(pod, old, new)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "classes", "expected"),
+    [
+        (None, make_node("n"), [], QUEUE_SKIP),  # nothing provides the GPU
+        (None, make_node("n"), [_device_class("gpus", GPU)], QUEUE),  # DRA may
+        (make_node("n", cpu="4"), make_node("n", cpu="4", labels={"a": "b"}), [_device_class("gpus", GPU)], QUEUE),
+        (make_node("n", cpu="4"), make_node("n", cpu="4", labels={"a": "b"}), [], QUEUE_SKIP),
+        (None, make_node("n", extra={GPU: 0}), [_device_class("gpus", GPU)], QUEUE),
+    ],
+    ids=["add-no-class", "add-backed", "update-backed", "update-no-class", "add-zero-allocatable"],
+)
+def test_node_hint_delegates_dra_backed_resources(old: Any, new: Any, classes: list[Any], expected: Any) -> None:
+    pod = pod_info(make_pod("g", requests={"cpu": "1", GPU: "1"}))
+    event = NODE_ADD if old is None else NODE_ALLOC
+    assert _hint_with_classes(pod, old, new, event, *classes) is expected
+
+
+# -- scoring DRA-backed extended resources (upstream calculateDRAResourceTotals) -----------------------------
+DRA_DRIVER = "gpu.example.com"
+
+
+def _gpu_slice(node: str, count: int, **spec: Any) -> dict[str, Any]:
+    body = {
+        "driver": DRA_DRIVER,
+        "nodeName": node,
+        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": f"gpu-{i}"} for i in range(count)],
+    }
+    body.update(spec)
+    return {"metadata": {"name": f"{node}-{DRA_DRIVER}"}, "spec": body}
+
+
+def _allocated_claim(node: str, *devices: str) -> dict[str, Any]:
+    results = [{"request": "r", "driver": DRA_DRIVER, "pool": node, "device": d} for d in devices]
+    return {
+        "metadata": {"name": f"taken-{node}", "namespace": "default", "uid": f"taken-{node}"},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+
+
+def run_dra_score(nodes: list[dict[str, Any]], objects: list[tuple[str, dict[str, Any]]], args: Any) -> list[int]:
+    cache = make_cache(nodes)
+    for kind, obj in objects:
+        cache.storage.apply(kind, "ADDED", obj)
+    plugin = plugin_for(cache, args)
+    snapshot = cache.snapshot()
+    state = new_state()
+    info = pod_info(make_pod("p", requests={GPU: "1"}))
+    plugin.pre_score(state, info, slots(snapshot), snapshot)
+    return plugin.score(state, info, slots(snapshot), snapshot).tolist()
+
+
+def test_a_dra_backed_scoring_resource_counts_the_nodes_devices() -> None:
+    backing = {**_device_class("gpus", GPU), "spec": {"extendedResourceName": GPU}}
+    objects = [
+        ("DeviceClass", backing),
+        ("ResourceSlice", _gpu_slice("n1", 4)),
+        ("ResourceSlice", _gpu_slice("n2", 3)),
+        ("ResourceClaim", _allocated_claim("n1", "gpu-0")),
+    ]
+    nodes = [make_node("n1"), make_node("n2"), make_node("n3", extra={GPU: 8}), make_node("n4")]
+    # LeastAllocated over the GPU alone: n1 4 devices, 1 taken + 1 → 50; n2 3, 0 + 1 → 66; n3's device plugin
+    # (8, none requested) → 87; n4 has no devices: the resource is left out → 0.
+    assert run_dra_score(nodes, objects, strategy("LeastAllocated", (GPU, 1))) == [50, 66, 87, 0]
+    # Without the DeviceClass the devices do not count (as upstream without a mapping).
+    assert run_dra_score(nodes, objects[1:], strategy("LeastAllocated", (GPU, 1))) == [0, 0, 87, 0]
+
+
+@pytest.mark.parametrize(
+    ("slice_spec", "selectors", "expected"),
+    [
+        pytest.param({}, [], (2, 1), id="node-name"),
+        pytest.param({"nodeName": None, "allNodes": True}, [], (2, 1), id="all-nodes"),
+        pytest.param(
+            {
+                "nodeName": None,
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+                    ]
+                },
+            },
+            [],
+            (2, 1),
+            id="node-selector",
+        ),
+        pytest.param({"nodeName": "n2"}, [], (0, 0), id="another-node"),
+        pytest.param({}, ['device.driver == "other.example.com"'], (0, 0), id="class-selector-mismatch"),
+        pytest.param({}, [f'device.driver == "{DRA_DRIVER}"'], (2, 1), id="class-selector-match"),
+        pytest.param(
+            {
+                "nodeName": None,
+                "perDeviceNodeSelection": True,
+                "devices": [
+                    {"name": "gpu-0", "nodeName": "n1"},
+                    {"name": "gpu-1", "nodeName": "n2"},
+                    {"name": "gpu-2", "allNodes": True},
+                ],
+            },
+            [],
+            (2, 1),
+            id="per-device",
+        ),
+    ],
+)
+def test_device_totals(slice_spec: dict[str, Any], selectors: list[str], expected: tuple[int, int]) -> None:
+    from kopf_scheduler.plugins._dra_capacity import device_totals
+    from kopf_scheduler.plugins.dynamic_resources.allocator import allocated_state
+
+    resource_slice = _gpu_slice("n1", 2)
+    resource_slice["spec"].update(slice_spec)
+    resource_slice["spec"] = {k: v for k, v in resource_slice["spec"].items() if v is not None}
+    device_class = {
+        "metadata": {"name": "gpus"},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in selectors]},
+    }
+    state = allocated_state([_allocated_claim("n1", "gpu-0")])
+    assert device_totals(make_node("n1"), device_class, [resource_slice], state) == expected
+
+
+def test_balanced_allocation_counts_dra_backed_devices_too() -> None:
+    from kopf_scheduler.api.args import NodeResourcesBalancedAllocationArgs
+    from kopf_scheduler.plugins.node_resources_balanced_allocation import NodeResourcesBalancedAllocation
+
+    def scores(with_class: bool) -> list[int]:
+        cache = make_cache([make_node("n1"), make_node("n4")])
+        if with_class:
+            cache.storage.apply(
+                "DeviceClass", "ADDED", {**_device_class("gpus"), "spec": {"extendedResourceName": GPU}}
+            )
+        cache.storage.apply("ResourceSlice", "ADDED", _gpu_slice("n1", 4))
+        cache.storage.apply("ResourceClaim", "ADDED", _allocated_claim("n1", "gpu-0"))
+        args = NodeResourcesBalancedAllocationArgs(
+            resources=[ResourceSpec(name="cpu", weight=1), ResourceSpec(name=GPU, weight=1)]
+        )
+        plugin = NodeResourcesBalancedAllocation(handle=FakeHandle(cache), args=args)
+        snapshot, state = cache.snapshot(), new_state()
+        info = pod_info(make_pod("p", requests={GPU: "1"}))
+        plugin.pre_score(state, info, slots(snapshot), snapshot)
+        return plugin.score(state, info, slots(snapshot), snapshot).tolist()
+
+    # n1: cpu 0 of 4 cores, GPU 1 taken of 4 devices, 2 with the pod: balance 87 without the pod, 75 with it →
+    # 50 + (50 − 12) / 2 = 69; n4 has no devices (GPU left out) and the pod changes nothing there → 75.
+    assert scores(with_class=True) == [69, 75]
+    assert scores(with_class=False) == [75, 75]  # without the mapping the devices do not count

@@ -20,13 +20,19 @@ assumed after PreBind's writes):
   claim that kept the pod off every node and that no other pod uses. For a pod without claims PostFilter says
   "no new claims to deallocate", which upstream 1.36 puts into every FitError text.
 
-Pods without claims cost a dict lookup at PreEnqueue and PreFilter (Skip), a skipped Filter, a zero Score
-array, and PostFilter's one message. DRA-backed extended resources (DRAExtendedResource, beta in 1.36) are not
-detected: such a pod fails NodeResourcesFit where nodes lack the resource.
+DRA-backed extended resources (DRAExtendedResource, beta and on in 1.36; ``extended.py``): a pod requesting an
+extended resource a DeviceClass backs gets one more claim, last in its list, that the scheduler owns: in memory
+until PreBind creates it, with requests per node (those the node does not advertise), allocated with the
+others, written like the others, then recorded in the pod's ``status.extendedResourceClaimStatus``; Unreserve
+and PostFilter delete a created one that the pod could not keep.
+
+Pods without claims cost a dict lookup at PreEnqueue, PreFilter's look for DRA-backed requests (none while
+no DeviceClass exists) and Skip, a skipped Filter, a zero Score array, and PostFilter's one message.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -42,6 +48,8 @@ from kopf_scheduler.framework import (
     QUEUE_SKIP,
     SUCCESS,
     ActionType,
+    APIClient,
+    APIError,
     ClusterEvent,
     ClusterEventWithHint,
     CycleState,
@@ -86,6 +94,20 @@ from kopf_scheduler.plugins.dynamic_resources.binding import (
     wait_for_binding_conditions,
 )
 from kopf_scheduler.plugins.dynamic_resources.cel import SelectorCache
+from kopf_scheduler.plugins.dynamic_resources.extended import (
+    ASSUME_POLL_SECONDS,
+    ASSUME_TIMEOUT_SECONDS,
+    ExtendedRequests,
+    creation_body,
+    delete_claim,
+    find_extended_claim,
+    has_requests,
+    in_memory_claim,
+    is_special,
+    node_claim,
+    pod_scalar_requests,
+    pod_status_patch,
+)
 from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, claim_uid, tracker_for
 from kopf_scheduler.state.cache import NodeInfo, Snapshot
 from kopf_scheduler.state.node_affinity import NodeSelector, NodeSelectorParseError
@@ -170,6 +192,7 @@ NOT_AVAILABLE_ON_NODE = "resourceclaim not available on the node"
 CANNOT_ALLOCATE_ALL = "cannot allocate all claims"
 NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
 DEALLOCATED = "deallocation of ResourceClaim completed"
+DELETED = "deletion of ResourceClaim completed"
 STILL_NOT_SCHEDULABLE = "still not schedulable"
 
 
@@ -182,6 +205,8 @@ class _ClaimEntry:
     available_on: NodeSelector | None = None
     #: Set by Reserve for a claim the scheduler allocates.
     allocation: dict[str, Any] | None = None
+    #: The scheduler's own claim for DRA-backed extended resources (always the last entry).
+    extended: bool = False
 
     @property
     def allocated(self) -> bool:
@@ -198,9 +223,21 @@ class _StateData:
     unavailable: set[int] = field(default_factory=set)
     #: Node name → allocation results for the claims to allocate, in their order.
     node_allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: The pod's DRA-backed extended resources (None: it requests none); its claim is the last entry.
+    extended: ExtendedRequests | None = None
+    #: The DeviceClasses (and the rest) PreFilter saw, for Filter's per-node extended-resource requests.
+    storage: StorageObjects | None = None
 
     def to_allocate(self) -> list[tuple[int, _ClaimEntry]]:
         return [(index, entry) for index, entry in enumerate(self.entries) if not entry.allocated]
+
+    def user_entries(self) -> list[_ClaimEntry]:
+        """Upstream ``allUserClaims``: the pod's own claims, without the scheduler's extended-resource one."""
+        return self.entries[:-1] if self.extended is not None else self.entries
+
+    def extended_entry(self) -> _ClaimEntry | None:
+        """Upstream ``extendedResourceClaim``: the scheduler's claim, if the pod has one."""
+        return self.entries[-1] if self.extended is not None else None
 
 
 _EMPTY = _StateData()
@@ -228,6 +265,9 @@ class DynamicResources(
         # DRADeviceBindingConditions and DRAResourceClaimDeviceStatus are both beta and on in 1.36.
         self.features = Features(device_binding_and_status=True)
         self.selectors = SelectorCache()
+        #: How long and how often PreBind waits for the watch to deliver a claim it created.
+        self.assume_timeout = ASSUME_TIMEOUT_SECONDS
+        self.assume_poll = ASSUME_POLL_SECONDS
 
     def _tracker(self) -> ClaimTracker:
         return tracker_for(self.handle.snapshot().cache)
@@ -245,21 +285,30 @@ class DynamicResources(
 
     # -- PreFilter ----------------------------------------------------------------------------------------
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
-        if not uses_resource_claims(pod):
+        storage = snapshot.cache.storage
+        with_claims = uses_resource_claims(pod)
+        scalar = pod_scalar_requests(pod, storage)
+        if not with_claims and scalar is None:
             state.write(STATE_KEY, _EMPTY)
             return None, self._skip
-        data = _StateData()
+        data = _StateData(storage=storage)
         state.write(STATE_KEY, data)
         tracker = tracker_for(snapshot.cache)
         try:
-            claims = [claim for _, claim in pod_claims(pod, tracker.get)]
+            claims = [claim for _, claim in pod_claims(pod, tracker.get)] if with_claims else []
         except ClaimNotUsable as error:
             return None, self._unresolvable(str(error))
-        if not claims:
+        entries = [_ClaimEntry(claim) for claim in claims]
+        if scalar is not None:
+            # A claim an earlier cycle created for the pod, or the in-memory stand-in (upstream
+            # preFilterExtendedResources).
+            claim = find_extended_claim(pod, tracker.claims()) or in_memory_claim(pod)
+            data.extended = ExtendedRequests(scalar, claim_uid(claim))
+            entries.append(_ClaimEntry(claim, extended=True))
+        if not entries:
             return None, self._skip
-        for claim in claims:
-            entry = _ClaimEntry(claim)
-            status = self._check_claim(pod, entry, tracker, snapshot.cache.storage)
+        for entry in entries:
+            status = self._check_claim(pod, entry, tracker, storage)
             if status is not None:
                 return None, status
             data.entries.append(entry)
@@ -290,6 +339,8 @@ class DynamicResources(
             return None
         if tracker.pending_allocation(claim_uid(claim)) is not None:
             return self._unresolvable(f"resource claim {claim_key(claim)} is in the process of being allocated")
+        if entry.extended:
+            return None  # its requests are made per node, in Filter
         for request in (claim.get("spec") or {}).get("devices", {}).get("requests") or ():
             status = self._check_request(claim, request, storage)
             if status is not None:
@@ -321,6 +372,18 @@ class DynamicResources(
         data: _StateData = state.read(STATE_KEY)
         if not data.entries:
             return SUCCESS
+        variant: Claim | None = None
+        mappings: list[dict[str, str]] = []
+        extended = data.extended_entry()
+        if extended is not None and data.extended is not None and data.storage is not None:
+            user_claims = len(data.entries) > 1
+            variant, mappings, reason = node_claim(
+                extended.claim, data.extended, pod, node.allocatable, data.storage, has_user_claims=user_claims
+            )
+            if reason is not None:
+                return self._unresolvable(reason)
+            if variant is None and not user_claims:
+                return SUCCESS  # device plugins provide the pod's extended resources here
         unavailable = [
             index
             for index, entry in enumerate(data.entries)
@@ -329,7 +392,9 @@ class DynamicResources(
         ]
         results: list[dict[str, Any]] | None = None
         if data.allocator is not None:
-            pending = [entry.claim for _, entry in data.to_allocate()]
+            pending = [
+                variant if entry.extended and variant is not None else entry.claim for _, entry in data.to_allocate()
+            ]
             try:
                 results = data.allocator.allocate(node.obj, pending, deadline=self._deadline())
             except AllocationTimeout:
@@ -347,6 +412,8 @@ class DynamicResources(
             return self._unresolvable(NOT_AVAILABLE_ON_NODE)
         if results is not None:
             data.node_allocations[node.name] = results
+            if data.extended is not None:
+                data.extended.by_node[node.name] = (variant, mappings)
         return SUCCESS
 
     def _deadline(self) -> float | None:
@@ -372,12 +439,28 @@ class DynamicResources(
         if not data.entries:
             return None, Status.unschedulable(NO_CLAIMS_TO_DEALLOCATE, plugin=self.name)
         for index in data.unavailable:
-            claim = data.entries[index].claim
+            entry = data.entries[index]
+            if entry.extended:
+                if not is_special(entry.claim):
+                    break  # deleted below
+                continue
+            claim = entry.claim
             reserved = (claim.get("status") or {}).get("reservedFor") or ()
             if not reserved or (len(reserved) == 1 and reserved[0].get("uid") == pod.uid):
                 self._spawn_deallocation(claim)
                 return None, Status.unschedulable(DEALLOCATED, plugin=self.name)
+        extended = data.extended_entry()
+        if extended is not None and not is_special(extended.claim):
+            # The claim an earlier cycle created (allocated or stale): delete it and start anew.
+            self._spawn_deletion(extended.claim)
+            return None, Status.unschedulable(DELETED, plugin=self.name)
         return None, Status.unschedulable(STILL_NOT_SCHEDULABLE, plugin=self.name)
+
+    def _spawn_deletion(self, claim: Claim) -> None:
+        client = self.handle.client
+        if client is None:
+            return
+        self.handle.spawn(delete_claim(client, copy.deepcopy(claim)), name=f"delete ResourceClaim {claim_key(claim)}")
 
     def _spawn_deallocation(self, claim: Claim) -> None:
         client = self.handle.client
@@ -415,6 +498,8 @@ class DynamicResources(
             return SUCCESS
         results = data.node_allocations.get(node_name)
         if not results:
+            if all(entry.extended for _, entry in pending):
+                return SUCCESS  # only the extended-resource claim, and device plugins provide it on this node
             return Status.as_error(RuntimeError("claim allocation not found for node"), plugin=self.name)
         if len(results) != len(pending):
             return Status.as_error(
@@ -427,12 +512,15 @@ class DynamicResources(
         tracker = self._tracker()
         for (_, entry), allocation in zip(pending, results, strict=True):
             entry.allocation = allocation
-            allocated = copy.deepcopy(entry.claim)
+            claim = entry.claim
+            if entry.extended and data.extended is not None:
+                claim = data.extended.by_node.get(node_name, (None, []))[0] or claim  # the node's variant
+            allocated = copy.deepcopy(claim)
             meta = allocated.setdefault("metadata", {})
             if FINALIZER not in (meta.get("finalizers") or ()):
                 meta["finalizers"] = [*(meta.get("finalizers") or ()), FINALIZER]
             allocated.setdefault("status", {})["allocation"] = allocation
-            tracker.signal_pending_allocation(claim_uid(entry.claim), allocated)
+            tracker.signal_pending_allocation(claim_uid(claim), allocated)
         return SUCCESS
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
@@ -440,12 +528,24 @@ class DynamicResources(
         if not data or not data.entries:
             return
         tracker = self._tracker()
-        for entry in data.entries:
+        for entry in data.user_entries():
             meta = entry.claim.get("metadata") or {}
             if tracker.remove_pending_allocation(claim_uid(entry.claim)):
                 tracker.restore(meta.get("namespace") or "", meta.get("name") or "")
             if entry.allocated and is_reserved_for_pod(entry.claim, pod.uid):
                 self._spawn_unreserve(entry.claim, pod)
+        self._unreserve_extended(data, tracker)
+
+    def _unreserve_extended(self, data: _StateData, tracker: ClaimTracker) -> None:
+        """Upstream ``unreserveExtendedResourceClaim``: no longer in flight, and a created claim is deleted."""
+        entry = data.extended_entry()
+        if entry is None or data.extended is None:
+            return
+        meta = entry.claim.get("metadata") or {}
+        if tracker.remove_pending_allocation(data.extended.initial_uid):
+            tracker.restore(meta.get("namespace") or "", meta.get("name") or "")
+        if not is_special(entry.claim):
+            self._spawn_deletion(entry.claim)
 
     def _spawn_unreserve(self, claim: Claim, pod: PodInfo) -> None:
         client = self.handle.client
@@ -469,14 +569,14 @@ class DynamicResources(
         if not data.entries:
             return SUCCESS
         try:
-            await self._bind_claims(data, pod)
+            await self._bind_claims(data, pod, node_name)
             if has_binding_conditions([entry.claim for entry in data.entries]):
                 await self._wait_for_devices(data, pod, node_name)
         except Exception as error:
             return Status.as_error(error, plugin=self.name)
         return SUCCESS
 
-    async def _bind_claims(self, data: _StateData, pod: PodInfo) -> None:
+    async def _bind_claims(self, data: _StateData, pod: PodInfo, node_name: str) -> None:
         client = self.handle.client
         if client is None:
             raise RuntimeError("no API client")
@@ -485,6 +585,9 @@ class DynamicResources(
         for entry in data.entries:
             if is_reserved_for_pod(entry.claim, pod.uid):
                 continue
+            if entry.extended:
+                await self._bind_extended_claim(client, data, entry, pod, node_name)
+                continue
             uid = claim_uid(entry.claim)
             try:
                 entry.claim = await bind_claim(client, entry.claim, entry.allocation, reference)
@@ -492,6 +595,73 @@ class DynamicResources(
             finally:
                 if entry.allocation is not None:
                     tracker.remove_pending_allocation(uid)
+
+    async def _bind_extended_claim(
+        self, client: APIClient, data: _StateData, entry: _ClaimEntry, pod: PodInfo, node_name: str
+    ) -> None:
+        """Upstream ``bindClaim`` for the extended-resource claim: create it (once), allocate and reserve it,
+        record it in the pod's status; then wait for the watch to deliver it before its devices stop counting
+        as in flight."""
+        assert data.extended is not None
+        if entry.allocation is None and not has_requests(entry.claim):
+            return  # device plugins provide the pod's extended resources on this node
+        variant, mappings = data.extended.by_node.get(node_name, (None, []))
+        modified = False
+        try:
+            if is_special(entry.claim):
+                entry.claim = await self._create_extended_claim(client, variant, node_name)
+                modified = True
+            entry.claim = await bind_claim(client, entry.claim, entry.allocation, pod_reference(pod.name, pod.uid))
+            if not mappings:
+                raise RuntimeError(
+                    f"nil or empty request mappings, no update of pod {pod.namespace}/{pod.name} "
+                    "ExtendedResourceClaimStatus"
+                )
+            name = (entry.claim.get("metadata") or {}).get("name") or ""
+            try:
+                await client.patch_pod_status(
+                    namespace=pod.namespace, name=pod.name, patch=pod_status_patch(name, mappings)
+                )
+            except APIError as error:
+                raise APIError(
+                    error.status, f"update pod {pod.namespace}/{pod.name} ExtendedResourceClaimStatus: {error}"
+                ) from error
+        finally:
+            if modified:
+                await self._wait_for_watched(entry.claim)
+            if entry.allocation is not None:
+                self._tracker().remove_pending_allocation(data.extended.initial_uid)
+
+    async def _create_extended_claim(self, client: APIClient, variant: Claim | None, node_name: str) -> Claim:
+        """Upstream ``createExtendedResourceClaimInAPI``, counted in ``scheduler_resourceclaim_creates_total``."""
+        if variant is None:
+            raise RuntimeError(f"extended resource claim not found for node {node_name}")
+        body = creation_body(variant)
+        namespace = body["metadata"].get("namespace") or ""
+        try:
+            created = await client.create_resource_claim(namespace=namespace, claim=body)
+        except APIError as error:
+            self.handle.metrics.resource_claim_create("failure")
+            raise APIError(
+                # klog.KObj of the body, whose name upstream cleared: "<namespace>/".
+                error.status,
+                f"create claim for extended resources {namespace}/: {error}",
+            ) from error
+        self.handle.metrics.resource_claim_create("success")
+        return created
+
+    async def _wait_for_watched(self, claim: Claim) -> None:
+        """Upstream ``waitForExtendedClaimInAssumeCache``: poll (every second, up to 120 s) until the watch
+        knows the created claim, then assume the API server's answer; giving up is only logged upstream."""
+        meta = claim.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+        tracker = self._tracker()
+        deadline = time.monotonic() + self.assume_timeout
+        while tracker.get(namespace, name) is None:
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(self.assume_poll)
+        tracker.assume_after_api_call(claim)
 
     async def _wait_for_devices(self, data: _StateData, pod: PodInfo, node_name: str) -> None:
         self.handle.record_event(
