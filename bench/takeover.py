@@ -128,10 +128,24 @@ async def run(nodes: int, pods: int, lifetime: int | None, log_dir: Path) -> dic
                     lambda: standby.scheduled_count() > 0, within=600, what="the standby's first bind"
                 )
                 reconciled = _log_time(standby, RECONCILED)
-                await _until(lambda: len(watch.bound) >= pods, within=1800, interval=0.5, what="every pod bound")
+                error = ""
+                try:
+                    await _until(
+                        lambda: len(watch.bound) >= pods or not standby.alive(),
+                        within=1800,
+                        interval=0.5,
+                        what="every pod bound",
+                    )
+                except TimeoutError as exc:
+                    error = str(exc)
                 done = time.monotonic()
-                peak_rss, cpu = proc_stats(standby.pid)
-                standby_rss = standby.metric("process_resident_memory_bytes") / 2**20
+                if standby.alive():
+                    peak_rss, cpu = proc_stats(standby.pid)
+                    standby_rss = standby.metric("process_resident_memory_bytes") / 2**20
+                else:
+                    error = error or f"the standby exited: {_last_error(standby)}"
+                    peak_rss = cpu = standby_rss = math.nan
+                bound_by_standby = len(watch.bound) - (pods - backlog)
             finally:
                 active.kill()
                 standby.stop()
@@ -149,9 +163,11 @@ async def run(nodes: int, pods: int, lifetime: int | None, log_dir: Path) -> dic
         "standby_active_s": round(resumed - killed, 2),
         "cache_reconciled_s": None if reconciled is None else round(reconciled - killed, 2),
         "resume_to_first_bind_s": round(took_over - resumed, 2),
-        "standby_all_bound_s": round(done - killed, 1),
-        "standby_cpu_s": round(cpu, 1),
-        "standby_peak_rss_mib": round(peak_rss, 1),
+        "standby_bound": bound_by_standby,
+        "standby_all_bound_s": round(done - killed, 1) if not error else None,
+        "error": error,
+        "standby_cpu_s": None if math.isnan(cpu) else round(cpu, 1),
+        "standby_peak_rss_mib": None if math.isnan(peak_rss) else round(peak_rss, 1),
         "standby_rss_at_end_mib": round(standby_rss, 1) if not math.isnan(standby_rss) else None,
     }
 
@@ -163,6 +179,12 @@ def _expiry(entry: dict[str, Any], killed: float) -> float | None:
         return None
     wall = datetime.datetime.fromisoformat(str(lastseen).replace("Z", "+00:00")).timestamp() + float(lifetime)
     return killed + (wall - time.time())
+
+
+def _last_error(process: Any) -> str:
+    """The last ERROR line of the process's log (why it exited)."""
+    errors = process.log_lines(re.compile(r" ERROR "))
+    return errors[-1][:300] if errors else "no ERROR line in its log"
 
 
 def _log_time(process: Any, pattern: re.Pattern[str]) -> float | None:
