@@ -1,7 +1,9 @@
 """Takeover benchmark (issue 15): how long a pending backlog waits when the active replica is SIGKILLed.
 
 ``python -m bench.takeover`` (sizes: ``BENCH_TAKEOVER=<nodes>x<pods>``, default 5000x50000; peering lifetime:
-``BENCH_TAKEOVER_LIFETIME``, default the operator's 15 s) writes ``bench/results/takeover.json``.
+``BENCH_TAKEOVER_LIFETIME``, default the operator's 15 s; ``BENCH_TAKEOVER_ETCD_COMPACTION``, the API server's
+``--etcd-compaction-interval``, default 5m: how long a paginated LIST's continue token lives) writes
+``bench/results/takeover.json``.
 
 Method, on the same light control plane as :mod:`bench.e2e` (etcd + kube-apiserver, plain Ready nodes,
 scheduler_perf's pod-default pods, all pending before any replica starts):
@@ -82,7 +84,11 @@ async def run(nodes: int, pods: int, lifetime: int | None, log_dir: Path) -> dic
     from tests.e2e.operator_process import OperatorProcess
 
     extra = ["--peering-lifetime", str(lifetime)] if lifetime else []
-    cluster = LocalCluster("light", unlimited=True, apiserver_args=["--delete-collection-workers=4"])
+    apiserver_args = ["--delete-collection-workers=4"]
+    compaction = os.environ.get("BENCH_TAKEOVER_ETCD_COMPACTION")  # e.g. 30s: a LIST's continue token expires sooner
+    if compaction:
+        apiserver_args.append(f"--etcd-compaction-interval={compaction}")
+    cluster = LocalCluster("light", unlimited=True, apiserver_args=apiserver_args)
     with cluster:
         api = Api(cluster)
         try:

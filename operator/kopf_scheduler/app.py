@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import socket
 import time
@@ -59,7 +60,15 @@ logger = logging.getLogger("kopf_scheduler")
 #: A profile's pipeline changed: every parked pod of it deserves another try.
 PROFILE_CHANGED = ClusterEvent(EventResource.WILDCARD, ActionType.ALL, "SchedulerProfileChanged")
 
+#: kopf hands the objects of a LIST (its initial one, or a re-LIST after an expired watch) to the handlers with
+#: event type None, and while it lists it yields the event loop once per object it has not seen yet (a worker
+#: is spawned for each). Interleaved one to one with scheduling cycles, 50000 pods took longer to list than the
+#: API server keeps a paginated LIST's continue token (410 Gone, and kopf stopped the operator): the loops
+#: schedule nothing until no listed pod or node has arrived for this long.
+LISTING_QUIET_SECONDS = 0.25
+
 __all__ = [
+    "LISTING_QUIET_SECONDS",
     "PROFILE_CHANGED",
     "Client",
     "ProfileOutcome",
@@ -98,6 +107,8 @@ class SchedulerApp:
         self.profiles: dict[str, ProfileRuntime] = {}
         self.unassigned: dict[str, PodInfo] = {}
         self._running_loops = 0
+        #: When kopf last handed over a listed pod or node (event type None); see LISTING_QUIET_SECONDS.
+        self._listed_at = -math.inf
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Every profile's nominated pods (upstream's one queue, one nominator).
         self.nominator = PodNominator(self.unassigned.get)
@@ -230,10 +241,18 @@ class SchedulerApp:
 
     # -- watch events and the reconciling LIST (eventhandlers.py) -------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
+        if event_type is None:
+            self._listed_at = self.clock()
         self.events.on_node_event(event_type, obj)
 
     def on_pod_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
+        if event_type is None:
+            self._listed_at = self.clock()
         self.events.on_pod_event(event_type, obj)
+
+    def kopf_is_listing(self) -> bool:
+        """kopf handed over a listed pod or node within the last LISTING_QUIET_SECONDS."""
+        return self.clock() - self._listed_at < LISTING_QUIET_SECONDS
 
     def on_workload_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
         self.events.on_workload_event(kind, event_type, obj)
@@ -270,6 +289,9 @@ class SchedulerApp:
                 if now - last_leftover >= 30.0:
                     runtime.queue.flush_unschedulable_leftover()
                     last_leftover = now
+                if self.kopf_is_listing():
+                    await asyncio.sleep(LISTING_QUIET_SECONDS / 5)  # the loop is kopf's until its LIST is in
+                    continue
                 qpod = runtime.queue.pop_nowait()
                 if qpod is None:
                     # QueueClosedError: the profile was deleted meanwhile; kopf is about to stop this daemon.

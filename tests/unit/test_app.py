@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.app_harness import FakeClient, drive, new_app, pending
+from kopf_scheduler.app import LISTING_QUIET_SECONDS
+from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
 from tests.unit.factories import make_node, make_pod
 
 
@@ -97,3 +98,35 @@ def test_the_client_set_at_login_reaches_every_part() -> None:
     app.on_node_event(None, make_node("unlisted"))
     asyncio.run(app.ensure_reconciled())
     assert sorted(app.cache.node_names()) == ["n1"]
+
+
+def test_the_scheduling_loop_waits_while_kopf_hands_over_a_listing() -> None:
+    """kopf's LIST (event type None) gets the event loop first: at 50000 pods, interleaving it one object per
+    cycle let its continue token expire. Scheduling resumes once no listed object came for a moment."""
+    client = FakeClient()
+    clock = FakeClock()
+    app = new_app(client, clock)
+    client.lists["/api/v1/nodes"] = [make_node("n1")]
+    app.apply_profile(name="sp", spec={}, generation=1)
+    stop = False
+
+    async def scenario() -> None:
+        nonlocal stop
+        await app.ensure_reconciled()
+        app.on_pod_event("ADDED", pending("p"))
+        app.on_pod_event(None, make_pod("listed", node_name="n1"))  # kopf's LIST is being handed over
+        loop = asyncio.create_task(app.run_profile("sp", stopped=lambda: stop, poll=0.01))
+        await asyncio.sleep(0.2)
+        assert app.kopf_is_listing()
+        assert client.bindings == []  # held while kopf lists
+        clock.now += LISTING_QUIET_SECONDS
+        for _ in range(200):
+            if client.bindings:
+                break
+            await asyncio.sleep(0.01)
+        stop = True
+        await loop
+        await app.drain()
+
+    asyncio.run(scenario())
+    assert client.bindings == [("default", "p", "n1")]
