@@ -374,9 +374,12 @@ class Framework:
     ) -> FilterOutcome:
         """Filter, treating pods nominated onto a node (priority ≥ the pod's) as running there.
 
-        Upstream's two passes: with the nominated pods added (resources, anti-affinity are stricter), then
-        without them (pod affinity may need them absent); a node must pass both. Only nodes that have such
-        pods take this per-node path; all others go through one vectorised pass.
+        Upstream's two passes (``RunFilterPluginsWithNominatedPods``): with the nominated pods added
+        (resources, anti-affinity are stricter), then without them (pod affinity may need them absent); a
+        node must pass both, and a node where no pod was added takes the first pass only. Nodes without such
+        pods go through one vectorised pass. The nodes with nominated pods take two more vectorised passes when
+        adding a pod to one node can change no other node's verdict (:meth:`pre_filter_extensions_idle`),
+        else the per-node path, each node with its own clone of ``state`` kept right by the AddPod extensions.
         """
         if positions is None:
             positions = np.arange(len(nodes), dtype=np.int64)
@@ -391,7 +394,14 @@ class Framework:
         )
         if plain.error is not None:
             return plain
-        feasible, feasible_positions = [plain.feasible], [plain.feasible_positions]
+        if self.pre_filter_extensions_idle(state):
+            with_nominated = self._filter_nodes_with_nominated_pods(
+                state, pod, nodes[special], positions[special], nominated, snapshot, statuses
+            )
+            if with_nominated.error is not None:
+                return with_nominated
+            return _merged_outcome([plain, with_nominated], statuses)
+        outcomes = [plain]
         for i in np.flatnonzero(special):
             slot, position = int(nodes[i]), int(positions[i])
             outcome = self._filter_node_with_nominated_pods(
@@ -399,21 +409,80 @@ class Framework:
             )
             if outcome.error is not None:
                 return outcome
-            feasible.append(outcome.feasible)
-            feasible_positions.append(outcome.feasible_positions)
-        all_positions = np.concatenate(feasible_positions)
-        order = np.argsort(all_positions, kind="stable")
-        return FilterOutcome(np.concatenate(feasible)[order], all_positions[order], statuses)
+            outcomes.append(outcome)
+        return _merged_outcome(outcomes, statuses)
+
+    def pre_filter_extensions_idle(self, state: CycleState) -> bool:
+        """Whether no PreFilter extension (AddPod/RemovePod) runs in this cycle: every plugin that has them
+        was skipped at PreFilter.
+
+        Then adding or removing a pod on one node changes that node's Filter verdict only: the Filter plugins
+        without extensions judge a node by its own pods (node-table columns), and the cycle state that could
+        carry other nodes' pods into a verdict (topology counts) belongs to plugins with extensions. Nominated
+        pods and preemption victims on many nodes can then be put in place at once and judged in one pass.
+        """
+        skip = state.skip_filter_plugins
+        return all(name in skip or plugin.pre_filter_extensions() is None for name, plugin in self.pre_filter_plugins)
+
+    def _filter_nodes_with_nominated_pods(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: np.ndarray,
+        positions: np.ndarray,
+        nominated: dict[int, list[PodInfo]],
+        snapshot: Snapshot,
+        statuses: FilterStatuses,
+    ) -> FilterOutcome:
+        """Both passes of :meth:`run_filter_plugins_with_nominated_pods` over many nodes at once (extensions
+        idle): every node's nominated pods are assumed on it for the first pass, then forgotten; the nodes
+        that passed with pods added are judged again without them."""
+        cache = snapshot.cache
+        added: list[PodInfo] = []
+        with_added: set[int] = set()
+        try:
+            for slot in nodes.tolist():
+                node_name = snapshot.node_info(slot).name
+                for nominated_pod in nominated[slot]:
+                    if cache.pod(nominated_pod.uid) is not None:
+                        continue
+                    added.append(cache.assume(nominated_pod, node_name))
+                    with_added.add(slot)
+            first = self.run_filter_plugins(state, pod, nodes, snapshot, positions=positions, statuses=statuses)
+        finally:
+            for assumed in added:
+                cache.forget(assumed.uid)
+        if first.error is not None or not with_added:
+            return first
+        again = np.fromiter(
+            (slot in with_added for slot in first.feasible.tolist()), dtype=bool, count=len(first.feasible)
+        )
+        if not again.any():
+            return first
+        second = self.run_filter_plugins(
+            state, pod, first.feasible[again], snapshot, positions=first.feasible_positions[again], statuses=statuses
+        )
+        if second.error is not None:
+            return second
+        done = FilterOutcome(first.feasible[~again], first.feasible_positions[~again], statuses)
+        return _merged_outcome([done, second], statuses)
 
     def _nominated_slots(self, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> dict[int, list[PodInfo]]:
+        """Slot → the pods nominated there that count for ``pod`` (priority ≥ its own, not itself), for the
+        slots among ``nodes`` that have any."""
         names = self.nominator.nodes_with_nominated_pods()
         if not names:
             return {}
+        if len(nodes) <= len(names):  # few nodes (a dry run's one node): look each up
+            slots = [(slot, name) for slot in nodes.tolist() if (name := snapshot.node_info(slot).name) in names]
+        else:
+            by_slot = {slot: name for name in names if (slot := snapshot.slot_of(name)) is not None}
+            if not by_slot:
+                return {}
+            known = np.fromiter(by_slot, dtype=np.int64, count=len(by_slot))
+            slots = [(slot, by_slot[slot]) for slot in known[np.isin(known, nodes)].tolist()]
         found: dict[int, list[PodInfo]] = {}
-        for name in names:
-            slot = snapshot.slot_of(name)
-            if slot is None:
-                continue
+        for slot, name in slots:
             pods = [
                 p
                 for p in self.nominator.nominated_pods_for_node(name)
@@ -421,9 +490,6 @@ class Framework:
             ]
             if pods:
                 found[slot] = pods
-        if found:
-            present = set(np.asarray(nodes)[np.isin(nodes, np.fromiter(found, dtype=np.int64))].tolist())
-            found = {slot: pods for slot, pods in found.items() if slot in present}
         return found
 
     def _filter_node_with_nominated_pods(
@@ -739,6 +805,14 @@ def _merge_pre_filter_results(current: PreFilterResult | None, new: PreFilterRes
     if current is None or current.node_names is None:
         return new
     return PreFilterResult(current.node_names & new.node_names)
+
+
+def _merged_outcome(outcomes: list[FilterOutcome], statuses: FilterStatuses) -> FilterOutcome:
+    """The feasible nodes of several error-free outcomes, back in processing-position order."""
+    positions = np.concatenate([outcome.feasible_positions for outcome in outcomes])
+    order = np.argsort(positions, kind="stable")
+    feasible = np.concatenate([outcome.feasible for outcome in outcomes])
+    return FilterOutcome(feasible[order], positions[order], statuses)
 
 
 def _filter_error(name: str, result: FilterResult, rejected: np.ndarray) -> Status | None:
