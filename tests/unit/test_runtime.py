@@ -580,6 +580,11 @@ def test_nodes_with_nominated_pods_are_judged_together_in_both_passes_when_no_ex
     state.skip_filter_plugins = {"WithExtensions"}
     pod = pod_info(make_pod("me", spec={"priority": 5}))
     outcome = framework.run_filter_plugins_with_nominated_pods(state, pod, slots(snapshot, NODES), snapshot)
+    # Again: the nominees' assumed copies are borrowed as they are, with the same verdicts.
+    copies = [framework._borrowed[p.uid][2] for p in high]
+    CALLS.clear()
+    outcome = framework.run_filter_plugins_with_nominated_pods(state, pod, slots(snapshot, NODES), snapshot)
+    assert [framework._borrowed[p.uid][2] for p in high] == copies
     # n1, n3 pass with their nominee and fail without it; n4's nominee is already bound there: one pass.
     assert names_of(framework, outcome.feasible) == ["n4"]
     assert outcome.feasible_positions.tolist() == [4]

@@ -64,7 +64,7 @@ from kopf_scheduler.framework.waiting_pods import WaitingPod
 from kopf_scheduler.go_format import go_quote, go_string_list
 
 if TYPE_CHECKING:
-    from kopf_scheduler.state.cache import NodeInfo, Snapshot
+    from kopf_scheduler.state.cache import ClusterCache, NodeInfo, Snapshot
     from kopf_scheduler.state.pod_info import PodInfo
 
 logger = logging.getLogger(__name__)
@@ -74,6 +74,8 @@ MAX_PERMIT_TIMEOUT = 15 * 60.0
 
 _REJECTED_CODES = (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 _EMPTY_SLOTS = np.zeros(0, dtype=np.int64)
+#: At most this many assumed copies of nominated pods are kept (then they are all dropped and made anew).
+_MAX_BORROWED = 4096
 ObservePlugin = Callable[[str, str, str, float], None]
 
 
@@ -131,6 +133,8 @@ class Framework:
         #: Round-robin start of the Filter search over the node list (upstream ``nextStartNodeIndex``).
         self.next_start_node_index = 0
         self.waiting_pods: dict[str, WaitingPod] = {}
+        #: Nominated pod uid → (the nominator's PodInfo, its node, the assumed copy Filter borrows, see ``_borrow``).
+        self._borrowed: dict[str, tuple[PodInfo, str, PodInfo]] = {}
 
         self.plugins: dict[str, Plugin] = {
             name: _new_plugin(name, registry[name], handle, profile.plugin_args.get(name))
@@ -388,7 +392,7 @@ class Framework:
             return self.run_filter_plugins(state, pod, nodes, snapshot, positions=positions, statuses=statuses)
         if statuses is None:
             statuses = FilterStatuses()
-        special = np.isin(nodes, np.fromiter(nominated, dtype=np.int64))
+        special = _slot_mask(snapshot, np.fromiter(nominated, dtype=np.int64, count=len(nominated)))[nodes]
         plain = self.run_filter_plugins(
             state, pod, nodes[~special], snapshot, positions=positions[~special], statuses=statuses
         )
@@ -446,7 +450,7 @@ class Framework:
                 for nominated_pod in nominated[slot]:
                     if cache.pod(nominated_pod.uid) is not None:
                         continue
-                    added.append(cache.assume(nominated_pod, node_name))
+                    added.append(self._borrow(cache, nominated_pod, node_name))
                     with_added.add(slot)
             first = self.run_filter_plugins(state, pod, nodes, snapshot, positions=positions, statuses=statuses)
         finally:
@@ -467,6 +471,22 @@ class Framework:
         done = FilterOutcome(first.feasible[~again], first.feasible_positions[~again], statuses)
         return _merged_outcome([done, second], statuses)
 
+    def _borrow(self, cache: ClusterCache, pod: PodInfo, node_name: str) -> PodInfo:
+        """Assume a nominated pod on its node for one Filter pass (the caller forgets it afterwards).
+
+        Its assumed copy is kept and put back as is the next time (the same nominated object on the same node),
+        because every cycle borrows every nominated pod again and copying one costs more than accounting it.
+        """
+        kept = self._borrowed.get(pod.uid)
+        if kept is not None and kept[0] is pod and kept[1] == node_name:
+            cache.restore_pod(kept[2], assumed=True)
+            return kept[2]
+        if len(self._borrowed) >= _MAX_BORROWED:
+            self._borrowed.clear()
+        assumed = cache.assume(pod, node_name)
+        self._borrowed[pod.uid] = (pod, node_name, assumed)
+        return assumed
+
     def _nominated_slots(self, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> dict[int, list[PodInfo]]:
         """Slot → the pods nominated there that count for ``pod`` (priority ≥ its own, not itself), for the
         slots among ``nodes`` that have any."""
@@ -480,7 +500,7 @@ class Framework:
             if not by_slot:
                 return {}
             known = np.fromiter(by_slot, dtype=np.int64, count=len(by_slot))
-            slots = [(slot, by_slot[slot]) for slot in known[np.isin(known, nodes)].tolist()]
+            slots = [(slot, by_slot[slot]) for slot in known[_slot_mask(snapshot, nodes)[known]].tolist()]
         found: dict[int, list[PodInfo]] = {}
         for slot, name in slots:
             pods = [
@@ -805,6 +825,13 @@ def _merge_pre_filter_results(current: PreFilterResult | None, new: PreFilterRes
     if current is None or current.node_names is None:
         return new
     return PreFilterResult(current.node_names & new.node_names)
+
+
+def _slot_mask(snapshot: Snapshot, slots: np.ndarray) -> np.ndarray:
+    """A boolean per node-table slot, true at ``slots`` (membership without ``np.isin``'s sort)."""
+    mask = np.zeros(len(snapshot.table.pod_count), dtype=bool)
+    mask[slots] = True
+    return mask
 
 
 def _merged_outcome(outcomes: list[FilterOutcome], statuses: FilterStatuses) -> FilterOutcome:
