@@ -584,7 +584,7 @@ def test_nodes_with_nominated_pods_are_judged_together_in_both_passes_when_no_ex
     copies = [framework._borrowed[p.uid][2] for p in high]
     CALLS.clear()
     outcome = framework.run_filter_plugins_with_nominated_pods(state, pod, slots(snapshot, NODES), snapshot)
-    assert [framework._borrowed[p.uid][2] for p in high] == copies
+    assert all(framework._borrowed[p.uid][2] is copy for p, copy in zip(high, copies, strict=True))
     # n1, n3 pass with their nominee and fail without it; n4's nominee is already bound there: one pass.
     assert names_of(framework, outcome.feasible) == ["n4"]
     assert outcome.feasible_positions.tolist() == [4]
