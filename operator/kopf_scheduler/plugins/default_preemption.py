@@ -16,7 +16,10 @@ Restates upstream's ``plugins/defaultpreemption/default_preemption.go`` with the
    at PreEnqueue; it is re-activated if an API call fails.
 
 Where we differ: upstream dry-runs nodes in parallel, so which nodes end up sampled can vary run to run;
-here they are tried one by one from the offset, which is one of upstream's possible outcomes. The last
+here the verdicts are read one by one from the offset, which is one of upstream's possible outcomes. They are
+computed a batch of nodes at a time, all victims off at once and one Filter pass per reprieve round, while no
+PreFilter extension runs (no pod affinity, topology spread or ReadWriteOncePod claim in play); else node by
+node. The last
 ``pickOneNodeForPreemption`` tie-break is upstream's Go map order (arbitrary); here the first candidate found.
 ``PostFilterResult.node_messages`` (for ``kopf-scheduler explain``) is ours. With preempt extenders, the
 candidates they keep are picked from in the order the dry run found them (upstream: Go's map order).
