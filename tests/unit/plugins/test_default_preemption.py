@@ -285,6 +285,8 @@ def test_importance_is_priority_then_earlier_start() -> None:
         pod_info(running("top", "n", priority=9, start="2026-01-03T00:00:00Z")),
     ]
     assert [p.name for p in sort_by_importance(pods, NOW)] == ["top", "old", "young", "unstarted"]
+    # Sorted again with another "now" (the start times are parsed once): an unstarted pod starts at that now.
+    assert [p.name for p in sort_by_importance(pods, 0.0)] == ["top", "unstarted", "old", "young"]
 
 
 def terminating(condition: dict | None, *, deleting: bool = True) -> PodInfo:
