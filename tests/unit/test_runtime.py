@@ -533,6 +533,98 @@ def test_the_pod_itself_is_not_its_own_nominated_pod() -> None:
     assert len(outcome.feasible) == 5
 
 
+class NeedsAPodHere(FilterPlugin):
+    """Rejects empty nodes: passes with a nominated pod added, fails without it (upstream's second pass)."""
+
+    name: ClassVar[str] = "NeedsAPodHere"
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
+        CALLS.append((self.name, "filter", [snapshot.table.names[int(s)] for s in nodes]))
+        rejected = snapshot.table.pod_count[nodes] == 0
+        return FilterResult.uniform(rejected, U("node is empty")) if rejected.any() else None
+
+
+class WithExtensions(PreFilterPlugin):
+    """A PreFilter plugin with AddPod/RemovePod: while it is not skipped, nominated nodes are judged one by one."""
+
+    name: ClassVar[str] = "WithExtensions"
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
+        return None, Status()
+
+    def pre_filter_extensions(self) -> WithExtensions:
+        return self
+
+    def add_pod(self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo) -> Status:
+        CALLS.append((self.name, "add_pod", node.name))
+        return Status()
+
+    def remove_pod(self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo) -> Status:
+        return Status()
+
+
+def test_nodes_with_nominated_pods_are_judged_together_in_both_passes_when_no_extension_runs() -> None:
+    cache = make_cache([make_node(name) for name in NODES], [make_pod("bound", node_name="n4", spec={"priority": 9})])
+    high = [pod_info(make_pod(name, spec={"priority": 10})) for name in ("h1", "h3")]
+    bound = cache.pod(next(p.uid for p in cache.pods()))
+    assert bound is not None
+    nominator = FakeNominator({"n1": [high[0]], "n3": [high[1]], "n4": [bound]})
+    framework = build(
+        [NeedsAPodHere, WithExtensions],
+        {E.PRE_FILTER: ("WithExtensions",), E.FILTER: ("NeedsAPodHere",)},
+        cache=cache,
+        nominator=nominator,
+    )
+    snapshot = cache.snapshot()
+    state = CycleState()
+    state.skip_filter_plugins = {"WithExtensions"}
+    pod = pod_info(make_pod("me", spec={"priority": 5}))
+    outcome = framework.run_filter_plugins_with_nominated_pods(state, pod, slots(snapshot, NODES), snapshot)
+    # Again: the nominees' assumed copies are borrowed as they are, with the same verdicts.
+    copies = [framework._borrowed[p.uid][2] for p in high]
+    CALLS.clear()
+    outcome = framework.run_filter_plugins_with_nominated_pods(state, pod, slots(snapshot, NODES), snapshot)
+    assert all(framework._borrowed[p.uid][2] is copy for p, copy in zip(high, copies, strict=True))
+    # n1, n3 pass with their nominee and fail without it; n4's nominee is already bound there: one pass.
+    assert names_of(framework, outcome.feasible) == ["n4"]
+    assert outcome.feasible_positions.tolist() == [4]
+    assert {snapshot.table.names[s]: st.reasons for s, st in outcome.statuses.items()} == {
+        name: ("node is empty",) for name in ("n0", "n1", "n2", "n3")
+    }
+    assert calls("filter") == [
+        ("NeedsAPodHere", ["n0", "n2"]),
+        ("NeedsAPodHere", ["n1", "n3", "n4"]),
+        ("NeedsAPodHere", ["n1", "n3"]),
+    ]
+    assert calls("add_pod") == []
+    assert cache.pod(high[0].uid) is None
+    assert cache.pod(high[1].uid) is None
+    assert [int(cache.table.pod_count[snapshot.slot_of(n)]) for n in NODES] == [0, 0, 0, 0, 1]
+
+
+def test_nodes_with_nominated_pods_are_judged_one_by_one_while_an_extension_runs() -> None:
+    cache = default_cache()
+    high = [pod_info(make_pod(name, spec={"priority": 10})) for name in ("h1", "h3")]
+    framework = build(
+        [NeedsAPodHere, WithExtensions],
+        {E.PRE_FILTER: ("WithExtensions",), E.FILTER: ("NeedsAPodHere",)},
+        cache=cache,
+        nominator=FakeNominator({"n1": [high[0]], "n3": [high[1]]}),
+    )
+    snapshot = cache.snapshot()
+    pod = pod_info(make_pod("me", spec={"priority": 5}))
+    outcome = framework.run_filter_plugins_with_nominated_pods(CycleState(), pod, slots(snapshot, NODES), snapshot)
+    assert len(outcome.feasible) == 0
+    assert calls("filter") == [
+        ("NeedsAPodHere", ["n0", "n2", "n4"]),
+        ("NeedsAPodHere", ["n1"]),
+        ("NeedsAPodHere", ["n1"]),
+        ("NeedsAPodHere", ["n3"]),
+        ("NeedsAPodHere", ["n3"]),
+    ]
+    assert calls("add_pod") == [("WithExtensions", "n1"), ("WithExtensions", "n3")]
+
+
 # -- PostFilter ----------------------------------------------------------------------------------------
 def post_filter(plugin_name: str, status: Status, nominate: str | None = None) -> type[PostFilterPlugin]:
     class Fake(PostFilterPlugin):

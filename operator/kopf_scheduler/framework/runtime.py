@@ -64,7 +64,7 @@ from kopf_scheduler.framework.waiting_pods import WaitingPod
 from kopf_scheduler.go_format import go_quote, go_string_list
 
 if TYPE_CHECKING:
-    from kopf_scheduler.state.cache import NodeInfo, Snapshot
+    from kopf_scheduler.state.cache import ClusterCache, NodeInfo, Snapshot
     from kopf_scheduler.state.pod_info import PodInfo
 
 logger = logging.getLogger(__name__)
@@ -74,6 +74,8 @@ MAX_PERMIT_TIMEOUT = 15 * 60.0
 
 _REJECTED_CODES = (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 _EMPTY_SLOTS = np.zeros(0, dtype=np.int64)
+#: At most this many assumed copies of nominated pods are kept (then they are all dropped and made anew).
+_MAX_BORROWED = 4096
 ObservePlugin = Callable[[str, str, str, float], None]
 
 
@@ -131,6 +133,8 @@ class Framework:
         #: Round-robin start of the Filter search over the node list (upstream ``nextStartNodeIndex``).
         self.next_start_node_index = 0
         self.waiting_pods: dict[str, WaitingPod] = {}
+        #: Nominated pod uid → (the nominator's PodInfo, its node, the assumed copy Filter borrows, see ``_borrow``).
+        self._borrowed: dict[str, tuple[PodInfo, str, PodInfo]] = {}
 
         self.plugins: dict[str, Plugin] = {
             name: _new_plugin(name, registry[name], handle, profile.plugin_args.get(name))
@@ -374,9 +378,12 @@ class Framework:
     ) -> FilterOutcome:
         """Filter, treating pods nominated onto a node (priority ≥ the pod's) as running there.
 
-        Upstream's two passes: with the nominated pods added (resources, anti-affinity are stricter), then
-        without them (pod affinity may need them absent); a node must pass both. Only nodes that have such
-        pods take this per-node path; all others go through one vectorised pass.
+        Upstream's two passes (``RunFilterPluginsWithNominatedPods``): with the nominated pods added
+        (resources, anti-affinity are stricter), then without them (pod affinity may need them absent); a
+        node must pass both, and a node where no pod was added takes the first pass only. Nodes without such
+        pods go through one vectorised pass. The nodes with nominated pods take two more vectorised passes when
+        adding a pod to one node can change no other node's verdict (:meth:`pre_filter_extensions_idle`),
+        else the per-node path, each node with its own clone of ``state`` kept right by the AddPod extensions.
         """
         if positions is None:
             positions = np.arange(len(nodes), dtype=np.int64)
@@ -385,13 +392,20 @@ class Framework:
             return self.run_filter_plugins(state, pod, nodes, snapshot, positions=positions, statuses=statuses)
         if statuses is None:
             statuses = FilterStatuses()
-        special = np.isin(nodes, np.fromiter(nominated, dtype=np.int64))
+        special = _slot_mask(snapshot, np.fromiter(nominated, dtype=np.int64, count=len(nominated)))[nodes]
         plain = self.run_filter_plugins(
             state, pod, nodes[~special], snapshot, positions=positions[~special], statuses=statuses
         )
         if plain.error is not None:
             return plain
-        feasible, feasible_positions = [plain.feasible], [plain.feasible_positions]
+        if self.pre_filter_extensions_idle(state):
+            with_nominated = self._filter_nodes_with_nominated_pods(
+                state, pod, nodes[special], positions[special], nominated, snapshot, statuses
+            )
+            if with_nominated.error is not None:
+                return with_nominated
+            return _merged_outcome([plain, with_nominated], statuses)
+        outcomes = [plain]
         for i in np.flatnonzero(special):
             slot, position = int(nodes[i]), int(positions[i])
             outcome = self._filter_node_with_nominated_pods(
@@ -399,21 +413,96 @@ class Framework:
             )
             if outcome.error is not None:
                 return outcome
-            feasible.append(outcome.feasible)
-            feasible_positions.append(outcome.feasible_positions)
-        all_positions = np.concatenate(feasible_positions)
-        order = np.argsort(all_positions, kind="stable")
-        return FilterOutcome(np.concatenate(feasible)[order], all_positions[order], statuses)
+            outcomes.append(outcome)
+        return _merged_outcome(outcomes, statuses)
+
+    def pre_filter_extensions_idle(self, state: CycleState) -> bool:
+        """Whether no PreFilter extension (AddPod/RemovePod) runs in this cycle: every plugin that has them
+        was skipped at PreFilter.
+
+        Then adding or removing a pod on one node changes that node's Filter verdict only: the Filter plugins
+        without extensions judge a node by its own pods (node-table columns), and the cycle state that could
+        carry other nodes' pods into a verdict (topology counts) belongs to plugins with extensions. Nominated
+        pods and preemption victims on many nodes can then be put in place at once and judged in one pass.
+        """
+        skip = state.skip_filter_plugins
+        return all(name in skip or plugin.pre_filter_extensions() is None for name, plugin in self.pre_filter_plugins)
+
+    def _filter_nodes_with_nominated_pods(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: np.ndarray,
+        positions: np.ndarray,
+        nominated: dict[int, list[PodInfo]],
+        snapshot: Snapshot,
+        statuses: FilterStatuses,
+    ) -> FilterOutcome:
+        """Both passes of :meth:`run_filter_plugins_with_nominated_pods` over many nodes at once (extensions
+        idle): every node's nominated pods are assumed on it for the first pass, then forgotten; the nodes
+        that passed with pods added are judged again without them."""
+        cache = snapshot.cache
+        added: list[PodInfo] = []
+        with_added: set[int] = set()
+        try:
+            for slot in nodes.tolist():
+                node_name = snapshot.node_info(slot).name
+                for nominated_pod in nominated[slot]:
+                    if cache.pod(nominated_pod.uid) is not None:
+                        continue
+                    added.append(self._borrow(cache, nominated_pod, node_name))
+                    with_added.add(slot)
+            first = self.run_filter_plugins(state, pod, nodes, snapshot, positions=positions, statuses=statuses)
+        finally:
+            for assumed in added:
+                cache.forget(assumed.uid)
+        if first.error is not None or not with_added:
+            return first
+        again = np.fromiter(
+            (slot in with_added for slot in first.feasible.tolist()), dtype=bool, count=len(first.feasible)
+        )
+        if not again.any():
+            return first
+        second = self.run_filter_plugins(
+            state, pod, first.feasible[again], snapshot, positions=first.feasible_positions[again], statuses=statuses
+        )
+        if second.error is not None:
+            return second
+        done = FilterOutcome(first.feasible[~again], first.feasible_positions[~again], statuses)
+        return _merged_outcome([done, second], statuses)
+
+    def _borrow(self, cache: ClusterCache, pod: PodInfo, node_name: str) -> PodInfo:
+        """Assume a nominated pod on its node for one Filter pass (the caller forgets it afterwards).
+
+        Its assumed copy is kept and put back as is the next time (the same nominated object on the same node),
+        because every cycle borrows every nominated pod again and copying one costs more than accounting it.
+        """
+        kept = self._borrowed.get(pod.uid)
+        if kept is not None and kept[0] is pod and kept[1] == node_name:
+            cache.restore_pod(kept[2], assumed=True)
+            return kept[2]
+        if len(self._borrowed) >= _MAX_BORROWED:
+            self._borrowed.clear()
+        assumed = cache.assume(pod, node_name)
+        self._borrowed[pod.uid] = (pod, node_name, assumed)
+        return assumed
 
     def _nominated_slots(self, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> dict[int, list[PodInfo]]:
+        """Slot → the pods nominated there that count for ``pod`` (priority ≥ its own, not itself), for the
+        slots among ``nodes`` that have any."""
         names = self.nominator.nodes_with_nominated_pods()
         if not names:
             return {}
+        if len(nodes) <= len(names):  # few nodes (a dry run's one node): look each up
+            slots = [(slot, name) for slot in nodes.tolist() if (name := snapshot.node_info(slot).name) in names]
+        else:
+            by_slot = {slot: name for name in names if (slot := snapshot.slot_of(name)) is not None}
+            if not by_slot:
+                return {}
+            known = np.fromiter(by_slot, dtype=np.int64, count=len(by_slot))
+            slots = [(slot, by_slot[slot]) for slot in known[_slot_mask(snapshot, nodes)[known]].tolist()]
         found: dict[int, list[PodInfo]] = {}
-        for name in names:
-            slot = snapshot.slot_of(name)
-            if slot is None:
-                continue
+        for slot, name in slots:
             pods = [
                 p
                 for p in self.nominator.nominated_pods_for_node(name)
@@ -421,9 +510,6 @@ class Framework:
             ]
             if pods:
                 found[slot] = pods
-        if found:
-            present = set(np.asarray(nodes)[np.isin(nodes, np.fromiter(found, dtype=np.int64))].tolist())
-            found = {slot: pods for slot, pods in found.items() if slot in present}
         return found
 
     def _filter_node_with_nominated_pods(
@@ -739,6 +825,21 @@ def _merge_pre_filter_results(current: PreFilterResult | None, new: PreFilterRes
     if current is None or current.node_names is None:
         return new
     return PreFilterResult(current.node_names & new.node_names)
+
+
+def _slot_mask(snapshot: Snapshot, slots: np.ndarray) -> np.ndarray:
+    """A boolean per node-table slot, true at ``slots`` (membership without ``np.isin``'s sort)."""
+    mask = np.zeros(len(snapshot.table.pod_count), dtype=bool)
+    mask[slots] = True
+    return mask
+
+
+def _merged_outcome(outcomes: list[FilterOutcome], statuses: FilterStatuses) -> FilterOutcome:
+    """The feasible nodes of several error-free outcomes, back in processing-position order."""
+    positions = np.concatenate([outcome.feasible_positions for outcome in outcomes])
+    order = np.argsort(positions, kind="stable")
+    feasible = np.concatenate([outcome.feasible for outcome in outcomes])
+    return FilterOutcome(feasible[order], positions[order], statuses)
 
 
 def _filter_error(name: str, result: FilterResult, rejected: np.ndarray) -> Status | None:

@@ -27,17 +27,30 @@ PRIORITY_OFFSET = 2**31
 
 _SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
+#: PodInfo.memo key of the pod's parsed ``status.startTime`` (None: absent or unreadable).
+_MEMO_START_TIME = "preemption.start_time"
+_UNPARSED = object()
+
 
 # -- importance ----------------------------------------------------------------------------------------
 def pod_start_time(pod: PodInfo, now: float) -> float:
-    """Upstream ``GetPodStartTime``: ``status.startTime`` (epoch seconds), or ``now`` for a pod not started."""
+    """Upstream ``GetPodStartTime``: ``status.startTime`` (epoch seconds), or ``now`` for a pod not started.
+
+    The parsed time is kept in ``pod.memo`` (every dry run sorts the same victims again)."""
+    started = pod.memo.get(_MEMO_START_TIME, _UNPARSED)
+    if started is _UNPARSED:
+        started = pod.memo[_MEMO_START_TIME] = _parse_start_time(pod)
+    return now if started is None else started
+
+
+def _parse_start_time(pod: PodInfo) -> float | None:
     raw = (pod.obj.get("status") or {}).get("startTime")
     if not raw:
-        return now
+        return None
     try:
         return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
     except ValueError:
-        return now
+        return None
 
 
 def importance_key(pod: PodInfo, now: float) -> tuple[int, float]:

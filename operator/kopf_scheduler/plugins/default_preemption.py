@@ -16,7 +16,10 @@ Restates upstream's ``plugins/defaultpreemption/default_preemption.go`` with the
    at PreEnqueue; it is re-activated if an API call fails.
 
 Where we differ: upstream dry-runs nodes in parallel, so which nodes end up sampled can vary run to run;
-here they are tried one by one from the offset, which is one of upstream's possible outcomes. The last
+here the verdicts are read one by one from the offset, which is one of upstream's possible outcomes. They are
+computed a batch of nodes at a time, all victims off at once and one Filter pass per reprieve round, while no
+PreFilter extension runs (no pod affinity, topology spread or ReadWriteOncePod claim in play); else node by
+node. The last
 ``pickOneNodeForPreemption`` tie-break is upstream's Go map order (arbitrary); here the first candidate found.
 ``PostFilterResult.node_messages`` (for ``kopf-scheduler explain``) is ours. With preempt extenders, the
 candidates they keep are picked from in the order the dry run found them (upstream: Go's map order).
@@ -25,11 +28,12 @@ candidates they keep are picked from in the order the dry run found them (upstre
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
@@ -79,6 +83,12 @@ from kopf_scheduler.state.storage import POD_DISRUPTION_BUDGET
 
 log = logging.getLogger(__name__)
 
+#: The fewest nodes dry-run together once the candidates still wanted are fewer (see ``find_candidates``).
+MIN_DRY_RUN_BATCH = 16
+
+#: One node's dry run: (victims, how many of them violate a PDB, status).
+DryRunVerdict = tuple[list[PodInfo], int, Status]
+
 NAME = "DefaultPreemption"
 
 # Upstream's texts (they end up, after "preemption: ", in FailedScheduling events and pod conditions).
@@ -105,6 +115,8 @@ class FilterRunner(Protocol):
     def run_filter_plugins_with_nominated_pods(
         self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
     ) -> Any: ...
+
+    def pre_filter_extensions_idle(self, state: CycleState) -> bool: ...
 
     def run_pre_filter_extension_add_pod(
         self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
@@ -312,40 +324,148 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
     def find_candidates(
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatus, snapshot: Snapshot, now: float
     ) -> CandidateSearch:
-        """Upstream ``findCandidates`` + ``DryRunPreemption`` (one node after the other, from the offset)."""
+        """Upstream ``findCandidates`` + ``DryRunPreemption``: nodes tried in order from the offset.
+
+        While no PreFilter extension runs (:meth:`Framework.pre_filter_extensions_idle`) the nodes are dry-run a
+        batch at a time (:meth:`select_victims_on_nodes`), each batch as large as the candidates still wanted;
+        the verdicts are then read in node order and the search stops exactly where the one-by-one search would
+        have, so nodes judged beyond that point are forgotten.
+        """
         potential = potential_nodes(filtered, (info.name for info in snapshot.node_infos()))
         search = CandidateSearch([], {}, [], [], potential)
         if not potential:
             return search
         budgets = [Budget.from_obj(obj) for obj in snapshot.cache.storage.all(POD_DISRUPTION_BUDGET)]
         offset, wanted = self.offset_and_num_candidates(len(potential))
+        order = potential[offset:] + potential[:offset]
+        batched = self._require_framework().pre_filter_extensions_idle(state)
         non_violating: list[Candidate] = []
         violating: list[Candidate] = []
-        for i in range(len(potential)):
-            name = potential[(offset + i) % len(potential)]
-            node = snapshot.cache.node(name)
-            if node is None:
-                continue
-            search.examined.append(name)
-            if not any(self.is_preemption_allowed(node, p, pod) for p in node.pods.values()):
-                # The common case for a pod of the lowest priority: settled before cloning anything.
-                search.statuses[name] = Status.unschedulable(NO_VICTIMS, unresolvable=True)
-                continue
-            victims, violations, status = self.select_victims_on_node(state.clone(), pod, node, snapshot, budgets, now)
-            if status.is_success and victims:
-                (violating if violations else non_violating).append(
-                    Candidate(name, Victims(tuple(victims), violations))
-                )
-                if non_violating and len(non_violating) + len(violating) >= wanted:
-                    break
-                continue
-            if status.is_success:
-                status = Status.as_error(RuntimeError(f'expected at least one victim pod on node "{name}"'))
-            if status.code is Code.ERROR:
-                search.errors.append(status)
-            search.statuses[name] = status
+        start = 0
+        while start < len(order):
+            size = max(wanted - len(non_violating) - len(violating), MIN_DRY_RUN_BATCH) if batched else 1
+            batch = order[start : start + size]
+            start += len(batch)
+            for name, verdict in zip(
+                batch, self._dry_run_batch(state, pod, batch, snapshot, budgets, now), strict=True
+            ):
+                if verdict is None:
+                    continue
+                search.examined.append(name)
+                victims, violations, status = verdict
+                if status.is_success and victims:
+                    (violating if violations else non_violating).append(
+                        Candidate(name, Victims(tuple(victims), violations))
+                    )
+                    if non_violating and len(non_violating) + len(violating) >= wanted:
+                        search.candidates = non_violating + violating
+                        return search
+                    continue
+                if status.is_success:
+                    status = Status.as_error(RuntimeError(f'expected at least one victim pod on node "{name}"'))
+                if status.code is Code.ERROR:
+                    search.errors.append(status)
+                search.statuses[name] = status
         search.candidates = non_violating + violating
         return search
+
+    def _dry_run_batch(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        names: Sequence[str],
+        snapshot: Snapshot,
+        budgets: Sequence[Budget],
+        now: float,
+    ) -> list[DryRunVerdict | None]:
+        """Per node of ``names``: its dry run's (victims, PDB violations, status), None for a node gone.
+
+        A node without lower-priority pods is settled before anything is cloned (the common case for a pod of
+        the lowest priority). Several nodes to dry-run go through :meth:`select_victims_on_nodes`; should one of
+        its filter passes fail with an Error, the nodes are dry-run again one by one (so that error lands on
+        its own node, as upstream's).
+        """
+        verdicts: list[DryRunVerdict | None] = []
+        to_run: dict[int, NodeInfo] = {}
+        for i, name in enumerate(names):
+            node = snapshot.cache.node(name)
+            if node is not None and not any(self.is_preemption_allowed(node, p, pod) for p in node.pods.values()):
+                verdicts.append(([], 0, Status.unschedulable(NO_VICTIMS, unresolvable=True)))
+                continue
+            verdicts.append(None)
+            if node is not None:
+                to_run[i] = node
+        together = None
+        if len(to_run) > 1:
+            together = self.select_victims_on_nodes(state.clone(), pod, list(to_run.values()), snapshot, budgets, now)
+        if together is not None:
+            verdicts_of = dict(zip(to_run, together, strict=True))
+        else:
+            verdicts_of = {
+                i: self.select_victims_on_node(state.clone(), pod, node, snapshot, budgets, now)
+                for i, node in to_run.items()
+            }
+        for i, verdict in verdicts_of.items():
+            verdicts[i] = verdict
+        return verdicts
+
+    def select_victims_on_nodes(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        nodes: Sequence[NodeInfo],
+        snapshot: Snapshot,
+        budgets: Sequence[Budget],
+        now: float,
+    ) -> list[DryRunVerdict] | None:
+        """:meth:`select_victims_on_node` for many nodes at once, while no PreFilter extension runs.
+
+        Every node's lower-priority pods are taken off together and the nodes judged in one Filter pass; then
+        the reprieve goes in rounds: round *k* puts back each node's *k*-th pod (most important first, PDB
+        violators first) and judges those nodes together; a node where it no longer fits loses that pod again.
+        Each node meets the same pods in the same order as alone, and with no extension a node's verdict
+        depends only on its own pods, so the verdicts are the one-by-one ones. None when a Filter pass returned
+        an Error (the caller then dry-runs the nodes one by one). The cache is as before on return.
+        """
+        framework = self._require_framework()
+        with contextlib.ExitStack() as stack:
+            reprieves: list[_Reprieve] = []
+            for node in nodes:
+                dry_run = stack.enter_context(DryRunRemoval(snapshot.cache, node))
+                potential = [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)]
+                for victim in potential:
+                    dry_run.remove(victim)
+                reprieves.append(_Reprieve(node, dry_run, potential))
+            slots = np.asarray([node.slot for node in nodes], dtype=np.int64)
+            outcome = framework.run_filter_plugins_with_nominated_pods(state, pod, slots, snapshot)
+            if outcome.error is not None:
+                return None
+            fitting = set(outcome.feasible.tolist())
+            verdicts: list[DryRunVerdict] = []
+            for reprieve in reprieves:
+                if reprieve.node.slot in fitting:
+                    reprieve.order_by_importance(budgets, now)
+                    verdicts.append(([], 0, SUCCESS))
+                else:
+                    reprieve.done = True
+                    verdicts.append(([], 0, outcome.statuses.get(reprieve.node.slot) or Status.unschedulable()))
+            round_ = 0
+            while active := [r for r in reprieves if not r.done and round_ < len(r.queue)]:
+                for reprieve in active:
+                    reprieve.dry_run.restore(reprieve.queue[round_][0].uid)
+                slots = np.asarray([r.node.slot for r in active], dtype=np.int64)
+                outcome = framework.run_filter_plugins_with_nominated_pods(state, pod, slots, snapshot)
+                if outcome.error is not None:
+                    return None
+                fitting = set(outcome.feasible.tolist())
+                for reprieve in active:
+                    if reprieve.node.slot not in fitting:
+                        reprieve.evict(round_)
+                round_ += 1
+        return [
+            verdict if reprieve.done else reprieve.verdict(now)
+            for verdict, reprieve in zip(verdicts, reprieves, strict=True)
+        ]
 
     def select_victims_on_node(
         self,
@@ -441,6 +561,36 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         if self._framework is None:
             raise RuntimeError("DefaultPreemption needs its framework (attach_framework) before PostFilter")
         return self._framework
+
+
+@dataclass(slots=True)
+class _Reprieve:
+    """One node's state in :meth:`DefaultPreemption.select_victims_on_nodes`."""
+
+    node: NodeInfo
+    dry_run: DryRunRemoval
+    potential: list[PodInfo]
+    #: (pod, whether it violates a PDB) in the order they are put back.
+    queue: list[tuple[PodInfo, bool]] = field(default_factory=list)
+    victims: list[PodInfo] = field(default_factory=list)
+    num_violating: int = 0
+    mixed: bool = False
+    done: bool = False
+
+    def order_by_importance(self, budgets: Sequence[Budget], now: float) -> None:
+        violating, non_violating = split_by_pdb_violation(sort_by_importance(self.potential, now), budgets)
+        self.queue = [(p, True) for p in violating] + [(p, False) for p in non_violating]
+        self.mixed = bool(violating and non_violating)
+
+    def evict(self, index: int) -> None:
+        victim, violates = self.queue[index]
+        self.dry_run.remove(victim)
+        self.victims.append(victim)
+        self.num_violating += violates
+
+    def verdict(self, now: float) -> DryRunVerdict:
+        victims = sort_by_importance(self.victims, now) if self.mixed else self.victims
+        return victims, self.num_violating, SUCCESS
 
 
 # -- helpers -------------------------------------------------------------------------------------------

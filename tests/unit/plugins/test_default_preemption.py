@@ -285,6 +285,8 @@ def test_importance_is_priority_then_earlier_start() -> None:
         pod_info(running("top", "n", priority=9, start="2026-01-03T00:00:00Z")),
     ]
     assert [p.name for p in sort_by_importance(pods, NOW)] == ["top", "old", "young", "unstarted"]
+    # Sorted again with another "now" (the start times are parsed once): an unstarted pod starts at that now.
+    assert [p.name for p in sort_by_importance(pods, 0.0)] == ["top", "unstarted", "old", "young"]
 
 
 def terminating(condition: dict | None, *, deleting: bool = True) -> PodInfo:
@@ -1032,3 +1034,67 @@ def test_a_victim_deleted_during_the_call_is_still_found_by_its_uid() -> None:
     assert error.diagnosis.post_filter_msg == ""
     assert result is not None
     assert result.nominated_node_name == "n1"
+
+
+def random_cluster(seed: int) -> tuple[list[dict], list[dict], list[dict], list[tuple[str, PodInfo]]]:
+    """Nodes of 2–4 CPUs full of pods of mixed priorities, some guarded by PDBs, some nodes with nominated pods
+    (above and below the preemptor's priority 100), some with room for too few pods."""
+    rng = np.random.default_rng(seed)
+    nodes, pods, nominated = [], [], []
+    for i in range(12):
+        cpu = int(rng.integers(2, 5))
+        nodes.append(make_node(f"n{i}", cpu=str(cpu), pods=int(rng.choice([3, 8]))))
+        used, j = 0, 0
+        while cpu * 1000 - used >= 250:
+            request = min(int(rng.choice([250, 500, 1000])), cpu * 1000 - used)
+            used += request
+            priority = int(rng.choice([1, 5, 50, 100, 500]))
+            start = f"2026-01-01T00:0{int(rng.integers(0, 10))}:00Z"
+            labels = {"app": str(rng.choice(["a", "b", "c"]))}
+            pods.append(running(f"p{i}-{j}", f"n{i}", priority=priority, cpu=f"{request}m", start=start, labels=labels))
+            j += 1
+        if rng.random() < 0.3:
+            priority = int(rng.choice([50, 200]))
+            nominated.append((f"n{i}", preemptor(f"nom{i}", priority=priority, cpu=f"{int(rng.choice([500, 1000]))}m")))
+    budgets = [
+        pdb("pa", {"matchLabels": {"app": "a"}}, int(rng.integers(0, 3))),
+        pdb("pb", {"matchLabels": {"app": "b"}}, 0),
+    ]
+    return nodes, pods, budgets, nominated
+
+
+def candidate_search(seed: int, *, together: bool) -> tuple[Any, list[int]]:
+    nodes, pods, budgets, nominated = random_cluster(seed)
+    pod = preemptor(cpu=str(1 + seed % 3))
+    framework, plugin, handle = setup(nodes, pods, pod, minCandidateNodesPercentage=0, minCandidateNodesAbsolute=5)
+    for budget in budgets:
+        handle.cache.storage.apply(POD_DISRUPTION_BUDGET, "ADDED", budget)
+    for node, nominee in nominated:
+        handle.nominator.add_nominated_pod(nominee, node)
+    batches: list[int] = []
+    real = plugin.select_victims_on_nodes
+
+    def recording(state: CycleState, pod: PodInfo, nodes: Any, *args: Any) -> Any:
+        batches.append(len(nodes))
+        return real(state, pod, nodes, *args) if together else None  # None: redone one by one
+
+    plugin.select_victims_on_nodes = recording  # type: ignore[method-assign]
+    plugin.rng = FixedOffset(seed % 12)  # type: ignore[assignment]
+    before = cache_fingerprint(handle.cache)
+    state, error = fail(framework, pod)
+    search = plugin.find_candidates(state, pod, error.diagnosis.node_to_status, handle.snapshot(), NOW)
+    assert cache_fingerprint(handle.cache) == before
+    assert batches  # the batched dry run was reached
+    found = (
+        search.examined,
+        [(c.name, [p.name for p in c.victims.pods], c.victims.num_pdb_violations) for c in search.candidates],
+        {name: (status.code, status.reasons) for name, status in search.statuses.items()},
+    )
+    return found, batches
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_dry_runs_of_many_nodes_together_find_what_one_by_one_finds(seed: int) -> None:
+    together, _ = candidate_search(seed, together=True)
+    one_by_one, _ = candidate_search(seed, together=False)
+    assert together == one_by_one
