@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import random
 import socket
@@ -60,13 +61,33 @@ logger = logging.getLogger("kopf_scheduler")
 PROFILE_CHANGED = ClusterEvent(EventResource.WILDCARD, ActionType.ALL, "SchedulerProfileChanged")
 
 __all__ = [
+    "GC_THRESHOLDS",
     "PROFILE_CHANGED",
     "Client",
     "ProfileOutcome",
     "ProfileRuntime",
     "SchedulerApp",
     "pipeline_status",
+    "tune_garbage_collector",
 ]
+
+
+#: The cyclic garbage collector's thresholds for the operator process (Python's defaults: 700, 10, 10).
+GC_THRESHOLDS = (10_000, 20, 20)
+
+
+def tune_garbage_collector() -> None:
+    """Make the cyclic garbage collector cheap for a process whose heap is a large, long-lived cache.
+
+    With the defaults, every few hundred net allocations start a young collection, and the full collections
+    the growing cache triggers walk every object the cache holds (a cached pod is dozens of dicts and lists):
+    in a replay of 20000 pod watch events through kopf into a cache of 10000 pods, the collector took more
+    than a third of the process's CPU. Raising the thresholds makes collections rarer without changing what
+    is collected; freezing what exists at start-up (modules, classes, functions: everything imported) keeps
+    it out of every later full collection. Reference counting still frees all acyclic garbage at once.
+    """
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class SchedulerApp:

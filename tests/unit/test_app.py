@@ -7,10 +7,12 @@ reaches every part; the pending-pods metric sums every profile's queue.
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
 
+from kopf_scheduler.app import GC_THRESHOLDS, tune_garbage_collector
 from tests.unit.app_harness import FakeClient, drive, new_app, pending
 from tests.unit.factories import make_node, make_pod
 
@@ -97,3 +99,15 @@ def test_the_client_set_at_login_reaches_every_part() -> None:
     app.on_node_event(None, make_node("unlisted"))
     asyncio.run(app.ensure_reconciled())
     assert sorted(app.cache.node_names()) == ["n1"]
+
+
+def test_the_garbage_collector_is_tuned_for_a_large_long_lived_cache() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_garbage_collector()
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0  # what was imported stays out of later collections
+        assert GC_THRESHOLDS[0] > before[0]
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
