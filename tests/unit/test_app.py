@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kopf_scheduler.app import GC_THRESHOLDS, tune_garbage_collector
+from kopf_scheduler.app import tune_garbage_collector
 from tests.unit.app_harness import FakeClient, drive, new_app, pending
 from tests.unit.factories import make_node, make_pod
 
@@ -101,13 +101,11 @@ def test_the_client_set_at_login_reaches_every_part() -> None:
     assert sorted(app.cache.node_names()) == ["n1"]
 
 
-def test_the_garbage_collector_is_tuned_for_a_large_long_lived_cache() -> None:
+def test_what_start_up_created_stays_out_of_later_garbage_collections() -> None:
     before = gc.get_threshold()
     try:
         tune_garbage_collector()
-        assert gc.get_threshold() == GC_THRESHOLDS
-        assert gc.get_freeze_count() > 0  # what was imported stays out of later collections
-        assert GC_THRESHOLDS[0] > before[0]
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == before  # Python's thresholds: higher ones let cyclic garbage pile up
     finally:
         gc.unfreeze()
-        gc.set_threshold(*before)
