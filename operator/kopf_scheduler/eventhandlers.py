@@ -31,7 +31,7 @@ from kopf_scheduler.framework.events import ClusterEvent, EventResource, node_ev
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import GATED, PodNominator, SchedulingQueue
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache
-from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.state.pod_info import PodInfo, same_scheduling_inputs
 from kopf_scheduler.state.selectors import LabelSelector
 from kopf_scheduler.state.storage import KINDS as STORAGE_KINDS
 from kopf_scheduler.state.storage import Key, object_key
@@ -156,7 +156,7 @@ class EventHandlers:
             self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
         if old_assigned is not None:
             self._cache.remove_pod(uid)
-            self._broadcast(pod_events(old_assigned.obj, None), old_assigned.obj, None)
+            self._broadcast(pod_events(old_assigned, None), old_assigned, None)
 
     def _pod_assigned(
         self, uid: str, obj: dict[str, Any], old_unassigned: PodInfo | None, old_assigned: PodInfo | None
@@ -166,12 +166,15 @@ class EventHandlers:
             self._nominator.delete_nominated_pod_if_exists(old_unassigned)
             self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
         self._forget_pod(uid, _key(obj))
-        old_obj = old_assigned.obj if old_assigned is not None else None
-        self._cache.add_or_update_pod(obj)
-        self._broadcast(pod_events(old_obj, obj), old_obj, obj)
+        # The parsed pods, not their objects, go to the queues: every hint would parse an object again.
+        new_assigned = self._cache.add_or_update_pod(obj)
+        self._broadcast(pod_events(old_assigned, new_assigned), old_assigned, new_assigned)
 
     def _pod_pending(self, uid: str, obj: dict[str, Any], old_unassigned: PodInfo | None) -> None:
-        pod = PodInfo.from_obj(obj)
+        if old_unassigned is not None and same_scheduling_inputs(old_unassigned.obj, obj):
+            pod = old_unassigned.with_obj(obj)  # e.g. our own PodScheduled=False patch coming back
+        else:
+            pod = PodInfo.from_obj(obj)
         self._unassigned[uid] = pod
         if self._cache.is_assumed(uid):
             return  # its Binding is in flight; the bound pod's own event settles it

@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 
 from kopf_scheduler import web
-from kopf_scheduler.app import ProfileOutcome, SchedulerApp
+from kopf_scheduler.app import ProfileOutcome, SchedulerApp, tune_garbage_collector
 from kopf_scheduler.kube import LIST_PAGE_SIZE, HTTPExtenderTransport, KubeClient, event_body
 
 GROUP, VERSION, PLURAL = "kopf-scheduler.io", "v1alpha1", "schedulerprofiles"
@@ -36,6 +36,7 @@ def _app(memo: Any) -> SchedulerApp:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    tune_garbage_collector()
     run = _app(memo).settings
     settings.peering.name = run.peering_name
     settings.peering.mandatory = True

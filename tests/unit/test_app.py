@@ -7,11 +7,12 @@ reaches every part; the pending-pods metric sums every profile's queue.
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
 
-from kopf_scheduler.app import LISTING_QUIET_SECONDS
+from kopf_scheduler.app import LISTING_QUIET_SECONDS, tune_garbage_collector
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
 from tests.unit.factories import make_node, make_pod
 
@@ -130,3 +131,13 @@ def test_the_scheduling_loop_waits_while_kopf_hands_over_a_listing() -> None:
 
     asyncio.run(scenario())
     assert client.bindings == [("default", "p", "n1")]
+
+
+def test_what_start_up_created_stays_out_of_later_garbage_collections() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_garbage_collector()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == before  # Python's thresholds: higher ones let cyclic garbage pile up
+    finally:
+        gc.unfreeze()

@@ -82,6 +82,50 @@ def test_bound_pod_event_confirms_assumption_and_leaves_queue() -> None:
     assert app.cache.table.requested[:, 0].sum() == 1000
 
 
+def test_bound_pod_event_keeps_the_parse_and_a_changed_pod_is_parsed_again(monkeypatch: Any) -> None:
+    client = FakeClient()
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    pod = pending("p", requests={"cpu": "1"}, labels={"app": "web"})
+    app.on_pod_event("ADDED", pod)
+    drive(app)
+    uid = pod["metadata"]["uid"]
+    assumed = app.cache.pod(uid)
+    assert assumed is not None
+    assert app.cache.is_assumed(uid)
+    parsed: list[str] = []
+    real_from_obj = PodInfo.from_obj
+
+    def counting_from_obj(obj: dict[str, Any]) -> PodInfo:
+        parsed.append(obj["metadata"]["name"])
+        return real_from_obj(obj)
+
+    monkeypatch.setattr(PodInfo, "from_obj", staticmethod(counting_from_obj))
+    # The Binding confirmed: a new version with nodeName and the PodScheduled condition, nothing else changed.
+    bound = copy.deepcopy(pod)
+    bound["spec"]["nodeName"] = "n1"
+    bound["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    bound["metadata"]["resourceVersion"] = "7"
+    app.on_pod_event("MODIFIED", bound)
+    confirmed = app.cache.pod(uid)
+    assert parsed == []
+    assert confirmed is not None
+    assert confirmed is not assumed
+    assert confirmed.obj is bound
+    assert (confirmed.node_name, confirmed.requests, confirmed.labels) == ("n1", assumed.requests, {"app": "web"})
+    assert not app.cache.is_assumed(uid)
+    assert app.cache.table.requested[:, 0].sum() == 1000
+    # A label change is parsed again (and counted by the new labels).
+    relabelled = copy.deepcopy(bound)
+    relabelled["metadata"]["labels"] = {"app": "db"}
+    relabelled["metadata"]["resourceVersion"] = "8"
+    app.on_pod_event("MODIFIED", relabelled)
+    assert parsed == ["p"]
+    assert app.cache.pod(uid).labels == {"app": "db"}  # type: ignore[union-attr]
+    assert app.cache.table.requested[:, 0].sum() == 1000
+
+
 def test_reconcile_purges_objects_deleted_while_paused() -> None:
     client = FakeClient()
     app = new_app(client)

@@ -196,3 +196,84 @@ def test_claim_status_writes_put_and_patch_the_status_subresource_and_return_the
     serve({("PUT", path): record, ("PATCH", path): record}, scenario)
     assert seen == [("PUT", "application/json"), ("PATCH", "application/strategic-merge-patch+json")]
     assert [r["metadata"]["resourceVersion"] for r in results] == ["7", "7"]
+
+
+# -- the keep-alive connections of send() (kube/http1.py) ------------------------------------------------------
+def test_sends_reuse_one_connection_and_read_chunked_and_closing_responses() -> None:
+    peers: list[Any] = []
+
+    async def event(request: web.Request) -> web.StreamResponse:
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        body = await request.json()
+        if body["reason"] == "chunked":  # a streamed answer, as the API server gives for large objects
+            response = web.StreamResponse(status=201)
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await response.write(b'{"kind":')
+            await response.write(b'"Event"}')
+            await response.write_eof()
+            return response
+        if body["reason"] == "close":
+            return web.json_response({"kind": "Event"}, status=201, headers={"Connection": "close"})
+        return web.json_response({"kind": "Event"}, status=201)
+
+    routes = {("POST", "/apis/events.k8s.io/v1/namespaces/ns/events"): event}
+
+    async def scenario(client: KubeClient) -> None:
+        for reason in ("a", "chunked", "b", "close", "c", "d"):
+            await client.create_event(namespace="ns", body={"reason": reason})
+
+    serve(routes, scenario)
+    assert len(peers) == 6
+    assert len(set(peers[:4])) == 1  # one connection until the server closed it
+    assert len(set(peers[4:])) == 1
+    assert peers[4] != peers[0]
+
+
+def test_a_failed_send_carries_the_status_and_the_message_of_a_chunked_error() -> None:
+    async def binding(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(status=422)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(json.dumps({"kind": "Status", "message": "invalid binding"}).encode())
+        await response.write_eof()
+        return response
+
+    routes = {("POST", "/api/v1/namespaces/ns/pods/p/binding"): binding}
+
+    async def scenario(client: KubeClient) -> None:
+        for _ in range(2):  # the connection stays usable after an error response
+            with pytest.raises(APIError) as raised:
+                await client.bind(namespace="ns", name="p", uid="u1", node_name="n1")
+            assert (raised.value.status, str(raised.value)) == (422, "invalid binding")
+
+    serve(routes, scenario)
+
+
+def test_a_response_framed_by_the_end_of_the_connection_and_a_server_that_hangs_up() -> None:
+    """An HTTP/1.0 answer without Content-Length ends with the connection; a server that closes without an
+    answer is a connection error (the caller's failure handling decides, nothing is retried)."""
+    answers = [b"HTTP/1.0 409 Conflict\r\n\r\n" + json.dumps({"message": "already bound"}).encode(), b""]
+
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(answers.pop(0))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = KubeClient(server=f"http://127.0.0.1:{port}")
+        try:
+            with pytest.raises(APIError) as raised:
+                await client.bind(namespace="ns", name="p", uid="u1", node_name="n1")
+            assert (raised.value.status, str(raised.value)) == (409, "already bound")
+            with pytest.raises(ConnectionError):
+                await client.bind(namespace="ns", name="p", uid="u1", node_name="n1")
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kopf_scheduler.state import pod_info
 from kopf_scheduler.state.node_table import CPU, MEMORY
 from kopf_scheduler.state.pod_info import (
     DEFAULT_MEMORY_REQUEST,
@@ -380,3 +381,68 @@ def test_cache_follows_in_place_resize_and_delete() -> None:
     assert cache.table.requested[slot, CPU] == 0
     assert tuple(cache.table.non_zero_requested[slot]) == (0, 0)
     assert cache.table.pod_count[slot] == 0
+
+
+# -- pods of one shape share one accounting ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "containers",
+    [
+        [container("a", {"cpu": "100m", "memory": "500Mi"})],
+        [container("a", {"cpu": "0.5m"}), container("b", {"cpu": "0.5m", "example.com/gpu": "1"})],
+        [container("a"), container("b", {"memory": "1Gi"})],
+        [],
+    ],
+)
+def test_pods_of_a_known_shape_get_the_first_ones_accounting(containers: list[dict[str, Any]]) -> None:
+    first = pod_resources(pod({"containers": containers}))
+    again = pod_resources(pod({"containers": containers}))
+    assert again == first == pod_info._pod_resources(pod({"containers": containers}))
+    again[0]["cpu"] = -1  # each caller gets its own requests dict
+    assert pod_resources(pod({"containers": containers})) == first
+
+
+@pytest.mark.parametrize(
+    ("spec", "status"),
+    [
+        ({"initContainers": [container("i", {"cpu": "2"})]}, None),
+        ({"overhead": {"cpu": "1"}}, None),
+        ({"resources": {"requests": {"cpu": "3"}}}, None),
+        ({}, {"containerStatuses": [{"name": "a", "resources": {"requests": {"cpu": "2"}}}]}),
+    ],
+)
+def test_what_else_goes_into_the_accounting_is_not_shared_by_shape(
+    spec: dict[str, Any], status: dict[str, Any] | None
+) -> None:
+    plain = {"containers": [container("a", {"cpu": "1"})]}
+    assert pod_resources(pod(plain))[0]["cpu"] == 1000
+    assert pod_resources(pod({**plain, **spec}, status))[0]["cpu"] != 1000
+
+
+# -- a newer version of a pod that parses the same --------------------------------------------------------------
+def _versioned(change: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    old = pod({"containers": [container("a", {"cpu": "1"})], "nodeName": "n"}, {"phase": "Pending"})
+    new = {**old, "metadata": {**old["metadata"], "resourceVersion": "2"}, "status": {**old["status"]}}
+    new["spec"] = {**old["spec"]}
+    change(new)
+    return old, new
+
+
+@pytest.mark.parametrize(
+    ("change", "same"),
+    [
+        (lambda p: p["status"].update(conditions=[{"type": "PodScheduled", "status": "True"}]), True),
+        (lambda p: p["metadata"].update(annotations={"a": "b"}), True),
+        (lambda p: p["status"].update(phase="Running"), False),
+        (lambda p: p["metadata"].update(labels={"app": "web"}), False),
+        (lambda p: p["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"), False),
+        (lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), False),
+        (
+            lambda p: p["status"].update(containerStatuses=[{"name": "a", "resources": {"requests": {"cpu": "2"}}}]),
+            False,
+        ),
+    ],
+)
+def test_same_scheduling_inputs(change: Any, same: bool) -> None:
+    old, new = _versioned(change)
+    assert pod_info.same_scheduling_inputs(old, new) is same
+    assert pod_info.same_scheduling_inputs(old, old) is False  # changed in place, perhaps: parse it again

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kopf_scheduler.state.node_table import NodeTable
-from kopf_scheduler.state.pod_info import HostPort, PodInfo
+from kopf_scheduler.state.pod_info import HostPort, PodInfo, pod_uid, same_scheduling_inputs
 from kopf_scheduler.state.quantity import resource_value
 from kopf_scheduler.state.selector_counts import SelectorPodCounts
 from kopf_scheduler.state.selectors import LabelSelector
@@ -258,9 +258,15 @@ class ClusterCache:
 
     # -- pods ----------------------------------------------------------------------------------------
     def add_or_update_pod(self, obj: dict[str, Any]) -> PodInfo | None:
-        """Account an assigned pod (or drop it when it turned terminal). Unassigned pods are ignored."""
-        pod = PodInfo.from_obj(obj)
-        old = self._pods.get(pod.uid)
+        """Account an assigned pod (or drop it when it turned terminal). Unassigned pods are ignored.
+
+        A new version of a pod the cache holds whose scheduling inputs are unchanged (the watch event that
+        confirms our own Binding of an assumed pod, a kubelet's status update) keeps the parsed PodInfo and
+        takes only the new object: parsing a pod again (quantities, tolerations, ports) was most of what a
+        bound pod's watch event cost us.
+        """
+        old = self._pods.get(pod_uid(obj))
+        pod = PodInfo.from_obj(obj) if old is None or not same_scheduling_inputs(old.obj, obj) else old.with_obj(obj)
         if old is not None:
             self._detach(old)
             self._assumed.discard(pod.uid)

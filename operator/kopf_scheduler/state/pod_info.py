@@ -10,6 +10,7 @@ largest of desired, actuated and allocated requests.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -88,6 +89,11 @@ class PodInfo:
         """Any pod (anti-)affinity at all, required or preferred (upstream ``PodsWithAffinity``)."""
         return bool(self.affinity.get("podAffinity") or self.affinity.get("podAntiAffinity"))
 
+    def with_obj(self, obj: dict[str, Any]) -> PodInfo:
+        """This pod's parse for a newer version ``obj`` of it whose :func:`same_scheduling_inputs` hold; plugins'
+        memos start empty (they may read more of the object than the parse does)."""
+        return dataclasses.replace(self, obj=obj, memo={})
+
     @classmethod
     def from_obj(cls, obj: dict[str, Any]) -> PodInfo:
         meta = obj.get("metadata") or {}
@@ -98,7 +104,7 @@ class PodInfo:
         requests, non_zero_cpu, non_zero_memory = pod_resources(obj)
         return cls(
             obj=obj,
-            uid=meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+            uid=pod_uid(obj),
             namespace=meta.get("namespace") or "default",
             name=meta.get("name") or "",
             labels=dict(meta.get("labels") or {}),
@@ -119,6 +125,43 @@ class PodInfo:
             non_zero_cpu=non_zero_cpu,
             non_zero_memory=non_zero_memory,
         )
+
+
+def pod_uid(obj: Mapping[str, Any]) -> str:
+    """A pod object's uid (``namespace/name`` for the uid-less objects of tests), as :attr:`PodInfo.uid`."""
+    meta = obj.get("metadata") or {}
+    return meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+#: The metadata :meth:`PodInfo.from_obj` reads.
+_PARSED_METADATA = ("uid", "name", "namespace", "labels", "deletionTimestamp")
+
+
+def same_scheduling_inputs(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether :meth:`PodInfo.from_obj` would parse ``new`` exactly as ``old``: the same spec, the metadata and
+    phase it reads, and the resource status its accounting reads (in-place resizes). A Binding confirmed by the
+    watch changes only what nothing parses (``status.conditions``, ``resourceVersion``). The very same object
+    may have been changed in place since it was parsed, so it never counts as unchanged."""
+    if old is new or old.get("spec") != new.get("spec"):
+        return False
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    if any(old_meta.get(key) != new_meta.get(key) for key in _PARSED_METADATA):
+        return False
+    old_status, new_status = old.get("status") or {}, new.get("status") or {}
+    return old_status.get("phase") == new_status.get("phase") and _resource_status(old_status) == _resource_status(
+        new_status
+    )
+
+
+def _resource_status(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a pod's status :func:`pod_request_list` reads."""
+    containers = (*(status.get("containerStatuses") or ()), *(status.get("initContainerStatuses") or ()))
+    return (
+        [(c.get("name"), c.get("resources"), c.get("allocatedResources")) for c in containers],
+        status.get("resources"),
+        status.get("allocatedResources"),
+        _resize_infeasible(status),
+    )
 
 
 def _host_ports(containers: list[dict[str, Any]], init_containers: list[dict[str, Any]]) -> tuple[HostPort, ...]:
@@ -331,12 +374,53 @@ def scheduler_resources(requests: Mapping[str, Fraction]) -> Resources:
     }
 
 
+#: :func:`pod_resources` of pods whose accounting depends on their containers' requests alone, by those requests
+#: (a cluster's pods come in few shapes; summing exact quantities is most of the cost of parsing a pod).
+_RESOURCES_BY_SHAPE: dict[tuple[tuple[tuple[str, Any], ...], ...], tuple[Resources, int, int]] = {}
+_MAX_SHAPES = 4096
+#: The status fields an in-place resize fills (they go into the accounting of pods that have them).
+_RESOURCE_STATUS_KEYS = ("containerStatuses", "initContainerStatuses", "resources", "allocatedResources")
+
+
 def pod_resources(obj: Mapping[str, Any]) -> tuple[Resources, int, int]:
     """(requests, non-zero cpu, non-zero memory) of a pod as NodeInfo accounts it (``CalculateResource``).
 
     The non-zero variant gives containers that name no cpu/memory request 100m / 200Mi. With pod-level
     requests set, the defaults apply only to cpu/memory absent from the pod's whole request list.
     """
+    shape = _requests_shape(obj)
+    if shape is None:
+        return _pod_resources(obj)
+    found = _RESOURCES_BY_SHAPE.get(shape)
+    if found is None:
+        if len(_RESOURCES_BY_SHAPE) >= _MAX_SHAPES:
+            _RESOURCES_BY_SHAPE.clear()
+        found = _RESOURCES_BY_SHAPE[shape] = _pod_resources(obj)
+    requests, non_zero_cpu, non_zero_memory = found
+    return dict(requests), non_zero_cpu, non_zero_memory
+
+
+def _requests_shape(obj: Mapping[str, Any]) -> tuple[tuple[tuple[str, Any], ...], ...] | None:
+    """The containers' requests, if nothing else goes into the pod's accounting: no init containers, pod-level
+    resources or overhead, no resource status (in-place resizes); None otherwise (or if a value is unhashable)."""
+    spec = obj.get("spec") or {}
+    if spec.get("initContainers") or spec.get("resources") or spec.get("overhead"):
+        return None
+    status = obj.get("status") or {}
+    if any(status.get(key) for key in _RESOURCE_STATUS_KEYS):
+        return None
+    shape = tuple(
+        tuple(((container.get("resources") or {}).get("requests") or {}).items())
+        for container in spec.get("containers") or ()
+    )
+    try:
+        hash(shape)
+    except TypeError:
+        return None
+    return shape
+
+
+def _pod_resources(obj: Mapping[str, Any]) -> tuple[Resources, int, int]:
     spec = obj.get("spec") or {}
     requests = pod_request_list(obj)
     if is_pod_level_requests_set(spec):

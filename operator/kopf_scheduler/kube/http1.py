@@ -1,0 +1,186 @@
+"""Keep-alive HTTP/1.1 connections for the writes whose responses nobody reads (Bindings, Events).
+
+Why not aiohttp for these: every scheduled pod costs two such requests (the Binding and the ``Scheduled`` event,
+as kube-scheduler posts them), and aiohttp spent ≈ 220 µs of CPU on each against the local API server
+(request and response objects, header multidicts, timers, tracing hooks, cookie and redirect handling), where a
+request written as one buffer and a response read as status line, headers and body over asyncio streams
+costs ≈ 90 µs (docs/benchmarks.md). The operator is one Python thread, so that difference is scheduling
+throughput. aiohttp keeps serving every call whose response is parsed (LISTs, PUTs), and kopf's own watches.
+
+What this speaks, and nothing more: HTTP/1.1 over TCP or TLS (the same SSL context and headers as the aiohttp
+session, so the same credentials), one request at a time per connection, connections kept alive and reused;
+responses framed by ``Content-Length``, ``chunked`` transfer coding, or the end of the connection. A connection
+the server closes (``Connection: close``, EOF while idle) is dropped, and any failure mid-exchange drops the
+connection and raises, as aiohttp would: nothing is retried here (the binding cycle handles a failed Binding,
+and events are best effort).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+#: The most of a response's head (status line and headers) we accept; the API server's are well below 1 KiB.
+MAX_HEAD = 64 * 1024
+
+#: Statuses that never carry a body (RFC 9112 §6.3).
+_NO_BODY = frozenset({204, 304})
+
+
+class ConnectionPool:
+    """Up to ``limit`` keep-alive connections to one API server; :meth:`exchange` sends one request on one."""
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        headers: Mapping[str, str],
+        ssl_context: ssl.SSLContext | bool | None = None,
+        limit: int = 100,
+        timeout: float = 30.0,
+    ) -> None:
+        parts = urlsplit(server)
+        secure = parts.scheme == "https"
+        self._host = parts.hostname or "localhost"
+        self._port = parts.port or (443 if secure else 80)
+        self._prefix = parts.path.rstrip("/")
+        self._ssl = _client_ssl_context(ssl_context) if secure else None
+        lines = [f"Host: {parts.netloc}", *(f"{name}: {value}" for name, value in headers.items())]
+        self._common_head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        self._timeout = timeout
+        self._slots = asyncio.Semaphore(limit)
+        self._idle: list[_Connection] = []
+        self._closed = False
+
+    async def exchange(self, method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+        """Send one request; returns the response's status and body. Raises ``OSError`` (``ConnectionError``
+        when the server hangs up mid-response) or ``TimeoutError`` on transport failures, dropping the connection."""
+        if self._closed:
+            raise ConnectionError("the connection pool is closed")
+        request = b"%s %s%s HTTP/1.1\r\n%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            method.encode("ascii"),
+            self._prefix.encode("ascii"),
+            path.encode("ascii"),
+            self._common_head,
+            content_type.encode("ascii"),
+            len(body),
+            body,
+        )
+        async with self._slots:
+            connection = self._take_idle()
+            try:
+                async with asyncio.timeout(self._timeout):
+                    if connection is None:
+                        connection = await self._connect()
+                    status, payload, keep_alive = await connection.exchange(request)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+                if connection is not None:
+                    connection.close()
+                raise ConnectionError(f"{method} {path}: the server ended the response early ({e})") from e
+            except BaseException:
+                if connection is not None:
+                    connection.close()
+                raise
+            if keep_alive and not self._closed:
+                self._idle.append(connection)
+            else:
+                connection.close()
+            return status, payload
+
+    async def close(self) -> None:
+        """Close the idle connections; those in use close as their exchanges end."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+        for connection in idle:
+            await connection.wait_closed()
+
+    def _take_idle(self) -> _Connection | None:
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.usable:
+                return connection
+            connection.close()  # the server closed it while it was idle
+        return None
+
+    async def _connect(self) -> _Connection:
+        reader, writer = await asyncio.open_connection(self._host, self._port, ssl=self._ssl, limit=MAX_HEAD)
+        return _Connection(reader, writer)
+
+
+class _Connection:
+    """One keep-alive connection: writes a request, reads one response (status, body, whether to keep it)."""
+
+    __slots__ = ("_reader", "_writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+
+    @property
+    def usable(self) -> bool:
+        return not self._reader.at_eof() and not self._writer.is_closing()
+
+    async def exchange(self, request: bytes) -> tuple[int, bytes, bool]:
+        self._writer.write(request)
+        status, headers, http10 = _parse_head(await self._reader.readuntil(b"\r\n\r\n"))
+        keep_alive = not http10 and headers.get(b"connection", b"").lower() != b"close"
+        if status in _NO_BODY or 100 <= status < 200:
+            return status, b"", keep_alive
+        if headers.get(b"transfer-encoding", b"").lower().endswith(b"chunked"):
+            return status, await self._read_chunked(), keep_alive
+        length = headers.get(b"content-length")
+        if length is None:
+            return status, await self._reader.read(), False  # framed by the end of the connection
+        return status, await self._reader.readexactly(int(length)), keep_alive
+
+    async def _read_chunked(self) -> bytes:
+        chunks: list[bytes] = []
+        while True:
+            size_line = await self._reader.readuntil(b"\r\n")
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                while await self._reader.readuntil(b"\r\n") != b"\r\n":
+                    pass  # trailer fields
+                return b"".join(chunks)
+            chunks.append(await self._reader.readexactly(size))
+            await self._reader.readexactly(2)  # the CRLF after the chunk
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._writer.close()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[bytes, bytes], bool]:
+    """(status, lower-cased header names → values, whether the server spoke HTTP/1.0) of a response head."""
+    lines = head.split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    status = rest[:3]
+    if not version.startswith(b"HTTP/1.") or not status.isdigit():
+        raise ConnectionError(f"not an HTTP/1.x response: {lines[0][:80]!r}")
+    headers: dict[bytes, bytes] = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+    return int(status), headers, version == b"HTTP/1.0"
+
+
+def _client_ssl_context(ssl_context: ssl.SSLContext | bool | None) -> ssl.SSLContext:
+    """The context aiohttp would use for ``ssl=``: the given one; False: no verification; else the defaults."""
+    if isinstance(ssl_context, ssl.SSLContext):
+        return ssl_context
+    if ssl_context is False:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    return ssl.create_default_context()
