@@ -18,6 +18,7 @@ from kopf_scheduler.plugins.dynamic_resources.allocator import (
     Allocator,
     Features,
     NodeAllocationError,
+    SliceIndex,
     allocated_state,
     gather_pools,
 )
@@ -1264,3 +1265,79 @@ def test_many_claims_of_many_devices_do_not_exhaust_the_python_stack() -> None:
     assert result is not None
     assert [len(r["devices"]["results"]) for r in result] == [32] * 16
     assert result[15]["devices"]["results"][-1]["device"] == "d-511"
+
+
+# --- the slice index kept between cycles ---
+
+
+class CountingCel(FakeCel):
+    """Counts evaluations by (expression, device name)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.evaluations: list[tuple[str, str]] = []
+
+    def compile(self, expression: str) -> _Compiled:
+        compiled = super().compile(expression)
+        evaluations = self.evaluations
+
+        class _Counting(_Compiled):
+            def matches(self, driver: str, device: Mapping[str, Any]) -> bool:
+                evaluations.append((self.expression, device.get("name", "")))
+                return super().matches(driver, device)
+
+        return _Counting(compiled.expression)
+
+
+def _allocator_over(index: SliceIndex, cel: FakeCel, state: AllocatedState | None = None) -> Allocator:
+    return Allocator(
+        features=DEFAULTS, allocated=state or AllocatedState(), classes=CLASSES, slices=(), cel=cel, index=index
+    )
+
+
+def test_index_keeps_a_nodes_pools_between_allocators() -> None:
+    index = SliceIndex([rslice("s", GPUS)], DEFAULTS)
+    first = index.node_devices(NODE)
+    assert index.node_devices(NODE) is first
+    assert [pool.name for pool in first[0]] == ["pool-1"]
+    assert [c.id[2] for c in first[1][0][0]] == [d["name"] for d in GPUS]
+
+
+def test_index_rebuilds_a_node_whose_labels_changed() -> None:
+    selected = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}
+    index = SliceIndex([rslice("s", GPUS, node=None, nodeSelector=selected)], DEFAULTS)
+    assert index.node_devices(NODE)[0] == []
+    moved = {"metadata": {"name": "node-1", "labels": {"zone": "b"}}}
+    assert [pool.name for pool in index.node_devices(moved)[0]] == ["pool-1"]
+    assert index.node_devices(NODE)[0] == []
+
+
+def test_selectors_are_evaluated_once_per_device_across_pods() -> None:
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), CountingCel()
+    taken = AllocatedState()
+    chosen = []
+    for number, device_class in enumerate(("a100", "a100", "gpu")):
+        result = _allocator_over(index, cel, taken).allocate(NODE, [claim(f"c{number}", exactly("r", device_class))])
+        chosen.append(picked(result))
+        assert result is not None
+        taken.add_claim({"status": {"allocation": result[0]}})
+    assert chosen == [[[("r", "gpu-1")]], [[("r", "gpu-2")]], [[("r", "gpu-0")]]]
+    # Each device was judged by each selector once, although later pods saw the first devices again.
+    assert sorted(cel.evaluations) == sorted(set(cel.evaluations))
+    assert (f'device.driver == "{DRIVER}"', "gpu-0") in cel.evaluations
+
+
+def test_a_kept_runtime_error_is_reported_with_each_owner() -> None:
+    index = SliceIndex([rslice("s", GPUS)], DEFAULTS)
+    cel = FakeCel()
+    with pytest.raises(AllocationError, match=r"^claim ns/a: selector #1: CEL runtime error: no such key: model$"):
+        _allocator_over(index, cel).allocate(NODE, [claim("a", exactly("r", "gpu", "true", "boom"))])
+    with pytest.raises(AllocationError, match=r"^claim ns/b: selector #0: CEL runtime error: no such key: model$"):
+        _allocator_over(index, cel).allocate(NODE, [claim("b", exactly("r", "gpu", "boom"))])
+
+
+def test_a_kept_compile_error_stays_a_compile_error() -> None:
+    index = SliceIndex([rslice("s", GPUS)], DEFAULTS)
+    for name in ("a", "b"):
+        with pytest.raises(AllocationError, match=rf"^claim ns/{name}: selector #0: CEL compile error: Syntax error"):
+            _allocator_over(index, FakeCel()).allocate(NODE, [claim(name, exactly("r", "gpu", "syntax ("))])

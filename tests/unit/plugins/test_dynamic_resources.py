@@ -404,6 +404,34 @@ def test_a_pod_waits_for_its_claim_then_is_retried_when_the_claim_appears() -> N
     assert client.bindings == [("default", "gpu-pod", "n1")]
 
 
+def test_the_kept_slice_index_follows_resource_slice_changes() -> None:
+    """Pools and candidates are kept between pods; a replaced or added slice is seen by the next pod."""
+    app, client = _app(
+        (DEVICE_CLASS, device_class()),
+        (RESOURCE_SLICE, resource_slice("n1", "a100")),
+        (RESOURCE_CLAIM, resource_claim("first", model="a100")),
+        (RESOURCE_CLAIM, resource_claim("second", model="a100")),
+        (RESOURCE_CLAIM, resource_claim("third", model="a100")),
+    )
+    app.on_pod_event("ADDED", claiming("p1", "first"))
+    drive(app)
+    app.on_pod_event("ADDED", claiming("p2", "second"))
+    drive(app)
+    assert client.bindings == [("default", "p1", "n1")]  # n1's only a100 is taken, n2 has no slice
+    app.on_storage_event(RESOURCE_SLICE, "ADDED", resource_slice("n2", "t4", "a100"))
+    drive(app)
+    assert client.bindings[1:] == [("default", "p2", "n2")]
+    replaced = resource_slice("n2", "a100", "t4")
+    replaced["spec"]["pool"]["generation"] = 2
+    app.on_storage_event(RESOURCE_SLICE, "MODIFIED", replaced)
+    app.on_pod_event("ADDED", claiming("p3", "third"))
+    drive(app)
+    # gpu-1 of n2 is allocated to p2, but the new generation's gpu-0 is the a100 now (and free by name).
+    assert client.bindings[2:] == [("default", "p3", "n2")]
+    devices = [w["status"]["allocation"]["devices"]["results"][0]["device"] for w in _status_writes(client)]
+    assert devices == ["gpu-0", "gpu-1", "gpu-0"]
+
+
 def test_pods_without_claims_are_not_slowed_by_the_allocator() -> None:
     """A claim-less pod never builds an allocator, evaluates no selector and never touches the tracker."""
     cache = _cache((DEVICE_CLASS, device_class()), (RESOURCE_SLICE, resource_slice("n1", "a100")))

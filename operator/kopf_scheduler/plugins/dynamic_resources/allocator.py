@@ -423,12 +423,17 @@ class Request:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A device with where it comes from (upstream ``deviceWithID``)."""
+    """A device with where it comes from (upstream ``deviceWithID``).
+
+    ``verdicts`` keeps each CEL selector's outcome on this device by expression (True, False or the
+    evaluation error): a selector sees only the driver and the device, and a candidate lives only as long as
+    the slices it was built from (:class:`SliceIndex`), so the outcome holds for every later pod."""
 
     id: DeviceID
     device: Mapping[str, Any]
     slice: Mapping[str, Any]
     pool: Pool
+    verdicts: dict[str, bool | Exception] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -747,6 +752,14 @@ class _Rollback:
     previous_results: int = 0
 
 
+class _CompileFailed(Exception):
+    """A selector verdict: the expression did not compile (kept apart from runtime errors)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _Stop(Exception):
     """Upstream ``errAllocationResultMaxSizeExceeded``: more devices than a claim may hold."""
 
@@ -754,8 +767,54 @@ class _Stop(Exception):
 CounterSets = dict[str, dict[str, Fraction]]
 
 
+NodeDevices = tuple[list[Pool], list[list[list[Candidate]]]]
+
+
+class SliceIndex:
+    """The ResourceSlices of one moment, split by node, with each node's pools and device candidates kept
+    between scheduling cycles.
+
+    Upstream runs ``GatherPools`` and builds the candidates on every Allocate call (once per pod and node); the
+    inputs are only the slices, the node's name and its labels (slice node selectors), so one index serves
+    every pod until a ResourceSlice changes (the plugin then builds a new one), and a node's entry is rebuilt
+    when its labels change. Allocation state is not part of it: devices in use are checked per Allocate.
+    """
+
+    def __init__(self, slices: Iterable[Mapping[str, Any]], features: Features) -> None:
+        self.features = features
+        self.all_slices = list(slices)
+        self.slices_on_node: dict[str, list[Mapping[str, Any]]] = {}
+        self.slices_shared: list[Mapping[str, Any]] = []
+        for slice_ in self.all_slices:
+            spec = _spec(slice_)
+            if not spec.get("nodeName") or spec.get("sharedCounters"):
+                self.slices_shared.append(slice_)
+            else:
+                self.slices_on_node.setdefault(spec["nodeName"], []).append(slice_)
+        #: node name → (the node's labels when built, its pools, their candidates by pool and slice).
+        self._nodes: dict[str, tuple[dict[str, str], NodeDevices]] = {}
+
+    def node_devices(self, node: Mapping[str, Any]) -> NodeDevices:
+        """The node's pools (``gather_pools``) and their devices in search order; raises AllocationError as
+        ``gather_pools`` does (not kept: the next call raises again)."""
+        name = _node_name(node)
+        labels = _node_labels(node)
+        cached = self._nodes.get(name)
+        if cached is not None and cached[0] == labels:
+            return cached[1]
+        slices_for_node = self.slices_on_node.get(name, []) + self.slices_shared
+        pools = gather_pools(slices_for_node, node, self.features, self.all_slices)
+        candidates = [[[_candidate(p, s, d) for d in _devices(s)] for s in p.slices] for p in pools]
+        devices = (pools, candidates)
+        self._nodes[name] = (dict(labels), devices)
+        return devices
+
+
 class Allocator:
-    """Upstream ``incubating.Allocator``: built once per scheduling cycle, ``allocate`` runs per node."""
+    """Upstream ``incubating.Allocator``: built once per scheduling cycle, ``allocate`` runs per node.
+
+    ``index`` (the plugin's, kept between cycles) replaces ``slices``; it must have been built from the
+    current slices with the same features."""
 
     def __init__(
         self,
@@ -766,21 +825,14 @@ class Allocator:
         slices: Sequence[Mapping[str, Any]],
         cel: SelectorCompiler,
         new_share_id: Callable[[], str] | None = None,
+        index: SliceIndex | None = None,
     ) -> None:
         self.features = features
         self.allocated = allocated
         self.classes = classes
-        self.all_slices = list(slices)
+        self.index = index if index is not None else SliceIndex(slices, features)
         self.cel = cel
         self.new_share_id = new_share_id or (lambda: str(uuid.uuid4()))
-        self.slices_on_node: dict[str, list[Mapping[str, Any]]] = {}
-        self.slices_shared: list[Mapping[str, Any]] = []
-        for slice_ in self.all_slices:
-            spec = _spec(slice_)
-            if not spec.get("nodeName") or spec.get("sharedCounters"):
-                self.slices_shared.append(slice_)
-            else:
-                self.slices_on_node.setdefault(spec["nodeName"], []).append(slice_)
         self.available_counters: dict[str, CounterSets] = {}
         self._compiled: dict[str, CompiledSelectorLike | Exception] = {}
 
@@ -814,10 +866,8 @@ class _Allocation:
         self.features = owner.features
         self.node = node
         self.claims = list(claims)
-        slices_for_node = owner.slices_on_node.get(_node_name(node), []) + owner.slices_shared
-        self.pools = gather_pools(slices_for_node, node, self.features, owner.all_slices)
-        # The devices in search order, per pool and slice, built once.
-        self.candidates = [[[_candidate(p, s, d) for d in _devices(s)] for s in p.slices] for p in self.pools]
+        # The pools and the devices in search order, per pool and slice (kept between cycles by the index).
+        self.pools, self.candidates = owner.index.node_devices(node)
         self.request_data: dict[RequestKey, RequestData] = {}
         self.constraints: list[list[_Constraint]] = []
         self.matches: dict[tuple[DeviceID, RequestKey], bool] = {}
@@ -975,16 +1025,26 @@ class _Allocation:
 
     def _cel_match(self, owner: str, selectors: Sequence[Mapping[str, Any]], candidate: Candidate) -> bool:
         for index, selector in enumerate(selectors):
-            compiled = self.owner.compiled((selector.get("cel") or {}).get("expression", ""))
-            if isinstance(compiled, Exception):
-                raise AllocationError(f"{owner}: selector #{index}: CEL compile error: {compiled}")
-            try:
-                matched = compiled.matches(candidate.id[0], candidate.device)
-            except Exception as err:  # any evaluation error is a CEL runtime error
-                raise AllocationError(f"{owner}: selector #{index}: CEL runtime error: {err}") from err
-            if not matched:
+            expression = (selector.get("cel") or {}).get("expression", "")
+            verdict = candidate.verdicts.get(expression)
+            if verdict is None:
+                verdict = candidate.verdicts[expression] = self._evaluate(expression, candidate)
+            if isinstance(verdict, _CompileFailed):
+                raise AllocationError(f"{owner}: selector #{index}: CEL compile error: {verdict.error}")
+            if isinstance(verdict, Exception):  # any evaluation error is a CEL runtime error
+                raise AllocationError(f"{owner}: selector #{index}: CEL runtime error: {verdict}") from verdict
+            if not verdict:
                 return False
         return True
+
+    def _evaluate(self, expression: str, candidate: Candidate) -> bool | Exception:
+        compiled = self.owner.compiled(expression)
+        if isinstance(compiled, Exception):
+            return _CompileFailed(compiled)
+        try:
+            return bool(compiled.matches(candidate.id[0], candidate.device))
+        except Exception as err:
+            return err
 
     def _capacity_fits(self, request: Request, candidate: Candidate) -> bool:
         """Upstream ``CmpRequestOverCapacity`` on the allocator (only with DRAConsumableCapacity)."""

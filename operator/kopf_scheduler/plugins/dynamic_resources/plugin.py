@@ -77,6 +77,7 @@ from kopf_scheduler.plugins.dynamic_resources.allocator import (
     Allocator,
     Features,
     NodeAllocationError,
+    SliceIndex,
     allocated_state,
 )
 from kopf_scheduler.plugins.dynamic_resources.binding import (
@@ -265,6 +266,9 @@ class DynamicResources(
         # DRADeviceBindingConditions and DRAResourceClaimDeviceStatus are both beta and on in 1.36.
         self.features = Features(device_binding_and_status=True)
         self.selectors = SelectorCache()
+        #: The slices split by node with each node's pools and candidates, kept until a ResourceSlice changes:
+        #: (the storage it was built from, its ResourceSlice change count then, the index).
+        self._slice_index: tuple[StorageObjects, int, SliceIndex] | None = None
         #: How long and how often PreBind waits for the watch to deliver a claim it created.
         self.assume_timeout = ASSUME_TIMEOUT_SECONDS
         self.assume_poll = ASSUME_POLL_SECONDS
@@ -316,11 +320,23 @@ class DynamicResources(
             data.allocator = Allocator(
                 features=self.features,
                 allocated=allocated_state(tracker.allocated_claims()),
-                classes={_name(c): c for c in snapshot.cache.storage.all(DEVICE_CLASS)},
-                slices=list(snapshot.cache.storage.all(RESOURCE_SLICE)),
+                classes={_name(c): c for c in storage.all(DEVICE_CLASS)},
+                slices=(),
                 cel=self.selectors,
+                index=self._index_of(storage),
             )
         return None, SUCCESS
+
+    def _index_of(self, storage: StorageObjects) -> SliceIndex:
+        """The slice index for the current ResourceSlices: the kept one unless a slice was stored or dropped
+        since it was built."""
+        changes = storage.changes((RESOURCE_SLICE,))
+        kept = self._slice_index
+        if kept is not None and kept[0] is storage and kept[1] == changes:
+            return kept[2]
+        index = SliceIndex(storage.all(RESOURCE_SLICE), self.features)
+        self._slice_index = (storage, changes, index)
+        return index
 
     def _check_claim(
         self, pod: PodInfo, entry: _ClaimEntry, tracker: ClaimTracker, storage: StorageObjects
