@@ -11,7 +11,16 @@ from typing import Any
 import pytest
 
 from kopf_scheduler.api.profile import SchedulerProfileSpec
-from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent, Code, CycleState, EventResource
+from kopf_scheduler.framework import (
+    COSTLY_FILTER,
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    Code,
+    CycleState,
+    EventResource,
+)
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.registry import default_registry
@@ -402,6 +411,22 @@ def test_a_pod_waits_for_its_claim_then_is_retried_when_the_claim_appears() -> N
     app.on_storage_event(RESOURCE_CLAIM, "ADDED", claim)
     drive(app)
     assert client.bindings == [("default", "gpu-pod", "n1")]
+
+
+def test_only_a_pod_with_claims_to_allocate_marks_its_filter_costly() -> None:
+    """The node search then judges no node past need (scheduler.py); allocated claims and claim-less pods
+    keep the ordinary window."""
+    slices = (DEVICE_CLASS, device_class()), (RESOURCE_SLICE, resource_slice("n1", "a100"))
+    status, state = _pre_filter(_cache(*slices, (RESOURCE_CLAIM, resource_claim())), make_pod("p", spec=CLAIMS))
+    assert status.is_success
+    assert state.get(COSTLY_FILTER) is True
+    allocated = resource_claim(allocation={"devices": {"results": []}})
+    status, state = _pre_filter(_cache(*slices, (RESOURCE_CLAIM, allocated)), make_pod("p", spec=CLAIMS))
+    assert status.is_success
+    assert state.get(COSTLY_FILTER) is None
+    status, state = _pre_filter(_cache(*slices), make_pod("p"))
+    assert status.code is Code.SKIP
+    assert state.get(COSTLY_FILTER) is None
 
 
 def test_the_kept_slice_index_follows_resource_slice_changes() -> None:

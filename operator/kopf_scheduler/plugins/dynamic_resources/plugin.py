@@ -44,6 +44,7 @@ from pydantic import BaseModel
 
 from kopf_scheduler.api.args import DynamicResourcesArgs
 from kopf_scheduler.framework import (
+    COSTLY_FILTER,
     QUEUE,
     QUEUE_SKIP,
     SUCCESS,
@@ -325,6 +326,7 @@ class DynamicResources(
                 cel=self.selectors,
                 index=self._index_of(storage),
             )
+            state.write(COSTLY_FILTER, True)  # the allocator runs per node: no node judged beyond need
         return None, SUCCESS
 
     def _index_of(self, storage: StorageObjects) -> SliceIndex:
