@@ -835,6 +835,10 @@ class Allocator:
         self.new_share_id = new_share_id or (lambda: str(uuid.uuid4()))
         self.available_counters: dict[str, CounterSets] = {}
         self._compiled: dict[str, CompiledSelectorLike | Exception] = {}
+        #: The most claims an ``allocate`` call made sure the Python stack has room for.
+        self.recursion_room_for = 0
+        #: Requests and subrequests read once per cycle, by the identity of the claim's raw request (held).
+        self._requests: dict[int, tuple[Mapping[str, Any], Request, list[Request]]] = {}
 
     def allocate(
         self, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], *, deadline: float | None = None
@@ -845,6 +849,18 @@ class Allocator:
         only invalid pools stood in the way and :class:`AllocationTimeout` once ``time.monotonic()`` passes
         ``deadline``."""
         return _Allocation(self, node, claims, deadline).run()
+
+    def request_of(self, raw: Mapping[str, Any]) -> Request:
+        return self._parsed(raw)[1]
+
+    def subrequests_of(self, raw: Mapping[str, Any]) -> list[Request]:
+        return self._parsed(raw)[2]
+
+    def _parsed(self, raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], Request, list[Request]]:
+        cached = self._requests.get(id(raw))
+        if cached is None or cached[0] is not raw:
+            cached = self._requests[id(raw)] = (raw, _request_of(raw), _subrequests_of(raw))
+        return cached
 
     def compiled(self, expression: str) -> CompiledSelectorLike | Exception:
         if expression not in self._compiled:
@@ -875,13 +891,18 @@ class _Allocation:
         self.allocating_capacity: dict[DeviceID, Capacity] = {}
         self.consumed_counters: dict[str, CounterSets] = {}
         self.results: list[list[DeviceResult]] = [[] for _ in self.claims]
+        #: Each claim's requests, read once (the search asks for their number at every step).
+        self.requests = [_claim_requests(claim) for claim in self.claims]
 
     # setup
 
     def run(self) -> list[dict] | None:
         for claim_index, claim in enumerate(self.claims):
             self._prepare_claim(claim_index, claim)
-        _ensure_recursion_room(len(self.claims))
+        if len(self.claims) > self.owner.recursion_room_for:
+            # Filter calls come from the same depth during a cycle: checked once per Allocator and claim count.
+            _ensure_recursion_room(len(self.claims))
+            self.owner.recursion_room_for = len(self.claims)
         try:
             done = self._allocate_one((0, 0, 0, 0), False, (0, 0, 0))
         except _Stop as stop:
@@ -895,8 +916,8 @@ class _Allocation:
 
     def _prepare_claim(self, claim_index: int, claim: Mapping[str, Any]) -> None:
         min_devices = 0
-        for request_index, raw in enumerate(_claim_requests(claim)):
-            subrequests = _subrequests_of(raw)
+        for request_index, raw in enumerate(self.requests[claim_index]):
+            subrequests = self.owner.subrequests_of(raw)
             if subrequests and not self.features.prioritized_list:
                 raise AllocationError(
                     f"claim {_claim_ref(claim)}, request {raw.get('name', '')}: has subrequests, "
@@ -904,7 +925,7 @@ class _Allocation:
                 )
             self._check_capacity_feature(claim, raw, subrequests)
             if subrequests:
-                parent = _request_of(raw)
+                parent = self.owner.request_of(raw)
                 fewest = None
                 for sub_index, sub in enumerate(subrequests):
                     data = self._validate_request(sub, parent, (claim_index, request_index, sub_index))
@@ -912,7 +933,7 @@ class _Allocation:
                     fewest = data.num_devices if fewest is None else min(fewest, data.num_devices)
                 min_devices += fewest or 0
             else:
-                data = self._validate_request(_request_of(raw), None, (claim_index, request_index, 0))
+                data = self._validate_request(self.owner.request_of(raw), None, (claim_index, request_index, 0))
                 self.request_data[(claim_index, request_index, 0)] = data
                 min_devices += data.num_devices
         if min_devices > ALLOCATION_RESULTS_MAX_SIZE:
@@ -1073,7 +1094,7 @@ class _Allocation:
         claim_index, request_index, sub_index, device_index = r
         if claim_index >= len(self.claims):
             return True
-        if request_index >= len(_claim_requests(self.claims[claim_index])):
+        if request_index >= len(self.requests[claim_index]):
             try:
                 return self._allocate_one((claim_index + 1, 0, 0, 0), False, (0, 0, 0))
             except _Stop:
