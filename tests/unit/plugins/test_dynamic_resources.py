@@ -429,6 +429,34 @@ def test_only_a_pod_with_claims_to_allocate_marks_its_filter_costly() -> None:
     assert state.get(COSTLY_FILTER) is None
 
 
+def test_the_kept_allocated_state_follows_claims_in_flight_and_assumed() -> None:
+    """PreFilter gathers the devices in use once while no claim changes (upstream GatherAllocatedState)."""
+    taken = resource_claim(
+        "taken", allocation={"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": "a"}]}}
+    )
+    cache = _cache((RESOURCE_CLAIM, taken))
+    plugin = DynamicResources(handle=FakeHandle(cache))
+    tracker = tracker_for(cache)
+    first = plugin._allocated_state(tracker, cache.storage)
+    assert first.devices == {(DRIVER, "n1", "a")}
+    assert plugin._allocated_state(tracker, cache.storage) is first
+    flying = resource_claim(
+        "flying", allocation={"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": "b"}]}}
+    )
+    tracker.signal_pending_allocation("uid-flying", flying)
+    assert plugin._allocated_state(tracker, cache.storage).devices == {(DRIVER, "n1", "a"), (DRIVER, "n1", "b")}
+    assert tracker.remove_pending_allocation("uid-flying")
+    assert plugin._allocated_state(tracker, cache.storage).devices == {(DRIVER, "n1", "a")}
+    freed = resource_claim("taken")
+    freed["metadata"]["resourceVersion"] = "2"
+    assert tracker.assume_after_api_call(freed)
+    assert plugin._allocated_state(tracker, cache.storage).devices == set()
+    tracker.restore("default", "taken")
+    assert plugin._allocated_state(tracker, cache.storage).devices == {(DRIVER, "n1", "a")}
+    cache.storage.apply(RESOURCE_CLAIM, "MODIFIED", freed)
+    assert plugin._allocated_state(tracker, cache.storage).devices == set()
+
+
 def test_the_kept_slice_index_follows_resource_slice_changes() -> None:
     """Pools and candidates are kept between pods; a replaced or added slice is seen by the next pod."""
     app, client = _app(

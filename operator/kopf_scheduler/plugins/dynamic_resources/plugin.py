@@ -73,6 +73,7 @@ from kopf_scheduler.framework import (
 from kopf_scheduler.framework.events import as_pod
 from kopf_scheduler.go_format import parse_go_duration
 from kopf_scheduler.plugins.dynamic_resources.allocator import (
+    AllocatedState,
     AllocationError,
     AllocationTimeout,
     Allocator,
@@ -114,7 +115,7 @@ from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, claim
 from kopf_scheduler.state.cache import NodeInfo, Snapshot
 from kopf_scheduler.state.node_affinity import NodeSelector, NodeSelectorParseError
 from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.state.storage import DEVICE_CLASS, RESOURCE_SLICE, StorageObjects
+from kopf_scheduler.state.storage import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE, StorageObjects
 
 Claim = dict[str, Any]
 #: Reads a claim's latest version by (namespace, name); None when it does not exist.
@@ -270,6 +271,9 @@ class DynamicResources(
         #: The slices split by node with each node's pools and candidates, kept until a ResourceSlice changes:
         #: (the storage it was built from, its ResourceSlice change count then, the index).
         self._slice_index: tuple[StorageObjects, int, SliceIndex] | None = None
+        #: The allocated devices, kept while no claim changed: (storage, tracker, (the storage's ResourceClaim
+        #: change count, the tracker's version), the state).
+        self._allocated: tuple[StorageObjects, ClaimTracker, tuple[int, int], AllocatedState] | None = None
         #: How long and how often PreBind waits for the watch to deliver a claim it created.
         self.assume_timeout = ASSUME_TIMEOUT_SECONDS
         self.assume_poll = ASSUME_POLL_SECONDS
@@ -320,7 +324,7 @@ class DynamicResources(
         if data.to_allocate():
             data.allocator = Allocator(
                 features=self.features,
-                allocated=allocated_state(tracker.allocated_claims()),
+                allocated=self._allocated_state(tracker, storage),
                 classes={_name(c): c for c in storage.all(DEVICE_CLASS)},
                 slices=(),
                 cel=self.selectors,
@@ -328,6 +332,18 @@ class DynamicResources(
             )
             state.write(COSTLY_FILTER, True)  # the allocator runs per node: no node judged beyond need
         return None, SUCCESS
+
+    def _allocated_state(self, tracker: ClaimTracker, storage: StorageObjects) -> AllocatedState:
+        """The devices the allocated and in-flight claims hold (upstream ``GatherAllocatedState``): the kept
+        state unless a ResourceClaim was stored or dropped or the tracker changed since it was gathered. The
+        allocator only reads it."""
+        versions = (storage.changes((RESOURCE_CLAIM,)), tracker.version)
+        kept = self._allocated
+        if kept is not None and kept[0] is storage and kept[1] is tracker and kept[2] == versions:
+            return kept[3]
+        state = allocated_state(tracker.allocated_claims())
+        self._allocated = (storage, tracker, versions, state)
+        return state
 
     def _index_of(self, storage: StorageObjects) -> SliceIndex:
         """The slice index for the current ResourceSlices: the kept one unless a slice was stored or dropped
