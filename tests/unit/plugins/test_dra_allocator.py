@@ -1341,3 +1341,84 @@ def test_a_kept_compile_error_stays_a_compile_error() -> None:
     for name in ("a", "b"):
         with pytest.raises(AllocationError, match=rf"^claim ns/{name}: selector #0: CEL compile error: Syntax error"):
             _allocator_over(index, FakeCel()).allocate(NODE, [claim(name, exactly("r", "gpu", "syntax ("))])
+
+
+def _searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from kopf_scheduler.plugins.dynamic_resources import allocator as module
+
+    ran: list[str] = []
+    original = module._Allocation.run
+
+    def run(self: Any) -> Any:
+        ran.append(self.claims[0]["metadata"]["name"])
+        return original(self)
+
+    monkeypatch.setattr(module._Allocation, "run", run)
+    return ran
+
+
+def test_a_kept_search_answers_equal_claims_while_the_nodes_devices_in_use_are_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran = _searches(monkeypatch)
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), FakeCel()
+    config = [{"opaque": {"driver": DRIVER, "parameters": {"a": 1}}}]
+    first = _allocator_over(index, cel).allocate(NODE, [claim("c1", exactly("r", "a100"), config=config)])
+    again = _allocator_over(index, cel).allocate(NODE, [claim("c2", exactly("r", "a100"), config=config)])
+    assert ran == ["c1"]
+    assert first is not None
+    assert again == first
+    assert again is not None
+    assert again[0] is not first[0]
+    assert again[0]["devices"]["config"] is not first[0]["devices"]["config"]
+    # Another request is another search; so is the same one once a device of the node is in use.
+    _allocator_over(index, cel).allocate(NODE, [claim("c3", exactly("r", "h100"))])
+    taken = AllocatedState()
+    taken.add_claim({"status": {"allocation": first[0]}})
+    after = _allocator_over(index, cel, taken).allocate(NODE, [claim("c4", exactly("r", "a100"), config=config)])
+    assert ran == ["c1", "c3", "c4"]
+    assert picked(after) == [[("r", "gpu-2")]]
+    # Claims that do not fit are kept too.
+    taken.add_claim({"status": {"allocation": after[0] if after else {}}})
+    assert _allocator_over(index, cel, taken).allocate(NODE, [claim("c5", exactly("r", "a100"))]) is None
+    assert _allocator_over(index, cel, taken).allocate(NODE, [claim("c6", exactly("r", "a100"))]) is None
+    assert ran == ["c1", "c3", "c4", "c5"]
+
+
+def test_a_changed_device_class_is_another_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _searches(monkeypatch)
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), FakeCel()
+
+    def with_class(name: str, device_class: Mapping[str, Any]) -> Any:
+        allocator = Allocator(
+            features=DEFAULTS, allocated=AllocatedState(), classes={"x": device_class}, slices=(), cel=cel, index=index
+        )
+        return picked(allocator.allocate(NODE, [claim(name, exactly("r", "x"))]))
+
+    assert with_class("c1", dclass("x", f'device.attributes["{DRIVER}"].model == "a100"')) == [[("r", "gpu-1")]]
+    assert with_class("c2", dclass("x", f'device.attributes["{DRIVER}"].model == "h100"')) == [[("r", "gpu-0")]]
+    assert ran == ["c1", "c2"]
+
+
+def test_searches_with_shared_counters_or_consumed_capacity_are_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _searches(monkeypatch)
+    counters = rslice("counters", node=None, sharedCounters=[{"name": "set", "counters": {"mem": {"value": "8Gi"}}}])
+    consuming = device("gpu-0", consumesCounters=[{"counterSet": "set", "counters": {"mem": {"value": "4Gi"}}}])
+    index = SliceIndex(
+        [
+            rslice("s", [consuming], count=2),
+            {
+                **counters,
+                "spec": {**counters["spec"], "pool": {"name": "pool-1", "generation": 1, "resourceSliceCount": 2}},
+            },
+        ],
+        DEFAULTS,
+    )
+    for name in ("c1", "c2"):
+        _allocator_over(index, FakeCel()).allocate(NODE, [claim(name, exactly("r", "any"))])
+    shared = AllocatedState()
+    shared.capacity[(DRIVER, "other", "x")] = {}
+    plain = SliceIndex([rslice("s", GPUS)], DEFAULTS)
+    for name in ("c3", "c4"):
+        _allocator_over(plain, FakeCel(), shared).allocate(NODE, [claim(name, exactly("r", "any"))])
+    assert ran == ["c1", "c2", "c3", "c4"]

@@ -22,6 +22,7 @@ so this module stays I/O-free and independent of the CEL implementation.
 from __future__ import annotations
 
 import copy
+import json
 import sys
 import time
 import uuid
@@ -484,6 +485,13 @@ def _request_of(raw: Mapping[str, Any]) -> Request:
     return Request.of(raw.get("name", ""), raw.get("exactly") or {}, subrequest=False)
 
 
+def _class_names(raw: Mapping[str, Any]) -> list[str]:
+    """The DeviceClasses a claim's request names (its ``exactly`` or its subrequests)."""
+    if raw.get("exactly") is not None:
+        return [(raw["exactly"] or {}).get("deviceClassName") or ""]
+    return [sub.get("deviceClassName") or "" for sub in raw.get("firstAvailable") or ()]
+
+
 def _subrequests_of(raw: Mapping[str, Any]) -> list[Request]:
     return [Request.of(sub.get("name", ""), sub, subrequest=True) for sub in raw.get("firstAvailable") or ()]
 
@@ -793,6 +801,8 @@ class SliceIndex:
                 self.slices_on_node.setdefault(spec["nodeName"], []).append(slice_)
         #: node name → (the node's labels when built, its pools, their candidates by pool and slice).
         self._nodes: dict[str, tuple[dict[str, str], NodeDevices]] = {}
+        #: node name → the node's kept searches (see :meth:`Allocator.allocate`), dropped with its entry.
+        self._searches: dict[str, _NodeSearches] = {}
 
     def node_devices(self, node: Mapping[str, Any]) -> NodeDevices:
         """The node's pools (``gather_pools``) and their devices in search order; raises AllocationError as
@@ -807,7 +817,45 @@ class SliceIndex:
         candidates = [[[_candidate(p, s, d) for d in _devices(s)] for s in p.slices] for p in pools]
         devices = (pools, candidates)
         self._nodes[name] = (dict(labels), devices)
+        self._searches.pop(name, None)
         return devices
+
+    def searches(self, node: Mapping[str, Any]) -> _NodeSearches | None:
+        """The node's kept searches, for a node :meth:`node_devices` just answered; None when its pools are
+        not all plain (shared counters, slices of the pool elsewhere, incomplete or invalid: the outcome then
+        depends on more than the node's own devices)."""
+        name = _node_name(node)
+        searches = self._searches.get(name)
+        if searches is None:
+            pools, candidates = self._nodes[name][1]
+            plain = all(not (p.counter_sets or p.other_slices or p.incomplete or p.invalid) for p in pools)
+            ids = tuple(c.id for pool in candidates for slice_ in pool for c in slice_)
+            searches = self._searches[name] = _NodeSearches(ids if plain else None)
+        return searches if searches.device_ids is not None else None
+
+
+#: The most distinct searches kept per node (pods with different claims); the oldest go first.
+KEPT_SEARCHES_PER_NODE = 8
+
+
+@dataclass
+class _NodeSearches:
+    """Finished searches on one node by (claims signature, which of its devices were in use): the search is
+    deterministic in these (with the pools and classes), so a later pod with equal claims gets the same devices
+    without searching again; its results are rebuilt for its own claims."""
+
+    device_ids: tuple[DeviceID, ...] | None
+    found: dict[tuple[str, tuple[int, ...]], _Allocation | None] = field(default_factory=dict)
+
+    def in_use(self, allocated: AllocatedState) -> tuple[int, ...]:
+        assert self.device_ids is not None
+        taken = allocated.devices
+        return tuple(index for index, device_id in enumerate(self.device_ids) if device_id in taken)
+
+    def keep(self, key: tuple[str, tuple[int, ...]], search: _Allocation | None) -> None:
+        if len(self.found) >= KEPT_SEARCHES_PER_NODE:
+            del self.found[next(iter(self.found))]
+        self.found[key] = search
 
 
 class Allocator:
@@ -837,6 +885,8 @@ class Allocator:
         self._compiled: dict[str, CompiledSelectorLike | Exception] = {}
         #: The most claims an ``allocate`` call made sure the Python stack has room for.
         self.recursion_room_for = 0
+        #: Claims signatures by the identities of the claims (held), see :meth:`_signature`.
+        self._signatures: dict[tuple[int, ...], tuple[list[Mapping[str, Any]], str]] = {}
         #: Requests and subrequests read once per cycle, by the identity of the claim's raw request (held).
         self._requests: dict[int, tuple[Mapping[str, Any], Request, list[Request]]] = {}
 
@@ -847,8 +897,62 @@ class Allocator:
 
         Raises :class:`AllocationError` for problems with a claim or class, :class:`NodeAllocationError` when
         only invalid pools stood in the way and :class:`AllocationTimeout` once ``time.monotonic()`` passes
-        ``deadline``."""
-        return _Allocation(self, node, claims, deadline).run()
+        ``deadline``.
+
+        A search that succeeded or failed on a node of plain pools is kept (see :class:`_NodeSearches`) and
+        answers again while the node's devices in use and the claims' requests are the same; the results
+        are then rebuilt for the claims given (fresh objects, as a search's)."""
+        searches = self._searches_for(node, claims)
+        if searches is None:
+            return _Allocation(self, node, claims, deadline).run()
+        kept_searches, key = searches
+        if key in kept_searches.found:
+            kept = kept_searches.found[key]
+            return None if kept is None else [kept._result(index, claim) for index, claim in enumerate(claims)]
+        search = _Allocation(self, node, claims, deadline)
+        results = search.run()
+        if results is None:
+            kept_searches.keep(key, None)
+        elif not any(result.share_id is not None for found in search.results for result in found):
+            kept_searches.keep(key, search)
+        return results
+
+    def _searches_for(
+        self, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]
+    ) -> tuple[_NodeSearches, tuple[str, tuple[int, ...]]] | None:
+        """The node's kept searches and this search's key, or None when it cannot be kept: devices shared or
+        with consumed capacity in use (their state is more than in use or not), or claims without a signature."""
+        if self.allocated.capacity or self.allocated.shared_devices:
+            return None
+        signature = self._signature(claims)
+        if signature is None:
+            return None
+        self.index.node_devices(node)
+        searches = self.index.searches(node)
+        if searches is None:
+            return None
+        return searches, (signature, searches.in_use(self.allocated))
+
+    def _signature(self, claims: Sequence[Mapping[str, Any]]) -> str | None:
+        """What the search reads of the claims and their classes, as text (once per list of claims; a new list
+        per node, as the extended-resource claim's variants, is not kept)."""
+        ids = tuple(id(claim) for claim in claims)
+        kept = self._signatures.get(ids)
+        if kept is not None and all(a is b for a, b in zip(kept[0], claims, strict=True)):
+            return kept[1]
+        if len(self._signatures) >= 2:
+            return None
+        specs = [_claim_spec_devices(claim) for claim in claims]
+        class_names = sorted(
+            {name for spec in specs for request in spec.get("requests") or () for name in _class_names(request)}
+        )
+        classes = {name: self.classes.get(name) for name in class_names}
+        try:
+            signature = json.dumps([specs, classes], sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            return None
+        self._signatures[ids] = (list(claims), signature)
+        return signature
 
     def request_of(self, raw: Mapping[str, Any]) -> Request:
         return self._parsed(raw)[1]
