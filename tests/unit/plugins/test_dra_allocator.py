@@ -1422,3 +1422,24 @@ def test_searches_with_shared_counters_or_consumed_capacity_are_not_kept(monkeyp
     for name in ("c3", "c4"):
         _allocator_over(plain, FakeCel(), shared).allocate(NODE, [claim(name, exactly("r", "any"))])
     assert ran == ["c1", "c2", "c3", "c4"]
+
+
+def test_a_kept_search_builds_its_results_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopf_scheduler.plugins.dynamic_resources import allocator as module
+
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), FakeCel()
+    searched = _allocator_over(index, cel).allocate_deferred(NODE, [claim("c1", exactly("r", "a100"))])
+    assert searched is not None
+    built: list[int] = []
+    original = module._Allocation._result
+
+    def result(self: Any, claim_index: int, c: Mapping[str, Any]) -> dict[str, Any]:
+        built.append(claim_index)
+        return original(self, claim_index, c)
+
+    monkeypatch.setattr(module._Allocation, "_result", result)
+    kept = _allocator_over(index, cel).allocate_deferred(NODE, [claim("c2", exactly("r", "a100"))])
+    assert kept is not None
+    assert built == []
+    assert picked(kept()) == picked(searched()) == [[("r", "gpu-1")]]
+    assert built == [0]

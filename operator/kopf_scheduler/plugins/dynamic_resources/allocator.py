@@ -22,6 +22,7 @@ so this module stays I/O-free and independent of the CEL implementation.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import sys
 import time
@@ -834,6 +835,10 @@ class SliceIndex:
         return searches if searches.device_ids is not None else None
 
 
+def _answer(results: list[dict] | None) -> Callable[[], list[dict]] | None:
+    return None if results is None else (lambda: results)
+
+
 #: The most distinct searches kept per node (pods with different claims); the oldest go first.
 KEPT_SEARCHES_PER_NODE = 8
 
@@ -902,20 +907,28 @@ class Allocator:
         A search that succeeded or failed on a node of plain pools is kept (see :class:`_NodeSearches`) and
         answers again while the node's devices in use and the claims' requests are the same; the results
         are then rebuilt for the claims given (fresh objects, as a search's)."""
+        found = self.allocate_deferred(node, claims, deadline=deadline)
+        return None if found is None else found()
+
+    def allocate_deferred(
+        self, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], *, deadline: float | None = None
+    ) -> Callable[[], list[dict]] | None:
+        """:meth:`allocate`, with the results behind a call: a kept search builds them only when asked (the
+        plugin needs those of the node Reserve picks, and Score those of prioritized lists)."""
         searches = self._searches_for(node, claims)
         if searches is None:
-            return _Allocation(self, node, claims, deadline).run()
+            return _answer(_Allocation(self, node, claims, deadline).run())
         kept_searches, key = searches
         if key in kept_searches.found:
             kept = kept_searches.found[key]
-            return None if kept is None else [kept._result(index, claim) for index, claim in enumerate(claims)]
+            return None if kept is None else functools.partial(kept.results_for, list(claims))
         search = _Allocation(self, node, claims, deadline)
         results = search.run()
         if results is None:
             kept_searches.keep(key, None)
         elif not any(result.share_id is not None for found in search.results for result in found):
             kept_searches.keep(key, search)
-        return results
+        return _answer(results)
 
     def _searches_for(
         self, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]
@@ -1423,6 +1436,10 @@ class _Allocation:
                 )
 
     # result
+
+    def results_for(self, claims: Sequence[Mapping[str, Any]]) -> list[dict]:
+        """A finished search's results for other claims with the same requests (fresh objects)."""
+        return [self._result(index, claim) for index, claim in enumerate(claims)]
 
     def _result(self, claim_index: int, claim: Mapping[str, Any]) -> dict:
         # Device results and node selectors are built fresh; configs may share nested parts with the cluster's

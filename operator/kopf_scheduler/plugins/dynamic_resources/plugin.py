@@ -225,7 +225,8 @@ class _StateData:
     #: Indexes of allocated claims some node could not offer (PostFilter may deallocate one).
     unavailable: set[int] = field(default_factory=set)
     #: Node name → allocation results for the claims to allocate, in their order.
-    node_allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: (Built when called: a kept search's results are built only for the nodes that need them.)
+    node_allocations: dict[str, Callable[[], list[dict[str, Any]]]] = field(default_factory=dict)
     #: The pod's DRA-backed extended resources (None: it requests none); its claim is the last entry.
     extended: ExtendedRequests | None = None
     #: The DeviceClasses (and the rest) PreFilter saw, for Filter's per-node extended-resource requests.
@@ -424,13 +425,13 @@ class DynamicResources(
             if (entry.available_on is not None and not entry.available_on.matches(node.labels, node.name))
             or (entry.allocated and self._binding_failed_or_timed_out(entry.claim))
         ]
-        results: list[dict[str, Any]] | None = None
+        results: Callable[[], list[dict[str, Any]]] | None = None
         if data.allocator is not None:
             pending = [
                 variant if entry.extended and variant is not None else entry.claim for _, entry in data.to_allocate()
             ]
             try:
-                results = data.allocator.allocate(node.obj, pending, deadline=self._deadline())
+                results = data.allocator.allocate_deferred(node.obj, pending, deadline=self._deadline())
             except AllocationTimeout:
                 # Potentially transient: an Error, so the pod backs off instead of waiting for an event.
                 timed_out = RuntimeError(f"node {node.name}: timed out trying to allocate devices")
@@ -439,7 +440,7 @@ class DynamicResources(
                 return self._unresolvable(str(error))
             except AllocationError as error:
                 return Status.as_error(error, plugin=self.name)
-            if results is None or len(results) != len(pending):
+            if results is None:
                 return self._unresolvable(CANNOT_ALLOCATE_ALL)
         if unavailable:
             data.unavailable.update(unavailable)
@@ -517,7 +518,7 @@ class DynamicResources(
         for position, slot in enumerate(nodes.tolist()):
             results = data.node_allocations.get(snapshot.node_info(slot).name)
             if results is not None:
-                scores[position] = _prioritized_list_score(data, results)
+                scores[position] = _prioritized_list_score(data, results())
         return scores
 
     def normalize_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -530,7 +531,8 @@ class DynamicResources(
         pending = data.to_allocate()
         if not pending or data.allocator is None:
             return SUCCESS
-        results = data.node_allocations.get(node_name)
+        found = data.node_allocations.get(node_name)
+        results = found() if found is not None else None
         if not results:
             if all(entry.extended for _, entry in pending):
                 return SUCCESS  # only the extended-resource claim, and device plugins provide it on this node
