@@ -12,7 +12,9 @@ and cancels once it has ``numFeasibleNodesToFind`` feasible nodes, so which node
 nodes are judged in rotated order, the first K feasible win, nodes after the K-th feasible one do not count
 as evaluated, and the start index advances by the number of nodes that do (upstream's formula, fed with
 the deterministic count). Filters run on a window of the rotated list a bit larger than K first and on the
-rest only when the window did not yield K feasible nodes, so a big healthy cluster costs about K nodes.
+rest only when the window did not yield K feasible nodes, so a big healthy cluster costs about K nodes. When a
+PreFilter marked its Filter costly for the pod (``COSTLY_FILTER``: DynamicResources' allocator) the windows have
+no slack and the next one is sized by the feasible rate seen; the window sizes never change the verdicts.
 """
 
 from __future__ import annotations

@@ -26,6 +26,12 @@ until PreBind creates it, with requests per node (those the node does not advert
 others, written like the others, then recorded in the pod's ``status.extendedResourceClaimStatus``; Unreserve
 and PostFilter delete a created one that the pod could not keep.
 
+Kept between cycles (issue 15; the verdicts and devices are those of a fresh search): the slices split by node
+with each node's pools and candidates and their CEL verdicts (:class:`~.allocator.SliceIndex`, until a
+ResourceSlice changes), the devices in use (until a claim, in-flight or assumed claim changes), and each node's
+finished searches by claims signature and devices in use. PreFilter marks the pod's Filter costly
+(``COSTLY_FILTER``), so the node search judges no nodes past the ones it needs.
+
 Pods without claims cost a dict lookup at PreEnqueue, PreFilter's look for DRA-backed requests (none while
 no DeviceClass exists) and Skip, a skipped Filter, a zero Score array, and PostFilter's one message.
 """
