@@ -851,10 +851,16 @@ class _NodeSearches:
 
     device_ids: tuple[DeviceID, ...] | None
     found: dict[tuple[str, tuple[int, ...]], _Allocation | None] = field(default_factory=dict)
+    device_set: frozenset[DeviceID] = frozenset()
+
+    def __post_init__(self) -> None:
+        self.device_set = frozenset(self.device_ids or ())
 
     def in_use(self, allocated: AllocatedState) -> tuple[int, ...]:
         assert self.device_ids is not None
         taken = allocated.devices
+        if self.device_set.isdisjoint(taken):
+            return ()
         return tuple(index for index, device_id in enumerate(self.device_ids) if device_id in taken)
 
     def keep(self, key: tuple[str, tuple[int, ...]], search: _Allocation | None) -> None:
@@ -949,9 +955,10 @@ class Allocator:
     def _signature(self, claims: Sequence[Mapping[str, Any]]) -> str | None:
         """What the search reads of the claims and their classes, as text (once per list of claims; a new list
         per node, as the extended-resource claim's variants, is not kept)."""
-        ids = tuple(id(claim) for claim in claims)
+        # The kept entry holds its claims alive, so equal identities are the same objects.
+        ids = tuple(map(id, claims))
         kept = self._signatures.get(ids)
-        if kept is not None and all(a is b for a, b in zip(kept[0], claims, strict=True)):
+        if kept is not None:
             return kept[1]
         if len(self._signatures) >= 2:
             return None

@@ -237,6 +237,17 @@ class _StateData:
     extended: ExtendedRequests | None = None
     #: The DeviceClasses (and the rest) PreFilter saw, for Filter's per-node extended-resource requests.
     storage: StorageObjects | None = None
+    #: Filter's claims to allocate when no node variant replaces the extended-resource claim (see pending_claims).
+    pending: list[Claim] | None = None
+
+    def pending_claims(self, variant: Claim | None) -> list[Claim]:
+        """The claims Filter allocates on a node: those not allocated, the extended-resource claim as the
+        node's ``variant`` (read once per cycle when there is no variant)."""
+        if variant is None:
+            if self.pending is None:
+                self.pending = [entry.claim for _, entry in self.to_allocate()]
+            return self.pending
+        return [variant if entry.extended else entry.claim for _, entry in self.to_allocate()]
 
     def to_allocate(self) -> list[tuple[int, _ClaimEntry]]:
         return [(index, entry) for index, entry in enumerate(self.entries) if not entry.allocated]
@@ -433,9 +444,7 @@ class DynamicResources(
         ]
         results: Callable[[], list[dict[str, Any]]] | None = None
         if data.allocator is not None:
-            pending = [
-                variant if entry.extended and variant is not None else entry.claim for _, entry in data.to_allocate()
-            ]
+            pending = data.pending_claims(variant)
             try:
                 results = data.allocator.allocate_deferred(node.obj, pending, deadline=self._deadline())
             except AllocationTimeout:
