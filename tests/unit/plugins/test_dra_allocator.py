@@ -1443,3 +1443,20 @@ def test_a_kept_search_builds_its_results_only_when_asked(monkeypatch: pytest.Mo
     assert built == []
     assert picked(kept()) == picked(searched()) == [[("r", "gpu-1")]]
     assert built == [0]
+
+
+def test_a_kept_search_of_a_prioritized_list_answers_the_same_subrequest(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _searches(monkeypatch)
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), FakeCel()
+    config = [{"requests": ["r/big"], "opaque": {"driver": DRIVER, "parameters": {}}}]
+
+    def prioritized(name: str) -> dict[str, Any]:
+        return claim(
+            name, first_available("r", sub("huge", "gpu", count=4), sub("big", "a100", count=2)), config=config
+        )
+
+    first = _allocator_over(index, cel).allocate(NODE, [prioritized("c1")])
+    again = _allocator_over(index, cel).allocate(NODE, [prioritized("c2")])
+    assert ran == ["c1"]
+    assert picked(first) == [[("r/big", "gpu-1"), ("r/big", "gpu-2")]]
+    assert again == first
