@@ -12,7 +12,9 @@ and cancels once it has ``numFeasibleNodesToFind`` feasible nodes, so which node
 nodes are judged in rotated order, the first K feasible win, nodes after the K-th feasible one do not count
 as evaluated, and the start index advances by the number of nodes that do (upstream's formula, fed with
 the deterministic count). Filters run on a window of the rotated list a bit larger than K first and on the
-rest only when the window did not yield K feasible nodes, so a big healthy cluster costs about K nodes.
+rest only when the window did not yield K feasible nodes, so a big healthy cluster costs about K nodes. When a
+PreFilter marked its Filter costly for the pod (``COSTLY_FILTER``: DynamicResources' allocator) the windows have
+no slack and the next one is sized by the feasible rate seen; the window sizes never change the verdicts.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.cycle_state import COSTLY_FILTER, CycleState
 from kopf_scheduler.framework.extender import (
     EXTENDER_NAME,
     Extender,
@@ -515,7 +517,8 @@ def _find_nodes_that_pass_filters(
     found_positions: list[np.ndarray] = []
     total = 0
     begin = 0
-    size = min(count, to_find + max(to_find // _WINDOW_SLACK_DIVISOR, _WINDOW_SLACK_MIN))
+    costly = bool(state.get(COSTLY_FILTER))
+    size = min(count, to_find + (0 if costly else max(to_find // _WINDOW_SLACK_DIVISOR, _WINDOW_SLACK_MIN)))
     while begin < count:
         outcome = framework.run_filter_plugins_with_nominated_pods(
             state,
@@ -533,7 +536,7 @@ def _find_nodes_that_pass_filters(
         if total >= to_find:
             break
         begin += size
-        size = count - begin
+        size = _next_window(count - begin, to_find - total, begin, total) if costly else count - begin
     feasible = found[0] if len(found) == 1 else np.concatenate(found)
     if len(feasible) >= to_find:
         positions = found_positions[0] if len(found_positions) == 1 else np.concatenate(found_positions)
@@ -541,6 +544,14 @@ def _find_nodes_that_pass_filters(
         statuses.truncate(int(positions[to_find - 1]) + 1)
         feasible = feasible[:to_find]
     return feasible, None
+
+
+def _next_window(left: int, needed: int, judged: int, feasible: int) -> int:
+    """With a costly Filter: as many of the ``left`` nodes as should yield the ``needed`` feasible ones at the
+    rate seen so far (all of them when none was feasible). Any window size gives the same verdicts."""
+    if feasible == 0:
+        return left
+    return min(left, max(1, -(-needed * judged // feasible)))
 
 
 def _prioritize_nodes(

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kopf_scheduler.framework import Code, CycleState, ExtensionPoint, Status
+from kopf_scheduler.framework import COSTLY_FILTER, Code, CycleState, ExtensionPoint, Status
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.scheduler import (
     FitError,
@@ -147,6 +147,44 @@ def test_rejections_after_the_kth_feasible_node_do_not_count() -> None:
     assert framework.next_start_node_index == 376
     # Two windows were needed (the first one held only ~141 feasible nodes).
     assert [len(nodes) for nodes in filter_calls_nodes()] == [282, 118]
+
+
+@pytest.mark.parametrize(
+    ("fails_every", "windows"),
+    [
+        (2, [188, 188]),  # half feasible: the second window is sized by the rate seen in the first
+        (3, [188, 95]),
+        (400, [188, 2]),  # only n0000 fails: 187 feasible in the first window, one more wanted at 187/188
+    ],
+)
+def test_a_costly_filter_judges_no_node_past_need_with_the_same_verdicts(fails_every: int, windows: list[int]) -> None:
+    """A PreFilter that marks its Filter costly (DynamicResources' allocator) gets windows without slack; which
+    nodes are feasible, the rejections kept and the next start index are those of the ordinary search."""
+    count = 400
+
+    def run(state: CycleState) -> tuple[Any, ...]:
+        framework = build(
+            [every_kth_fails(fails_every), flat_scores(count)],
+            {E.FILTER: ("EveryKth",), E.SCORE: ("Flat",)},
+            cache=cluster(count),
+        )
+        result = schedule_pod(framework, state, pod_info(make_pod()), framework.handle.snapshot())
+        assert result.scores is not None
+        rejected = sorted(int(slot) for slot in result.diagnosis.statuses.slots())
+        return (
+            result.feasible_nodes,
+            result.evaluated_nodes,
+            framework.next_start_node_index,
+            sorted(int(s) for s in result.scores.nodes),
+            rejected,
+        )
+
+    ordinary = run(CycleState())
+    CALLS.clear()
+    costly = CycleState()
+    costly.write(COSTLY_FILTER, True)
+    assert run(costly) == ordinary
+    assert [len(nodes) for nodes in filter_calls_nodes()] == windows
 
 
 def test_without_score_plugins_one_feasible_node_is_enough() -> None:

@@ -9,6 +9,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+#: A plugin whose Filter is costly per node for this pod (DynamicResources' allocator) writes True under this key
+#: in PreFilter; the node search then judges no nodes past the ones it needs only because it works in windows.
+COSTLY_FILTER = "kopf-scheduler/CostlyFilter"
+
 
 class CycleState:
     """A dict keyed by plugin-chosen strings; values should implement ``clone()`` if they are mutable."""

@@ -18,6 +18,7 @@ from kopf_scheduler.plugins.dynamic_resources.allocator import (
     Allocator,
     Features,
     NodeAllocationError,
+    SliceIndex,
     allocated_state,
     gather_pools,
 )
@@ -1264,3 +1265,198 @@ def test_many_claims_of_many_devices_do_not_exhaust_the_python_stack() -> None:
     assert result is not None
     assert [len(r["devices"]["results"]) for r in result] == [32] * 16
     assert result[15]["devices"]["results"][-1]["device"] == "d-511"
+
+
+# --- the slice index kept between cycles ---
+
+
+class CountingCel(FakeCel):
+    """Counts evaluations by (expression, device name)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.evaluations: list[tuple[str, str]] = []
+
+    def compile(self, expression: str) -> _Compiled:
+        compiled = super().compile(expression)
+        evaluations = self.evaluations
+
+        class _Counting(_Compiled):
+            def matches(self, driver: str, device: Mapping[str, Any]) -> bool:
+                evaluations.append((self.expression, device.get("name", "")))
+                return super().matches(driver, device)
+
+        return _Counting(compiled.expression)
+
+
+def _allocator_over(index: SliceIndex, cel: FakeCel, state: AllocatedState | None = None) -> Allocator:
+    return Allocator(
+        features=DEFAULTS, allocated=state or AllocatedState(), classes=CLASSES, slices=(), cel=cel, index=index
+    )
+
+
+def test_index_keeps_a_nodes_pools_between_allocators() -> None:
+    index = SliceIndex([rslice("s", GPUS)], DEFAULTS)
+    first = index.node_devices(NODE)
+    assert index.node_devices(NODE) is first
+    assert [pool.name for pool in first[0]] == ["pool-1"]
+    assert [c.id[2] for c in first[1][0][0]] == [d["name"] for d in GPUS]
+
+
+def test_index_rebuilds_a_node_whose_labels_changed() -> None:
+    selected = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}
+    index = SliceIndex([rslice("s", GPUS, node=None, nodeSelector=selected)], DEFAULTS)
+    assert index.node_devices(NODE)[0] == []
+    moved = {"metadata": {"name": "node-1", "labels": {"zone": "b"}}}
+    assert [pool.name for pool in index.node_devices(moved)[0]] == ["pool-1"]
+    assert index.node_devices(NODE)[0] == []
+
+
+def test_selectors_are_evaluated_once_per_device_across_pods() -> None:
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), CountingCel()
+    taken = AllocatedState()
+    chosen = []
+    for number, device_class in enumerate(("a100", "a100", "gpu")):
+        result = _allocator_over(index, cel, taken).allocate(NODE, [claim(f"c{number}", exactly("r", device_class))])
+        chosen.append(picked(result))
+        assert result is not None
+        taken.add_claim({"status": {"allocation": result[0]}})
+    assert chosen == [[[("r", "gpu-1")]], [[("r", "gpu-2")]], [[("r", "gpu-0")]]]
+    # Each device was judged by each selector once, although later pods saw the first devices again.
+    assert sorted(cel.evaluations) == sorted(set(cel.evaluations))
+    assert (f'device.driver == "{DRIVER}"', "gpu-0") in cel.evaluations
+
+
+def test_a_kept_runtime_error_is_reported_with_each_owner() -> None:
+    index = SliceIndex([rslice("s", GPUS)], DEFAULTS)
+    cel = FakeCel()
+    with pytest.raises(AllocationError, match=r"^claim ns/a: selector #1: CEL runtime error: no such key: model$"):
+        _allocator_over(index, cel).allocate(NODE, [claim("a", exactly("r", "gpu", "true", "boom"))])
+    with pytest.raises(AllocationError, match=r"^claim ns/b: selector #0: CEL runtime error: no such key: model$"):
+        _allocator_over(index, cel).allocate(NODE, [claim("b", exactly("r", "gpu", "boom"))])
+
+
+def test_a_kept_compile_error_stays_a_compile_error() -> None:
+    index = SliceIndex([rslice("s", GPUS)], DEFAULTS)
+    for name in ("a", "b"):
+        with pytest.raises(AllocationError, match=rf"^claim ns/{name}: selector #0: CEL compile error: Syntax error"):
+            _allocator_over(index, FakeCel()).allocate(NODE, [claim(name, exactly("r", "gpu", "syntax ("))])
+
+
+def _searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from kopf_scheduler.plugins.dynamic_resources import allocator as module
+
+    ran: list[str] = []
+    original = module._Allocation.run
+
+    def run(self: Any) -> Any:
+        ran.append(self.claims[0]["metadata"]["name"])
+        return original(self)
+
+    monkeypatch.setattr(module._Allocation, "run", run)
+    return ran
+
+
+def test_a_kept_search_answers_equal_claims_while_the_nodes_devices_in_use_are_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran = _searches(monkeypatch)
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), FakeCel()
+    config = [{"opaque": {"driver": DRIVER, "parameters": {"a": 1}}}]
+    first = _allocator_over(index, cel).allocate(NODE, [claim("c1", exactly("r", "a100"), config=config)])
+    again = _allocator_over(index, cel).allocate(NODE, [claim("c2", exactly("r", "a100"), config=config)])
+    assert ran == ["c1"]
+    assert first is not None
+    assert again == first
+    assert again is not None
+    assert again[0] is not first[0]
+    assert again[0]["devices"]["config"] is not first[0]["devices"]["config"]
+    # Another request is another search; so is the same one once a device of the node is in use.
+    _allocator_over(index, cel).allocate(NODE, [claim("c3", exactly("r", "h100"))])
+    taken = AllocatedState()
+    taken.add_claim({"status": {"allocation": first[0]}})
+    after = _allocator_over(index, cel, taken).allocate(NODE, [claim("c4", exactly("r", "a100"), config=config)])
+    assert ran == ["c1", "c3", "c4"]
+    assert picked(after) == [[("r", "gpu-2")]]
+    # Claims that do not fit are kept too.
+    taken.add_claim({"status": {"allocation": after[0] if after else {}}})
+    assert _allocator_over(index, cel, taken).allocate(NODE, [claim("c5", exactly("r", "a100"))]) is None
+    assert _allocator_over(index, cel, taken).allocate(NODE, [claim("c6", exactly("r", "a100"))]) is None
+    assert ran == ["c1", "c3", "c4", "c5"]
+
+
+def test_a_changed_device_class_is_another_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _searches(monkeypatch)
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), FakeCel()
+
+    def with_class(name: str, device_class: Mapping[str, Any]) -> Any:
+        allocator = Allocator(
+            features=DEFAULTS, allocated=AllocatedState(), classes={"x": device_class}, slices=(), cel=cel, index=index
+        )
+        return picked(allocator.allocate(NODE, [claim(name, exactly("r", "x"))]))
+
+    assert with_class("c1", dclass("x", f'device.attributes["{DRIVER}"].model == "a100"')) == [[("r", "gpu-1")]]
+    assert with_class("c2", dclass("x", f'device.attributes["{DRIVER}"].model == "h100"')) == [[("r", "gpu-0")]]
+    assert ran == ["c1", "c2"]
+
+
+def test_searches_with_shared_counters_or_consumed_capacity_are_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _searches(monkeypatch)
+    counters = rslice("counters", node=None, sharedCounters=[{"name": "set", "counters": {"mem": {"value": "8Gi"}}}])
+    consuming = device("gpu-0", consumesCounters=[{"counterSet": "set", "counters": {"mem": {"value": "4Gi"}}}])
+    index = SliceIndex(
+        [
+            rslice("s", [consuming], count=2),
+            {
+                **counters,
+                "spec": {**counters["spec"], "pool": {"name": "pool-1", "generation": 1, "resourceSliceCount": 2}},
+            },
+        ],
+        DEFAULTS,
+    )
+    for name in ("c1", "c2"):
+        _allocator_over(index, FakeCel()).allocate(NODE, [claim(name, exactly("r", "any"))])
+    shared = AllocatedState()
+    shared.capacity[(DRIVER, "other", "x")] = {}
+    plain = SliceIndex([rslice("s", GPUS)], DEFAULTS)
+    for name in ("c3", "c4"):
+        _allocator_over(plain, FakeCel(), shared).allocate(NODE, [claim(name, exactly("r", "any"))])
+    assert ran == ["c1", "c2", "c3", "c4"]
+
+
+def test_a_kept_search_builds_its_results_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kopf_scheduler.plugins.dynamic_resources import allocator as module
+
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), FakeCel()
+    searched = _allocator_over(index, cel).allocate_deferred(NODE, [claim("c1", exactly("r", "a100"))])
+    assert searched is not None
+    built: list[int] = []
+    original = module._Allocation._result
+
+    def result(self: Any, claim_index: int, c: Mapping[str, Any]) -> dict[str, Any]:
+        built.append(claim_index)
+        return original(self, claim_index, c)
+
+    monkeypatch.setattr(module._Allocation, "_result", result)
+    kept = _allocator_over(index, cel).allocate_deferred(NODE, [claim("c2", exactly("r", "a100"))])
+    assert kept is not None
+    assert built == []
+    assert picked(kept()) == picked(searched()) == [[("r", "gpu-1")]]
+    assert built == [0]
+
+
+def test_a_kept_search_of_a_prioritized_list_answers_the_same_subrequest(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _searches(monkeypatch)
+    index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), FakeCel()
+    config = [{"requests": ["r/big"], "opaque": {"driver": DRIVER, "parameters": {}}}]
+
+    def prioritized(name: str) -> dict[str, Any]:
+        return claim(
+            name, first_available("r", sub("huge", "gpu", count=4), sub("big", "a100", count=2)), config=config
+        )
+
+    first = _allocator_over(index, cel).allocate(NODE, [prioritized("c1")])
+    again = _allocator_over(index, cel).allocate(NODE, [prioritized("c2")])
+    assert ran == ["c1"]
+    assert picked(first) == [[("r/big", "gpu-1"), ("r/big", "gpu-2")]]
+    assert again == first

@@ -11,7 +11,16 @@ from typing import Any
 import pytest
 
 from kopf_scheduler.api.profile import SchedulerProfileSpec
-from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent, Code, CycleState, EventResource
+from kopf_scheduler.framework import (
+    COSTLY_FILTER,
+    QUEUE,
+    QUEUE_SKIP,
+    ActionType,
+    ClusterEvent,
+    Code,
+    CycleState,
+    EventResource,
+)
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.registry import default_registry
@@ -402,6 +411,78 @@ def test_a_pod_waits_for_its_claim_then_is_retried_when_the_claim_appears() -> N
     app.on_storage_event(RESOURCE_CLAIM, "ADDED", claim)
     drive(app)
     assert client.bindings == [("default", "gpu-pod", "n1")]
+
+
+def test_only_a_pod_with_claims_to_allocate_marks_its_filter_costly() -> None:
+    """The node search then judges no node past need (scheduler.py); allocated claims and claim-less pods
+    keep the ordinary window."""
+    slices = (DEVICE_CLASS, device_class()), (RESOURCE_SLICE, resource_slice("n1", "a100"))
+    status, state = _pre_filter(_cache(*slices, (RESOURCE_CLAIM, resource_claim())), make_pod("p", spec=CLAIMS))
+    assert status.is_success
+    assert state.get(COSTLY_FILTER) is True
+    allocated = resource_claim(allocation={"devices": {"results": []}})
+    status, state = _pre_filter(_cache(*slices, (RESOURCE_CLAIM, allocated)), make_pod("p", spec=CLAIMS))
+    assert status.is_success
+    assert state.get(COSTLY_FILTER) is None
+    status, state = _pre_filter(_cache(*slices), make_pod("p"))
+    assert status.code is Code.SKIP
+    assert state.get(COSTLY_FILTER) is None
+
+
+def test_the_kept_allocated_state_follows_claims_in_flight_and_assumed() -> None:
+    """PreFilter gathers the devices in use once while no claim changes (upstream GatherAllocatedState)."""
+    taken = resource_claim(
+        "taken", allocation={"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": "a"}]}}
+    )
+    cache = _cache((RESOURCE_CLAIM, taken))
+    plugin = DynamicResources(handle=FakeHandle(cache))
+    tracker = tracker_for(cache)
+    first = plugin._allocated_state(tracker, cache.storage)
+    assert first.devices == {(DRIVER, "n1", "a")}
+    assert plugin._allocated_state(tracker, cache.storage) is first
+    flying = resource_claim(
+        "flying", allocation={"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": "b"}]}}
+    )
+    tracker.signal_pending_allocation("uid-flying", flying)
+    assert plugin._allocated_state(tracker, cache.storage).devices == {(DRIVER, "n1", "a"), (DRIVER, "n1", "b")}
+    assert tracker.remove_pending_allocation("uid-flying")
+    assert plugin._allocated_state(tracker, cache.storage).devices == {(DRIVER, "n1", "a")}
+    freed = resource_claim("taken")
+    freed["metadata"]["resourceVersion"] = "2"
+    assert tracker.assume_after_api_call(freed)
+    assert plugin._allocated_state(tracker, cache.storage).devices == set()
+    tracker.restore("default", "taken")
+    assert plugin._allocated_state(tracker, cache.storage).devices == {(DRIVER, "n1", "a")}
+    cache.storage.apply(RESOURCE_CLAIM, "MODIFIED", freed)
+    assert plugin._allocated_state(tracker, cache.storage).devices == set()
+
+
+def test_the_kept_slice_index_follows_resource_slice_changes() -> None:
+    """Pools and candidates are kept between pods; a replaced or added slice is seen by the next pod."""
+    app, client = _app(
+        (DEVICE_CLASS, device_class()),
+        (RESOURCE_SLICE, resource_slice("n1", "a100")),
+        (RESOURCE_CLAIM, resource_claim("first", model="a100")),
+        (RESOURCE_CLAIM, resource_claim("second", model="a100")),
+        (RESOURCE_CLAIM, resource_claim("third", model="a100")),
+    )
+    app.on_pod_event("ADDED", claiming("p1", "first"))
+    drive(app)
+    app.on_pod_event("ADDED", claiming("p2", "second"))
+    drive(app)
+    assert client.bindings == [("default", "p1", "n1")]  # n1's only a100 is taken, n2 has no slice
+    app.on_storage_event(RESOURCE_SLICE, "ADDED", resource_slice("n2", "t4", "a100"))
+    drive(app)
+    assert client.bindings[1:] == [("default", "p2", "n2")]
+    replaced = resource_slice("n2", "a100", "t4")
+    replaced["spec"]["pool"]["generation"] = 2
+    app.on_storage_event(RESOURCE_SLICE, "MODIFIED", replaced)
+    app.on_pod_event("ADDED", claiming("p3", "third"))
+    drive(app)
+    # gpu-1 of n2 is allocated to p2, but the new generation's gpu-0 is the a100 now (and free by name).
+    assert client.bindings[2:] == [("default", "p3", "n2")]
+    devices = [w["status"]["allocation"]["devices"]["results"][0]["device"] for w in _status_writes(client)]
+    assert devices == ["gpu-0", "gpu-1", "gpu-0"]
 
 
 def test_pods_without_claims_are_not_slowed_by_the_allocator() -> None:

@@ -22,6 +22,8 @@ so this module stays I/O-free and independent of the CEL implementation.
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import sys
 import time
 import uuid
@@ -423,12 +425,17 @@ class Request:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A device with where it comes from (upstream ``deviceWithID``)."""
+    """A device with where it comes from (upstream ``deviceWithID``).
+
+    ``verdicts`` keeps each CEL selector's outcome on this device by expression (True, False or the
+    evaluation error): a selector sees only the driver and the device, and a candidate lives only as long as
+    the slices it was built from (:class:`SliceIndex`), so the outcome holds for every later pod."""
 
     id: DeviceID
     device: Mapping[str, Any]
     slice: Mapping[str, Any]
     pool: Pool
+    verdicts: dict[str, bool | Exception] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -477,6 +484,13 @@ def _claim_requests(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _request_of(raw: Mapping[str, Any]) -> Request:
     return Request.of(raw.get("name", ""), raw.get("exactly") or {}, subrequest=False)
+
+
+def _class_names(raw: Mapping[str, Any]) -> list[str]:
+    """The DeviceClasses a claim's request names (its ``exactly`` or its subrequests)."""
+    if raw.get("exactly") is not None:
+        return [(raw["exactly"] or {}).get("deviceClassName") or ""]
+    return [sub.get("deviceClassName") or "" for sub in raw.get("firstAvailable") or ()]
 
 
 def _subrequests_of(raw: Mapping[str, Any]) -> list[Request]:
@@ -747,6 +761,14 @@ class _Rollback:
     previous_results: int = 0
 
 
+class _CompileFailed(Exception):
+    """A selector verdict: the expression did not compile (kept apart from runtime errors)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _Stop(Exception):
     """Upstream ``errAllocationResultMaxSizeExceeded``: more devices than a claim may hold."""
 
@@ -754,8 +776,104 @@ class _Stop(Exception):
 CounterSets = dict[str, dict[str, Fraction]]
 
 
+NodeDevices = tuple[list[Pool], list[list[list[Candidate]]]]
+
+
+class SliceIndex:
+    """The ResourceSlices of one moment, split by node, with each node's pools and device candidates kept
+    between scheduling cycles.
+
+    Upstream runs ``GatherPools`` and builds the candidates on every Allocate call (once per pod and node); the
+    inputs are only the slices, the node's name and its labels (slice node selectors), so one index serves
+    every pod until a ResourceSlice changes (the plugin then builds a new one), and a node's entry is rebuilt
+    when its labels change. Allocation state is not part of it: devices in use are checked per Allocate.
+    """
+
+    def __init__(self, slices: Iterable[Mapping[str, Any]], features: Features) -> None:
+        self.features = features
+        self.all_slices = list(slices)
+        self.slices_on_node: dict[str, list[Mapping[str, Any]]] = {}
+        self.slices_shared: list[Mapping[str, Any]] = []
+        for slice_ in self.all_slices:
+            spec = _spec(slice_)
+            if not spec.get("nodeName") or spec.get("sharedCounters"):
+                self.slices_shared.append(slice_)
+            else:
+                self.slices_on_node.setdefault(spec["nodeName"], []).append(slice_)
+        #: node name → (the node's labels when built, its pools, their candidates by pool and slice).
+        self._nodes: dict[str, tuple[dict[str, str], NodeDevices]] = {}
+        #: node name → the node's kept searches (see :meth:`Allocator.allocate`), dropped with its entry.
+        self._searches: dict[str, _NodeSearches] = {}
+
+    def node_devices(self, node: Mapping[str, Any]) -> NodeDevices:
+        """The node's pools (``gather_pools``) and their devices in search order; raises AllocationError as
+        ``gather_pools`` does (not kept: the next call raises again)."""
+        name = _node_name(node)
+        labels = _node_labels(node)
+        cached = self._nodes.get(name)
+        if cached is not None and cached[0] == labels:
+            return cached[1]
+        slices_for_node = self.slices_on_node.get(name, []) + self.slices_shared
+        pools = gather_pools(slices_for_node, node, self.features, self.all_slices)
+        candidates = [[[_candidate(p, s, d) for d in _devices(s)] for s in p.slices] for p in pools]
+        devices = (pools, candidates)
+        self._nodes[name] = (dict(labels), devices)
+        self._searches.pop(name, None)
+        return devices
+
+    def searches(self, node: Mapping[str, Any]) -> _NodeSearches | None:
+        """The node's kept searches, for a node :meth:`node_devices` just answered; None when its pools are
+        not all plain (shared counters, slices of the pool elsewhere, incomplete or invalid: the outcome then
+        depends on more than the node's own devices)."""
+        name = _node_name(node)
+        searches = self._searches.get(name)
+        if searches is None:
+            pools, candidates = self._nodes[name][1]
+            plain = all(not (p.counter_sets or p.other_slices or p.incomplete or p.invalid) for p in pools)
+            ids = tuple(c.id for pool in candidates for slice_ in pool for c in slice_)
+            searches = self._searches[name] = _NodeSearches(ids if plain else None)
+        return searches if searches.device_ids is not None else None
+
+
+def _answer(results: list[dict] | None) -> Callable[[], list[dict]] | None:
+    return None if results is None else (lambda: results)
+
+
+#: The most distinct searches kept per node (pods with different claims); the oldest go first.
+KEPT_SEARCHES_PER_NODE = 8
+
+
+@dataclass
+class _NodeSearches:
+    """Finished searches on one node by (claims signature, which of its devices were in use): the search is
+    deterministic in these (with the pools and classes), so a later pod with equal claims gets the same devices
+    without searching again; its results are rebuilt for its own claims."""
+
+    device_ids: tuple[DeviceID, ...] | None
+    found: dict[tuple[str, tuple[int, ...]], _Allocation | None] = field(default_factory=dict)
+    device_set: frozenset[DeviceID] = frozenset()
+
+    def __post_init__(self) -> None:
+        self.device_set = frozenset(self.device_ids or ())
+
+    def in_use(self, allocated: AllocatedState) -> tuple[int, ...]:
+        assert self.device_ids is not None
+        taken = allocated.devices
+        if self.device_set.isdisjoint(taken):
+            return ()
+        return tuple(index for index, device_id in enumerate(self.device_ids) if device_id in taken)
+
+    def keep(self, key: tuple[str, tuple[int, ...]], search: _Allocation | None) -> None:
+        if len(self.found) >= KEPT_SEARCHES_PER_NODE:
+            del self.found[next(iter(self.found))]
+        self.found[key] = search
+
+
 class Allocator:
-    """Upstream ``incubating.Allocator``: built once per scheduling cycle, ``allocate`` runs per node."""
+    """Upstream ``incubating.Allocator``: built once per scheduling cycle, ``allocate`` runs per node.
+
+    ``index`` (the plugin's, kept between cycles) replaces ``slices``; it must have been built from the
+    current slices with the same features."""
 
     def __init__(
         self,
@@ -766,23 +884,22 @@ class Allocator:
         slices: Sequence[Mapping[str, Any]],
         cel: SelectorCompiler,
         new_share_id: Callable[[], str] | None = None,
+        index: SliceIndex | None = None,
     ) -> None:
         self.features = features
         self.allocated = allocated
         self.classes = classes
-        self.all_slices = list(slices)
+        self.index = index if index is not None else SliceIndex(slices, features)
         self.cel = cel
         self.new_share_id = new_share_id or (lambda: str(uuid.uuid4()))
-        self.slices_on_node: dict[str, list[Mapping[str, Any]]] = {}
-        self.slices_shared: list[Mapping[str, Any]] = []
-        for slice_ in self.all_slices:
-            spec = _spec(slice_)
-            if not spec.get("nodeName") or spec.get("sharedCounters"):
-                self.slices_shared.append(slice_)
-            else:
-                self.slices_on_node.setdefault(spec["nodeName"], []).append(slice_)
         self.available_counters: dict[str, CounterSets] = {}
         self._compiled: dict[str, CompiledSelectorLike | Exception] = {}
+        #: The most claims an ``allocate`` call made sure the Python stack has room for.
+        self.recursion_room_for = 0
+        #: Claims signatures by the identities of the claims (held), see :meth:`_signature`.
+        self._signatures: dict[tuple[int, ...], tuple[list[Mapping[str, Any]], str]] = {}
+        #: Requests and subrequests read once per cycle, by the identity of the claim's raw request (held).
+        self._requests: dict[int, tuple[Mapping[str, Any], Request, list[Request]]] = {}
 
     def allocate(
         self, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], *, deadline: float | None = None
@@ -791,8 +908,83 @@ class Allocator:
 
         Raises :class:`AllocationError` for problems with a claim or class, :class:`NodeAllocationError` when
         only invalid pools stood in the way and :class:`AllocationTimeout` once ``time.monotonic()`` passes
-        ``deadline``."""
-        return _Allocation(self, node, claims, deadline).run()
+        ``deadline``.
+
+        A search that succeeded or failed on a node of plain pools is kept (see :class:`_NodeSearches`) and
+        answers again while the node's devices in use and the claims' requests are the same; the results
+        are then rebuilt for the claims given (fresh objects, as a search's)."""
+        found = self.allocate_deferred(node, claims, deadline=deadline)
+        return None if found is None else found()
+
+    def allocate_deferred(
+        self, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], *, deadline: float | None = None
+    ) -> Callable[[], list[dict]] | None:
+        """:meth:`allocate`, with the results behind a call: a kept search builds them only when asked (the
+        plugin needs those of the node Reserve picks, and Score those of prioritized lists)."""
+        searches = self._searches_for(node, claims)
+        if searches is None:
+            return _answer(_Allocation(self, node, claims, deadline).run())
+        kept_searches, key = searches
+        if key in kept_searches.found:
+            kept = kept_searches.found[key]
+            return None if kept is None else functools.partial(kept.results_for, list(claims))
+        search = _Allocation(self, node, claims, deadline)
+        results = search.run()
+        if results is None:
+            kept_searches.keep(key, None)
+        elif not any(result.share_id is not None for found in search.results for result in found):
+            kept_searches.keep(key, search)
+        return _answer(results)
+
+    def _searches_for(
+        self, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]
+    ) -> tuple[_NodeSearches, tuple[str, tuple[int, ...]]] | None:
+        """The node's kept searches and this search's key, or None when it cannot be kept: devices shared or
+        with consumed capacity in use (their state is more than in use or not), or claims without a signature."""
+        if self.allocated.capacity or self.allocated.shared_devices:
+            return None
+        signature = self._signature(claims)
+        if signature is None:
+            return None
+        self.index.node_devices(node)
+        searches = self.index.searches(node)
+        if searches is None:
+            return None
+        return searches, (signature, searches.in_use(self.allocated))
+
+    def _signature(self, claims: Sequence[Mapping[str, Any]]) -> str | None:
+        """What the search reads of the claims and their classes, as text (once per list of claims; a new list
+        per node, as the extended-resource claim's variants, is not kept)."""
+        # The kept entry holds its claims alive, so equal identities are the same objects.
+        ids = tuple(map(id, claims))
+        kept = self._signatures.get(ids)
+        if kept is not None:
+            return kept[1]
+        if len(self._signatures) >= 2:
+            return None
+        specs = [_claim_spec_devices(claim) for claim in claims]
+        class_names = sorted(
+            {name for spec in specs for request in spec.get("requests") or () for name in _class_names(request)}
+        )
+        classes = {name: self.classes.get(name) for name in class_names}
+        try:
+            signature = json.dumps([specs, classes], sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            return None
+        self._signatures[ids] = (list(claims), signature)
+        return signature
+
+    def request_of(self, raw: Mapping[str, Any]) -> Request:
+        return self._parsed(raw)[1]
+
+    def subrequests_of(self, raw: Mapping[str, Any]) -> list[Request]:
+        return self._parsed(raw)[2]
+
+    def _parsed(self, raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], Request, list[Request]]:
+        cached = self._requests.get(id(raw))
+        if cached is None or cached[0] is not raw:
+            cached = self._requests[id(raw)] = (raw, _request_of(raw), _subrequests_of(raw))
+        return cached
 
     def compiled(self, expression: str) -> CompiledSelectorLike | Exception:
         if expression not in self._compiled:
@@ -814,10 +1006,8 @@ class _Allocation:
         self.features = owner.features
         self.node = node
         self.claims = list(claims)
-        slices_for_node = owner.slices_on_node.get(_node_name(node), []) + owner.slices_shared
-        self.pools = gather_pools(slices_for_node, node, self.features, owner.all_slices)
-        # The devices in search order, per pool and slice, built once.
-        self.candidates = [[[_candidate(p, s, d) for d in _devices(s)] for s in p.slices] for p in self.pools]
+        # The pools and the devices in search order, per pool and slice (kept between cycles by the index).
+        self.pools, self.candidates = owner.index.node_devices(node)
         self.request_data: dict[RequestKey, RequestData] = {}
         self.constraints: list[list[_Constraint]] = []
         self.matches: dict[tuple[DeviceID, RequestKey], bool] = {}
@@ -825,13 +1015,18 @@ class _Allocation:
         self.allocating_capacity: dict[DeviceID, Capacity] = {}
         self.consumed_counters: dict[str, CounterSets] = {}
         self.results: list[list[DeviceResult]] = [[] for _ in self.claims]
+        #: Each claim's requests, read once (the search asks for their number at every step).
+        self.requests = [_claim_requests(claim) for claim in self.claims]
 
     # setup
 
     def run(self) -> list[dict] | None:
         for claim_index, claim in enumerate(self.claims):
             self._prepare_claim(claim_index, claim)
-        _ensure_recursion_room(len(self.claims))
+        if len(self.claims) > self.owner.recursion_room_for:
+            # Filter calls come from the same depth during a cycle: checked once per Allocator and claim count.
+            _ensure_recursion_room(len(self.claims))
+            self.owner.recursion_room_for = len(self.claims)
         try:
             done = self._allocate_one((0, 0, 0, 0), False, (0, 0, 0))
         except _Stop as stop:
@@ -845,8 +1040,8 @@ class _Allocation:
 
     def _prepare_claim(self, claim_index: int, claim: Mapping[str, Any]) -> None:
         min_devices = 0
-        for request_index, raw in enumerate(_claim_requests(claim)):
-            subrequests = _subrequests_of(raw)
+        for request_index, raw in enumerate(self.requests[claim_index]):
+            subrequests = self.owner.subrequests_of(raw)
             if subrequests and not self.features.prioritized_list:
                 raise AllocationError(
                     f"claim {_claim_ref(claim)}, request {raw.get('name', '')}: has subrequests, "
@@ -854,7 +1049,7 @@ class _Allocation:
                 )
             self._check_capacity_feature(claim, raw, subrequests)
             if subrequests:
-                parent = _request_of(raw)
+                parent = self.owner.request_of(raw)
                 fewest = None
                 for sub_index, sub in enumerate(subrequests):
                     data = self._validate_request(sub, parent, (claim_index, request_index, sub_index))
@@ -862,7 +1057,7 @@ class _Allocation:
                     fewest = data.num_devices if fewest is None else min(fewest, data.num_devices)
                 min_devices += fewest or 0
             else:
-                data = self._validate_request(_request_of(raw), None, (claim_index, request_index, 0))
+                data = self._validate_request(self.owner.request_of(raw), None, (claim_index, request_index, 0))
                 self.request_data[(claim_index, request_index, 0)] = data
                 min_devices += data.num_devices
         if min_devices > ALLOCATION_RESULTS_MAX_SIZE:
@@ -975,16 +1170,26 @@ class _Allocation:
 
     def _cel_match(self, owner: str, selectors: Sequence[Mapping[str, Any]], candidate: Candidate) -> bool:
         for index, selector in enumerate(selectors):
-            compiled = self.owner.compiled((selector.get("cel") or {}).get("expression", ""))
-            if isinstance(compiled, Exception):
-                raise AllocationError(f"{owner}: selector #{index}: CEL compile error: {compiled}")
-            try:
-                matched = compiled.matches(candidate.id[0], candidate.device)
-            except Exception as err:  # any evaluation error is a CEL runtime error
-                raise AllocationError(f"{owner}: selector #{index}: CEL runtime error: {err}") from err
-            if not matched:
+            expression = (selector.get("cel") or {}).get("expression", "")
+            verdict = candidate.verdicts.get(expression)
+            if verdict is None:
+                verdict = candidate.verdicts[expression] = self._evaluate(expression, candidate)
+            if isinstance(verdict, _CompileFailed):
+                raise AllocationError(f"{owner}: selector #{index}: CEL compile error: {verdict.error}")
+            if isinstance(verdict, Exception):  # any evaluation error is a CEL runtime error
+                raise AllocationError(f"{owner}: selector #{index}: CEL runtime error: {verdict}") from verdict
+            if not verdict:
                 return False
         return True
+
+    def _evaluate(self, expression: str, candidate: Candidate) -> bool | Exception:
+        compiled = self.owner.compiled(expression)
+        if isinstance(compiled, Exception):
+            return _CompileFailed(compiled)
+        try:
+            return bool(compiled.matches(candidate.id[0], candidate.device))
+        except Exception as err:
+            return err
 
     def _capacity_fits(self, request: Request, candidate: Candidate) -> bool:
         """Upstream ``CmpRequestOverCapacity`` on the allocator (only with DRAConsumableCapacity)."""
@@ -1013,7 +1218,7 @@ class _Allocation:
         claim_index, request_index, sub_index, device_index = r
         if claim_index >= len(self.claims):
             return True
-        if request_index >= len(_claim_requests(self.claims[claim_index])):
+        if request_index >= len(self.requests[claim_index]):
             try:
                 return self._allocate_one((claim_index + 1, 0, 0, 0), False, (0, 0, 0))
             except _Stop:
@@ -1238,6 +1443,10 @@ class _Allocation:
                 )
 
     # result
+
+    def results_for(self, claims: Sequence[Mapping[str, Any]]) -> list[dict]:
+        """A finished search's results for other claims with the same requests (fresh objects)."""
+        return [self._result(index, claim) for index, claim in enumerate(claims)]
 
     def _result(self, claim_index: int, claim: Mapping[str, Any]) -> dict:
         # Device results and node selectors are built fresh; configs may share nested parts with the cluster's

@@ -26,6 +26,12 @@ until PreBind creates it, with requests per node (those the node does not advert
 others, written like the others, then recorded in the pod's ``status.extendedResourceClaimStatus``; Unreserve
 and PostFilter delete a created one that the pod could not keep.
 
+Kept between cycles (issue 15; the verdicts and devices are those of a fresh search): the slices split by node
+with each node's pools and candidates and their CEL verdicts (:class:`~.allocator.SliceIndex`, until a
+ResourceSlice changes), the devices in use (until a claim, in-flight or assumed claim changes), and each node's
+finished searches by claims signature and devices in use. PreFilter marks the pod's Filter costly
+(``COSTLY_FILTER``), so the node search judges no nodes past the ones it needs.
+
 Pods without claims cost a dict lookup at PreEnqueue, PreFilter's look for DRA-backed requests (none while
 no DeviceClass exists) and Skip, a skipped Filter, a zero Score array, and PostFilter's one message.
 """
@@ -44,6 +50,7 @@ from pydantic import BaseModel
 
 from kopf_scheduler.api.args import DynamicResourcesArgs
 from kopf_scheduler.framework import (
+    COSTLY_FILTER,
     QUEUE,
     QUEUE_SKIP,
     SUCCESS,
@@ -72,11 +79,13 @@ from kopf_scheduler.framework import (
 from kopf_scheduler.framework.events import as_pod
 from kopf_scheduler.go_format import parse_go_duration
 from kopf_scheduler.plugins.dynamic_resources.allocator import (
+    AllocatedState,
     AllocationError,
     AllocationTimeout,
     Allocator,
     Features,
     NodeAllocationError,
+    SliceIndex,
     allocated_state,
 )
 from kopf_scheduler.plugins.dynamic_resources.binding import (
@@ -112,7 +121,7 @@ from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, claim
 from kopf_scheduler.state.cache import NodeInfo, Snapshot
 from kopf_scheduler.state.node_affinity import NodeSelector, NodeSelectorParseError
 from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.state.storage import DEVICE_CLASS, RESOURCE_SLICE, StorageObjects
+from kopf_scheduler.state.storage import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE, StorageObjects
 
 Claim = dict[str, Any]
 #: Reads a claim's latest version by (namespace, name); None when it does not exist.
@@ -222,11 +231,23 @@ class _StateData:
     #: Indexes of allocated claims some node could not offer (PostFilter may deallocate one).
     unavailable: set[int] = field(default_factory=set)
     #: Node name → allocation results for the claims to allocate, in their order.
-    node_allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: (Built when called: a kept search's results are built only for the nodes that need them.)
+    node_allocations: dict[str, Callable[[], list[dict[str, Any]]]] = field(default_factory=dict)
     #: The pod's DRA-backed extended resources (None: it requests none); its claim is the last entry.
     extended: ExtendedRequests | None = None
     #: The DeviceClasses (and the rest) PreFilter saw, for Filter's per-node extended-resource requests.
     storage: StorageObjects | None = None
+    #: Filter's claims to allocate when no node variant replaces the extended-resource claim (see pending_claims).
+    pending: list[Claim] | None = None
+
+    def pending_claims(self, variant: Claim | None) -> list[Claim]:
+        """The claims Filter allocates on a node: those not allocated, the extended-resource claim as the
+        node's ``variant`` (read once per cycle when there is no variant)."""
+        if variant is None:
+            if self.pending is None:
+                self.pending = [entry.claim for _, entry in self.to_allocate()]
+            return self.pending
+        return [variant if entry.extended else entry.claim for _, entry in self.to_allocate()]
 
     def to_allocate(self) -> list[tuple[int, _ClaimEntry]]:
         return [(index, entry) for index, entry in enumerate(self.entries) if not entry.allocated]
@@ -265,6 +286,12 @@ class DynamicResources(
         # DRADeviceBindingConditions and DRAResourceClaimDeviceStatus are both beta and on in 1.36.
         self.features = Features(device_binding_and_status=True)
         self.selectors = SelectorCache()
+        #: The slices split by node with each node's pools and candidates, kept until a ResourceSlice changes:
+        #: (the storage it was built from, its ResourceSlice change count then, the index).
+        self._slice_index: tuple[StorageObjects, int, SliceIndex] | None = None
+        #: The allocated devices, kept while no claim changed: (storage, tracker, (the storage's ResourceClaim
+        #: change count, the tracker's version), the state).
+        self._allocated: tuple[StorageObjects, ClaimTracker, tuple[int, int], AllocatedState] | None = None
         #: How long and how often PreBind waits for the watch to deliver a claim it created.
         self.assume_timeout = ASSUME_TIMEOUT_SECONDS
         self.assume_poll = ASSUME_POLL_SECONDS
@@ -315,12 +342,37 @@ class DynamicResources(
         if data.to_allocate():
             data.allocator = Allocator(
                 features=self.features,
-                allocated=allocated_state(tracker.allocated_claims()),
-                classes={_name(c): c for c in snapshot.cache.storage.all(DEVICE_CLASS)},
-                slices=list(snapshot.cache.storage.all(RESOURCE_SLICE)),
+                allocated=self._allocated_state(tracker, storage),
+                classes={_name(c): c for c in storage.all(DEVICE_CLASS)},
+                slices=(),
                 cel=self.selectors,
+                index=self._index_of(storage),
             )
+            state.write(COSTLY_FILTER, True)  # the allocator runs per node: no node judged beyond need
         return None, SUCCESS
+
+    def _allocated_state(self, tracker: ClaimTracker, storage: StorageObjects) -> AllocatedState:
+        """The devices the allocated and in-flight claims hold (upstream ``GatherAllocatedState``): the kept
+        state unless a ResourceClaim was stored or dropped or the tracker changed since it was gathered. The
+        allocator only reads it."""
+        versions = (storage.changes((RESOURCE_CLAIM,)), tracker.version)
+        kept = self._allocated
+        if kept is not None and kept[0] is storage and kept[1] is tracker and kept[2] == versions:
+            return kept[3]
+        state = allocated_state(tracker.allocated_claims())
+        self._allocated = (storage, tracker, versions, state)
+        return state
+
+    def _index_of(self, storage: StorageObjects) -> SliceIndex:
+        """The slice index for the current ResourceSlices: the kept one unless a slice was stored or dropped
+        since it was built."""
+        changes = storage.changes((RESOURCE_SLICE,))
+        kept = self._slice_index
+        if kept is not None and kept[0] is storage and kept[1] == changes:
+            return kept[2]
+        index = SliceIndex(storage.all(RESOURCE_SLICE), self.features)
+        self._slice_index = (storage, changes, index)
+        return index
 
     def _check_claim(
         self, pod: PodInfo, entry: _ClaimEntry, tracker: ClaimTracker, storage: StorageObjects
@@ -390,13 +442,11 @@ class DynamicResources(
             if (entry.available_on is not None and not entry.available_on.matches(node.labels, node.name))
             or (entry.allocated and self._binding_failed_or_timed_out(entry.claim))
         ]
-        results: list[dict[str, Any]] | None = None
+        results: Callable[[], list[dict[str, Any]]] | None = None
         if data.allocator is not None:
-            pending = [
-                variant if entry.extended and variant is not None else entry.claim for _, entry in data.to_allocate()
-            ]
+            pending = data.pending_claims(variant)
             try:
-                results = data.allocator.allocate(node.obj, pending, deadline=self._deadline())
+                results = data.allocator.allocate_deferred(node.obj, pending, deadline=self._deadline())
             except AllocationTimeout:
                 # Potentially transient: an Error, so the pod backs off instead of waiting for an event.
                 timed_out = RuntimeError(f"node {node.name}: timed out trying to allocate devices")
@@ -405,7 +455,7 @@ class DynamicResources(
                 return self._unresolvable(str(error))
             except AllocationError as error:
                 return Status.as_error(error, plugin=self.name)
-            if results is None or len(results) != len(pending):
+            if results is None:
                 return self._unresolvable(CANNOT_ALLOCATE_ALL)
         if unavailable:
             data.unavailable.update(unavailable)
@@ -483,7 +533,7 @@ class DynamicResources(
         for position, slot in enumerate(nodes.tolist()):
             results = data.node_allocations.get(snapshot.node_info(slot).name)
             if results is not None:
-                scores[position] = _prioritized_list_score(data, results)
+                scores[position] = _prioritized_list_score(data, results())
         return scores
 
     def normalize_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -496,7 +546,8 @@ class DynamicResources(
         pending = data.to_allocate()
         if not pending or data.allocator is None:
             return SUCCESS
-        results = data.node_allocations.get(node_name)
+        found = data.node_allocations.get(node_name)
+        results = found() if found is not None else None
         if not results:
             if all(entry.extended for _, entry in pending):
                 return SUCCESS  # only the extended-resource claim, and device plugins provide it on this node

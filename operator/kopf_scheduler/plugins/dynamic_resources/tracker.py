@@ -51,12 +51,15 @@ def _resource_version(claim: Claim) -> int:
 class ClaimTracker:
     """In-flight allocations by claim UID and claims assumed after an API call, over the watched claims."""
 
-    __slots__ = ("_assumed", "_in_flight", "_storage")
+    __slots__ = ("_assumed", "_in_flight", "_storage", "version")
 
     def __init__(self, storage: Callable[[], StorageObjects]) -> None:
         self._storage = storage
         self._in_flight: dict[str, Claim] = {}
         self._assumed: dict[tuple[str, str], Claim] = {}
+        #: Counts changes of the in-flight and assumed claims: with the storage's ResourceClaim change count it
+        #: tells a caller whether ``allocated_claims`` could answer differently than last time.
+        self.version = 0
 
     # -- reading --------------------------------------------------------------------------------------------
     def get(self, namespace: str, name: str) -> Claim | None:
@@ -64,7 +67,8 @@ class ClaimTracker:
         watched one (None if the watch does not know the claim)."""
         watched = self._storage().get(RESOURCE_CLAIM, name, namespace)
         if watched is None:
-            self._assumed.pop((namespace, name), None)
+            if self._assumed.pop((namespace, name), None) is not None:
+                self.version += 1
             return None
         return self._latest((namespace, name), watched)
 
@@ -92,11 +96,15 @@ class ClaimTracker:
     # -- writing --------------------------------------------------------------------------------------------
     def signal_pending_allocation(self, uid: str, allocated_claim: Claim) -> None:
         """Reserve: ``allocated_claim`` (with ``status.allocation``) is in flight (``SignalClaimPendingAllocation``)."""
-        self._in_flight.setdefault(uid, allocated_claim)
+        if uid not in self._in_flight:
+            self._in_flight[uid] = allocated_claim
+            self.version += 1
 
     def remove_pending_allocation(self, uid: str) -> bool:
         """PreBind done or Unreserve: the allocation is no longer in flight; whether it was."""
-        return self._in_flight.pop(uid, None) is not None
+        removed = self._in_flight.pop(uid, None) is not None
+        self.version += removed
+        return removed
 
     def assume_after_api_call(self, claim: Claim) -> bool:
         """The API server's answer becomes the latest version, unless the watch already has it or a newer
@@ -107,11 +115,13 @@ class ClaimTracker:
         if watched is None or _resource_version(watched) >= _resource_version(claim):
             return False
         self._assumed[key] = claim
+        self.version += 1
         return True
 
     def restore(self, namespace: str, name: str) -> None:
         """Drop an assumed version (upstream ``AssumedClaimRestore``)."""
-        self._assumed.pop((namespace, name), None)
+        if self._assumed.pop((namespace, name), None) is not None:
+            self.version += 1
 
     # -- internals ------------------------------------------------------------------------------------------
     def _latest(self, key: tuple[str, str], watched: Claim) -> Claim:
@@ -120,5 +130,6 @@ class ClaimTracker:
             return watched
         if _resource_version(watched) >= _resource_version(assumed):
             del self._assumed[key]  # the watch caught up
+            self.version += 1
             return watched
         return assumed
