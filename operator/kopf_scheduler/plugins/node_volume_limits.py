@@ -274,6 +274,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
             return None
         storage = snapshot.cache.storage
         cycle = _Cycle(VolumeCollector(storage, self.random_prefix), snapshot, storage.changes(_COUNTED_FROM))
+        self._forget_deleted_nodes(snapshot)
         # The pod's own volumes depend on the node only through whether it has a CSINode.
         own: dict[bool, Volumes | Status] = {}
         rejected = np.zeros(len(nodes), dtype=bool)
@@ -328,6 +329,13 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
             self._count(cycle, counted, node_name)
         self._nodes[node_name] = counted
         return counted
+
+    def _forget_deleted_nodes(self, snapshot: Snapshot) -> None:
+        """Drop the counts of nodes gone from the cluster (node names churn with autoscaling), once they are a
+        good part of what is kept; each holds its pods."""
+        cache = snapshot.cache
+        if len(self._nodes) > 2 * cache.num_nodes + 16:
+            self._nodes = {name: held for name, held in self._nodes.items() if cache.node(name) is not None}
 
     @staticmethod
     def _count(cycle: _Cycle, counted: _OnNode, node_name: str) -> None:

@@ -210,3 +210,26 @@ def test_a_nodes_count_is_kept_between_cycles_until_its_pods_or_storage_change(m
     assert collected[-2:] == ["old0", "old1"]
     cache.remove_pod("u-old1")
     assert verdict() == "fits"
+
+
+def test_counts_of_deleted_nodes_are_not_kept_for_ever() -> None:
+    """Node names churn (autoscaling): the counts kept for nodes gone from the cluster are dropped."""
+    names = [f"n{i}" for i in range(40)]
+    cache = fill(
+        make_cache([make_node(n) for n in names]), *OBJECTS, *(("CSINode", csi_node(n, d_csi_io=2)) for n in names)
+    )
+    plugin = NodeVolumeLimits(handle=FakeHandle(cache))
+    pod = pod_info(make_pod(spec={"volumes": [claim_volume("c1")]}))
+
+    def cycle() -> None:
+        snapshot = cache.snapshot()
+        state = CycleState()
+        plugin.pre_filter(state, pod, snapshot)
+        plugin.filter(state, pod, slots(snapshot), snapshot)
+
+    cycle()
+    assert set(plugin._nodes) == set(names)
+    for name in names[1:]:
+        cache.remove_node(name)
+    cycle()
+    assert set(plugin._nodes) == {"n0"}
