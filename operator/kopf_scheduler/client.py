@@ -46,6 +46,14 @@ class Client(Protocol):
 
     def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]: ...
 
+    def writes_backlogged(self) -> bool:
+        """Whether the client's writes queue for a connection: the scheduling loop's backpressure, so that it
+        does not outrun the API server."""
+        ...
+
+    async def write_room(self) -> None:
+        """Return once they no longer do."""
+
 
 #: How a part reaches the client: read at each call, because kopf's login hook replaces it (re-login).
 ClientRef = Callable[[], Client | None]

@@ -40,6 +40,8 @@ class FakeClient:
         self.claim_errors: list[APIError] = []
         #: Called with every claim this client creates (a test feeds it to the app, as the watch would).
         self.on_claim_created: Callable[[dict[str, Any]], None] | None = None
+        #: How often the scheduling loop asked whether its writes queue.
+        self.backlog_checks = 0
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
@@ -110,6 +112,13 @@ class FakeClient:
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> Any:
         self.events.append(body)
         return body
+
+    def writes_backlogged(self) -> bool:
+        self.backlog_checks += 1
+        return False
+
+    async def write_room(self) -> None:
+        return None
 
     async def list_all(self, path: str) -> list[dict[str, Any]]:
         return self.lists.get(path, [])

@@ -148,3 +148,45 @@ def test_what_start_up_created_stays_out_of_later_garbage_collections() -> None:
         gc.unfreeze()
         gc.set_threshold(*before)
 
+
+def test_the_scheduling_loop_pops_no_pod_while_its_writes_queue() -> None:
+    """Backpressure: a loop that outran the API server piled up binding cycles (each holding its cycle state)
+    behind the connections; it waits for room for its writes before each cycle."""
+
+    class Congested(FakeClient):
+        def __init__(self) -> None:
+            super().__init__()
+            self.room = asyncio.Event()
+
+        def writes_backlogged(self) -> bool:
+            super().writes_backlogged()
+            return not self.room.is_set()
+
+        async def write_room(self) -> None:
+            await self.room.wait()
+
+    client = Congested()
+    app = new_app(client, FakeClock())
+    client.lists["/api/v1/nodes"] = [make_node("n1")]
+    app.apply_profile(name="sp", spec={}, generation=1)
+    stop = False
+
+    async def scenario() -> None:
+        nonlocal stop
+        await app.ensure_reconciled()
+        app.on_pod_event("ADDED", pending("p"))
+        loop = asyncio.create_task(app.run_profile("sp", stopped=lambda: stop, poll=0.01))
+        await asyncio.sleep(0.2)
+        assert client.backlog_checks > 1
+        assert client.bindings == []  # no room: the pod waits in its queue
+        client.room.set()
+        for _ in range(200):
+            if client.bindings:
+                break
+            await asyncio.sleep(0.01)
+        stop = True
+        await loop
+        await app.drain()
+
+    asyncio.run(scenario())
+    assert client.bindings == [("default", "p", "n1")]

@@ -277,3 +277,41 @@ def test_a_response_framed_by_the_end_of_the_connection_and_a_server_that_hangs_
             await server.wait_closed()
 
     asyncio.run(main())
+
+
+def test_write_room_waits_while_writes_queue_for_a_connection() -> None:
+    """The scheduling loop's backpressure: with every connection busy and as many writes queued behind them,
+    ``writes_backlogged`` says so and ``write_room`` waits until the queue shrinks below the pool's size."""
+    gate = asyncio.Event()
+
+    async def event(request: web.Request) -> web.StreamResponse:
+        await gate.wait()
+        return web.json_response({"kind": "Event"}, status=201)
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_route("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", event)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        client = KubeClient(server=f"http://127.0.0.1:{port}", connection_limit=2)
+        try:
+            assert not client.writes_backlogged()  # nothing written yet
+            await asyncio.wait_for(client.write_room(), 1)
+            sends = [asyncio.create_task(client.create_event(namespace="ns", body={"n": i})) for i in range(4)]
+            await asyncio.sleep(0.2)  # two on the wire, two queued behind them
+            assert client.writes_backlogged()
+            room = asyncio.create_task(client.write_room())
+            await asyncio.sleep(0.1)
+            assert not room.done()
+            gate.set()  # answers flow: the queue drains
+            await asyncio.wait_for(room, 2)
+            assert not client.writes_backlogged()
+            await asyncio.gather(*sends)
+        finally:
+            await client.close()
+            await runner.cleanup()
+
+    asyncio.run(main())

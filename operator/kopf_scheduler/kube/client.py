@@ -119,6 +119,15 @@ class KubeClient:
         if status >= 400:
             raise APIError(status, _error_message(raw.decode("utf-8", errors="replace"), status))
 
+    def writes_backlogged(self) -> bool:
+        """Whether the writes of :meth:`send` queue for a connection (``ConnectionPool.backlogged``)."""
+        return self._connections is not None and self._connections.backlogged
+
+    async def write_room(self) -> None:
+        """Return once they no longer do."""
+        if self._connections is not None:
+            await self._connections.room()
+
     async def _call(
         self, method: str, path: str, *, body: JSON | None, params: Mapping[str, str] | None, content_type: str
     ) -> bytes:

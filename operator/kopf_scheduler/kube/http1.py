@@ -12,7 +12,8 @@ session, so the same credentials), one request at a time per connection, connect
 responses framed by ``Content-Length``, ``chunked`` transfer coding, or the end of the connection. A connection
 the server closes (``Connection: close``, EOF while idle) is dropped, and any failure mid-exchange drops the
 connection and raises, as aiohttp would: nothing is retried here (the binding cycle handles a failed Binding,
-and events are best effort).
+and events are best effort). The pool also tells when its writes queue for a connection (``backlogged``,
+``room``): the scheduling loop's backpressure.
 """
 
 from __future__ import annotations
@@ -51,9 +52,30 @@ class ConnectionPool:
         lines = [f"Host: {parts.netloc}", *(f"{name}: {value}" for name, value in headers.items())]
         self._common_head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
         self._timeout = timeout
+        self._limit = limit
         self._slots = asyncio.Semaphore(limit)
         self._idle: list[_Connection] = []
         self._closed = False
+        #: Requests waiting for a free connection, and who waits for that queue to shrink (:meth:`room`).
+        self._queued = 0
+        self._room_waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def backlogged(self) -> bool:
+        """As many requests wait for a connection as the pool has connections (all of them busy)."""
+        return self._queued >= self._limit and not self._closed
+
+    async def room(self) -> None:
+        """Return once the pool is no longer :attr:`backlogged`.
+
+        The scheduling loop waits here before its next cycle: every cycle ends in writes (a Binding and an
+        event, or a status patch and an event), and a loop that outruns the API server would otherwise pile up
+        binding cycles, each holding its pod's cycle state, behind these connections.
+        """
+        while self.backlogged:
+            waiter = asyncio.get_running_loop().create_future()
+            self._room_waiters.append(waiter)
+            await waiter
 
     async def exchange(self, method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
         """Send one request; returns the response's status and body. Raises ``OSError`` (``ConnectionError``
@@ -69,7 +91,8 @@ class ConnectionPool:
             len(body),
             body,
         )
-        async with self._slots:
+        await self._acquire_slot()
+        try:
             connection = self._take_idle()
             try:
                 async with asyncio.timeout(self._timeout):
@@ -89,10 +112,28 @@ class ConnectionPool:
             else:
                 connection.close()
             return status, payload
+        finally:
+            self._slots.release()
+
+    async def _acquire_slot(self) -> None:
+        self._queued += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._queued -= 1
+            self._wake_room_waiters()
+
+    def _wake_room_waiters(self) -> None:
+        if self._room_waiters and not self.backlogged:
+            waiters, self._room_waiters = self._room_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def close(self) -> None:
         """Close the idle connections; those in use close as their exchanges end."""
         self._closed = True
+        self._wake_room_waiters()
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
