@@ -64,8 +64,9 @@ PROFILE_CHANGED = ClusterEvent(EventResource.WILDCARD, ActionType.ALL, "Schedule
 #: kopf hands the objects of a LIST (its initial one, or a re-LIST after an expired watch) to the handlers with
 #: event type None, and while it lists it yields the event loop once per object it has not seen yet (a worker
 #: is spawned for each). Interleaved one to one with scheduling cycles, 50000 pods took longer to list than the
-#: API server keeps a paginated LIST's continue token (410 Gone, and kopf stopped the operator): the loops
-#: schedule nothing until no listed pod or node has arrived for this long.
+#: API server keeps a paginated LIST's continue token (410 Gone, and kopf stopped the operator): while listed
+#: pods or nodes keep arriving (none for this long ends it), a loop runs one cycle per fifth of this, so that
+#: kopf has the event loop almost to itself and the first pods still bind before its LIST is in.
 LISTING_QUIET_SECONDS = 0.25
 
 __all__ = [
@@ -299,6 +300,7 @@ class SchedulerApp:
         try:
             await self.events.ensure_reconciled()
             last_flush = last_leftover = self.clock()
+            listing_turn = False
             while not stopped():
                 runtime = self.profiles.get(name)
                 if runtime is None:
@@ -315,9 +317,13 @@ class SchedulerApp:
                 if now - last_leftover >= 30.0:
                     runtime.queue.flush_unschedulable_leftover()
                     last_leftover = now
-                if self.kopf_is_listing():
-                    await asyncio.sleep(LISTING_QUIET_SECONDS / 5)  # the loop is kopf's until its LIST is in
+                if self.kopf_is_listing() and not listing_turn:
+                    # The loop is kopf's while it hands over a LIST, but for one cycle after each pause: the
+                    # cache is complete already (ours was listed first), so the first pods bind at once.
+                    await asyncio.sleep(LISTING_QUIET_SECONDS / 5)
+                    listing_turn = True
                     continue
+                listing_turn = False
                 client = self.client
                 if client is not None and client.writes_backlogged():
                     # Backpressure: no cycle while its writes would only queue (each waiting binding cycle

@@ -101,28 +101,30 @@ def test_the_client_set_at_login_reaches_every_part() -> None:
     assert sorted(app.cache.node_names()) == ["n1"]
 
 
-def test_the_scheduling_loop_waits_while_kopf_hands_over_a_listing() -> None:
-    """kopf's LIST (event type None) gets the event loop first: at 50000 pods, interleaving it one object per
-    cycle let its continue token expire. Scheduling resumes once no listed object came for a moment."""
+def test_the_scheduling_loop_leaves_the_event_loop_to_kopfs_listing_but_for_a_cycle_per_pause() -> None:
+    """kopf's LIST (event type None) gets the event loop: at 50000 pods, interleaving it one object per cycle
+    let its continue token expire. Our cache is complete already, so one cycle per pause still runs (the first
+    pods bind before kopf's LIST is in); full speed resumes once no listed object came for a moment."""
     client = FakeClient()
     clock = FakeClock()
     app = new_app(client, clock)
-    client.lists["/api/v1/nodes"] = [make_node("n1")]
+    client.lists["/api/v1/nodes"] = [make_node("n1", cpu="100")]
     app.apply_profile(name="sp", spec={}, generation=1)
     stop = False
 
     async def scenario() -> None:
         nonlocal stop
         await app.ensure_reconciled()
-        app.on_pod_event("ADDED", pending("p"))
+        for i in range(20):
+            app.on_pod_event("ADDED", pending(f"p{i}"))
         app.on_pod_event(None, make_pod("listed", node_name="n1"))  # kopf's LIST is being handed over
         loop = asyncio.create_task(app.run_profile("sp", stopped=lambda: stop, poll=0.01))
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(3.5 * LISTING_QUIET_SECONDS / 5)
         assert app.kopf_is_listing()
-        assert client.bindings == []  # held while kopf lists
+        assert 1 <= len(client.bindings) <= 4  # a cycle per pause while kopf lists
         clock.now += LISTING_QUIET_SECONDS
         for _ in range(200):
-            if client.bindings:
+            if len(client.bindings) == 20:
                 break
             await asyncio.sleep(0.01)
         stop = True
@@ -130,7 +132,7 @@ def test_the_scheduling_loop_waits_while_kopf_hands_over_a_listing() -> None:
         await app.drain()
 
     asyncio.run(scenario())
-    assert client.bindings == [("default", "p", "n1")]
+    assert len(client.bindings) == 20
 
 
 def test_what_start_up_created_stays_out_of_later_garbage_collections() -> None:
