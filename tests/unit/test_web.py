@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from kopf_scheduler import web
-from kopf_scheduler.web.certs import self_signed_certificate, server_context
+from kopf_scheduler.web.certs import self_signed_certificate, self_signed_certificate_in_child, server_context
 from kopf_scheduler.web.delegated import (
     ANONYMOUS,
     SUBJECT_ACCESS_REVIEWS,
@@ -206,6 +206,21 @@ def test_a_provided_certificate_is_loaded_and_a_client_can_verify_it(certificate
     context = server_context(cert_file=str(cert), key_file=str(key))
     client = ssl.create_default_context(cafile=str(cert))
     assert _handshake(context, client, "localhost")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _handshake(context, client, "elsewhere.example")
+
+
+def test_a_self_signed_certificate_made_in_a_child_process_serves_and_verifies(tmp_path: Path) -> None:
+    """The metrics port's own certificate is made by a child interpreter (the prime search holds the GIL)."""
+    cert, key = asyncio.run(self_signed_certificate_in_child(["kopf-scheduler-0", "127.0.0.1"]))
+    assert cert.startswith(b"-----BEGIN CERTIFICATE-----")
+    assert cert.endswith(b"-----END CERTIFICATE-----\n")
+    assert b"PRIVATE KEY-----" in key
+    assert b"CERTIFICATE" not in key
+    context = server_context(cert_file=None, key_file=None, pair=(cert, key))
+    (tmp_path / "ca.crt").write_bytes(cert)
+    client = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    assert _handshake(context, client, "kopf-scheduler-0")
     with pytest.raises(ssl.SSLCertVerificationError):
         _handshake(context, client, "elsewhere.example")
 

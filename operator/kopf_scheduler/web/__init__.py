@@ -28,7 +28,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kopf_scheduler.kube.remote_explain import FORWARDED_AUTHORIZATION_HEADER
-from kopf_scheduler.web.certs import reload_pair, server_context
+from kopf_scheduler.web.certs import reload_pair, self_signed_certificate_in_child, server_context
 from kopf_scheduler.web.delegated import DelegatedAuth, ReviewFailed, Unauthenticated
 
 Explain = Callable[[str], dict[str, Any] | None]
@@ -139,12 +139,13 @@ async def serve(
 ) -> web.AppRunner:
     """Start serving HTTPS; returns the runner to ``cleanup()`` on shutdown.
 
-    Without ``cert_file``/``key_file`` a self-signed certificate for ``hosts`` is made first (about a second of
-    RSA key generation, off the event loop). A wildcard address is left out of the certificate's names. Given
+    Without ``cert_file``/``key_file`` a self-signed certificate for ``hosts`` is made first (up to a second or
+    two of RSA key generation, in a child process). A wildcard address is left out of the certificate's names. Given
     files are watched and reloaded when they change, as kube-scheduler's dynamic serving certificate is.
     """
     names = [h for h in hosts if h not in ("0.0.0.0", "::", "")]
-    ssl_context = await asyncio.to_thread(server_context, cert_file=cert_file, key_file=key_file, hosts=names)
+    pair = None if cert_file and key_file else await self_signed_certificate_in_child(names)
+    ssl_context = await asyncio.to_thread(server_context, cert_file=cert_file, key_file=key_file, pair=pair)
     app = build_app(registry=registry, explain=explain, auth=auth)
     if cert_file and key_file:
         app.cleanup_ctx.append(_reloading(ssl_context, cert_file, key_file, reload_period))

@@ -16,6 +16,7 @@ operator a real certificate (cert-manager, the cluster CA) when clients must ver
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import hashlib
@@ -24,6 +25,7 @@ import math
 import os
 import secrets
 import ssl
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,16 +38,45 @@ _VALIDITY = datetime.timedelta(days=365)
 
 
 def server_context(
-    *, cert_file: str | None, key_file: str | None, hosts: Iterable[str] = ("localhost",)
+    *,
+    cert_file: str | None,
+    key_file: str | None,
+    hosts: Iterable[str] = ("localhost",),
+    pair: tuple[bytes, bytes] | None = None,
 ) -> ssl.SSLContext:
-    """A TLS server context: the given files, else a fresh self-signed certificate for ``hosts``."""
+    """A TLS server context: the given files, else ``pair`` (certificate and key PEM), else a fresh self-signed
+    certificate for ``hosts``."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert_file and key_file:
         context.load_cert_chain(cert_file, key_file)
         return context
-    load_pem_pair(context, *self_signed_certificate(hosts))
+    load_pem_pair(context, *(pair or self_signed_certificate(hosts)))
     return context
+
+
+async def self_signed_certificate_in_child(hosts: Iterable[str]) -> tuple[bytes, bytes]:
+    """:func:`self_signed_certificate`, made by a child interpreter running this file.
+
+    The key's prime search is ≈ 0.2-1.5 s of big-integer arithmetic that holds the GIL: in a thread it took
+    turns with the event loop while the operator started (its LISTs), in a child it runs on another core. The
+    file needs the standard library only, so the child starts isolated (``-I``) and imports nothing else.
+    """
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-I",
+        __file__,
+        *hosts,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await child.communicate()
+    end = b"-----END CERTIFICATE-----\n"
+    if child.returncode != 0 or end not in out:
+        raise RuntimeError(f"making a self-signed certificate failed: {err.decode(errors='replace').strip()}")
+    cert, _, key = out.partition(end)
+    return cert + end, key
 
 
 def load_pem_pair(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
@@ -208,3 +239,7 @@ def _pem(label: str, der: bytes) -> bytes:
     body = base64.encodebytes(der).decode().replace("\n", "")
     lines = [body[i : i + 64] for i in range(0, len(body), 64)]
     return ("\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"]) + "\n").encode()
+
+
+if __name__ == "__main__":  # self_signed_certificate_in_child: certificate and key PEM on stdout
+    sys.stdout.buffer.write(b"".join(self_signed_certificate(sys.argv[1:])))
