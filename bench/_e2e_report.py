@@ -214,7 +214,7 @@ def targets(results: dict[str, Any]) -> str:
         verdict = "**met**" if r >= 1.0 else f"**missed** by {(1 - r) * 100:.0f}% (needs {1 / r:.2f}× its throughput)"
         verdict += spread
         out.append(
-            f"- SchedulingBasic at 5000 nodes ≥ 1.0× kube-scheduler's throughput: {_ratio_text(r)} "
+            f"- {key} ≥ 1.0× kube-scheduler's throughput: {_ratio_text(r)} "
             f"({_fmt(_num(kopf['throughput_avg']))} vs {_fmt(_num(kube['throughput_avg']))} pods/s) — {verdict}."
         )
     rss_lines = []
@@ -280,6 +280,59 @@ def _load_text(results: dict[str, Any]) -> str:
     return f"1-min load average before the runs: min {loads[0]:.1f}, median {median:.1f}, max {loads[-1]:.1f}"
 
 
+def per_pod_targets(results: dict[str, Any]) -> str:
+    """Issue 15's targets, each met or missed by how much, from the medians of this run."""
+    index = _summary_index(results)
+
+    def pair(key: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        kube, kopf = index.get((key, KUBE)), index.get((key, KOPF))
+        return (kube, kopf) if kube and kopf else None
+
+    def ms_per_pod(row: dict[str, Any]) -> float:
+        return _num(row["cpu_s"]) * 1000 / row["pods"] if row["pods"] else math.nan
+
+    def verdict(met: bool) -> str:
+        return "**met**" if met else "**missed**"
+
+    out = []
+    basic = pair("SchedulingBasic 5000n/10000p")
+    if basic:
+        kube, kopf = basic
+        r = ratio(_num(kopf["throughput_avg"]), _num(kube["throughput_avg"]))
+        ms, kube_ms = ms_per_pod(kopf), ms_per_pod(kube)
+        out.append(
+            f"- SchedulingBasic 5000n/10000p ≥ 1.5× kube-scheduler's throughput: {_ratio_text(r)} — "
+            f"{verdict(r >= 1.5)}; ≤ 1.0 ms of CPU per pod: {ms:.2f} ms (kube-scheduler {kube_ms:.2f}) — "
+            f"{verdict(ms <= 1.0)}."
+        )
+    ratios = []
+    for key in _workloads(results):
+        both = pair(key)
+        if both:
+            ratios.append((key, ratio(_num(both[1]["throughput_avg"]), _num(both[0]["throughput_avg"]))))
+    if ratios:
+        below = [f"{key} {_ratio_text(r)}" for key, r in ratios if not r >= 1.0]
+        text = "; below: " + ", ".join(below) if below else ""
+        out.append(f"- Every workload ≥ 1.0× kube-scheduler's throughput — {verdict(not below)}{text}.")
+    big = pair("SchedulingBasic 5000n/50000p")
+    if big:
+        kube, kopf = big
+        r = ratio(_num(kopf["throughput_avg"]), _num(kube["throughput_avg"]))
+        rss = ratio(_num(kopf["peak_rss_mb"]), _num(kube["peak_rss_mb"]))
+        line = (
+            f"- SchedulingBasic 5000n/50000p ≥ 1.5× kube-scheduler's throughput: {_ratio_text(r)} — "
+            f"{verdict(r >= 1.5)}; peak RSS ≤ 0.6× kube-scheduler's: {_ratio_text(rss)} — {verdict(rss <= 0.6)}"
+        )
+        if basic:
+            growth = ratio(ms_per_pod(kopf), ms_per_pod(basic[1]))
+            line += (
+                f"; CPU per pod ≤ 1.2× ours at 10000 pods: {_ratio_text(growth)} ({ms_per_pod(kopf):.2f} vs "
+                f"{ms_per_pod(basic[1]):.2f} ms) — {verdict(growth <= 1.2)}"
+            )
+        out.append(line + f"; start-up {_fmt(_num(kopf['startup_s']), 1)} vs {_fmt(_num(kube['startup_s']), 1)} s.")
+    return "\n".join(out)
+
+
 def render_section(results: dict[str, Any], png_rel: str) -> str:
     meta = results["meta"]
     omitted = ", ".join(meta.get("omitted_plugins") or []) or "none"
@@ -305,7 +358,9 @@ def render_section(results: dict[str, Any], png_rel: str) -> str:
         "aiohttp, 64 Bindings in flight, no filtering): how fast this API server accepts Bindings.",
         "",
         "**Workloads** (scheduler_perf's pod template: pause, requests = limits = 100m CPU / 500Mi): SchedulingBasic",
-        "at 1000 and 5000 nodes with 10000 pods (the issue's sizes); PodTopologySpread with scheduler_perf's",
+        "at 1000 and 5000 nodes with 10000 pods (the issue's sizes), and at 5000 nodes with 50000 pods",
+        "(scheduler_perf's 5000Nodes_50000Pods: does the cost per pod grow with the backlog?); PodTopologySpread with",
+        "scheduler_perf's",
         "`pod-with-topology-spreading.yaml` (hard zone spread over 3 zones, maxSkew 5, the pods select each other) at",
         "1000 nodes / 5000 pods; InterPodAffinity with `pod-with-preferred-pod-affinity.yaml` (preferred affinity to",
         "each other over hostname) at 500 nodes / 2000 pods; NodeAffinity with preferred node affinity (zone-a weight",
@@ -328,6 +383,10 @@ def render_section(results: dict[str, Any], png_rel: str) -> str:
         "### Targets (issue 6)",
         "",
         targets(results),
+        "",
+        "### Targets (issue 15: per-pod cost)",
+        "",
+        per_pod_targets(results) or "(SchedulingBasic 5000n/10000p not measured)",
         "",
         "### Details",
         "",

@@ -367,6 +367,8 @@ class Workload:
 DEFAULT_WORKLOADS: tuple[Workload, ...] = (
     Workload("basic-1000", "SchedulingBasic", 1000, 10000, basic_pod, "pod-default (100m CPU, 500Mi)"),
     Workload("basic-5000", "SchedulingBasic", 5000, 10000, basic_pod, "pod-default (100m CPU, 500Mi)"),
+    # scheduler_perf's 5000Nodes_50000Pods: does the cost per pod grow with the backlog?
+    Workload("basic-5000-50000", "SchedulingBasic", 5000, 50000, basic_pod, "pod-default (100m CPU, 500Mi)"),
     Workload(
         "topology-spread",
         "PodTopologySpread",

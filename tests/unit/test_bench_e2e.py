@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench._e2e_report import render_section, targets
+from bench._e2e_report import per_pod_targets, render_section, targets
 from bench._e2e_stats import (
     ThroughputSampler,
     latency_percentiles_ms,
@@ -191,6 +191,27 @@ def test_targets_report_met() -> None:
     assert "1.10×" in text
     assert "— **met**" in text
     assert "Peak RSS ≤ kube-scheduler's: **met**" in text
+
+
+def test_per_pod_targets_judge_each_of_issue_15s_targets() -> None:
+    big = {"workload_id": "basic-5000-50000", "pods": 50000}
+    rows = [
+        _row("kube-scheduler", 1, 300.0, 300.0, cpu_s=30.0),
+        _row("kopf-scheduler", 1, 480.0, 280.0, cpu_s=20.0),  # 1.6×, 2.0 ms per pod
+        _row("kube-scheduler", 1, 300.0, 1000.0, cpu_s=160.0, **big),
+        _row("kopf-scheduler", 1, 420.0, 700.0, cpu_s=110.0, startup_s=9.0, **big),  # 2.2 ms: 1.1× ours at 10000
+    ]
+    text = per_pod_targets({"rows": rows, "summary": summarize(rows)})
+    lines = text.splitlines()
+    assert lines[0] == (
+        "- SchedulingBasic 5000n/10000p ≥ 1.5× kube-scheduler's throughput: 1.60× — **met**; ≤ 1.0 ms of CPU per"
+        " pod: 2.00 ms (kube-scheduler 3.00) — **missed**."
+    )
+    assert lines[1] == "- Every workload ≥ 1.0× kube-scheduler's throughput — **met**."
+    assert "5000n/50000p ≥ 1.5× kube-scheduler's throughput: 1.40× — **missed**" in lines[2]
+    assert "peak RSS ≤ 0.6× kube-scheduler's: 0.70× — **missed**" in lines[2]
+    assert "CPU per pod ≤ 1.2× ours at 10000 pods: 1.10× (2.20 vs 2.00 ms) — **met**" in lines[2]
+    assert lines[2].endswith("start-up 9.0 vs 1.0 s.")
 
 
 def test_section_has_ratio_row_against_the_ceiling() -> None:
