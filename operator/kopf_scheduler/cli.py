@@ -471,6 +471,9 @@ def _configure_logging(settings: RunSettings) -> None:
 
 
 def run(settings: RunSettings) -> int:
+    # The metrics port's own key, when it needs one, is made by a child process from the first moment (up to a
+    # second or two): kopf runs the port's start-up handler before it starts watching.
+    self_signed = _start_self_signed_certificate(settings)
     import kopf
     from prometheus_client import disable_created_metrics
 
@@ -490,9 +493,21 @@ def run(settings: RunSettings) -> int:
         priority=settings.peering_priority,
         standalone=False,
         liveness_endpoint=liveness,
-        memo=kopf.Memo(app=app),
+        memo=kopf.Memo(app=app, self_signed_certificate=self_signed),
     )
     return 0
+
+
+def _start_self_signed_certificate(settings: RunSettings) -> Any:
+    """``web.certs.CertificateInChild`` for the metrics port when it serves without given files, else None."""
+    if not settings.metrics_port or (settings.tls_cert_file and settings.tls_private_key_file):
+        return None
+    import socket
+
+    from kopf_scheduler.web.certs import CertificateInChild, certificate_names, serving_hosts
+
+    hosts = serving_hosts(socket.gethostname(), settings.bind_address)
+    return CertificateInChild.start(certificate_names(hosts))
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop | None:

@@ -136,9 +136,10 @@ async def serve_endpoints(memo: Any, **_: Any) -> None:
             ),
             cert_file=run.tls_cert_file,
             key_file=run.tls_private_key_file,
-            hosts=["localhost", app.hostname, "127.0.0.1", "::1", address],
+            hosts=web.serving_hosts(app.hostname, address),
+            self_signed=getattr(memo, "self_signed_certificate", None),
         )
-    except OSError as e:
+    except (OSError, RuntimeError) as e:  # RuntimeError: the self-signed certificate's child process failed
         # Fail fast, as a bad flag does: kopf would otherwise retry a startup handler for ever.
         raise kopf.PermanentError(f"cannot serve /metrics on {address}:{port}: {e}") from e
 

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from kopf_scheduler import web
-from kopf_scheduler.web.certs import self_signed_certificate, self_signed_certificate_in_child, server_context
+from kopf_scheduler.web.certs import CertificateInChild, certificate_names, self_signed_certificate, server_context
 from kopf_scheduler.web.delegated import (
     ANONYMOUS,
     SUBJECT_ACCESS_REVIEWS,
@@ -212,7 +212,8 @@ def test_a_provided_certificate_is_loaded_and_a_client_can_verify_it(certificate
 
 def test_a_self_signed_certificate_made_in_a_child_process_serves_and_verifies(tmp_path: Path) -> None:
     """The metrics port's own certificate is made by a child interpreter (the prime search holds the GIL)."""
-    cert, key = asyncio.run(self_signed_certificate_in_child(["kopf-scheduler-0", "127.0.0.1"]))
+    child = CertificateInChild.start(certificate_names(["kopf-scheduler-0", "127.0.0.1", "0.0.0.0"]))
+    cert, key = asyncio.run(child.pair())
     assert cert.startswith(b"-----BEGIN CERTIFICATE-----")
     assert cert.endswith(b"-----END CERTIFICATE-----\n")
     assert b"PRIVATE KEY-----" in key
@@ -247,6 +248,33 @@ def _handshake(server: ssl.SSLContext, client: ssl.SSLContext, hostname: str) ->
 
 
 # ---- the HTTPS app -----------------------------------------------------------------------------------------------
+
+
+def test_the_metrics_port_serves_the_certificate_started_before_it() -> None:
+    """``cli.run`` starts the key's child process first thing; the port serves what that child made."""
+    child = CertificateInChild.start(["localhost", "127.0.0.1"])
+
+    async def main() -> tuple[bytes, bytes]:
+        runner = await web.serve(
+            registry=CollectorRegistry(),
+            explain=lambda key: None,
+            port=0,
+            address="127.0.0.1",
+            auth=DelegatedAuth(FakeAPIServer().post),
+            self_signed=child,
+        )
+        try:
+            context = ssl.create_default_context()
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            _, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1], ssl=context)
+            served = bytes(writer.get_extra_info("ssl_object").getpeercert(binary_form=True))
+            writer.close()
+            return served, (await child.pair())[0]  # the child's output, read again
+        finally:
+            await runner.cleanup()
+
+    served, made = run(main())
+    assert served == ssl.PEM_cert_to_DER_cert(made.decode())
 
 
 def test_the_metrics_port_refuses_and_serves_like_kube_scheduler() -> None:

@@ -28,7 +28,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kopf_scheduler.kube.remote_explain import FORWARDED_AUTHORIZATION_HEADER
-from kopf_scheduler.web.certs import reload_pair, self_signed_certificate_in_child, server_context
+from kopf_scheduler.web.certs import CertificateInChild, certificate_names, reload_pair, server_context, serving_hosts
 from kopf_scheduler.web.delegated import DelegatedAuth, ReviewFailed, Unauthenticated
 
 Explain = Callable[[str], dict[str, Any] | None]
@@ -37,7 +37,17 @@ CERT_RELOAD_PERIOD = 60.0
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DelegatedAuth", "Explain", "build_app", "review_poster", "serve", "server_context"]
+__all__ = [
+    "CertificateInChild",
+    "DelegatedAuth",
+    "Explain",
+    "build_app",
+    "certificate_names",
+    "review_poster",
+    "serve",
+    "server_context",
+    "serving_hosts",
+]
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
@@ -136,15 +146,19 @@ async def serve(
     key_file: str = "",
     hosts: Sequence[str] = ("localhost",),
     reload_period: float = CERT_RELOAD_PERIOD,
+    self_signed: CertificateInChild | None = None,
 ) -> web.AppRunner:
     """Start serving HTTPS; returns the runner to ``cleanup()`` on shutdown.
 
     Without ``cert_file``/``key_file`` a self-signed certificate for ``hosts`` is made first (up to a second or
-    two of RSA key generation, in a child process). A wildcard address is left out of the certificate's names. Given
-    files are watched and reloaded when they change, as kube-scheduler's dynamic serving certificate is.
+    two of RSA key generation, in a child process), or collected from ``self_signed``, started earlier. A
+    wildcard address is left out of the certificate's names. Given files are watched and reloaded when they
+    change, as kube-scheduler's dynamic serving certificate is.
     """
-    names = [h for h in hosts if h not in ("0.0.0.0", "::", "")]
-    pair = None if cert_file and key_file else await self_signed_certificate_in_child(names)
+    if cert_file and key_file:
+        pair = None
+    else:
+        pair = await (self_signed or CertificateInChild.start(certificate_names(hosts))).pair()
     ssl_context = await asyncio.to_thread(server_context, cert_file=cert_file, key_file=key_file, pair=pair)
     app = build_app(registry=registry, explain=explain, auth=auth)
     if cert_file and key_file:

@@ -25,6 +25,7 @@ import math
 import os
 import secrets
 import ssl
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -55,28 +56,42 @@ def server_context(
     return context
 
 
-async def self_signed_certificate_in_child(hosts: Iterable[str]) -> tuple[bytes, bytes]:
+def serving_hosts(hostname: str, address: str) -> list[str]:
+    """What clients may call the metrics port: localhost, the pod's hostname, loopback, the bind address."""
+    return ["localhost", hostname, "127.0.0.1", "::1", address]
+
+
+def certificate_names(hosts: Iterable[str]) -> list[str]:
+    """The names a self-signed certificate is made for: ``hosts`` without wildcard addresses."""
+    return [h for h in dict.fromkeys(hosts) if h not in ("0.0.0.0", "::", "")]
+
+
+class CertificateInChild:
     """:func:`self_signed_certificate`, made by a child interpreter running this file.
 
     The key's prime search is ≈ 0.2-1.5 s of big-integer arithmetic that holds the GIL: in a thread it took
     turns with the event loop while the operator started (its LISTs), in a child it runs on another core. The
     file needs the standard library only, so the child starts isolated (``-I``) and imports nothing else.
+    ``start`` only spawns the child, so the operator starts it first thing (``cli.run``) and collects the
+    pair (:meth:`pair`) when the metrics port is set up, after its own imports and kopf's start.
     """
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        __file__,
-        *hosts,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await child.communicate()
-    end = b"-----END CERTIFICATE-----\n"
-    if child.returncode != 0 or end not in out:
-        raise RuntimeError(f"making a self-signed certificate failed: {err.decode(errors='replace').strip()}")
-    cert, _, key = out.partition(end)
-    return cert + end, key
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self._process = process
+
+    @classmethod
+    def start(cls, hosts: Iterable[str]) -> CertificateInChild:
+        command = [sys.executable, "-I", __file__, *hosts]
+        return cls(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+
+    async def pair(self) -> tuple[bytes, bytes]:
+        """(certificate PEM, private key PEM), once the child is done."""
+        out, err = await asyncio.to_thread(self._process.communicate)
+        end = b"-----END CERTIFICATE-----\n"
+        if self._process.returncode != 0 or end not in out:
+            raise RuntimeError(f"making a self-signed certificate failed: {err.decode(errors='replace').strip()}")
+        cert, _, key = out.partition(end)
+        return cert + end, key
 
 
 def load_pem_pair(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
@@ -241,5 +256,5 @@ def _pem(label: str, der: bytes) -> bytes:
     return ("\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"]) + "\n").encode()
 
 
-if __name__ == "__main__":  # self_signed_certificate_in_child: certificate and key PEM on stdout
+if __name__ == "__main__":  # CertificateInChild: certificate and key PEM on stdout
     sys.stdout.buffer.write(b"".join(self_signed_certificate(sys.argv[1:])))
