@@ -20,10 +20,13 @@ import re
 import ssl
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kopf_scheduler._version import __version__
 from kopf_scheduler.settings import RunSettings, SettingsError, dump_settings, resolve_settings
+
+if TYPE_CHECKING:
+    from kopf_scheduler.web.certs import CertificateInChild
 
 #: The kube-scheduler release whose verdicts, reasons and messages we reproduce (tools/versions.env).
 TARGET_KUBE_VERSION = "1.36.3"
@@ -498,8 +501,8 @@ def run(settings: RunSettings) -> int:
     return 0
 
 
-def _start_self_signed_certificate(settings: RunSettings) -> Any:
-    """``web.certs.CertificateInChild`` for the metrics port when it serves without given files, else None."""
+def _start_self_signed_certificate(settings: RunSettings) -> CertificateInChild | None:
+    """The metrics port's key in the making when it serves without given files, else None."""
     if not settings.metrics_port or (settings.tls_cert_file and settings.tls_private_key_file):
         return None
     import socket

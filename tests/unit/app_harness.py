@@ -139,6 +139,14 @@ class FakeClock:
         return self.now
 
 
+async def until(condition: Callable[[], bool], *, tries: int = 200, step: float = 0.01) -> None:
+    """Let the event loop run until ``condition()`` holds (or ``tries`` steps passed; the test asserts after)."""
+    for _ in range(tries):
+        if condition():
+            return
+        await asyncio.sleep(step)
+
+
 def new_app(
     client: FakeClient | None = None, clock: FakeClock | None = None, *, registry: Registry | None = None
 ) -> SchedulerApp:

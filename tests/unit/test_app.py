@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kopf_scheduler.app import GC_THRESHOLDS, LISTING_QUIET_SECONDS, tune_garbage_collector
-from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
+from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending, until
 from tests.unit.factories import make_node, make_pod
 
 
@@ -123,10 +123,7 @@ def test_the_scheduling_loop_leaves_the_event_loop_to_kopfs_listing_but_for_a_cy
         assert app.kopf_is_listing()
         assert 1 <= len(client.bindings) <= 4  # a cycle per pause while kopf lists
         clock.now += LISTING_QUIET_SECONDS
-        for _ in range(200):
-            if len(client.bindings) == 20:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(client.bindings) == 20)
         stop = True
         await loop
         await app.drain()
@@ -182,10 +179,7 @@ def test_the_scheduling_loop_pops_no_pod_while_its_writes_queue() -> None:
         assert client.backlog_checks > 1
         assert client.bindings == []  # no room: the pod waits in its queue
         client.room.set()
-        for _ in range(200):
-            if client.bindings:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: bool(client.bindings))
         stop = True
         await loop
         await app.drain()

@@ -39,20 +39,18 @@ _VALIDITY = datetime.timedelta(days=365)
 
 
 def server_context(
-    *,
-    cert_file: str | None,
-    key_file: str | None,
-    hosts: Iterable[str] = ("localhost",),
-    pair: tuple[bytes, bytes] | None = None,
+    *, cert_file: str | None, key_file: str | None, pair: tuple[bytes, bytes] | None = None
 ) -> ssl.SSLContext:
-    """A TLS server context: the given files, else ``pair`` (certificate and key PEM), else a fresh self-signed
-    certificate for ``hosts``."""
+    """A TLS server context: the given files, else ``pair`` (certificate and key PEM, e.g. from
+    :class:`CertificateInChild`)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert_file and key_file:
         context.load_cert_chain(cert_file, key_file)
-        return context
-    load_pem_pair(context, *(pair or self_signed_certificate(hosts)))
+    elif pair is not None:
+        load_pem_pair(context, *pair)
+    else:
+        raise ValueError("a serving certificate needs files or a pair")
     return context
 
 
