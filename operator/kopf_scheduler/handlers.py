@@ -104,7 +104,10 @@ async def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
         if isinstance(old, KubeClient):
             await old.close()
         else:
-            # First login: make sure the peering object exists, or every replica stays paused.
+            # First login, before kopf's watches start: pods they deliver before our reconciling LIST has made
+            # the cache whole wait for it (eventhandlers.py); and make sure the peering object exists, or every
+            # replica stays paused.
+            app.events.hold_pods_until_reconciled()
             app.spawn(_ensure_peering(client, app.settings.peering_name))
     return info
 

@@ -13,6 +13,8 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
+import pytest
+
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.eventhandlers import EventHandlers
 from kopf_scheduler.framework import (
@@ -194,6 +196,134 @@ def test_reconcile_applies_pages_as_they_arrive_and_purges_only_after_the_last()
     assert seen_between == [True, True]
     assert set(app.unassigned) == {first["metadata"]["uid"], second["metadata"]["uid"]}
     assert len(app.profiles["sp"].queue) == 2
+
+
+def _racing_claims_client(pods: list[dict[str, Any]], during_claims_list: Any) -> FakeClient:
+    """Lists one node, ``pods`` and the claim ``my-gpu``; ``during_claims_list()`` runs as the claims are listed."""
+    from tests.unit.plugins.test_dynamic_resources import device_class, resource_claim, resource_slice
+
+    class ClaimsClient(FakeClient):
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            if path == "/api/v1/nodes":
+                return [make_node("n1")]
+            if path == "/api/v1/pods":
+                return pods
+            if path.endswith("/resourceclaims"):
+                during_claims_list()
+                return [resource_claim()]
+            if path.endswith("/resourceslices"):
+                return [resource_slice("n1", "a100")]
+            if path.endswith("/deviceclasses"):
+                return [device_class()]
+            return []
+
+    return ClaimsClient()
+
+
+def test_pods_seen_before_the_reconcile_ends_wait_outside_the_queue_and_enter_it_ungated() -> None:
+    """A pod delivered before its ResourceClaim is listed is not gated by DynamicResources' PreEnqueue (each
+    claim listed later would put every gated pod to the hints): it waits, and is queued once the cache is whole."""
+    from tests.unit.plugins.test_dynamic_resources import claiming
+
+    app = new_app()
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.events.hold_pods_until_reconciled()
+    pod = claiming("with-claim")
+    uid = pod["metadata"]["uid"]
+    app.on_pod_event(None, pod)  # kopf's LIST, before ours
+    where_during_list: list[str | None] = []
+    app.client = _racing_claims_client([pod], lambda: where_during_list.append(app.profiles["sp"].queue.location(uid)))
+    asyncio.run(app.ensure_reconciled())
+    assert where_during_list == [None]
+    assert app.profiles["sp"].queue.location(uid) == "active"
+    drive(app)
+    assert [name for _, name, _ in app.client.bindings] == ["with-claim"]  # type: ignore[union-attr]
+
+
+def test_without_the_hold_a_pod_before_its_claim_is_gated_until_the_claim_comes() -> None:
+    """What the hold avoids (and what tests that feed events without a reconcile still get): PreEnqueue gates."""
+    from tests.unit.plugins.test_dynamic_resources import claiming
+
+    app = new_app()
+    app.apply_profile(name="sp", spec={}, generation=1)
+    pod = claiming("with-claim")
+    app.on_pod_event(None, pod)
+    assert app.profiles["sp"].queue.location(pod["metadata"]["uid"]) == "gated"
+
+
+def test_held_pods_enter_in_their_latest_version_and_deleted_or_bound_ones_not_at_all() -> None:
+    app = new_app()
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.events.hold_pods_until_reconciled()
+    updated, deleted, bound = pending("updated"), pending("deleted"), pending("bound")
+    for pod in (updated, deleted, bound):
+        app.on_pod_event(None, pod)
+    newer = copy.deepcopy(updated)
+    newer["metadata"]["resourceVersion"] = "2"
+    newer["metadata"]["labels"] = {"app": "new"}
+    app.on_pod_event("MODIFIED", newer)
+    app.on_pod_event("DELETED", deleted)
+    app.on_pod_event("MODIFIED", {**bound, "spec": {**bound["spec"], "nodeName": "n1"}})
+    queue = app.profiles["sp"].queue
+    assert len(queue) == 0
+    app.client = FakeClient()
+    app.client.lists["/api/v1/nodes"] = [make_node("n1")]
+    app.client.lists["/api/v1/pods"] = [newer, {**bound, "spec": {**bound["spec"], "nodeName": "n1"}}]
+    asyncio.run(app.ensure_reconciled())
+    assert len(queue) == 1
+    qpod = queue.pop_nowait()
+    assert qpod is not None
+    assert qpod.pod.labels == {"app": "new"}
+
+
+def test_a_pause_holds_new_pods_until_the_next_reconcile() -> None:
+    client = FakeClient()
+    app = new_app(client)
+    app.apply_profile(name="sp", spec={}, generation=1)
+    asyncio.run(app.ensure_reconciled())
+    early = pending("before-the-pause")
+    app.on_pod_event("ADDED", early)
+    assert early["metadata"]["uid"] in app.profiles["sp"].queue
+    app.events.invalidate()  # every loop paused
+    late = pending("after-the-resume")
+    app.on_pod_event("ADDED", late)
+    assert late["metadata"]["uid"] not in app.profiles["sp"].queue
+    client.lists["/api/v1/pods"] = [early, late]
+    asyncio.run(app.ensure_reconciled())
+    assert late["metadata"]["uid"] in app.profiles["sp"].queue
+
+
+def test_reconcile_lists_the_kinds_after_the_nodes_at_once_and_a_failed_list_fails_it() -> None:
+    """Nodes first; then every other kind concurrently (their LISTs overlap); one failing LIST fails the
+    reconcile (the loop retries it) and leaves the cache not reconciled."""
+    in_flight: list[int] = []
+    order: list[str] = []
+
+    class SlowClient(FakeClient):
+        fail = False
+        running = 0
+
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            order.append(path)
+            SlowClient.running += 1
+            in_flight.append(SlowClient.running)
+            await asyncio.sleep(0.01)
+            SlowClient.running -= 1
+            if self.fail and path.endswith("/resourceslices"):
+                raise RuntimeError("LIST failed")
+            return []
+
+    app = new_app(SlowClient())
+    asyncio.run(app.ensure_reconciled())
+    assert order[0] == "/api/v1/nodes"
+    assert in_flight[0] == 1
+    assert max(in_flight) > 10
+    failing = SlowClient()
+    failing.fail = True
+    app = new_app(failing)
+    with pytest.raises(RuntimeError, match="LIST failed"):  # itself, not an exception group
+        asyncio.run(app.ensure_reconciled())
+    assert not app.events._reconciled
 
 
 def test_managed_fields_are_not_kept() -> None:
