@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from kopf_scheduler.plugins._device_class_mapping import device_class_for, is_dra_extended_resource_name
-from kopf_scheduler.plugins.dynamic_resources.allocator import AllocatedState, allocated_state, node_matches
+from kopf_scheduler.plugins.dynamic_resources.allocator import AllocatedState, node_matches
 from kopf_scheduler.plugins.dynamic_resources.cel import CelError, SelectorCache
 from kopf_scheduler.plugins.dynamic_resources.tracker import tracker_for
 from kopf_scheduler.state.cache import Snapshot
@@ -57,7 +57,7 @@ def dra_capacity(snapshot: Snapshot) -> DraCapacity:
         if device_class is None:
             return None
         if not gathered:
-            gathered.append(allocated_state(tracker_for(snapshot.cache).allocated_claims()))
+            gathered.append(tracker_for(snapshot.cache).allocated_state())
             gathered.append(list(storage.all(RESOURCE_SLICE)))
         state, slices = gathered
         allocatable = np.zeros(len(nodes), dtype=np.int64)

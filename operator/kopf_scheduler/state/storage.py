@@ -18,7 +18,7 @@ DynamicResources' listers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 PERSISTENT_VOLUME = "PersistentVolume"
@@ -54,6 +54,8 @@ KINDS: Mapping[str, bool] = {
 
 Key = tuple[str, str]
 Obj = dict[str, Any]
+#: Told of every change of one kind: ``(key, old, new)``, ``new`` None for a drop.
+Observer = Callable[[Key, "Obj | None", "Obj | None"], None]
 
 #: The kinds indexed by the node they concern.
 NODE_INDEXED = frozenset({VOLUME_ATTACHMENT, RESOURCE_SLICE})
@@ -68,7 +70,7 @@ def object_key(kind: str, obj: Mapping[str, Any]) -> Key:
 class StorageObjects:
     """The latest watched version of every storage object, by kind and key."""
 
-    __slots__ = ("_by_kind", "_by_node", "_changes")
+    __slots__ = ("_by_kind", "_by_node", "_changes", "_observers")
 
     def __init__(self) -> None:
         self._by_kind: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
@@ -76,6 +78,17 @@ class StorageObjects:
         self._changes: dict[str, int] = dict.fromkeys(KINDS, 0)
         #: kind (of :data:`NODE_INDEXED`) → ``spec.nodeName`` → key → object.
         self._by_node: dict[str, dict[str, dict[Key, Obj]]] = {kind: {} for kind in NODE_INDEXED}
+        #: kind → who keeps something derived from its objects current (see :meth:`observe`).
+        self._observers: dict[str, list[Observer]] = {}
+
+    def observe(self, kind: str, observer: Observer) -> None:
+        """Call ``observer(key, old, new)`` after every store (``new`` set) or drop (``new`` None) of an object
+        of ``kind``: for an index a plugin keeps object by object instead of rebuilding it from :meth:`all`."""
+        self._observers.setdefault(kind, []).append(observer)
+
+    def _notify(self, kind: str, key: Key, old: Obj | None, new: Obj | None) -> None:
+        for observer in self._observers.get(kind, ()):
+            observer(key, old, new)
 
     # -- feeding (the watch handlers and the reconciling LIST) -------------------------------------------
     def apply(self, kind: str, event_type: str | None, obj: Obj) -> tuple[Obj | None, Obj | None]:
@@ -87,9 +100,11 @@ class StorageObjects:
         self._changes[kind] += 1
         if event_type == "DELETED":
             objects.pop(key, None)
+            self._notify(kind, key, old, None)
             return old, None
         objects[key] = obj
         self._index(kind, key, obj)
+        self._notify(kind, key, old, obj)
         return old, obj
 
     def keys(self, kind: str) -> set[Key]:
@@ -100,6 +115,7 @@ class StorageObjects:
         old = self._by_kind[kind].pop(key, None)
         self._unindex(kind, key, old)
         self._changes[kind] += 1
+        self._notify(kind, key, old, None)
         return old
 
     def _index(self, kind: str, key: Key, obj: Obj) -> None:

@@ -84,6 +84,42 @@ class Features:
 # --- allocated state (scheduler allocateddevices.go + dra_manager.go GatherAllocatedState) ---
 
 
+@dataclass(frozen=True)
+class ClaimDevices:
+    """What one allocated claim holds (upstream ``foreachAllocatedDevice``'s visits): admin-access results hold
+    nothing; with consumable capacity a result with a shareID is a share plus its consumed capacity, otherwise
+    a dedicated device."""
+
+    devices: tuple[DeviceID, ...] = ()
+    shared: tuple[SharedDeviceID, ...] = ()
+    consumed: tuple[tuple[DeviceID, Capacity], ...] = ()
+
+
+def claim_devices(claim: Mapping[str, Any], *, consumable_capacity: bool = True) -> ClaimDevices | None:
+    """The devices ``claim`` holds, or None when it holds none (no allocation, or only admin access)."""
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        return None
+    devices: list[DeviceID] = []
+    shared: list[SharedDeviceID] = []
+    consumed: list[tuple[DeviceID, Capacity]] = []
+    for result in (allocation.get("devices") or {}).get("results") or ():
+        if result.get("adminAccess"):
+            continue
+        device_id = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+        share_id = result.get("shareID")
+        if consumable_capacity and share_id is not None:
+            shared.append((*device_id, share_id))
+            capacity = result.get("consumedCapacity")
+            if capacity is not None:
+                consumed.append((device_id, {k: parse_quantity(v) for k, v in capacity.items()}))
+            continue
+        devices.append(device_id)
+    if not (devices or shared or consumed):
+        return None
+    return ClaimDevices(tuple(devices), tuple(shared), tuple(consumed))
+
+
 @dataclass
 class AllocatedState:
     """Devices in use: dedicated ones, shares of multi-allocatable devices and their summed consumed capacity
@@ -94,23 +130,14 @@ class AllocatedState:
     capacity: dict[DeviceID, Capacity] = field(default_factory=dict)
 
     def add_claim(self, claim: Mapping[str, Any], *, consumable_capacity: bool = True) -> None:
-        """Upstream ``foreachAllocatedDevice``: admin-access results are not allocated; with consumable
-        capacity a result with a shareID is a share (plus its consumed capacity), otherwise a dedicated device."""
-        allocation = (claim.get("status") or {}).get("allocation")
-        if not allocation:
+        """Count in what ``claim`` holds (:func:`claim_devices`)."""
+        held = claim_devices(claim, consumable_capacity=consumable_capacity)
+        if held is None:
             return
-        for result in (allocation.get("devices") or {}).get("results") or ():
-            if result.get("adminAccess"):
-                continue
-            device_id = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
-            share_id = result.get("shareID")
-            if consumable_capacity and share_id is not None:
-                self.shared_devices.add((*device_id, share_id))
-                consumed = result.get("consumedCapacity")
-                if consumed is not None:
-                    _add_capacity(self.capacity, device_id, {k: parse_quantity(v) for k, v in consumed.items()})
-                continue
-            self.devices.add(device_id)
+        self.devices.update(held.devices)
+        self.shared_devices.update(held.shared)
+        for device_id, consumed in held.consumed:
+            _add_capacity(self.capacity, device_id, consumed)
 
     def is_allocated(self, device_id: DeviceID) -> bool:
         """Upstream ``IsDeviceAllocated``: dedicated, shared or with consumed capacity."""
@@ -125,6 +152,62 @@ def allocated_state(claims: Iterable[Mapping[str, Any]], *, consumable_capacity:
     for claim in claims:
         state.add_claim(claim, consumable_capacity=consumable_capacity)
     return state
+
+
+class AllocatedDevices:
+    """The devices the allocated claims hold, kept current claim by claim (upstream ``allocatedDevices`` in
+    ``allocateddevices.go``, fed by the claim informer's events), so a scheduling cycle copies it instead of
+    walking every claim of the cluster. Counted: a device two claims name (stale versions) stays taken until
+    both let go, as in the union of :func:`allocated_state`."""
+
+    __slots__ = ("_capacity", "_devices", "_shared")
+
+    def __init__(self) -> None:
+        self._devices: dict[DeviceID, int] = {}
+        self._shared: dict[SharedDeviceID, int] = {}
+        #: device → (how many claims consume some of its capacity, the summed consumption).
+        self._capacity: dict[DeviceID, tuple[int, Capacity]] = {}
+
+    def add(self, held: ClaimDevices) -> None:
+        for device_id in held.devices:
+            self._devices[device_id] = self._devices.get(device_id, 0) + 1
+        for share_id in held.shared:
+            self._shared[share_id] = self._shared.get(share_id, 0) + 1
+        for device_id, consumed in held.consumed:
+            count, total = self._capacity.get(device_id, (0, {}))
+            total = dict(total)
+            for name, value in consumed.items():
+                total[name] = total.get(name, Fraction(0)) + value
+            self._capacity[device_id] = (count + 1, total)
+
+    def remove(self, held: ClaimDevices) -> None:
+        """Take back what :meth:`add` counted for the same ``held``."""
+        _uncount(self._devices, held.devices)
+        _uncount(self._shared, held.shared)
+        for device_id, consumed in held.consumed:
+            count, total = self._capacity[device_id]
+            if count == 1:
+                del self._capacity[device_id]
+                continue
+            total = {name: value - consumed.get(name, Fraction(0)) for name, value in total.items()}
+            self._capacity[device_id] = (count - 1, total)
+
+    def state(self) -> AllocatedState:
+        """A copy as an :class:`AllocatedState` (in-flight claims are added to it; this one stays as is)."""
+        return AllocatedState(
+            devices=set(self._devices),
+            shared_devices=set(self._shared),
+            capacity={device_id: dict(total) for device_id, (_, total) in self._capacity.items()},
+        )
+
+
+def _uncount(counts: dict[Any, int], keys: Iterable[Any]) -> None:
+    for key in keys:
+        left = counts[key] - 1
+        if left:
+            counts[key] = left
+        else:
+            del counts[key]
 
 
 def _add_capacity(collection: dict[DeviceID, Capacity], device_id: DeviceID, consumed: Mapping[str, Fraction]) -> None:

@@ -86,7 +86,6 @@ from kopf_scheduler.plugins.dynamic_resources.allocator import (
     Features,
     NodeAllocationError,
     SliceIndex,
-    allocated_state,
 )
 from kopf_scheduler.plugins.dynamic_resources.binding import (
     FINALIZER,
@@ -359,7 +358,7 @@ class DynamicResources(
         kept = self._allocated
         if kept is not None and kept[0] is storage and kept[1] is tracker and kept[2] == versions:
             return kept[3]
-        state = allocated_state(tracker.allocated_claims())
+        state = tracker.allocated_state()
         self._allocated = (storage, tracker, versions, state)
         return state
 

@@ -10,6 +10,12 @@ Two things stand between the watched claims and what the allocator must treat as
   answer is the claim's latest version until the watch catches up with it (upstream ``AssumeClaimAfterAPICall``:
   an assumed object stands while the informer's version is older than it).
 
+The devices the allocated claims hold are kept current claim by claim (:class:`AllocatedDevices`, upstream's
+``allocatedDevices`` fed by the claim informer): the storage tells the tracker of every stored or dropped claim,
+and the tracker recounts a claim whenever its latest version changes (watched or assumed), so a cycle's
+``allocated_state`` copies that count instead of walking every claim (which was a third of a cycle's CPU at
+2000 claims).
+
 Upstream's tracker is part of the scheduler, shared by every profile; here one :class:`ClaimTracker` lives in
 ``ClusterCache.shared`` (:func:`tracker_for`), so two SchedulerProfiles never hand out the same device, and a
 profile's pipeline rebuilt mid-allocation keeps the in-flight claims.
@@ -20,8 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kopf_scheduler.plugins.dynamic_resources.allocator import (
+    AllocatedDevices,
+    AllocatedState,
+    ClaimDevices,
+    claim_devices,
+)
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import RESOURCE_CLAIM, StorageObjects
+from kopf_scheduler.state.storage import RESOURCE_CLAIM, Key, Obj, StorageObjects, object_key
 
 Claim = dict[str, Any]
 
@@ -51,12 +63,16 @@ def _resource_version(claim: Claim) -> int:
 class ClaimTracker:
     """In-flight allocations by claim UID and claims assumed after an API call, over the watched claims."""
 
-    __slots__ = ("_assumed", "_in_flight", "_storage", "version")
+    __slots__ = ("_assumed", "_counted", "_held", "_in_flight", "_storage", "version")
 
     def __init__(self, storage: Callable[[], StorageObjects]) -> None:
         self._storage = storage
         self._in_flight: dict[str, Claim] = {}
         self._assumed: dict[tuple[str, str], Claim] = {}
+        #: The devices held by the latest versions of the known claims, and what each claim counted there;
+        #: built on first use, for the storage object it observes (``_counted``).
+        self._held = AllocatedDevices()
+        self._counted: tuple[StorageObjects, dict[Key, ClaimDevices]] | None = None
         #: Counts changes of the in-flight and assumed claims: with the storage's ResourceClaim change count it
         #: tells a caller whether ``allocated_claims`` could answer differently than last time.
         self.version = 0
@@ -69,6 +85,7 @@ class ClaimTracker:
         if watched is None:
             if self._assumed.pop((namespace, name), None) is not None:
                 self.version += 1
+                self._recount((namespace, name))
             return None
         return self._latest((namespace, name), watched)
 
@@ -84,6 +101,15 @@ class ClaimTracker:
         taken = [c for c in self.claims() if (c.get("status") or {}).get("allocation")]
         taken.extend(self._in_flight.values())
         return taken
+
+    def allocated_state(self) -> AllocatedState:
+        """The devices the allocated and in-flight claims hold (upstream ``GatherAllocatedState``), as a new
+        state the caller may add to: what :meth:`allocated_claims` holds, without walking every claim."""
+        self._count_held()
+        state = self._held.state()
+        for claim in self._in_flight.values():
+            state.add_claim(claim)
+        return state
 
     def pending_allocation(self, uid: str) -> dict[str, Any] | None:
         """The allocation Reserve made for the claim and PreBind has not written yet (``GetPendingAllocation``)."""
@@ -116,12 +142,14 @@ class ClaimTracker:
             return False
         self._assumed[key] = claim
         self.version += 1
+        self._recount(key)
         return True
 
     def restore(self, namespace: str, name: str) -> None:
         """Drop an assumed version (upstream ``AssumedClaimRestore``)."""
         if self._assumed.pop((namespace, name), None) is not None:
             self.version += 1
+            self._recount((namespace, name))
 
     # -- internals ------------------------------------------------------------------------------------------
     def _latest(self, key: tuple[str, str], watched: Claim) -> Claim:
@@ -131,5 +159,39 @@ class ClaimTracker:
         if _resource_version(watched) >= _resource_version(assumed):
             del self._assumed[key]  # the watch caught up
             self.version += 1
+            self._recount(key)
             return watched
         return assumed
+
+    def _count_held(self) -> None:
+        """Count every known claim once, and from then on follow the storage's claim events."""
+        storage = self._storage()
+        if self._counted is not None and self._counted[0] is storage:
+            return
+        self._held = AllocatedDevices()
+        self._counted = (storage, {})
+        storage.observe(RESOURCE_CLAIM, self._claim_stored)
+        for claim in storage.all(RESOURCE_CLAIM):
+            self._recount(object_key(RESOURCE_CLAIM, claim))
+
+    def _claim_stored(self, key: Key, old: Obj | None, new: Obj | None) -> None:
+        del old, new  # the latest version may be an assumed one
+        self._recount(key)
+
+    def _recount(self, key: Key) -> None:
+        """Count the devices of the claim's latest version instead of what it counted before."""
+        if self._counted is None:
+            return  # not counting yet: the first count reads every claim
+        storage, counted = self._counted
+        before = counted.pop(key, None)
+        if before is not None:
+            self._held.remove(before)
+        watched = storage.get(RESOURCE_CLAIM, key[1], key[0])
+        if watched is None:
+            return
+        assumed = self._assumed.get(key)
+        latest = assumed if assumed is not None and _resource_version(assumed) > _resource_version(watched) else watched
+        now = claim_devices(latest)
+        if now is not None:
+            counted[key] = now
+            self._held.add(now)
