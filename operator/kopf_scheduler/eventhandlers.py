@@ -151,6 +151,14 @@ class EventHandlers:
             self._pod_assigned(uid, obj, old_unassigned, old_assigned)
         else:
             self._pod_pending(uid, obj, old_unassigned)
+        self._compact(uid)
+
+    def _compact(self, uid: str) -> None:
+        """The queues, the hints and the cluster events have read the new version: keep what stays compact
+        (:meth:`PodInfo.compact`; 50000 pods as dicts were most of the operator's memory)."""
+        for pod in (self._unassigned.get(uid), self._cache.pod(uid)):
+            if pod is not None:
+                pod.compact()
 
     def _pod_gone(
         self, uid: str, obj: dict[str, Any], old_unassigned: PodInfo | None, old_assigned: PodInfo | None
@@ -301,9 +309,7 @@ class EventHandlers:
                 return
             self._listing = True
             try:
-                nodes = await self._relist(["/api/v1/nodes"], self._apply_node_page)
-                self._purge_unlisted_nodes(nodes)
-                pods = await self._reconcile_after_nodes()
+                pods = await self._reconcile_every_kind()
             finally:
                 self._listing = False
                 self._watched_during_list.clear()
@@ -313,12 +319,16 @@ class EventHandlers:
             self._release_held()
             logger.info("cache reconciled: %d nodes, %d pods", self._cache.num_nodes, len(pods))
 
-    async def _reconcile_after_nodes(self) -> set[Any]:
-        """Every kind but the nodes, at once: each LIST's round trip waits on a loop busy with kopf's own
-        listing, and most kinds are empty or small. A failed LIST cancels the others and is raised as itself
-        (not as a group); the listed pod uids are returned."""
+    async def _reconcile_every_kind(self) -> set[Any]:
+        """Every kind at once: each LIST's round trip waits on a loop busy with kopf's own listing, most kinds
+        are empty or small, and the pods need not wait for the nodes (the cache keeps a pod of a node it does
+        not know yet until the node comes). A failed LIST cancels the others and is raised as itself (not as a
+        group); the listed pod uids are returned."""
         try:
             async with asyncio.TaskGroup() as lists:
+                lists.create_task(
+                    self._reconcile_kind(["/api/v1/nodes"], self._apply_node_page, self._purge_unlisted_nodes)
+                )
                 pods = lists.create_task(
                     self._reconcile_kind(self._pod_paths(), self._apply_pod_page, self._purge_unlisted_pods)
                 )
@@ -410,11 +420,12 @@ class EventHandlers:
         return [_uid(p) for p in page]
 
     def _purge_unlisted_pods(self, listed: set[str]) -> None:
-        known = [p.obj for p in self._cache.pods()] + [p.obj for p in self._unassigned.values()]
+        known = [*self._cache.pods(), *self._unassigned.values()]
         for pod in known:
-            uid = _uid(pod)
-            if uid not in listed and not self._watched_meanwhile(pod) and not self._cache.is_assumed(uid):
-                self.on_pod_event("DELETED", pod)
+            uid = pod.uid
+            watched = uid in self._watched_during_list or uid in self._deleted_during_list
+            if uid not in listed and not watched and not self._cache.is_assumed(uid):
+                self.on_pod_event("DELETED", pod.obj)
 
     def _apply_workload_page(self, kind: str, page: list[dict[str, Any]]) -> list[tuple[str, str]]:
         for item in page:

@@ -114,7 +114,8 @@ def test_bound_pod_event_keeps_the_parse_and_a_changed_pod_is_parsed_again(monke
     assert parsed == []
     assert confirmed is not None
     assert confirmed is not assumed
-    assert confirmed.obj is bound
+    assert isinstance(confirmed.raw, bytes)  # kept compact (PodInfo.compact)
+    assert confirmed.obj == bound
     assert (confirmed.node_name, confirmed.requests, confirmed.labels) == ("n1", assumed.requests, {"app": "web"})
     assert not app.cache.is_assumed(uid)
     assert app.cache.table.requested[:, 0].sum() == 1000
@@ -293,9 +294,9 @@ def test_a_pause_holds_new_pods_until_the_next_reconcile() -> None:
     assert late["metadata"]["uid"] in app.profiles["sp"].queue
 
 
-def test_reconcile_lists_the_kinds_after_the_nodes_at_once_and_a_failed_list_fails_it() -> None:
-    """Nodes first; then every other kind concurrently (their LISTs overlap); one failing LIST fails the
-    reconcile (the loop retries it) and leaves the cache not reconciled."""
+def test_reconcile_lists_every_kind_at_once_and_a_failed_list_fails_it() -> None:
+    """Every kind's LIST is in flight at once; one failing LIST fails the reconcile (the loop retries it) and
+    leaves the cache not reconciled."""
     in_flight: list[int] = []
     order: list[str] = []
 
@@ -315,9 +316,8 @@ def test_reconcile_lists_the_kinds_after_the_nodes_at_once_and_a_failed_list_fai
 
     app = new_app(SlowClient())
     asyncio.run(app.ensure_reconciled())
-    assert order[0] == "/api/v1/nodes"
-    assert in_flight[0] == 1
-    assert max(in_flight) > 10
+    assert max(in_flight) == len(order)
+    assert {"/api/v1/nodes", "/api/v1/pods", "/apis/resource.k8s.io/v1/resourceclaims"} <= set(order)
     failing = SlowClient()
     failing.fail = True
     app = new_app(failing)
@@ -590,3 +590,55 @@ def test_a_deleted_profiles_pods_hold_no_nominated_place_until_it_comes_back() -
     assert app.nominator.count == 0
     app.apply_profile(name="sp", spec={}, generation=2)
     assert app.nominator.nominated_node(next(iter(app.unassigned))) == "n1"
+
+
+def test_pods_listed_before_their_node_are_placed_once_it_is_listed() -> None:
+    """The pods' LIST may answer before the nodes': their requests count on the node as soon as it comes."""
+
+    class PodsFirstClient(FakeClient):
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            if path == "/api/v1/nodes":
+                await asyncio.sleep(0.01)
+                return [make_node("n1", cpu="4")]
+            if path == "/api/v1/pods":
+                return [make_pod("running", requests={"cpu": "3"}, node_name="n1")]
+            return []
+
+    app = new_app(PodsFirstClient())
+    asyncio.run(app.ensure_reconciled())
+    info = app.cache.node("n1")
+    assert info is not None
+    assert [pod.name for pod in info.pods.values()] == ["running"]
+    assert app.cache.table.requested.sum() > 0
+
+
+def test_kept_pods_are_compact_until_read_and_read_back_equal() -> None:
+    """Pending and bound pods are kept as compact JSON once the handlers are done with an event; reading
+    ``obj`` gives an equal object (and keeps it); what a later event compares against is the kept version."""
+    client = FakeClient()
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    waiting = pending("waiting", requests={"cpu": "100"}, labels={"app": "ünïcode"})
+    app.on_pod_event("ADDED", waiting)
+    kept = app.unassigned[waiting["metadata"]["uid"]]
+    assert isinstance(kept.raw, bytes)
+    assert len(kept.raw) < 1000
+    assert kept.obj == waiting
+    assert isinstance(kept.raw, dict)  # decoded once, then kept as read
+    running = make_pod("running", requests={"cpu": "1"}, node_name="n1")
+    app.on_pod_event(None, running)
+    on_node = app.cache.pod(running["metadata"]["uid"])
+    assert on_node is not None
+    assert isinstance(on_node.raw, bytes)
+    assert on_node.obj == running
+    app.on_pod_event("DELETED", running)
+    assert app.cache.pod(running["metadata"]["uid"]) is None
+
+
+def test_an_object_json_cannot_hold_stays_a_dict() -> None:
+    odd = make_pod("odd")
+    odd["metadata"]["annotations"] = {"not-json": {1, 2}}
+    pod = PodInfo.from_obj(odd)
+    pod.compact()
+    assert pod.obj is odd

@@ -296,7 +296,7 @@ class ClusterCache:
             raise ValueError(f"pod {pod.key} is already in the cache")
         obj = {**pod.obj, "spec": {**(pod.obj.get("spec") or {}), "nodeName": node_name}}
         # The pending pod's parsed requests hold for the assumed copy: only where it runs changes.
-        assumed = dataclasses.replace(pod, obj=obj, node_name=node_name, memo=dict(pod.memo))
+        assumed = dataclasses.replace(pod, raw=obj, node_name=node_name, memo=dict(pod.memo))
         self._add(assumed)
         self._assumed.add(assumed.uid)
         return assumed

@@ -10,7 +10,9 @@ largest of desired, actuated and allocated requests.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -45,11 +47,21 @@ class HostPort:
         return self.host_ip == "0.0.0.0" or other.host_ip == "0.0.0.0" or self.host_ip == other.host_ip
 
 
+#: Encodes a kept pod object compactly (see :meth:`PodInfo.compact`).
+_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False, ensure_ascii=False)
+
+
 @dataclass(slots=True, eq=False)
 class PodInfo:
-    """What the scheduler reads of one pod. ``obj`` keeps the raw API object for anything rarer."""
+    """What the scheduler reads of one pod. ``obj`` keeps the raw API object for anything rarer.
 
-    obj: dict[str, Any]
+    The object is held as compact JSON once the event handlers have stored the pod (:meth:`compact`) and
+    decoded again on the first read of ``obj``: nearly everything the scheduler reads of a pod is parsed into
+    the fields below, and a pod's object as Python dicts is ~6.6 KB against ~1 KB of JSON, which at 50000
+    pods was most of the operator's memory (docs/benchmarks.md).
+    """
+
+    raw: dict[str, Any] | bytes
     uid: str
     namespace: str
     name: str
@@ -76,6 +88,21 @@ class PodInfo:
     memo: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def obj(self) -> dict[str, Any]:
+        """The pod's API object (decoded once after :meth:`compact`, then kept as a dict again)."""
+        raw = self.raw
+        if isinstance(raw, bytes):
+            raw = self.raw = json.loads(raw)
+        return raw
+
+    def compact(self) -> None:
+        """Keep the object as compact JSON until it is read again (an object JSON cannot hold stays as is)."""
+        raw = self.raw
+        if isinstance(raw, dict):
+            with contextlib.suppress(TypeError, ValueError):
+                self.raw = _COMPACT.encode(raw).encode()
+
+    @property
     def key(self) -> str:
         """``namespace/name``, as upstream prints pods in events and logs."""
         return f"{self.namespace}/{self.name}"
@@ -92,7 +119,7 @@ class PodInfo:
     def with_obj(self, obj: dict[str, Any]) -> PodInfo:
         """This pod's parse for a newer version ``obj`` of it whose :func:`same_scheduling_inputs` hold; plugins'
         memos start empty (they may read more of the object than the parse does)."""
-        return dataclasses.replace(self, obj=obj, memo={})
+        return dataclasses.replace(self, raw=obj, memo={})
 
     @classmethod
     def from_obj(cls, obj: dict[str, Any]) -> PodInfo:
@@ -103,7 +130,7 @@ class PodInfo:
         init_containers = spec.get("initContainers") or []
         requests, non_zero_cpu, non_zero_memory = pod_resources(obj)
         return cls(
-            obj=obj,
+            raw=obj,
             uid=pod_uid(obj),
             namespace=meta.get("namespace") or "default",
             name=meta.get("name") or "",
