@@ -123,3 +123,26 @@ def test_resource_slices_are_indexed_by_node_and_claims_are_namespaced() -> None
     assert store.get(RESOURCE_CLAIM, "c", "other") is None
     store.apply(DEVICE_CLASS, "ADDED", _obj("gpu", "stray"))
     assert store.keys(DEVICE_CLASS) == {("", "gpu")}
+
+
+def test_observers_hear_every_store_and_drop_of_their_kind_only() -> None:
+    store = StorageObjects()
+    heard: list[tuple[tuple[str, str], str | None, str | None]] = []
+
+    def rv(obj: dict | None) -> str | None:
+        return None if obj is None else obj["metadata"]["resourceVersion"]
+
+    store.observe(RESOURCE_CLAIM, lambda key, old, new: heard.append((key, rv(old), rv(new))))
+    store.apply(RESOURCE_CLAIM, "ADDED", _obj("c", "ns"))
+    store.apply(RESOURCE_CLAIM, "MODIFIED", _obj("c", "ns", rv="2"))
+    store.apply(PERSISTENT_VOLUME_CLAIM, "ADDED", _obj("c", "ns"))  # another kind: not heard
+    store.remove(RESOURCE_CLAIM, ("ns", "c"))  # the reconciling LIST drops it
+    store.apply(RESOURCE_CLAIM, "ADDED", _obj("d", "ns"))
+    store.apply(RESOURCE_CLAIM, "DELETED", _obj("d", "ns"))
+    assert heard == [
+        (("ns", "c"), None, "1"),
+        (("ns", "c"), "1", "2"),
+        (("ns", "c"), "2", None),
+        (("ns", "d"), None, "1"),
+        (("ns", "d"), "1", None),
+    ]
