@@ -446,3 +446,25 @@ def test_same_scheduling_inputs(change: Any, same: bool) -> None:
     old, new = _versioned(change)
     assert pod_info.same_scheduling_inputs(old, new) is same
     assert pod_info.same_scheduling_inputs(old, old) is False  # changed in place, perhaps: parse it again
+
+
+def test_pods_with_the_same_tolerations_share_one_parse_and_an_odd_one_still_parses() -> None:
+    from kopf_scheduler.state.tolerations import Toleration, parse_tolerations
+
+    defaults = [
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 300,
+        },
+    ]
+    first = PodInfo.from_obj(make_pod("a", spec={"tolerations": [dict(t) for t in defaults]}))
+    second = PodInfo.from_obj(make_pod("b", spec={"tolerations": [dict(t) for t in defaults]}))
+    assert first.tolerations is second.tolerations
+    assert first.tolerations[0] == Toleration("node.kubernetes.io/not-ready", "Exists", "", "NoExecute")
+    odd = parse_tolerations([{"key": "k", "operator": "Equal", "value": "v", "effect": "", "extra": ["unhashable"]}])
+    assert odd == (Toleration("k", "Equal", "v", ""),)
+    assert parse_tolerations(None) == ()
+    assert PodInfo.from_obj(make_pod("c", spec={"tolerations": [defaults[0]]})).tolerations != first.tolerations

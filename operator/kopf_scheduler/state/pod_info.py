@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from sys import intern
 from typing import Any
 
 from kopf_scheduler.state.quantity import parse_quantity
@@ -132,13 +133,13 @@ class PodInfo:
         return cls(
             raw=obj,
             uid=pod_uid(obj),
-            namespace=meta.get("namespace") or "default",
+            namespace=intern(meta.get("namespace") or "default"),
             name=meta.get("name") or "",
             labels=dict(meta.get("labels") or {}),
             priority=int(spec.get("priority") or 0),
-            scheduler_name=spec.get("schedulerName") or "default-scheduler",
-            node_name=spec.get("nodeName") or "",
-            phase=status.get("phase") or "",
+            scheduler_name=intern(spec.get("schedulerName") or "default-scheduler"),
+            node_name=intern(spec.get("nodeName") or ""),
+            phase=intern(status.get("phase") or ""),
             terminating=meta.get("deletionTimestamp") is not None,
             scheduling_gates=tuple(g.get("name", "") for g in spec.get("schedulingGates") or ()),
             node_selector=dict(spec.get("nodeSelector") or {}),
@@ -146,7 +147,7 @@ class PodInfo:
             tolerations=parse_tolerations(spec.get("tolerations")),
             topology_spread_constraints=tuple(spec.get("topologySpreadConstraints") or ()),
             host_ports=_host_ports(containers, init_containers),
-            images=tuple(c.get("image", "") for c in (*init_containers, *containers)),
+            images=tuple(intern(c.get("image", "")) for c in (*init_containers, *containers)),
             num_containers=len(containers) + len(init_containers),
             requests=requests,
             non_zero_cpu=non_zero_cpu,

@@ -41,12 +41,33 @@ class Toleration:
         return False
 
 
+#: Parsed tolerations by their raw shape: nearly every pod carries the same few (the two that admission adds
+#: for not-ready and unreachable nodes), so pods share one tuple instead of holding ~0.5 KB each.
+_TOLERATIONS_BY_SHAPE: dict[tuple[tuple[tuple[str, Any], ...], ...], tuple[Toleration, ...]] = {}
+_MAX_SHAPES = 1024
+
+
 def parse_tolerations(raw: Iterable[dict[str, Any]] | None) -> tuple[Toleration, ...]:
+    if not raw:
+        return ()
+    try:
+        shape = tuple(tuple(t.items()) for t in raw)
+        found = _TOLERATIONS_BY_SHAPE.get(shape)
+    except TypeError:  # an unhashable value: parse it alone
+        return _parse_tolerations(raw)
+    if found is None:
+        if len(_TOLERATIONS_BY_SHAPE) >= _MAX_SHAPES:
+            _TOLERATIONS_BY_SHAPE.clear()
+        found = _TOLERATIONS_BY_SHAPE[shape] = _parse_tolerations(raw)
+    return found
+
+
+def _parse_tolerations(raw: Iterable[dict[str, Any]]) -> tuple[Toleration, ...]:
     return tuple(
         Toleration(
             t.get("key", "") or "", t.get("operator", "") or "", t.get("value", "") or "", t.get("effect", "") or ""
         )
-        for t in raw or ()
+        for t in raw
     )
 
 
