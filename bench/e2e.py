@@ -836,16 +836,34 @@ async def ensure_nodes(api: Api, have: int, want: int) -> int:
 async def delete_namespace_pods(api: Api, namespace: str, wait_seconds: float = 600.0) -> None:
     """Delete every pod (grace 0: there is no kubelet) and event of the namespace; wait until the pods are gone."""
     path = f"/api/v1/namespaces/{namespace}/pods"
-    await api.request("DELETE", path, params={"gracePeriodSeconds": "0"}, ok404=True)
-    await api.request("DELETE", f"/api/v1/namespaces/{namespace}/events", ok404=True)
+    await _delete_collection(api, path, params={"gracePeriodSeconds": "0"})
+    await _delete_collection(api, f"/api/v1/namespaces/{namespace}/events")
     deadline = time.monotonic() + wait_seconds
+    next_delete = time.monotonic() + 60
     while True:
         page = await api.request("GET", path, params={"limit": "1"})
         if not page.get("items"):
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"pods of {namespace} not gone after {wait_seconds:.0f}s")
+        if time.monotonic() > next_delete:  # a cut-off DELETE may have stopped half-way
+            await _delete_collection(api, path, params={"gracePeriodSeconds": "0"})
+            next_delete = time.monotonic() + 60
         await asyncio.sleep(0.5)
+
+
+async def _delete_collection(api: Api, path: str, params: dict[str, str] | None = None) -> None:
+    """DELETE a collection. Its answer lists every deleted object; at 50000 pods the API server's request
+    timeout can cut that answer off or answer 504 while the deletion goes on, so neither is an error here (the
+    caller waits until the objects are gone)."""
+    try:
+        await api.request("DELETE", path, params=params, ok404=True)
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as e:
+        print(f"  DELETE {path}: {type(e).__name__}; waiting for the objects to go", flush=True)
+    except RuntimeError as e:
+        if "HTTP 504" not in str(e):
+            raise
+        print(f"  DELETE {path}: HTTP 504; waiting for the objects to go", flush=True)
 
 
 async def ensure_csinodes(api: Api, nodes: int) -> None:

@@ -138,10 +138,7 @@ class EventHandlers:
         old_assigned = self._cache.pod(uid)
         old_unassigned = self._unassigned.get(uid)
         self._note_watch(event_type, obj)
-        if event_type != "DELETED" and (
-            _same_version(old_unassigned.obj if old_unassigned is not None else None, obj)
-            or _same_version(old_assigned.obj if old_assigned is not None else None, obj)
-        ):
+        if event_type != "DELETED" and (_same_pod_version(old_unassigned, obj) or _same_pod_version(old_assigned, obj)):
             return  # a version we hold already (kopf's LIST after ours); upstream's informers never repeat one
         obj = _slim(obj)
         phase = (obj.get("status") or {}).get("phase")
@@ -218,6 +215,7 @@ class EventHandlers:
         runtime.queue.add(pod)
         if runtime.queue.location(pod.uid) != GATED:
             self._nominator.add_pod(pod)
+        pod.compact()  # PreEnqueue plugins may have read (decoded) the object
 
     def hold_pods_until_reconciled(self) -> None:
         """From now until the next reconciling LIST has made the cache whole, new pending pods wait outside the
@@ -485,6 +483,14 @@ def _same_version(known: dict[str, Any] | None, obj: dict[str, Any]) -> bool:
         return False
     version = (obj.get("metadata") or {}).get("resourceVersion")
     return bool(version) and version == (known.get("metadata") or {}).get("resourceVersion")
+
+
+def _same_pod_version(known: PodInfo | None, obj: dict[str, Any]) -> bool:
+    """:func:`_same_version` for a kept pod, by its parsed version (its object may be compact)."""
+    if known is None:
+        return False
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    return bool(version) and version == known.resource_version
 
 
 def _key(obj: dict[str, Any]) -> str:

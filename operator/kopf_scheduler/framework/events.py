@@ -252,7 +252,7 @@ def as_object(obj: Any) -> Mapping[str, Any] | None:
 
 
 def nominated_node_name(pod: PodInfo) -> str:
-    return (pod.obj.get("status") or {}).get("nominatedNodeName") or ""
+    return pod.nominated_node
 
 
 # -- helpers for writing QueueingHints ---------------------------------------------------------------------

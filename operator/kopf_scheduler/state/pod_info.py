@@ -87,6 +87,11 @@ class PodInfo:
     non_zero_memory: int
     #: Plugins park parsed pod-side data here under their own name (e.g. parsed affinity terms).
     memo: dict[str, Any] = field(default_factory=dict)
+    #: ``metadata.resourceVersion``: what the event handlers compare a repeated version by, without decoding
+    #: a compact object (which would keep it decoded).
+    resource_version: str = ""
+    #: ``status.nominatedNodeName`` (the queue's nominator reads it as pods enter, compact or not).
+    nominated_node: str = ""
 
     @property
     def obj(self) -> dict[str, Any]:
@@ -120,7 +125,9 @@ class PodInfo:
     def with_obj(self, obj: dict[str, Any]) -> PodInfo:
         """This pod's parse for a newer version ``obj`` of it whose :func:`same_scheduling_inputs` hold; plugins'
         memos start empty (they may read more of the object than the parse does)."""
-        return dataclasses.replace(self, raw=obj, memo={})
+        return dataclasses.replace(
+            self, raw=obj, memo={}, resource_version=_resource_version(obj), nominated_node=_nominated_node(obj)
+        )
 
     @classmethod
     def from_obj(cls, obj: dict[str, Any]) -> PodInfo:
@@ -152,7 +159,17 @@ class PodInfo:
             requests=requests,
             non_zero_cpu=non_zero_cpu,
             non_zero_memory=non_zero_memory,
+            resource_version=_resource_version(obj),
+            nominated_node=_nominated_node(obj),
         )
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("resourceVersion") or ""
+
+
+def _nominated_node(obj: Mapping[str, Any]) -> str:
+    return (obj.get("status") or {}).get("nominatedNodeName") or ""
 
 
 def pod_uid(obj: Mapping[str, Any]) -> str:
