@@ -396,7 +396,9 @@ class EventHandlers:
 
     def _watched_meanwhile(self, obj: dict[str, Any]) -> bool:
         """A watch changed or deleted the object while the LIST was in flight: its watched state wins."""
-        uid = _uid(obj)
+        return self._watched_uid_meanwhile(_uid(obj))
+
+    def _watched_uid_meanwhile(self, uid: str) -> bool:
         return uid in self._watched_during_list or uid in self._deleted_during_list
 
     def _apply_node_page(self, page: list[dict[str, Any]]) -> list[str]:
@@ -421,8 +423,7 @@ class EventHandlers:
         known = [*self._cache.pods(), *self._unassigned.values()]
         for pod in known:
             uid = pod.uid
-            watched = uid in self._watched_during_list or uid in self._deleted_during_list
-            if uid not in listed and not watched and not self._cache.is_assumed(uid):
+            if uid not in listed and not self._watched_uid_meanwhile(uid) and not self._cache.is_assumed(uid):
                 self.on_pod_event("DELETED", pod.obj)
 
     def _apply_workload_page(self, kind: str, page: list[dict[str, Any]]) -> list[tuple[str, str]]:
