@@ -72,6 +72,7 @@ from kopf_scheduler.plugins._volumes import (
     not_found_message,
     pod_volumes,
 )
+from kopf_scheduler.state.node_table import NodeTable
 from kopf_scheduler.state.storage import (
     CSI_NODE,
     PERSISTENT_VOLUME,
@@ -208,7 +209,7 @@ def attachment_volumes(storage: StorageObjects, attachments: Iterable[Obj], node
     return found
 
 
-#: The kinds whose objects a node's count is read from (CSINodes are compared by identity too).
+#: The kinds whose objects a node's count is read from (a CSINode's limits too).
 _COUNTED_FROM = (PERSISTENT_VOLUME_CLAIM, PERSISTENT_VOLUME, STORAGE_CLASS, CSI_NODE, VOLUME_ATTACHMENT)
 
 
@@ -222,25 +223,143 @@ class _Cycle:
     changes: int
 
 
-@dataclass(slots=True, eq=False)
-class _OnNode:
-    """A node's volume limits, attached volumes (or the Error collecting them) and per-driver counts, with what
-    they came from (the volumes are counted only when the node has limits)."""
+class _SlotCounts:
+    """Every node's limits and counted volumes as last counted, by node slot, as columns Filter compares at once.
 
-    changes: int
-    csi_node: Obj | None
-    pods: tuple[PodInfo, ...]
-    limits: dict[str, int]
-    attached: Volumes | Status
-    counts: Counter[str]
+    Per slot: whether the node has a CSINode, whether it sets any limit, the Error collecting its pods' volumes
+    (if any), and per driver the limit (−1: none) and the count of attached volumes (its pods' and its
+    VolumeAttachments'). The volumes themselves are kept per slot with an index of which slots hold each, so a
+    pod whose volume a node already has is judged on that node alone. A slot is recounted when its
+    ``pods_version`` (node table) or the storage objects it was read from changed; between cycles most nodes
+    change nothing, and the per-node walk of every pod's claims, which upstream does each time, was most of
+    the cost.
+    """
 
-    def is_current(self, changes: int, csi_node: Obj | None, pods: tuple[PodInfo, ...]) -> bool:
-        return (
-            self.changes == changes
-            and self.csi_node is csi_node
-            and len(self.pods) == len(pods)
-            and all(a is b for a, b in zip(self.pods, pods, strict=True))
-        )
+    def __init__(self) -> None:
+        self.table: NodeTable | None = None
+        self.changes = -1
+        self.version = np.zeros(0, dtype=np.int64)
+        self.has_csi_node = np.zeros(0, dtype=bool)
+        self.has_limits = np.zeros(0, dtype=bool)
+        self.has_error = np.zeros(0, dtype=bool)
+        self.errors: dict[int, Status] = {}
+        self.limit: dict[str, np.ndarray] = {}
+        self.count: dict[str, np.ndarray] = {}
+        self.attached: dict[int, Volumes] = {}
+        self.slots_by_volume: dict[str, set[int]] = {}
+
+    def refresh(self, cycle: _Cycle, nodes: np.ndarray) -> None:
+        """Recount the slots among ``nodes`` whose count is not current."""
+        table = cycle.snapshot.cache.table
+        if table is not self.table:  # another cache (never in the operator): nothing kept applies
+            self.__init__()  # type: ignore[misc]
+            self.table = table
+        self._fit(table.capacity)
+        if cycle.changes != self.changes:
+            self.version[:] = -1
+            self.changes = cycle.changes
+        stale = nodes[self.version[nodes] != table.pods_version[nodes]]
+        for slot in stale.tolist():
+            self._recount(cycle, slot)
+            self.version[slot] = table.pods_version[slot]
+
+    def _fit(self, capacity: int) -> None:
+        extra = capacity - len(self.version)
+        if extra <= 0:
+            return
+        self.version = np.concatenate([self.version, np.full(extra, -1, dtype=np.int64)])
+        self.has_csi_node = np.concatenate([self.has_csi_node, np.zeros(extra, dtype=bool)])
+        self.has_limits = np.concatenate([self.has_limits, np.zeros(extra, dtype=bool)])
+        self.has_error = np.concatenate([self.has_error, np.zeros(extra, dtype=bool)])
+        for columns, fill in ((self.limit, -1), (self.count, 0)):
+            for driver, column in columns.items():
+                columns[driver] = np.concatenate([column, np.full(extra, fill, dtype=np.int64)])
+
+    def _column(self, columns: dict[str, np.ndarray], driver: str, fill: int) -> np.ndarray:
+        column = columns.get(driver)
+        if column is None:
+            column = columns[driver] = np.full(len(self.version), fill, dtype=np.int64)
+        return column
+
+    def _recount(self, cycle: _Cycle, slot: int) -> None:
+        self._forget(slot)
+        storage = cycle.snapshot.cache.storage
+        node = cycle.snapshot.node_info(slot)
+        csi_node = storage.csi_node(node.name)
+        self.has_csi_node[slot] = csi_node is not None
+        limits = volume_limits(csi_node)
+        if not limits:  # without limits the node passes: nothing to count
+            return
+        self.has_limits[slot] = True
+        for driver, limit in limits.items():
+            self._column(self.limit, driver, -1)[slot] = limit
+        counted = _count(cycle, node.pods.values(), csi_node, node.name)
+        if isinstance(counted, Status):
+            self.has_error[slot] = True
+            self.errors[slot] = counted
+            return
+        attached, counts = counted
+        self.attached[slot] = attached
+        for key in attached:
+            self.slots_by_volume.setdefault(key, set()).add(slot)
+        for driver, count in counts.items():
+            self._column(self.count, driver, 0)[slot] = count
+
+    def _forget(self, slot: int) -> None:
+        self.has_limits[slot] = self.has_error[slot] = False
+        self.errors.pop(slot, None)
+        for column in self.limit.values():
+            column[slot] = -1
+        for column in self.count.values():
+            column[slot] = 0
+        for key in self.attached.pop(slot, ()):
+            holders = self.slots_by_volume[key]
+            holders.discard(slot)
+            if not holders:
+                del self.slots_by_volume[key]
+
+    def exceeds(self, slot: int, wanted: Volumes) -> bool:
+        """Whether ``wanted`` (some of which the node may hold already) goes over one of the node's limits."""
+        attached = self.attached.get(slot, {})
+        new = Counter(driver for key, driver in wanted.items() if key not in attached)
+        return any(self._over(driver, count, slot) for driver, count in new.items())
+
+    def exceeding(self, slots: np.ndarray, new: Mapping[str, int]) -> np.ndarray:
+        """Mask over ``slots``: ``new`` volumes per driver, none held by the node yet, go over a limit."""
+        over = np.zeros(len(slots), dtype=bool)
+        for driver, count in new.items():
+            limit = self.limit.get(driver)
+            if limit is None:
+                continue
+            limits = limit[slots]
+            counts = self.count[driver][slots] if driver in self.count else 0
+            over |= (limits >= 0) & (counts + count > limits)
+        return over
+
+    def _over(self, driver: str, count: int, slot: int) -> bool:
+        limit = self.limit.get(driver)
+        if limit is None or limit[slot] < 0:
+            return False
+        held = self.count[driver][slot] if driver in self.count else 0
+        return bool(held + count > limit[slot])
+
+
+def _count(
+    cycle: _Cycle, pods: Iterable[PodInfo], csi_node: Obj | None, node_name: str
+) -> tuple[Volumes, Counter[str]] | Status:
+    """The volumes the node's pods use and the per-driver count with its VolumeAttachments (upstream walks
+    them in Filter for every node)."""
+    attached: Volumes = {}
+    try:
+        for existing in pods:
+            cycle.collector.collect(existing, csi_node, new_pod=False, into=attached)
+    except ValueError as exc:
+        return Status.as_error(exc, plugin=NAME)
+    storage = cycle.snapshot.cache.storage
+    counts = Counter(attached.values())
+    by_attachment = attachment_volumes(storage, storage.by_node(VOLUME_ATTACHMENT, node_name), node_name)
+    counts.update(driver for key, driver in by_attachment.items() if key not in attached)
+    return attached, counts
 
 
 def _pod_needs_check(pod: PodInfo | Obj) -> bool:
@@ -252,6 +371,26 @@ def _pod_needs_check(pod: PodInfo | Obj) -> bool:
     )
 
 
+class _Verdicts:
+    """The FilterResult being built: a rejection mask over the nodes and a palette of statuses."""
+
+    def __init__(self, size: int) -> None:
+        self.rejected = np.zeros(size, dtype=bool)
+        self.index = np.zeros(size, dtype=np.int64)
+        self.palette: dict[Status, int] = {}
+
+    def reject(self, where: np.ndarray | int, status: Status) -> None:
+        if isinstance(where, np.ndarray) and not where.any():
+            return
+        self.rejected[where] = True
+        self.index[where] = self.palette.setdefault(status, len(self.palette))
+
+    def result(self) -> FilterResult | None:
+        if not self.rejected.any():
+            return None
+        return FilterResult(self.rejected, tuple(self.palette), self.index)
+
+
 class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
     name: ClassVar[str] = NAME
 
@@ -261,8 +400,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
         super().__init__(**kwargs)
         #: Upstream's ``randomVolumeIDPrefix``: makes the handles of unbound claims unique to this scheduler.
         self.random_prefix = secrets.token_hex(16)
-        #: Node name → what its pods and VolumeAttachments hold, as last counted (:meth:`_on_node`).
-        self._nodes: dict[str, _OnNode] = {}
+        self._counts = _SlotCounts()
 
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
         if _pod_needs_check(pod):
@@ -274,83 +412,40 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
             return None
         storage = snapshot.cache.storage
         cycle = _Cycle(VolumeCollector(storage, self.random_prefix), snapshot, storage.changes(_COUNTED_FROM))
-        self._forget_deleted_nodes(snapshot)
+        counts = self._counts
+        counts.refresh(cycle, nodes)
+        verdicts = _Verdicts(len(nodes))
+        has_csi_node = counts.has_csi_node[nodes]
         # The pod's own volumes depend on the node only through whether it has a CSINode.
-        own: dict[bool, Volumes | Status] = {}
-        rejected = np.zeros(len(nodes), dtype=bool)
-        palette: dict[Status, int] = {}
-        index = np.zeros(len(nodes), dtype=np.int64)
-        for position, slot in enumerate(nodes.tolist()):
-            status = self._filter_node(cycle, own, pod, snapshot.node_info(slot).name)
-            if status is not None:
-                rejected[position] = True
-                index[position] = palette.setdefault(status, len(palette))
-        if not palette:
-            return None
-        return FilterResult(rejected, tuple(palette), index)
+        for flag in (True, False):
+            here = has_csi_node == flag
+            if here.any():
+                csi_node = storage.csi_node(snapshot.node_info(int(nodes[np.argmax(here)])).name)
+                self._judge(verdicts, nodes, here, self._own_volumes(cycle.collector, pod, csi_node))
+        return verdicts.result()
 
-    def _filter_node(
-        self, cycle: _Cycle, own: dict[bool, Volumes | Status], pod: PodInfo, node_name: str
-    ) -> Status | None:
-        csi_node = cycle.snapshot.cache.storage.csi_node(node_name)
-        has_csi_node = csi_node is not None
-        if has_csi_node not in own:
-            own[has_csi_node] = self._own_volumes(cycle.collector, pod, csi_node)
-        wanted = own[has_csi_node]
+    def _judge(self, verdicts: _Verdicts, nodes: np.ndarray, here: np.ndarray, wanted: Volumes | Status) -> None:
+        """Judge the nodes ``here`` (a mask over ``nodes``) for the pod's own ``wanted`` volumes."""
         if isinstance(wanted, Status):
-            return wanted
-        if not wanted:
-            return None
-        on_node = self._on_node(cycle, node_name, csi_node)
-        if not on_node.limits:
-            return None
-        if isinstance(on_node.attached, Status):
-            return on_node.attached
-        attached = on_node.attached
-        new_volumes = [driver for key, driver in wanted.items() if key not in attached]
-        for driver, count in Counter(new_volumes).items():
-            limit = on_node.limits.get(driver)
-            if limit is not None and on_node.counts[driver] + count > limit:
-                return self._rejection
-        return None
-
-    def _on_node(self, cycle: _Cycle, node_name: str, csi_node: Obj | None) -> _OnNode:
-        """The node's volume limits, the volumes its pods use and the per-driver count with its
-        VolumeAttachments; recounted only when its pods, its CSINode or a storage object they are read from
-        changed (between cycles most nodes change nothing, and the per-node walk of every pod's claims, which
-        upstream does each time, was most of the cost)."""
-        node = cycle.snapshot.cache.node(node_name)
-        pods = tuple(node.pods.values()) if node is not None else ()
-        held = self._nodes.get(node_name)
-        if held is not None and held.is_current(cycle.changes, csi_node, pods):
-            return held
-        counted = _OnNode(cycle.changes, csi_node, pods, volume_limits(csi_node), {}, Counter())
-        if counted.limits:  # without limits the node passes: nothing to count
-            self._count(cycle, counted, node_name)
-        self._nodes[node_name] = counted
-        return counted
-
-    def _forget_deleted_nodes(self, snapshot: Snapshot) -> None:
-        """Drop the counts of nodes gone from the cluster (node names churn with autoscaling), once they are a
-        good part of what is kept; each holds its pods."""
-        cache = snapshot.cache
-        if len(self._nodes) > 2 * cache.num_nodes + 16:
-            self._nodes = {name: held for name, held in self._nodes.items() if cache.node(name) is not None}
-
-    @staticmethod
-    def _count(cycle: _Cycle, counted: _OnNode, node_name: str) -> None:
-        attached: Volumes = {}
-        try:
-            for existing in counted.pods:
-                cycle.collector.collect(existing, counted.csi_node, new_pod=False, into=attached)
-        except ValueError as exc:
-            counted.attached = Status.as_error(exc, plugin=NAME)
+            verdicts.reject(here, wanted)
             return
-        storage = cycle.snapshot.cache.storage
-        counted.attached = attached
-        counted.counts.update(attached.values())
-        by_attachment = attachment_volumes(storage, storage.by_node(VOLUME_ATTACHMENT, node_name), node_name)
-        counted.counts.update(driver for key, driver in by_attachment.items() if key not in attached)
+        if not wanted:
+            return
+        counts = self._counts
+        judged = here & counts.has_limits[nodes]
+        failed = judged & counts.has_error[nodes]
+        for position in np.flatnonzero(failed).tolist():
+            verdicts.reject(position, counts.errors[int(nodes[position])])
+        judged &= ~failed
+        holders = set().union(*(counts.slots_by_volume.get(key, ()) for key in wanted))
+        if holders:  # nodes that have one of the volumes already: it does not count again there
+            holding = judged & np.isin(nodes, np.fromiter(holders, dtype=np.int64, count=len(holders)))
+            for position in np.flatnonzero(holding).tolist():
+                if counts.exceeds(int(nodes[position]), wanted):
+                    verdicts.reject(position, self._rejection)
+            judged &= ~holding
+        if judged.any():
+            verdicts.reject(judged & counts.exceeding(nodes, Counter(wanted.values())), self._rejection)
 
     @staticmethod
     def _own_volumes(collector: VolumeCollector, pod: PodInfo, csi_node: Obj | None) -> Volumes | Status:

@@ -351,6 +351,7 @@ class ClusterCache:
         self.table.non_zero_requested[slot, 0] += pod.non_zero_cpu
         self.table.non_zero_requested[slot, 1] += pod.non_zero_memory
         self.table.pod_count[slot] += 1
+        self.table.touch_pods(slot)
         self._selector_counts.update(pod, slot, +1)
 
     def _detach(self, pod: PodInfo) -> None:
@@ -386,6 +387,7 @@ class ClusterCache:
             self.table.non_zero_requested[slot, 0] -= pod.non_zero_cpu
             self.table.non_zero_requested[slot, 1] -= pod.non_zero_memory
             self.table.pod_count[slot] -= 1
+            self.table.touch_pods(slot)
         self.generation += 1
 
     def _ungroup_affinity(self, pod: PodInfo, slot: int) -> None:

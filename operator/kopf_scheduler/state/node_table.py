@@ -55,6 +55,10 @@ class NodeTable:
         #: cpu, memory with the non-zero defaults (LeastAllocated/MostAllocated/RTCR node side).
         self.non_zero_requested = np.zeros((capacity, 2), dtype=np.int64)
         self.pod_count = np.zeros(capacity, dtype=np.int64)
+        #: A number that changes whenever the slot's set of pods changes or the slot changes hands (never reused
+        #: within the table): what a plugin derived from a node's pods alone is current while it is the same.
+        self.pods_version = np.zeros(capacity, dtype=np.int64)
+        self._last_pods_version = 0
         self.unschedulable = np.zeros(capacity, dtype=bool)
         self.taint_set = np.zeros(capacity, dtype=np.int32)
         #: Distinct taint lists seen; id 0 is "no taints". Pods' tolerations are checked once per set.
@@ -79,6 +83,7 @@ class NodeTable:
             self._next += 1
         self.names[slot] = name
         self.alive[slot] = True
+        self.touch_pods(slot)
         return slot
 
     def release(self, slot: int) -> None:
@@ -88,12 +93,18 @@ class NodeTable:
         self.requested[slot] = 0
         self.non_zero_requested[slot] = 0
         self.pod_count[slot] = 0
+        self.touch_pods(slot)
         self.unschedulable[slot] = False
         self.taint_set[slot] = 0
         self.declared_feature_set[slot] = 0
         for column in self.labels.values():
             column.ids[slot] = -1
         self._free.append(slot)
+
+    def touch_pods(self, slot: int) -> None:
+        """The slot's pods changed (or its node): give it a new :attr:`pods_version`."""
+        self._last_pods_version += 1
+        self.pods_version[slot] = self._last_pods_version
 
     def _grow(self, capacity: int) -> None:
         extra = capacity - self.capacity
@@ -107,6 +118,7 @@ class NodeTable:
         self.requested = pad(self.requested)
         self.non_zero_requested = pad(self.non_zero_requested)
         self.pod_count = pad(self.pod_count)
+        self.pods_version = pad(self.pods_version)
         self.unschedulable = pad(self.unschedulable, False)
         self.taint_set = pad(self.taint_set)
         self.declared_feature_set = pad(self.declared_feature_set)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -11,6 +13,8 @@ from kopf_scheduler.plugins.node_volume_limits import (
     ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED,
     NodeVolumeLimits,
     VolumeCollector,
+    attachment_volumes,
+    volume_limits,
 )
 from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info, slots
 from tests.unit.plugins._storage import claim_volume, csi_node, fill, pv, pvc, storage_class
@@ -212,8 +216,9 @@ def test_a_nodes_count_is_kept_between_cycles_until_its_pods_or_storage_change(m
     assert verdict() == "fits"
 
 
-def test_counts_of_deleted_nodes_are_not_kept_for_ever() -> None:
-    """Node names churn (autoscaling): the counts kept for nodes gone from the cluster are dropped."""
+def test_a_slot_taken_over_by_another_node_is_counted_afresh() -> None:
+    """Node names churn (autoscaling) and a new node reuses a deleted node's slot: its own limits and pods are
+    counted, never the deleted node's, and what is kept stays within the slots the table has."""
     names = [f"n{i}" for i in range(40)]
     cache = fill(
         make_cache([make_node(n) for n in names]), *OBJECTS, *(("CSINode", csi_node(n, d_csi_io=2)) for n in names)
@@ -221,15 +226,137 @@ def test_counts_of_deleted_nodes_are_not_kept_for_ever() -> None:
     plugin = NodeVolumeLimits(handle=FakeHandle(cache))
     pod = pod_info(make_pod(spec={"volumes": [claim_volume("c1")]}))
 
-    def cycle() -> None:
+    def rejected() -> set[str]:
         snapshot = cache.snapshot()
         state = CycleState()
         plugin.pre_filter(state, pod, snapshot)
-        plugin.filter(state, pod, slots(snapshot), snapshot)
+        result = plugin.filter(state, pod, slots(snapshot), snapshot)
+        order = [snapshot.node_info(slot).name for slot in slots(snapshot).tolist()]
+        return set() if result is None else {name for name, no in zip(order, result.rejected, strict=True) if no}
 
-    cycle()
-    assert set(plugin._nodes) == set(names)
+    assert rejected() == set()
     for name in names[1:]:
         cache.remove_node(name)
-    cycle()
-    assert set(plugin._nodes) == {"n0"}
+    fresh = [f"m{i}" for i in range(39)]
+    fill(cache, *(("CSINode", csi_node(n, d_csi_io=0)) for n in fresh))
+    for name in fresh:
+        cache.add_or_update_node(make_node(name))
+    assert rejected() == set(fresh)
+    assert len(plugin._counts.version) == cache.table.capacity
+
+
+# -- the kept counts against the walk upstream does in every Filter --------------------------------------------
+_DRIVERS = ("a.csi.io", "b.csi.io")
+
+
+def _walked_verdict(cache: Any, plugin: NodeVolumeLimits, pod: Any, node_name: str) -> Any:
+    """Upstream's Filter for one node, restated plainly: the pod's volumes, the node's pods' volumes and
+    VolumeAttachments collected afresh, then the per-driver comparison."""
+    storage = cache.storage
+    collector = VolumeCollector(storage, plugin.random_prefix)
+    csi = storage.csi_node(node_name)
+    wanted: dict[str, str] = {}
+    try:
+        collector.collect(pod, csi, new_pod=True, into=wanted)
+    except LookupError as exc:
+        return (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, str(exc))
+    except ValueError as exc:
+        return (Code.ERROR, str(exc))
+    limits = volume_limits(csi)
+    if not wanted or not limits:
+        return "fits"
+    attached: dict[str, str] = {}
+    try:
+        for existing in cache.node(node_name).pods.values():
+            collector.collect(existing, csi, new_pod=False, into=attached)
+    except ValueError as exc:
+        return (Code.ERROR, str(exc))
+    counts = Counter(attached.values())
+    on_node = attachment_volumes(storage, storage.by_node("VolumeAttachment", node_name), node_name)
+    counts.update(driver for key, driver in on_node.items() if key not in attached)
+    new = Counter(driver for key, driver in wanted.items() if key not in attached)
+    for driver, count in new.items():
+        if driver in limits and counts[driver] + count > limits[driver]:
+            return EXCEEDED
+    return "fits"
+
+
+def _random_csi_node(rng: random.Random, name: str) -> dict[str, Any]:
+    limits = {d.replace(".", "_"): rng.choice([None, 0, 1, 2, 3, 5]) for d in _DRIVERS if rng.random() < 0.7}
+    return csi_node(name, **limits)
+
+
+def _random_volumes(rng: random.Random, claims: list[str]) -> list[dict[str, Any]]:
+    volumes = [claim_volume(c, name=f"v{i}") for i, c in enumerate(rng.sample(claims, rng.randint(0, 3)))]
+    if rng.random() < 0.1:
+        volumes.append(claim_volume("gone", name="v-gone"))
+    return volumes
+
+
+def _verdicts(plugin: NodeVolumeLimits, cache: Any, pod: Any) -> tuple[list[str], list[Any]]:
+    snapshot = cache.snapshot()
+    order = [snapshot.node_info(slot).name for slot in slots(snapshot).tolist()]
+    state = CycleState()
+    _, status = plugin.pre_filter(state, pod, snapshot)
+    assert status.is_success
+    result = plugin.filter(state, pod, slots(snapshot), snapshot)
+    got = [
+        "fits" if result is None or not result.rejected[i] else (result.status_at(i).code, result.status_at(i).message)
+        for i in range(len(order))
+    ]
+    return order, got
+
+
+def _random_change(rng: random.Random, cache: Any, claims: list[str], pods: list[str], step: int) -> None:
+    """One of: a pod lands on a node or leaves, a CSINode changes, a VolumeAttachment comes or goes, a node
+    goes or comes."""
+    change = rng.random()
+    live = list(cache.node_names())
+    if change < 0.35:
+        volumes = [v for v in _random_volumes(rng, claims) if v["persistentVolumeClaim"]["claimName"] != "gone"]
+        cache.add_or_update_pod(
+            make_pod(f"p{step}", uid=f"u{step}", node_name=rng.choice(live), spec={"volumes": volumes})
+        )
+        pods.append(f"u{step}")
+    elif change < 0.5 and pods:
+        cache.remove_pod(pods.pop(rng.randrange(len(pods))))
+    elif change < 0.6:
+        cache.storage.apply("CSINode", "ADDED", _random_csi_node(rng, rng.choice(live)))
+    elif change < 0.7:
+        attachment = _attachment(f"va{step % 4}", f"pv{rng.randrange(12)}", node=rng.choice(live))
+        attachment["spec"]["attacher"] = rng.choice(_DRIVERS)
+        cache.storage.apply("VolumeAttachment", rng.choice(["ADDED", "DELETED"]), attachment)
+    elif change < 0.75 and len(live) > 2:
+        cache.remove_node(rng.choice(live))
+    elif change < 0.8:
+        cache.add_or_update_node(make_node(f"m{step}"))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_kept_counts_agree_with_the_walk_through_random_changes(seed: int) -> None:
+    """On random clusters (nodes with and without CSINodes and limits, shared volumes, unbound and missing
+    claims, VolumeAttachments), through random pod, node, CSINode and attachment changes between cycles,
+    the kept counts give every node the verdict of the walk upstream does."""
+    rng = random.Random(seed)
+    claims = [f"c{i}" for i in range(12)]
+    objects = [
+        *(("PersistentVolume", csi_pv(f"pv{i}", f"h{i % 9}", driver=rng.choice(_DRIVERS))) for i in range(12)),
+        *(("PersistentVolumeClaim", pvc(c, volume=f"pv{i}")) for i, c in enumerate(claims[:10])),
+        *(("PersistentVolumeClaim", pvc(c, sc="csi-a")) for c in claims[10:]),
+        ("StorageClass", storage_class("csi-a", provisioner="a.csi.io")),
+    ]
+    names = [f"n{i}" for i in range(8)]
+    cache = fill(make_cache([make_node(n) for n in names]), *objects)
+    for name in names:
+        if rng.random() < 0.8:
+            cache.storage.apply("CSINode", "ADDED", _random_csi_node(rng, name))
+    plugin = NodeVolumeLimits(handle=FakeHandle(cache))
+    pods: list[str] = []
+    rejections = 0
+    for step in range(40):
+        _random_change(rng, cache, claims, pods, step)
+        pod = pod_info(make_pod(f"new{step}", spec={"volumes": _random_volumes(rng, claims) or [claim_volume("c0")]}))
+        order, got = _verdicts(plugin, cache, pod)
+        assert got == [_walked_verdict(cache, plugin, pod, name) for name in order], f"step {step}"
+        rejections += sum(verdict != "fits" for verdict in got)
+    assert rejections  # the walk rejects somewhere: the comparison is not all "fits"
