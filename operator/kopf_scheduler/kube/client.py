@@ -17,6 +17,7 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
+from kopf_scheduler import json_codec
 from kopf_scheduler._version import __version__
 from kopf_scheduler.framework import APIError
 from kopf_scheduler.kube.http1 import ConnectionPool
@@ -105,7 +106,7 @@ class KubeClient:
     ) -> JSON:
         """One API call; the response body parsed. Raises :class:`APIError` on HTTP errors."""
         raw = await self._call(method, path, body=body, params=params, content_type=content_type)
-        return json.loads(raw) if raw else {}
+        return json_codec.loads(raw) if raw else {}
 
     async def send(self, method: str, path: str, *, body: JSON, content_type: str = "application/json") -> None:
         """One API call whose response body nobody reads (a Binding, an Event): it is not parsed.
@@ -114,7 +115,7 @@ class KubeClient:
         scheduled pod, was a measurable share of the operator's CPU. These calls go over the lean keep-alive
         connections of :mod:`kopf_scheduler.kube.http1` rather than aiohttp (two of them per scheduled pod).
         """
-        data = json.dumps(body, separators=(",", ":")).encode()
+        data = json_codec.dumps(body)
         status, raw = await self._get_connections().exchange(method, path, data, content_type)
         if status >= 400:
             raise APIError(status, _error_message(raw.decode("utf-8", errors="replace"), status))

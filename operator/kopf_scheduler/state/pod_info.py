@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from fractions import Fraction
 from sys import intern
 from typing import Any
 
+from kopf_scheduler import json_codec
 from kopf_scheduler.state.quantity import parse_quantity
 from kopf_scheduler.state.tolerations import Toleration, parse_tolerations
 
@@ -46,10 +46,6 @@ class HostPort:
         if self.protocol != other.protocol or self.port != other.port:
             return False
         return self.host_ip == "0.0.0.0" or other.host_ip == "0.0.0.0" or self.host_ip == other.host_ip
-
-
-#: Encodes a kept pod object compactly (see :meth:`PodInfo.compact`).
-_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False, ensure_ascii=False)
 
 
 @dataclass(slots=True, eq=False)
@@ -98,7 +94,7 @@ class PodInfo:
         """The pod's API object (decoded once after :meth:`compact`, then kept as a dict again)."""
         raw = self.raw
         if isinstance(raw, bytes):
-            raw = self.raw = json.loads(raw)
+            raw = self.raw = json_codec.loads(raw)
         return raw
 
     def compact(self) -> None:
@@ -106,7 +102,7 @@ class PodInfo:
         raw = self.raw
         if isinstance(raw, dict):
             with contextlib.suppress(TypeError, ValueError):
-                self.raw = _COMPACT.encode(raw).encode()
+                self.raw = json_codec.dumps(raw)
 
     @property
     def key(self) -> str:
