@@ -119,14 +119,21 @@ def test_bound_pod_event_keeps_the_parse_and_a_changed_pod_is_parsed_again(monke
     assert (confirmed.node_name, confirmed.requests, confirmed.labels) == ("n1", assumed.requests, {"app": "web"})
     assert not app.cache.is_assumed(uid)
     assert app.cache.table.requested[:, 0].sum() == 1000
-    # A label change is parsed again (and counted by the new labels).
+    # A label change (the API server's PodTopologyLabels admission adds the node's zone with the Binding) keeps
+    # the parse and takes the new labels.
     relabelled = copy.deepcopy(bound)
     relabelled["metadata"]["labels"] = {"app": "db"}
     relabelled["metadata"]["resourceVersion"] = "8"
     app.on_pod_event("MODIFIED", relabelled)
-    assert parsed == ["p"]
+    assert parsed == []
     assert app.cache.pod(uid).labels == {"app": "db"}  # type: ignore[union-attr]
-    assert app.cache.table.requested[:, 0].sum() == 1000
+    # An in-place resize is parsed again (and accounted by its new requests).
+    resized = copy.deepcopy(relabelled)
+    resized["status"]["containerStatuses"] = [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]
+    resized["metadata"]["resourceVersion"] = "9"
+    app.on_pod_event("MODIFIED", resized)
+    assert parsed == ["p"]
+    assert app.cache.table.requested[:, 0].sum() == 2000
 
 
 def test_reconcile_purges_objects_deleted_while_paused() -> None:

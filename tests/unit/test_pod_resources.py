@@ -427,13 +427,17 @@ def _versioned(change: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return old, new
 
 
+def _relabel(p: dict[str, Any]) -> None:
+    p["metadata"].update(labels={"app": "web"})
+
+
 @pytest.mark.parametrize(
     ("change", "same"),
     [
         (lambda p: p["status"].update(conditions=[{"type": "PodScheduled", "status": "True"}]), True),
         (lambda p: p["metadata"].update(annotations={"a": "b"}), True),
         (lambda p: p["status"].update(phase="Running"), False),
-        (lambda p: p["metadata"].update(labels={"app": "web"}), False),
+        (_relabel, False),
         (lambda p: p["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"), False),
         (lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), False),
         (
@@ -446,6 +450,35 @@ def test_same_scheduling_inputs(change: Any, same: bool) -> None:
     old, new = _versioned(change)
     assert pod_info.same_scheduling_inputs(old, new) is same
     assert pod_info.same_scheduling_inputs(old, old) is False  # changed in place, perhaps: parse it again
+    assert pod_info.same_scheduling_inputs(old, new, but_labels=True) is (same or change is _relabel)
+
+
+def test_a_bound_pod_relabelled_by_its_binding_keeps_its_parse_and_is_found_by_its_new_labels() -> None:
+    """The API server's PodTopologyLabels admission copies the node's zone and region onto the pod with the
+    Binding: the confirming watch event changes the labels only, and the cache keeps the parse (requests,
+    tolerations) while label lookups and selector counts follow the new labels."""
+    from kopf_scheduler.state.selectors import LabelSelector
+
+    obj = make_pod(
+        "a", node_name="n", requests={"cpu": "1"}, uid="uid-a", spec={"tolerations": [{"operator": "Exists"}]}
+    )
+    cache = make_cache([make_node("n")], [obj])
+    zone = LabelSelector.parse({"matchLabels": {"topology.kubernetes.io/zone": "z1"}})
+    before = cache.pod("uid-a")
+    assert before is not None
+    assert cache.matching_pods("default", zone) == []
+    counts_before = cache.matching_pod_counts("default", zone).copy()
+    relabelled = {**obj, "metadata": {**obj["metadata"], "labels": {"topology.kubernetes.io/zone": "z1"}}}
+    cache.add_or_update_pod(relabelled)
+    after = cache.pod("uid-a")
+    assert after is not None
+    assert after is not before
+    assert after.labels == {"topology.kubernetes.io/zone": "z1"}
+    assert (after.requests is before.requests, after.tolerations is before.tolerations) == (True, True)
+    assert [p.uid for p in cache.matching_pods("default", zone)] == ["uid-a"]
+    slot = cache.node("n").slot
+    assert (counts_before[slot], cache.matching_pod_counts("default", zone)[slot]) == (0, 1)
+    assert cache.table.pod_count[slot] == 1
 
 
 def test_pods_with_the_same_tolerations_share_one_parse_and_an_odd_one_still_parses() -> None:

@@ -260,13 +260,17 @@ class ClusterCache:
     def add_or_update_pod(self, obj: dict[str, Any]) -> PodInfo | None:
         """Account an assigned pod (or drop it when it turned terminal). Unassigned pods are ignored.
 
-        A new version of a pod the cache holds whose scheduling inputs are unchanged (the watch event that
-        confirms our own Binding of an assumed pod, a kubelet's status update) keeps the parsed PodInfo and
-        takes only the new object: parsing a pod again (quantities, tolerations, ports) was most of what a
-        bound pod's watch event cost us.
+        A new version of a pod the cache holds whose scheduling inputs are unchanged but for its labels (the
+        watch event that confirms our own Binding of an assumed pod, with the node's topology labels the API
+        server adds; a kubelet's status update) keeps the parsed PodInfo and takes only the new object and
+        labels: parsing a pod again (quantities, tolerations, ports) was most of what a bound pod's watch event
+        cost us.
         """
         old = self._pods.get(pod_uid(obj))
-        pod = PodInfo.from_obj(obj) if old is None or not same_scheduling_inputs(old.obj, obj) else old.with_obj(obj)
+        if old is None or not same_scheduling_inputs(old.obj, obj, but_labels=True):
+            pod = PodInfo.from_obj(obj)
+        else:
+            pod = old.with_obj(obj)
         if old is not None:
             self._detach(old)
             self._assumed.discard(pod.uid)

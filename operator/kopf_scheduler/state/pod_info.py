@@ -119,10 +119,16 @@ class PodInfo:
         return bool(self.affinity.get("podAffinity") or self.affinity.get("podAntiAffinity"))
 
     def with_obj(self, obj: dict[str, Any]) -> PodInfo:
-        """This pod's parse for a newer version ``obj`` of it whose :func:`same_scheduling_inputs` hold; plugins'
-        memos start empty (they may read more of the object than the parse does)."""
+        """This pod's parse for a newer version ``obj`` of it whose :func:`same_scheduling_inputs` hold (with
+        ``but_labels``: its labels are read again); plugins' memos start empty (they may read more of the
+        object than the parse does)."""
         return dataclasses.replace(
-            self, raw=obj, memo={}, resource_version=_resource_version(obj), nominated_node=_nominated_node(obj)
+            self,
+            raw=obj,
+            labels=_labels(obj),
+            memo={},
+            resource_version=_resource_version(obj),
+            nominated_node=_nominated_node(obj),
         )
 
     @classmethod
@@ -138,7 +144,7 @@ class PodInfo:
             uid=pod_uid(obj),
             namespace=intern(meta.get("namespace") or "default"),
             name=meta.get("name") or "",
-            labels=dict(meta.get("labels") or {}),
+            labels=_labels(obj),
             priority=int(spec.get("priority") or 0),
             scheduler_name=intern(spec.get("schedulerName") or "default-scheduler"),
             node_name=intern(spec.get("nodeName") or ""),
@@ -160,6 +166,10 @@ class PodInfo:
         )
 
 
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
 def _resource_version(obj: Mapping[str, Any]) -> str:
     return (obj.get("metadata") or {}).get("resourceVersion") or ""
 
@@ -176,17 +186,22 @@ def pod_uid(obj: Mapping[str, Any]) -> str:
 
 #: The metadata :meth:`PodInfo.from_obj` reads.
 _PARSED_METADATA = ("uid", "name", "namespace", "labels", "deletionTimestamp")
+_PARSED_METADATA_BUT_LABELS = tuple(key for key in _PARSED_METADATA if key != "labels")
 
 
-def same_scheduling_inputs(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether :meth:`PodInfo.from_obj` would parse ``new`` exactly as ``old``: the same spec, the metadata and
-    phase it reads, and the resource status its accounting reads (in-place resizes). A Binding confirmed by the
-    watch changes only what nothing parses (``status.conditions``, ``resourceVersion``). The very same object
-    may have been changed in place since it was parsed, so it never counts as unchanged."""
+def same_scheduling_inputs(old: Mapping[str, Any], new: Mapping[str, Any], *, but_labels: bool = False) -> bool:
+    """Whether :meth:`PodInfo.from_obj` would parse ``new`` exactly as ``old`` (with ``but_labels``: apart
+    from the labels): the same spec, the metadata and phase it reads, and the resource status its accounting
+    reads (in-place resizes). A Binding confirmed by the watch changes only what nothing parses
+    (``status.conditions``, ``resourceVersion``) and, with the API server's PodTopologyLabels admission
+    plugin (beta and on since 1.35), the labels: it copies the node's zone and region labels to the pod.
+    The very same object may have been changed in place since it was parsed, so it never counts as
+    unchanged."""
     if old is new or old.get("spec") != new.get("spec"):
         return False
     old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
-    if any(old_meta.get(key) != new_meta.get(key) for key in _PARSED_METADATA):
+    compared = _PARSED_METADATA_BUT_LABELS if but_labels else _PARSED_METADATA
+    if any(old_meta.get(key) != new_meta.get(key) for key in compared):
         return False
     old_status, new_status = old.get("status") or {}, new.get("status") or {}
     return old_status.get("phase") == new_status.get("phase") and _resource_status(old_status) == _resource_status(
