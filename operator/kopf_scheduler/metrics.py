@@ -14,6 +14,7 @@ from __future__ import annotations
 import platform
 import random
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from prometheus_client import (
     REGISTRY,
@@ -23,6 +24,7 @@ from prometheus_client import (
     Histogram,
 )
 from prometheus_client.gc_collector import GCCollector
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
@@ -40,6 +42,8 @@ SCHEDULED, UNSCHEDULABLE, ERROR = "scheduled", "unschedulable", "error"
 class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        #: (metric, label values) → its child, for the metrics observed per cycle (:meth:`_child`).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.schedule_attempts = Counter(
             "scheduler_schedule_attempts",
@@ -121,13 +125,23 @@ class SchedulerMetrics:
         )
         self._init_monitoring()
 
+    def _child(self, metric: MetricWrapperBase, *values: str) -> Any:
+        """``metric.labels(*values)`` (values in the metric's label order), looked up once per label values:
+        prometheus_client checks the labels and takes a lock on every ``labels()`` call, a measurable share of
+        the per-pod bookkeeping. Children are never removed from these metrics, so a kept one stays current."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
     def observe_attempt(self, *, result: str, profile: str, seconds: float) -> None:
-        self.schedule_attempts.labels(result=result, profile=profile).inc()
-        self.scheduling_attempt_duration.labels(result=result, profile=profile).observe(seconds)
+        self._child(self.schedule_attempts, result, profile).inc()
+        self._child(self.scheduling_attempt_duration, result, profile).observe(seconds)
 
     def observe_scheduled(self, *, attempts: int, seconds_since_first_enqueue: float) -> None:
         label = str(attempts) if attempts < 15 else "15+"
-        self.pod_scheduling_sli_duration.labels(attempts=label).observe(seconds_since_first_enqueue)
+        self._child(self.pod_scheduling_sli_duration, label).observe(seconds_since_first_enqueue)
         self.pod_scheduling_attempts.observe(attempts)
 
     def extender_error(self, extender: str, verb: str) -> None:
@@ -197,7 +211,7 @@ class SchedulerMetrics:
 
     def queue_incoming(self, queue: str, event: str) -> None:
         """``scheduler_queue_incoming_pods_total``: a pod entered ``queue`` because of ``event``."""
-        self.queue_incoming_pods.labels(queue=queue, event=event).inc()
+        self._child(self.queue_incoming_pods, queue, event).inc()
 
     def set_unschedulable(self, profile: str, counts: Mapping[str, int]) -> None:
         """``scheduler_unschedulable_pods{profile}``: queued pods per rejecting plugin; plugins no longer
@@ -211,9 +225,7 @@ class SchedulerMetrics:
 
     def observe_plugin(self, plugin: str, extension_point: str, status: str, seconds: float) -> None:
         """``scheduler_plugin_execution_duration_seconds``: one plugin call in a sampled cycle."""
-        self.plugin_execution_duration.labels(plugin=plugin, extension_point=extension_point, status=status).observe(
-            seconds
-        )
+        self._child(self.plugin_execution_duration, plugin, extension_point, status).observe(seconds)
 
     def track_active(self, name: str, is_active: Callable[[], bool]) -> None:
         """``leader_election_master_status{name}``: read from ``is_active()`` at every scrape."""

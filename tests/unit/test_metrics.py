@@ -144,3 +144,20 @@ def test_active_peer_gauge_build_info_and_process_collectors() -> None:
     assert samples(metrics, "python_info")
     metrics.queue_incoming("active", "NodeAdd")
     assert samples(metrics, "scheduler_queue_incoming_pods_total") == {(("event", "NodeAdd"), ("queue", "active")): 1.0}
+
+
+def test_attempts_are_counted_by_result_and_profile_and_the_sli_by_attempts() -> None:
+    """The per-cycle metrics keep their labelled children: each (result, profile) and attempts label counts
+    on its own, however often it is observed."""
+    metrics = SchedulerMetrics()
+    for result, profile in [("scheduled", "a"), ("scheduled", "a"), ("unschedulable", "a"), ("scheduled", "b")]:
+        metrics.observe_attempt(result=result, profile=profile, seconds=0.002)
+    for attempts in (1, 1, 3, 20):
+        metrics.observe_scheduled(attempts=attempts, seconds_since_first_enqueue=0.5)
+    assert samples(metrics, "scheduler_schedule_attempts_total") == {
+        (("profile", "a"), ("result", "scheduled")): 2.0,
+        (("profile", "a"), ("result", "unschedulable")): 1.0,
+        (("profile", "b"), ("result", "scheduled")): 1.0,
+    }
+    counts = samples(metrics, "scheduler_pod_scheduling_sli_duration_seconds_count")
+    assert counts == {(("attempts", "1"),): 2.0, (("attempts", "3"),): 1.0, (("attempts", "15+"),): 1.0}
