@@ -86,7 +86,7 @@ class ImageLocality(ScorePlugin):
 
     def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
         total_nodes = snapshot.num_nodes
-        sums = np.zeros(len(nodes), dtype=np.int64)
+        sums: np.ndarray | None = None
         image_nodes = snapshot.cache.image_nodes
         capacity = snapshot.table.capacity
         for name, uses in pod_image_names(pod).items():
@@ -104,5 +104,7 @@ class ImageLocality(ScorePlugin):
                 has_image = held[nodes]
             else:
                 has_image = np.fromiter((slot in holders for slot in nodes.tolist()), dtype=bool, count=len(nodes))
-            sums += contribution * has_image
+            sums = contribution * has_image if sums is None else sums + contribution * has_image
+        if sums is None:  # no node has any of the pod's images (or none counts): one score for all
+            return np.full(len(nodes), calculate_priority(np.zeros(1, dtype=np.int64), pod.num_containers)[0])
         return calculate_priority(sums, pod.num_containers)
