@@ -695,6 +695,23 @@ def test_each_in_flight_pod_sees_only_events_after_its_pop() -> None:
     assert queue.location(b.uid) == "unschedulable"
 
 
+def test_a_pod_done_before_an_older_one_leaves_the_older_ones_events() -> None:
+    """Pods finish out of pop order (binds complete at different times): the events the oldest in-flight pod
+    has not been judged against stay in the log."""
+    queue, _ = new_queue()
+    a, b, c = (pod(name, requests=NEEDS_CPU) for name in "abc")
+    for p in (a, b, c):
+        queue.add(p)
+    qa = pop(queue, a)
+    queue.node_added(big_node("n1"))  # after a's pop, before b's and c's
+    pop(queue, b)
+    pop(queue, c)
+    queue.done(b.uid)
+    queue.done(c.uid)
+    fail(queue, qa, "NodeResourcesFit")
+    assert queue.location(a.uid) == "backoff"
+
+
 def test_own_update_during_flight_is_replayed_and_latest_copy_requeued() -> None:
     queue, _ = new_queue()
     p = pod("p")

@@ -39,7 +39,7 @@ class InFlightPods:
 
     def __init__(self, seq: Iterator[int]) -> None:
         self._seq = seq
-        #: uid → (pop sequence number, pod) of pods popped and not yet done.
+        #: uid → (pop sequence number, pod) of pods popped and not yet done, in pop order (oldest first).
         self._pods: dict[str, tuple[int, QueuedPodInfo]] = {}
         #: The newest copy of an in-flight pod seen by an update; requeued instead of the stale one.
         self._latest: dict[str, PodInfo] = {}
@@ -78,6 +78,7 @@ class InFlightPods:
     # -- changes -----------------------------------------------------------------------------------------------
     def start(self, qpod: QueuedPodInfo) -> None:
         """The pod was popped: its replay will read the events recorded from now on."""
+        self._pods.pop(qpod.uid, None)  # popped again while in flight: it moves to the end, keeping pop order
         self._pods[qpod.uid] = (next(self._seq), qpod)
 
     def updated(self, new: PodInfo) -> None:
@@ -99,7 +100,7 @@ class InFlightPods:
             self.events.clear()
             self._head = 0
             return
-        oldest = min(seq for seq, _ in self._pods.values())
+        oldest = next(iter(self._pods.values()))[0]  # pop order: the first is the oldest
         self._head = bisect.bisect_right(self.events, oldest, lo=self._head, key=_seq_of)
         if self._head > _MIN_CONSUMED_BEFORE_COMPACTING and self._head * 2 > len(self.events):
             del self.events[: self._head]
