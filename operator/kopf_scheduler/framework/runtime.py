@@ -647,8 +647,8 @@ class Framework:
             raw[i] = normalized
         if raw:
             stacked = np.vstack(raw)
-            invalid = (stacked > MAX_NODE_SCORE) | (stacked < MIN_NODE_SCORE)
-            if invalid.any():
+            if stacked.size and (stacked.max() > MAX_NODE_SCORE or stacked.min() < MIN_NODE_SCORE):
+                invalid = (stacked > MAX_NODE_SCORE) | (stacked < MIN_NODE_SCORE)
                 # Report the first offending node in node order, and its first offending plugin.
                 node_index = int(np.flatnonzero(invalid.any(axis=0))[0])
                 plugin_index = int(np.flatnonzero(invalid[:, node_index])[0])
@@ -659,8 +659,9 @@ class Framework:
                 )
                 return None, _wrapped_error("applying score defaultWeights on Score plugins", RuntimeError(message))
             weights = tuple(self.score_weights.get(name, 1) for name in names)
-            weighted = tuple(scores * weight for scores, weight in zip(raw, weights, strict=True))
-            totals = np.sum(weighted, axis=0, dtype=np.int64)
+            product = stacked * np.asarray(weights, dtype=np.int64)[:, None]
+            weighted = tuple(product)  # one row per plugin
+            totals = product.sum(axis=0)
         else:
             weights, weighted = (), ()
             totals = np.zeros(count, dtype=np.int64)
