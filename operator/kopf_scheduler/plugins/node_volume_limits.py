@@ -235,8 +235,9 @@ class _SlotCounts:
     the cost.
     """
 
-    def __init__(self) -> None:
-        self.table: NodeTable | None = None
+    def __init__(self, table: NodeTable) -> None:
+        #: The node table of the cache counted from (slots and their ``pods_version`` are that table's).
+        self.table = table
         self.changes = -1
         self.version = np.zeros(0, dtype=np.int64)
         self.has_csi_node = np.zeros(0, dtype=bool)
@@ -250,10 +251,7 @@ class _SlotCounts:
 
     def refresh(self, cycle: _Cycle, nodes: np.ndarray) -> None:
         """Recount the slots among ``nodes`` whose count is not current."""
-        table = cycle.snapshot.cache.table
-        if table is not self.table:  # another cache (never in the operator): nothing kept applies
-            self.__init__()  # type: ignore[misc]
-            self.table = table
+        table = self.table
         self._fit(table.capacity)
         if cycle.changes != self.changes:
             self.version[:] = -1
@@ -400,7 +398,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
         super().__init__(**kwargs)
         #: Upstream's ``randomVolumeIDPrefix``: makes the handles of unbound claims unique to this scheduler.
         self.random_prefix = secrets.token_hex(16)
-        self._counts = _SlotCounts()
+        self._counts: _SlotCounts | None = None
 
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
         if _pod_needs_check(pod):
@@ -412,7 +410,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
             return None
         storage = snapshot.cache.storage
         cycle = _Cycle(VolumeCollector(storage, self.random_prefix), snapshot, storage.changes(_COUNTED_FROM))
-        counts = self._counts
+        counts = self._counts_for(snapshot.cache.table)
         counts.refresh(cycle, nodes)
         verdicts = _Verdicts(len(nodes))
         has_csi_node = counts.has_csi_node[nodes]
@@ -421,17 +419,24 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
             here = has_csi_node == flag
             if here.any():
                 csi_node = storage.csi_node(snapshot.node_info(int(nodes[np.argmax(here)])).name)
-                self._judge(verdicts, nodes, here, self._own_volumes(cycle.collector, pod, csi_node))
+                self._judge(counts, verdicts, nodes, here, self._own_volumes(cycle.collector, pod, csi_node))
         return verdicts.result()
 
-    def _judge(self, verdicts: _Verdicts, nodes: np.ndarray, here: np.ndarray, wanted: Volumes | Status) -> None:
+    def _counts_for(self, table: NodeTable) -> _SlotCounts:
+        """The kept counts, afresh for another cache's table (never in the operator: one cache per plugin)."""
+        if self._counts is None or self._counts.table is not table:
+            self._counts = _SlotCounts(table)
+        return self._counts
+
+    def _judge(
+        self, counts: _SlotCounts, verdicts: _Verdicts, nodes: np.ndarray, here: np.ndarray, wanted: Volumes | Status
+    ) -> None:
         """Judge the nodes ``here`` (a mask over ``nodes``) for the pod's own ``wanted`` volumes."""
         if isinstance(wanted, Status):
             verdicts.reject(here, wanted)
             return
         if not wanted:
             return
-        counts = self._counts
         judged = here & counts.has_limits[nodes]
         failed = judged & counts.has_error[nodes]
         for position in np.flatnonzero(failed).tolist():

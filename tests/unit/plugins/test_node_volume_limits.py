@@ -242,6 +242,7 @@ def test_a_slot_taken_over_by_another_node_is_counted_afresh() -> None:
     for name in fresh:
         cache.add_or_update_node(make_node(name))
     assert rejected() == set(fresh)
+    assert plugin._counts is not None
     assert len(plugin._counts.version) == cache.table.capacity
 
 
@@ -360,3 +361,19 @@ def test_kept_counts_agree_with_the_walk_through_random_changes(seed: int) -> No
         assert got == [_walked_verdict(cache, plugin, pod, name) for name in order], f"step {step}"
         rejections += sum(verdict != "fits" for verdict in got)
     assert rejections  # the walk rejects somewhere: the comparison is not all "fits"
+
+
+def test_a_plugin_used_on_another_cache_counts_that_cache() -> None:
+    """Slots and their pods_version numbers belong to one cache's node table: a plugin handed a snapshot of
+    another cache (what-if and the tests build their own) must not read the first cache's counts."""
+    pod = pod_info(make_pod(spec={"volumes": [claim_volume("c1")]}))
+    roomy = fill(make_cache([make_node("n")]), *OBJECTS, ("CSINode", csi_node("n", d_csi_io=1)))
+    full = fill(make_cache([make_node("n")]), *OBJECTS, ("CSINode", csi_node("n", d_csi_io=0)))
+    plugin = NodeVolumeLimits(handle=FakeHandle(roomy))
+    verdicts = []
+    for cache in (roomy, full, roomy):
+        snapshot = cache.snapshot()
+        state = CycleState()
+        plugin.pre_filter(state, pod, snapshot)
+        verdicts.append(plugin.filter(state, pod, slots(snapshot), snapshot) is None)
+    assert verdicts == [True, False, True]
