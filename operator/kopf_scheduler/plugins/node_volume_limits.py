@@ -320,7 +320,7 @@ class _SlotCounts:
         """Whether ``wanted`` (some of which the node may hold already) goes over one of the node's limits."""
         attached = self.attached.get(slot, {})
         new = Counter(driver for key, driver in wanted.items() if key not in attached)
-        return any(self._over(driver, count, slot) for driver, count in new.items())
+        return bool(self.exceeding(np.array([slot], dtype=np.int64), new)[0])
 
     def exceeding(self, slots: np.ndarray, new: Mapping[str, int]) -> np.ndarray:
         """Mask over ``slots``: ``new`` volumes per driver, none held by the node yet, go over a limit."""
@@ -333,13 +333,6 @@ class _SlotCounts:
             counts = self.count[driver][slots] if driver in self.count else 0
             over |= (limits >= 0) & (counts + count > limits)
         return over
-
-    def _over(self, driver: str, count: int, slot: int) -> bool:
-        limit = self.limit.get(driver)
-        if limit is None or limit[slot] < 0:
-            return False
-        held = self.count[driver][slot] if driver in self.count else 0
-        return bool(held + count > limit[slot])
 
 
 def _count(
