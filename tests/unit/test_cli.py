@@ -65,6 +65,25 @@ def test_the_operator_needs_no_kubernetes_client() -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_the_operator_process_keeps_installed_kube_clients_out() -> None:
+    """kopf imports ``kubernetes.client`` whenever it is installed (it is, in this venv): the operator's run
+    blocks it first, so the process starts and measures as the image does (no such client there)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib.util, sys\n"
+        "assert importlib.util.find_spec('kubernetes'), 'installed here: the block must hold even so'\n"
+        "from kopf_scheduler.cli import _keep_unused_kube_clients_out\n"
+        "_keep_unused_kube_clients_out()\n"
+        "import kopf, kopf_scheduler.handlers, kopf_scheduler.app\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes' and sys.modules[m])\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 # ---- --peering-priority-from-ordinal (the Helm chart's StatefulSet replicas) ---------------------------------
 
 
