@@ -15,12 +15,15 @@ from __future__ import annotations
 import datetime
 import itertools
 import logging
+import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import aiohttp
 import kopf
+import kopf._cogs.clients.api as kopf_api
 
-from kopf_scheduler import web
+from kopf_scheduler import json_codec, web
 from kopf_scheduler.app import ProfileOutcome, SchedulerApp, tune_garbage_collector
 from kopf_scheduler.kube import LIST_PAGE_SIZE, HTTPExtenderTransport, KubeClient, event_body
 
@@ -37,6 +40,7 @@ def _app(memo: Any) -> SchedulerApp:
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     tune_garbage_collector()
+    _decode_kopf_json_with_json_codec()
     run = _app(memo).settings
     settings.peering.name = run.peering_name
     settings.peering.mandatory = True
@@ -60,6 +64,21 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     # finite list, an API server outage longer than the list's sum (an apiserver restart takes 10-20 s)
     # made the peering keep-alive escalate and kopf shut the whole operator down.
     settings.networking.error_backoffs = _RetryForever()
+
+
+def _decode_kopf_json_with_json_codec() -> None:
+    """kopf's watch-stream lines and LIST pages are decoded by :mod:`json_codec` (orjson) from now on.
+
+    kopf decodes each watch line with the module-level ``json.loads`` of ``kopf._cogs.clients.api`` and each
+    LIST page with aiohttp's ``ClientResponse.json()``, whose decoder defaults to the standard library's: at
+    5000 nodes that was ≈ 4% of the operator's CPU per scheduled pod and most of kopf's LIST at start-up
+    (py-spy, docs/benchmarks.md). kopf has no setting for it, so both names are pointed at
+    ``json_codec.loads`` (the same values; what orjson refuses still goes through the standard library).
+    Runs in the start-up handler, before kopf starts any watch. Tied to the pinned kopf and aiohttp:
+    tests/unit/test_handlers.py fails when either stops decoding through these names.
+    """
+    kopf_api.json = types.SimpleNamespace(loads=json_codec.loads)  # type: ignore[assignment]
+    aiohttp.ClientResponse.json.__kwdefaults__["loads"] = json_codec.loads
 
 
 class _ProfileDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
+from typing import Any
 
+import aiohttp
 import kopf
+import kopf._cogs.clients.api as kopf_api
+import kopf._cogs.clients.auth as kopf_auth
+import pytest
+from aiohttp import web
+from kopf._cogs.structs import credentials
 
 import kopf_scheduler.handlers as handlers
+from kopf_scheduler import json_codec
 
 
 def test_every_handler_runs_on_the_event_loop() -> None:
@@ -46,3 +56,64 @@ def test_diff_bases_are_built_for_profiles_only() -> None:
     essence = storage.build(body=profile)
     assert essence is not None
     assert essence["spec"] == {"percentageOfNodesToScore": 50}
+
+
+def test_kopf_decodes_its_watch_streams_and_lists_through_json_codec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's own LIST pages and watch lines go through ``json_codec.loads`` once the start-up handler ran.
+
+    Real kopf API calls (``api.get``, ``api.stream``, as its LIST and watch use them) against a local HTTP
+    server; fails when a kopf or aiohttp upgrade decodes through another name than the two replaced.
+    """
+    decoded: list[bytes | str] = []
+    real_loads = json_codec.loads
+
+    def spy(data: bytes | str) -> Any:
+        decoded.append(data)
+        return real_loads(data)
+
+    # Restored after the test, like everything the installer replaces.
+    monkeypatch.setattr(kopf_api, "json", kopf_api.json)
+    monkeypatch.setitem(
+        aiohttp.ClientResponse.json.__kwdefaults__, "loads", aiohttp.ClientResponse.json.__kwdefaults__["loads"]
+    )
+    monkeypatch.setattr(handlers.json_codec, "loads", spy)
+    handlers._decode_kopf_json_with_json_codec()
+
+    async def serve_and_call() -> tuple[Any, list[Any]]:
+        async def pods(request: web.Request) -> web.StreamResponse:
+            if request.query.get("watch"):
+                response = web.StreamResponse(headers={"Content-Type": "application/json"})
+                await response.prepare(request)
+                await response.write(b'{"type":"ADDED","object":{"kind":"Pod"}}\n')
+                await response.write_eof()
+                return response
+            return web.json_response({"kind": "PodList", "items": []})
+
+        application = web.Application()
+        application.router.add_get("/api/v1/pods", pods)
+        runner = web.AppRunner(application)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        vault = credentials.Vault()
+        try:
+            await vault.populate({"test": credentials.ConnectionInfo(server=f"http://127.0.0.1:{port}")})
+            kopf_auth.vault_var.set(vault)
+            settings = kopf.OperatorSettings()
+            listed = await kopf_api.get("/api/v1/pods", settings=settings, logger=logging.getLogger("test"))
+            streamed = [
+                line
+                async for line in kopf_api.stream(
+                    "/api/v1/pods?watch=true", settings=settings, logger=logging.getLogger("test")
+                )
+            ]
+            return listed, streamed
+        finally:
+            await vault.close()
+            await runner.cleanup()
+
+    listed, streamed = asyncio.run(serve_and_call())
+    assert listed == {"kind": "PodList", "items": []}
+    assert streamed == [{"type": "ADDED", "object": {"kind": "Pod"}}]
+    assert len(decoded) == 2, decoded
