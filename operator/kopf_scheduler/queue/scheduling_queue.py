@@ -92,6 +92,10 @@ log = logging.getLogger(__name__)
 #: Rejector name recorded when the PreEnqueue callable's Status names no plugin.
 UNKNOWN_PRE_ENQUEUE_PLUGIN = "PreEnqueue"
 
+#: The labels of the events every new or updated pending pod enters activeQ with (metrics), made once.
+_POD_ADD_LABEL = EVENT_UNSCHEDULED_POD_ADD.label
+_POD_UPDATE_LABEL = EVENT_UNSCHEDULED_POD_UPDATE.label
+
 
 class SchedulingQueue:
     """Upstream's PriorityQueue for one profile. See the module docstring for the behaviour.
@@ -226,7 +230,7 @@ class SchedulingQueue:
             self._update(known, pod)
             return
         qpod = QueuedPodInfo(pod, self._clock())
-        if self._move_to_active(qpod, EVENT_UNSCHEDULED_POD_ADD.label, from_backoff=False):
+        if self._move_to_active(qpod, _POD_ADD_LABEL, from_backoff=False):
             self._wakers.wake_all()
 
     def update(self, old: PodInfo | None, new: PodInfo) -> None:
@@ -577,7 +581,7 @@ class SchedulingQueue:
             self._requeue_on_own_update(qpod, events, old, new)
             return
         qpod = QueuedPodInfo(new, self._clock())
-        if self._move_to_active(qpod, EVENT_UNSCHEDULED_POD_UPDATE.label, from_backoff=False):
+        if self._move_to_active(qpod, _POD_UPDATE_LABEL, from_backoff=False):
             self._wakers.wake_all()
 
     def _requeue_on_own_update(
