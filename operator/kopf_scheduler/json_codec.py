@@ -29,10 +29,13 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False, ensure_
 
 
 def dumps(value: Any) -> bytes:
-    """``value`` as compact UTF-8 JSON bytes."""
+    """``value`` as compact UTF-8 JSON bytes, in an allocation of its own size (they are kept: see below)."""
     if orjson is not None:
         try:
-            return orjson.dumps(value)
+            # Kept for long, orjson's own result holds far more memory than its length: 50000 kept pods took
+            # 214 MiB of peak RSS for 31 MiB of JSON, 52 MiB once copied (bench/json_memory.py); at 50000 pending
+            # pods the operator peaked 135 MiB higher with orjson's results kept. The copy costs ≈ 0.1 µs per KB.
+            return memoryview(orjson.dumps(value)).tobytes()
         except TypeError:  # orjson.JSONEncodeError: non-string keys, integers beyond 64 bits, ...
             pass
     return _ENCODER.encode(value).encode()
