@@ -382,11 +382,12 @@ class ClusterCache:
             if info.pods_with_affinity.pop(pod.uid, None) is not None:
                 self._ungroup_affinity(pod, info.slot)
             info.pods_with_required_anti_affinity.pop(pod.uid, None)
-            info.used_ports.subtract(pod.host_ports)
-            info.used_ports += Counter()  # drop zero counts
             slot = info.slot
-            for port in pod.host_ports:
-                self._unindex_host_port(port, slot)
+            if pod.host_ports:  # most pods have none: no Counter arithmetic for them
+                info.used_ports.subtract(pod.host_ports)
+                info.used_ports += Counter()  # drop zero counts
+                for port in pod.host_ports:
+                    self._unindex_host_port(port, slot)
             self.table.add_requests(slot, pod.requests, -1)
             self.table.non_zero_requested[slot, 0] -= pod.non_zero_cpu
             self.table.non_zero_requested[slot, 1] -= pod.non_zero_memory
