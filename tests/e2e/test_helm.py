@@ -65,7 +65,9 @@ SELF_REVIEWS = {
 }
 CHART_CRDS = ("schedulerprofiles.kopf-scheduler.io", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
 #: Lines of the operator's log that mean a request was refused for lack of permission.
-FORBIDDEN = re.compile(r"\b403\b|forbidden", re.IGNORECASE)
+#: An HTTP 403 or a "forbidden" message; not the milliseconds of a log line's timestamp ("13:43:36,403 INFO ...":
+#: a peering line matched by chance once).
+FORBIDDEN = re.compile(r"(?<![,.])\b403\b|forbidden", re.IGNORECASE)
 
 
 @dataclass
