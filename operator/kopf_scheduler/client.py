@@ -44,7 +44,11 @@ class Client(Protocol):
 
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> None: ...
 
-    def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]: ...
+    def list_pages(
+        self, path: str, *, on_version: Callable[[str], None] | None = None
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """A LIST page by page; ``on_version`` is told its resourceVersion before the first page."""
+        ...
 
     def writes_backlogged(self) -> bool:
         """Whether the client's writes queue for a connection: the scheduling loop's backpressure, so that it

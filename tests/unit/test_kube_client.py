@@ -158,15 +158,19 @@ def test_list_pages_follows_continue_tokens_one_page_at_a_time() -> None:
     async def pods(request: web.Request) -> web.StreamResponse:
         queries.append(dict(request.query))
         if "continue" not in request.query:
-            return web.json_response({"items": [{"n": 1}, {"n": 2}], "metadata": {"continue": "tok"}})
-        return web.json_response({"items": [{"n": 3}], "metadata": {"continue": ""}})
+            metadata = {"continue": "tok", "resourceVersion": "41"}
+            return web.json_response({"items": [{"n": 1}, {"n": 2}], "metadata": metadata})
+        return web.json_response({"items": [{"n": 3}], "metadata": {"continue": "", "resourceVersion": "41"}})
+
+    versions: list[str] = []
 
     async def scenario(client: KubeClient) -> tuple[list[list[Any]], list[Any]]:
-        pages = [page async for page in client.list_pages("/api/v1/pods", limit=2)]
+        pages = [page async for page in client.list_pages("/api/v1/pods", limit=2, on_version=versions.append)]
         return pages, await client.list_all("/api/v1/pods", limit=2)
 
     pages, items = serve({("GET", "/api/v1/pods"): pods}, scenario)
     assert pages == [[{"n": 1}, {"n": 2}], [{"n": 3}]]
+    assert versions == ["41"]  # the LIST's one snapshot, told once
     assert items == [{"n": 1}, {"n": 2}, {"n": 3}]
     assert queries[:2] == [{"limit": "2"}, {"limit": "2", "continue": "tok"}]
 

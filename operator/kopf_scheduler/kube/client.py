@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -234,17 +234,26 @@ class KubeClient:
         return True
 
     async def list_pages(
-        self, path: str, *, params: Mapping[str, str] | None = None, limit: int = LIST_PAGE_SIZE
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        limit: int = LIST_PAGE_SIZE,
+        on_version: Callable[[str], None] | None = None,
     ) -> AsyncIterator[list[JSON]]:
         """A paginated LIST (authoritative: served from etcd-consistent reads by default), page by page.
 
         The caller applies each page before the next is fetched, so at most one page of raw objects is
         in memory: a cluster's pods as Python dicts are the largest thing this process ever holds.
+        ``on_version`` is told the LIST's resourceVersion (one snapshot for all pages) before the first page.
         """
         query = {"limit": str(limit), **(params or {})}
         while True:
             page = await self.request("GET", path, params=query)
-            token = (page.get("metadata") or {}).get("continue")
+            metadata = page.get("metadata") or {}
+            if on_version is not None and "continue" not in query:
+                on_version(str(metadata.get("resourceVersion") or ""))
+            token = metadata.get("continue")
             yield page.get("items") or []
             if not token:
                 return
