@@ -19,12 +19,18 @@ from a fresh LIST, with watch changes and deletions that race the LIST remembere
 neither resurrect the deleted nor delete the newly seen. New pending pods that arrive while that LIST is due
 wait outside the queues until it is done (upstream waits for every informer's sync before it schedules; here
 PreEnqueue would otherwise judge a pod against a cache that lacks its ResourceClaims).
+
+kopf lists each kind too before it watches it; where our LIST can stand in for kopf's
+(:meth:`EventHandlers.version_for_watch`), kopf's watch starts from our LIST's resourceVersion instead, as
+client-go's reflector watches from its own LIST: every object is listed and decoded once, not twice, and
+kopf hands no listed object to the handlers (``handlers.py`` installs that into kopf).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -80,6 +86,8 @@ _STORAGE_RESOURCES = {
 
 #: Called when a pod is bound or gone, with its uid and ``namespace/name`` key (reports about it are void).
 ForgetPod = Callable[[str, str], None]
+#: Applies one LIST page to the cache and returns the keys it listed.
+PageApplier = Callable[[list[dict[str, Any]]], Iterable[Any]]
 
 
 class EventHandlers:
@@ -114,6 +122,11 @@ class EventHandlers:
         #: New pending pods seen while a reconciling LIST is due (see :meth:`enqueue`), queued by its end.
         self._held: dict[str, PodInfo] = {}
         self._hold_pods = False
+        #: Orders our LISTs and kopf's requests for a watch's start (:meth:`version_for_watch`).
+        self._sequence = itertools.count()
+        #: Path → (when our last LIST of it began, its resourceVersion); paths kopf has streamed since start.
+        self._list_versions: dict[str, tuple[int, str]] = {}
+        self._streamed: set[str] = set()
 
     # -- watch events --------------------------------------------------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
@@ -317,49 +330,67 @@ class EventHandlers:
             self._release_held()
             logger.info("cache reconciled: %d nodes, %d pods", self._cache.num_nodes, len(pods))
 
+    async def version_for_watch(self, path: str) -> str | None:
+        """kopf is about to LIST ``path`` and watch it from that LIST's resourceVersion: the resourceVersion of
+        our reconciling LIST of the path if it can stand in for kopf's, else None (kopf lists as usual).
+
+        It can when the cache holds that LIST (reconciled, waiting for the reconcile if one is due) and no kopf
+        stream of the path can have delivered events past it: kopf never streamed the path before (its first
+        start), or our LIST began after this request (a resume: kopf's previous stream ended at the pause).
+        kopf's watch then replays exactly what happened since our LIST, as client-go's reflector watches from
+        its own LIST, and kopf hands no listed object to the handlers: at 50000 pending pods its LIST and the
+        per-object work took longer than ours (docs/benchmarks.md). A 410 Gone re-list, or a watch restarted
+        while the cache was whole, gets None.
+        """
+        if path not in self._listed_paths():
+            return None
+        requested = next(self._sequence)
+        streamed_before = path in self._streamed
+        self._streamed.add(path)
+        try:
+            await self.ensure_reconciled()
+        except Exception as error:  # kopf's own LIST then retries with kopf's backoff; the loop retries ours
+            logger.info("kopf lists %s itself: the reconciling LIST failed (%s)", path, error)
+            return None
+        started, version = self._list_versions.get(path, (-1, ""))
+        if not self._reconciled or not version or (streamed_before and started < requested):
+            return None
+        return version
+
+    def _lists(self) -> list[tuple[list[str], PageApplier, Callable[[set[Any]], None]]]:
+        """What a reconciling LIST lists: each kind's paths, how a page is applied, how the unlisted are purged.
+        The pods come second (:meth:`_reconcile_every_kind` returns their uids)."""
+        lists: list[tuple[list[str], PageApplier, Callable[[set[Any]], None]]] = [
+            (["/api/v1/nodes"], self._apply_node_page, self._purge_unlisted_nodes),
+            (self._pod_paths(), self._apply_pod_page, self._purge_unlisted_pods),
+        ]
+        for kind, path in _LIST_PATHS.items():
+            apply_page = functools.partial(self._apply_workload_page, kind)
+            lists.append(([path], apply_page, functools.partial(self._purge_unlisted_workloads, kind)))
+        lists.append((["/api/v1/namespaces"], self._apply_namespace_page, self._purge_unlisted_namespaces))
+        for kind in STORAGE_KINDS:
+            apply_page = functools.partial(self._apply_storage_page, kind)
+            purge = functools.partial(self._purge_unlisted_storage, kind)
+            lists.append((self._storage_paths(kind), apply_page, purge))
+        return lists
+
+    def _listed_paths(self) -> set[str]:
+        return {path for paths, _, _ in self._lists() for path in paths}
+
     async def _reconcile_every_kind(self) -> set[Any]:
         """Every kind at once: each LIST's round trip waits on a loop busy with kopf's own listing, most kinds
         are empty or small, and the pods need not wait for the nodes (the cache keeps a pod of a node it does
         not know yet until the node comes). A failed LIST cancels the others and is raised as itself (not as a
         group); the listed pod uids are returned."""
         try:
-            async with asyncio.TaskGroup() as lists:
-                lists.create_task(
-                    self._reconcile_kind(["/api/v1/nodes"], self._apply_node_page, self._purge_unlisted_nodes)
-                )
-                pods = lists.create_task(
-                    self._reconcile_kind(self._pod_paths(), self._apply_pod_page, self._purge_unlisted_pods)
-                )
-                for kind, path in _LIST_PATHS.items():
-                    lists.create_task(
-                        self._reconcile_kind(
-                            [path],
-                            functools.partial(self._apply_workload_page, kind),
-                            functools.partial(self._purge_unlisted_workloads, kind),
-                        )
-                    )
-                lists.create_task(
-                    self._reconcile_kind(
-                        ["/api/v1/namespaces"], self._apply_namespace_page, self._purge_unlisted_namespaces
-                    )
-                )
-                for kind in STORAGE_KINDS:
-                    lists.create_task(
-                        self._reconcile_kind(
-                            self._storage_paths(kind),
-                            functools.partial(self._apply_storage_page, kind),
-                            functools.partial(self._purge_unlisted_storage, kind),
-                        )
-                    )
-        except BaseExceptionGroup as group:
-            raise group.exceptions[0] from None
-        return pods.result()
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._reconcile_kind(*kind)) for kind in self._lists()]
+        except BaseExceptionGroup as errors:
+            raise errors.exceptions[0] from None
+        return tasks[1].result()
 
     async def _reconcile_kind(
-        self,
-        paths: list[str],
-        apply_page: Callable[[list[dict[str, Any]]], Iterable[Any]],
-        purge_unlisted: Callable[[set[Any]], None],
+        self, paths: list[str], apply_page: PageApplier, purge_unlisted: Callable[[set[Any]], None]
     ) -> set[Any]:
         """LIST one kind, then drop what the cache holds of it and the LIST no longer returned; the listed keys."""
         listed = await self._relist(paths, apply_page)
@@ -378,13 +409,16 @@ class EventHandlers:
             return [f"{prefix}/{plural}"]
         return [f"{prefix}/namespaces/{namespace}/{plural}" for namespace in self._namespaces]
 
-    async def _relist(self, paths: list[str], apply_page: Callable[[list[dict[str, Any]]], Iterable[Any]]) -> set[Any]:
-        """LIST every path page by page; ``apply_page`` applies one page and returns the keys it listed."""
+    async def _relist(self, paths: list[str], apply_page: PageApplier) -> set[Any]:
+        """LIST every path page by page; ``apply_page`` applies one page and returns the keys it listed.
+        Each path's resourceVersion is kept for kopf's watch of it (:meth:`version_for_watch`)."""
         client = self._client()
         assert client is not None
         listed: set[Any] = set()
         for path in paths:
-            async for page in client.list_pages(path):
+            started = next(self._sequence)
+            versions: list[str] = []
+            async for page in client.list_pages(path, on_version=versions.append):
                 # No await between here and the next page: the application is atomic for the event loop,
                 # and our own applying must not count as "watched while listing".
                 self._listing = False
@@ -392,6 +426,8 @@ class EventHandlers:
                     listed.update(apply_page(page))
                 finally:
                     self._listing = True
+            if versions and versions[0]:
+                self._list_versions[path] = (started, versions[0])
         return listed
 
     def _watched_meanwhile(self, obj: dict[str, Any]) -> bool:

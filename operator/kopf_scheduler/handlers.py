@@ -16,12 +16,14 @@ import datetime
 import itertools
 import logging
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import aiohttp
 import kopf
 import kopf._cogs.clients.api as kopf_api
+import kopf._cogs.clients.fetching as kopf_fetching
+import kopf._cogs.clients.watching as kopf_watching
 
 from kopf_scheduler import json_codec, web
 from kopf_scheduler.app import ProfileOutcome, SchedulerApp, tune_garbage_collector
@@ -41,6 +43,7 @@ def _app(memo: Any) -> SchedulerApp:
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     tune_garbage_collector()
     _decode_kopf_json_with_json_codec()
+    _start_kopf_watches_from_our_lists(_app(memo))
     run = _app(memo).settings
     settings.peering.name = run.peering_name
     settings.peering.mandatory = True
@@ -79,6 +82,36 @@ def _decode_kopf_json_with_json_codec() -> None:
     """
     kopf_api.json = types.SimpleNamespace(loads=json_codec.loads)  # type: ignore[assignment]
     aiohttp.ClientResponse.json.__kwdefaults__["loads"] = json_codec.loads
+
+
+def _start_kopf_watches_from_our_lists(app: SchedulerApp) -> None:
+    """kopf's watch of a kind we reconcile starts from our reconciling LIST, not from a LIST of its own.
+
+    kopf lists a kind before watching it (at start and after each pause) and hands every listed object to the
+    handlers one by one, with its per-object machinery: at 50000 pending pods that took 20 s, three times our
+    LIST of the same pods, which the cache needs anyway (``EventHandlers.version_for_watch`` says when ours
+    can stand in; docs/benchmarks.md). kopf has no setting for it, so its watcher's LIST is replaced: where
+    ours stands in, kopf gets an empty LIST at our resourceVersion and watches from there; elsewhere (other
+    kinds, label or field selectors, a 410 re-list) kopf's own LIST runs. Runs in the start-up handler,
+    before kopf starts any watch. Tied to the pinned kopf: tests/unit/test_handlers.py drives kopf's real
+    watch through it and fails when kopf stops listing through this name.
+    """
+    kopf_lists = kopf_fetching.fetch_objs
+
+    async def fetch_objs(
+        *, settings: kopf.OperatorSettings, resource: Any, namespace: str | None, logger: Any
+    ) -> AsyncIterator[tuple[list[Any], str]]:
+        watching = settings.watching
+        selectors = (watching.label_selectors, watching.field_selectors, watching.shard_selectors)
+        narrowed = any(selector.collect(resource) for selector in selectors)  # our LIST is of every object
+        version = None if narrowed else await app.events.version_for_watch(resource.get_url(namespace=namespace))
+        if version is not None:
+            yield [], version
+            return
+        async for chunk in kopf_lists(settings=settings, resource=resource, namespace=namespace, logger=logger):
+            yield chunk
+
+    kopf_watching.fetching = types.SimpleNamespace(fetch_objs=fetch_objs)  # type: ignore[assignment]
 
 
 class _ProfileDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):

@@ -28,6 +28,8 @@ class FakeClient:
         self.status_patches: list[tuple[str, dict[str, Any]]] = []
         self.bind_errors: dict[str, APIError] = {}
         self.lists: dict[str, list[dict[str, Any]]] = {}
+        #: Path → the resourceVersion its LIST reports (none when absent).
+        self.versions: dict[str, str] = {}
         #: PUTs of PVs and claims (VolumeBinding's PreBind), as (kind, body); answered with the body.
         self.replaced: list[tuple[str, dict[str, Any]]] = []
         #: DELETEs of pods (preemption's victims), as (namespace, name, uid).
@@ -123,8 +125,13 @@ class FakeClient:
     async def list_all(self, path: str) -> list[dict[str, Any]]:
         return self.lists.get(path, [])
 
-    async def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]:
-        """Two pages (a one-item first page), so page-by-page application is exercised."""
+    async def list_pages(
+        self, path: str, *, on_version: Callable[[str], None] | None = None
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Two pages (a one-item first page), so page-by-page application is exercised; the LIST's
+        resourceVersion is ``versions[path]`` (none when absent)."""
+        if on_version is not None and path in self.versions:
+            on_version(self.versions[path])
         items = await self.list_all(path)
         yield items[:1]
         if items[1:]:

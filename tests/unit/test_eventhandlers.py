@@ -189,7 +189,7 @@ def test_reconcile_applies_pages_as_they_arrive_and_purges_only_after_the_last()
     seen_between: list[bool] = []
 
     class PagedClient(FakeClient):
-        async def list_pages(self, path: str) -> AsyncIterator[list[dict[str, Any]]]:
+        async def list_pages(self, path: str, **_: Any) -> AsyncIterator[list[dict[str, Any]]]:
             if path == "/api/v1/nodes":
                 yield [make_node("n1")]
             elif path == "/api/v1/pods":
@@ -331,6 +331,80 @@ def test_reconcile_lists_every_kind_at_once_and_a_failed_list_fails_it() -> None
     with pytest.raises(RuntimeError, match="LIST failed"):  # itself, not an exception group
         asyncio.run(app.ensure_reconciled())
     assert not app.events._reconciled
+
+
+def _versioned_client() -> FakeClient:
+    client = FakeClient()
+    client.lists["/api/v1/nodes"] = [make_node("n1")]
+    client.versions.update({"/api/v1/nodes": "10", "/api/v1/pods": "11", "/api/v1/namespaces": "12"})
+    return client
+
+
+def test_kopf_watches_a_kind_from_our_list_at_start_and_lists_itself_after_a_410() -> None:
+    """kopf's first watch of a reconciled path starts from our LIST (which its request triggers); a later
+    request (kopf re-lists after 410 Gone) gets None and kopf lists itself. Paths we do not list, a
+    reconcile that cannot run and a failing LIST get None as well."""
+    client = _versioned_client()
+    client.lists["/api/v1/pods"] = [pending("listed")]
+    app = new_app(client)
+
+    async def requests() -> list[str | None]:
+        first = await app.events.version_for_watch("/api/v1/pods")
+        assert app.events._reconciled
+        assert len(app.unassigned) == 1  # our LIST is in the cache
+        return [
+            first,
+            await app.events.version_for_watch("/api/v1/nodes"),
+            await app.events.version_for_watch("/api/v1/pods"),  # a re-list: kopf's stream ran since ours
+            await app.events.version_for_watch("/apis/kopf-scheduler.io/v1alpha1/schedulerprofiles"),
+            await app.events.version_for_watch("/apis/apps/v1/replicasets"),  # listed, no resourceVersion
+        ]
+
+    assert asyncio.run(requests()) == ["11", "10", None, None, None]
+    logged_out = new_app()
+    logged_out.client = None  # before kopf's login
+    assert asyncio.run(logged_out.events.version_for_watch("/api/v1/pods")) is None
+
+    class FailingClient(FakeClient):
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            raise RuntimeError("LIST failed")
+
+    failing = new_app(FailingClient())
+    assert asyncio.run(failing.events.version_for_watch("/api/v1/pods")) is None
+    assert not failing.events._reconciled
+
+
+def test_after_a_pause_kopf_watches_from_our_list_only_if_it_began_after_kopfs_request() -> None:
+    """At a resume kopf's watcher asks first and our LIST follows (its previous stream ended at the pause):
+    it watches from our LIST. If our LIST began before the request, kopf's previous stream may have
+    delivered events past it: kopf lists itself. kopf's first request at start takes any reconciled LIST."""
+    client = _versioned_client()
+    app = new_app(client)
+    app.apply_profile(name="sp", spec={}, generation=1)
+
+    async def resume_with_request_first() -> str | None:
+        assert await app.events.version_for_watch("/api/v1/pods") == "11"  # start: the request triggers it
+        app.events.invalidate()  # paused
+        client.versions["/api/v1/pods"] = "21"
+        return await app.events.version_for_watch("/api/v1/pods")
+
+    assert asyncio.run(resume_with_request_first()) == "21"
+
+    async def resume_with_list_first() -> str | None:
+        app.events.invalidate()
+        client.versions["/api/v1/pods"] = "31"
+        await app.ensure_reconciled()  # a loop's reconcile, before kopf's watcher asks
+        return await app.events.version_for_watch("/api/v1/pods")
+
+    assert asyncio.run(resume_with_list_first()) is None
+
+    fresh = new_app(_versioned_client())
+
+    async def start_with_list_first() -> str | None:
+        await fresh.ensure_reconciled()
+        return await fresh.events.version_for_watch("/api/v1/pods")
+
+    assert asyncio.run(start_with_list_first()) == "11"  # kopf never streamed the path: nothing to replay twice
 
 
 def test_managed_fields_are_not_kept() -> None:

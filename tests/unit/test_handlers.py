@@ -117,3 +117,83 @@ def test_kopf_decodes_its_watch_streams_and_lists_through_json_codec(monkeypatch
     assert listed == {"kind": "PodList", "items": []}
     assert streamed == [{"type": "ADDED", "object": {"kind": "Pod"}}]
     assert len(decoded) == 2, decoded
+
+
+def test_kopf_watches_reconciled_kinds_from_our_list_and_lists_the_others_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf's real watcher (``continuous_watch``) with the start-up handler's replacement: for pods it makes no
+    LIST and watches from our reconciling LIST's resourceVersion; SchedulerProfiles it lists itself. Fails
+    when a kopf upgrade lists through another name than the one replaced, or watches from another version."""
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+
+    from tests.unit.app_harness import new_app, pending
+
+    monkeypatch.setattr(watching, "fetching", watching.fetching)  # restored after the test
+    app = new_app()
+    app.client.lists["/api/v1/pods"] = [pending("listed-by-us")]  # type: ignore[union-attr]
+    app.client.versions["/api/v1/pods"] = "41"  # type: ignore[union-attr]
+    handlers._start_kopf_watches_from_our_lists(app)
+    requests: list[tuple[str, dict[str, str]]] = []
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        requests.append((request.path, dict(request.query)))
+        if not request.query.get("watch"):
+            item = {"metadata": {"name": "sp", "uid": "u1", "resourceVersion": "5"}}
+            return web.json_response(
+                {"kind": "SchedulerProfileList", "items": [item], "metadata": {"resourceVersion": "7"}}
+            )
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"type":"ADDED","object":{"metadata":{"name":"new","uid":"u2"}}}\n')
+        await response.write_eof()
+        return response
+
+    async def first_events(resource: references.Resource, settings: kopf.OperatorSettings) -> list[Any]:
+        pause_waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        events: list[Any] = []
+        async for event in watching.continuous_watch(
+            settings=settings, resource=resource, namespace=None, operator_pause_waiter=pause_waiter
+        ):
+            events.append(event)
+            if isinstance(event, dict) and event.get("type") == "ADDED":
+                break
+        return events
+
+    async def watch_both() -> tuple[list[Any], list[Any]]:
+        application = web.Application()
+        application.router.add_get("/api/v1/pods", serve)
+        application.router.add_get("/apis/kopf-scheduler.io/v1alpha1/schedulerprofiles", serve)
+        runner = web.AppRunner(application)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        vault = credentials.Vault()
+        try:
+            await vault.populate({"test": credentials.ConnectionInfo(server=f"http://127.0.0.1:{port}")})
+            kopf_auth.vault_var.set(vault)
+            settings = kopf.OperatorSettings()
+            pods = references.Resource(group="", version="v1", plural="pods", namespaced=True)
+            profiles = references.Resource(
+                group="kopf-scheduler.io", version="v1alpha1", plural="schedulerprofiles", namespaced=False
+            )
+            return await first_events(pods, settings), await first_events(profiles, settings)
+        finally:
+            await vault.close()
+            await runner.cleanup()
+
+    pod_events, profile_events = asyncio.run(watch_both())
+    assert [(path, query.get("watch"), query.get("resourceVersion")) for path, query in requests] == [
+        ("/api/v1/pods", "true", "41"),  # no LIST of pods: watched from our LIST's snapshot
+        ("/apis/kopf-scheduler.io/v1alpha1/schedulerprofiles", None, None),
+        ("/apis/kopf-scheduler.io/v1alpha1/schedulerprofiles", "true", "7"),
+    ]
+    assert len(app.unassigned) == 1  # our LIST, which kopf's request started, is in the cache
+    assert [e if not isinstance(e, dict) else e["type"] for e in pod_events] == [watching.Bookmark.LISTED, "ADDED"]
+    assert [e if not isinstance(e, dict) else e["type"] for e in profile_events] == [
+        None,
+        watching.Bookmark.LISTED,
+        "ADDED",
+    ]
