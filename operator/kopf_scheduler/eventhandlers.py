@@ -378,10 +378,10 @@ class EventHandlers:
         return {path for paths, _, _ in self._lists() for path in paths}
 
     async def _reconcile_every_kind(self) -> set[Any]:
-        """Every kind at once: each LIST's round trip waits on a loop busy with kopf's own listing, most kinds
-        are empty or small, and the pods need not wait for the nodes (the cache keeps a pod of a node it does
-        not know yet until the node comes). A failed LIST cancels the others and is raised as itself (not as a
-        group); the listed pod uids are returned."""
+        """Every kind at once: each LIST's round trip may wait on a busy loop (kopf still lists what our LIST
+        cannot stand in for), most kinds are empty or small, and the pods need not wait for the nodes (the cache
+        keeps a pod of a node it does not know yet until the node comes). A failed LIST cancels the others and
+        is raised as itself (not as a group); the listed pod uids are returned."""
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._reconcile_kind(*kind)) for kind in self._lists()]
