@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -58,6 +60,27 @@ def test_diff_bases_are_built_for_profiles_only() -> None:
     assert essence["spec"] == {"percentageOfNodesToScore": 50}
 
 
+@contextlib.asynccontextmanager
+async def _kopf_talking_to(routes: dict[str, Any]) -> AsyncIterator[None]:
+    """A local HTTP server with ``routes`` (path → GET handler), and kopf's API calls logged in to it."""
+    application = web.Application()
+    for path, handler in routes.items():
+        application.router.add_get(path, handler)
+    runner = web.AppRunner(application)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    vault = credentials.Vault()
+    try:
+        await vault.populate({"test": credentials.ConnectionInfo(server=f"http://127.0.0.1:{port}")})
+        kopf_auth.vault_var.set(vault)
+        yield
+    finally:
+        await vault.close()
+        await runner.cleanup()
+
+
 def test_kopf_decodes_its_watch_streams_and_lists_through_json_codec(monkeypatch: pytest.MonkeyPatch) -> None:
     """kopf's own LIST pages and watch lines go through ``json_codec.loads`` once the start-up handler ran.
 
@@ -89,17 +112,7 @@ def test_kopf_decodes_its_watch_streams_and_lists_through_json_codec(monkeypatch
                 return response
             return web.json_response({"kind": "PodList", "items": []})
 
-        application = web.Application()
-        application.router.add_get("/api/v1/pods", pods)
-        runner = web.AppRunner(application)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        vault = credentials.Vault()
-        try:
-            await vault.populate({"test": credentials.ConnectionInfo(server=f"http://127.0.0.1:{port}")})
-            kopf_auth.vault_var.set(vault)
+        async with _kopf_talking_to({"/api/v1/pods": pods}):
             settings = kopf.OperatorSettings()
             listed = await kopf_api.get("/api/v1/pods", settings=settings, logger=logging.getLogger("test"))
             streamed = [
@@ -109,9 +122,6 @@ def test_kopf_decodes_its_watch_streams_and_lists_through_json_codec(monkeypatch
                 )
             ]
             return listed, streamed
-        finally:
-            await vault.close()
-            await runner.cleanup()
 
     listed, streamed = asyncio.run(serve_and_call())
     assert listed == {"kind": "PodList", "items": []}
@@ -162,27 +172,14 @@ def test_kopf_watches_reconciled_kinds_from_our_list_and_lists_the_others_itself
         return events
 
     async def watch_both() -> tuple[list[Any], list[Any]]:
-        application = web.Application()
-        application.router.add_get("/api/v1/pods", serve)
-        application.router.add_get("/apis/kopf-scheduler.io/v1alpha1/schedulerprofiles", serve)
-        runner = web.AppRunner(application)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        vault = credentials.Vault()
-        try:
-            await vault.populate({"test": credentials.ConnectionInfo(server=f"http://127.0.0.1:{port}")})
-            kopf_auth.vault_var.set(vault)
+        routes = {"/api/v1/pods": serve, "/apis/kopf-scheduler.io/v1alpha1/schedulerprofiles": serve}
+        async with _kopf_talking_to(routes):
             settings = kopf.OperatorSettings()
             pods = references.Resource(group="", version="v1", plural="pods", namespaced=True)
             profiles = references.Resource(
                 group="kopf-scheduler.io", version="v1alpha1", plural="schedulerprofiles", namespaced=False
             )
             return await first_events(pods, settings), await first_events(profiles, settings)
-        finally:
-            await vault.close()
-            await runner.cleanup()
 
     pod_events, profile_events = asyncio.run(watch_both())
     assert [(path, query.get("watch"), query.get("resourceVersion")) for path, query in requests] == [
