@@ -8,6 +8,7 @@ response, how an API error reads).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -173,6 +174,59 @@ def test_list_pages_follows_continue_tokens_one_page_at_a_time() -> None:
     assert versions == ["41"]  # the LIST's one snapshot, told once
     assert items == [{"n": 1}, {"n": 2}, {"n": 3}]
     assert queries[:2] == [{"limit": "2"}, {"limit": "2", "continue": "tok"}]
+
+
+def _api_server_list(items: list[Any], continue_token: str) -> web.Response:
+    """A LIST page as the API server writes it: compact, ``metadata`` before ``items``."""
+    body = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "41", "continue": continue_token}}
+    body["items"] = items
+    return web.Response(body=json.dumps(body, separators=(",", ":")), content_type="application/json")
+
+
+def test_list_pages_requests_the_next_page_before_the_caller_applies_this_one() -> None:
+    requested = asyncio.Event()
+    tokens = {"": "p2", "p2": "p3", "p3": ""}
+    queries: list[str] = []
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        token = request.query.get("continue", "")
+        queries.append(token)
+        if token:
+            requested.set()
+        return _api_server_list([{"page": token or "p1"}], tokens[token])
+
+    async def scenario(client: KubeClient) -> list[Any]:
+        pages = []
+        async for page in client.list_pages("/api/v1/pods", limit=1):
+            # The next page's request reaches the server while this page is still the caller's.
+            if page != [{"page": "p3"}]:
+                await asyncio.wait_for(requested.wait(), timeout=5)
+                requested.clear()
+            pages.append(page)
+        return pages
+
+    pages = serve({("GET", "/api/v1/pods"): pods}, scenario)
+    assert pages == [[{"page": "p1"}], [{"page": "p2"}], [{"page": "p3"}]]
+    assert queries == ["", "p2", "p3"]
+
+
+def test_list_pages_stopped_early_cancels_the_next_page_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    async def pods(request: web.Request) -> web.StreamResponse:
+        if request.query.get("continue"):
+            raise web.HTTPForbidden(text='{"message": "no second page"}')
+        return _api_server_list([{"n": 1}], "more")
+
+    async def scenario(client: KubeClient) -> list[Any]:
+        pages = client.list_pages("/api/v1/pods")
+        async for page in pages:
+            await asyncio.sleep(0.2)  # the second page's request fails meanwhile
+            await pages.aclose()
+            gc.collect()  # the abandoned request's task is gone: asyncio would log its failure now
+            return page
+        return []
+
+    assert serve({("GET", "/api/v1/pods"): pods}, scenario) == [{"n": 1}]
+    assert "never retrieved" not in caplog.text
 
 
 def test_ensure_cluster_peering_reports_that_it_created_the_object() -> None:
