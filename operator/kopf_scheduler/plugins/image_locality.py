@@ -105,6 +105,6 @@ class ImageLocality(ScorePlugin):
             else:
                 has_image = np.fromiter((slot in holders for slot in nodes.tolist()), dtype=bool, count=len(nodes))
             sums = contribution * has_image if sums is None else sums + contribution * has_image
-        if sums is None:  # no node has any of the pod's images (or none counts): one score for all
-            return np.full(len(nodes), calculate_priority(np.zeros(1, dtype=np.int64), pod.num_containers)[0])
+        if sums is None:  # no node has any of the pod's images (or none counts): a sum of 0 is clamped up to
+            return np.zeros(len(nodes), dtype=np.int64)  # the minimum threshold, which scores 0 on every node
         return calculate_priority(sums, pod.num_containers)

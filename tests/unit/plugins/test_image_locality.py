@@ -152,6 +152,7 @@ def test_normalized_image_name(name: str, normalized: str) -> None:
     ("total", "num_containers", "expected"),
     [
         (0, 1, 0),
+        (0, 0, 0),  # a sum of 0 scores 0 even without containers: score() returns 0 without the arithmetic
         (MIN_THRESHOLD, 1, 0),
         (262_144_000, 1, 23),
         (MAX_CONTAINER_THRESHOLD, 1, 100),
