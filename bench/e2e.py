@@ -1221,6 +1221,12 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _unclean_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row read back from e2e.json: the None that :func:`_clean` wrote for NaN is NaN again (a run without a
+    throughput, e.g. the ceiling's PreemptionAsync, which it cannot preempt), as the statistics expect."""
+    return {key: math.nan if value is None else value for key, value in row.items()}
+
+
 def merge_results(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     from bench._e2e_report import measured_at
 
@@ -1231,7 +1237,7 @@ def merge_results(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, An
     rerun = {r["workload_id"] for r in new["rows"]}
     rows: list[dict[str, Any]] = []
     inserted: set[str] = set()
-    for row in previous["rows"]:
+    for row in map(_unclean_row, previous["rows"]):
         wid = row["workload_id"]
         if wid not in rerun:
             rows.append(row)

@@ -10,6 +10,7 @@ NodeVolumeLimits as CSI volumes of the node's limited driver.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -220,6 +221,20 @@ def test_section_has_ratio_row_against_the_ceiling() -> None:
     assert "| **0.80×** | 0.25× | 0.20× |" in row
     assert section.startswith("<!-- e2e-benchmark:begin")
     assert section.rstrip().endswith("<!-- e2e-benchmark:end -->")
+
+
+def test_merge_reads_back_a_row_without_throughput_as_written() -> None:
+    from bench.e2e import _clean, merge_results
+
+    spread = {"workload": "PodTopologySpread", "workload_id": "topology-spread"}
+    unmeasured = _row("ceiling", 1, math.nan, 100.0, **spread)
+    written = json.loads(json.dumps(_clean({"meta": {}, "rows": [unmeasured], "timelines": {}})))
+    assert written["rows"][0]["throughput_avg"] is None
+    new = {"meta": {}, "rows": [_row("kube-scheduler", 1, 300.0, 290.0)], "timelines": {}}
+    merged = merge_results(written, new)
+    kept = next(r for r in merged["rows"] if r["workload_id"] == "topology-spread")
+    assert math.isnan(kept["throughput_avg"])
+    assert [r["workload_id"] for r in merged["rows"]] == ["topology-spread", "basic-5000"]
 
 
 def test_merge_replaces_rerun_workloads_and_keeps_the_others() -> None:
