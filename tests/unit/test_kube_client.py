@@ -178,8 +178,8 @@ def test_list_pages_follows_continue_tokens_one_page_at_a_time() -> None:
 
 def _api_server_list(items: list[Any], continue_token: str) -> web.Response:
     """A LIST page as the API server writes it: compact, ``metadata`` before ``items``."""
-    body = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "41", "continue": continue_token}}
-    body["items"] = items
+    metadata = {"resourceVersion": "41", "continue": continue_token}
+    body = {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}
     return web.Response(body=json.dumps(body, separators=(",", ":")), content_type="application/json")
 
 

@@ -106,8 +106,7 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> JSON:
         """One API call; the response body parsed. Raises :class:`APIError` on HTTP errors."""
-        raw = await self._call(method, path, body=body, params=params, content_type=content_type)
-        return json_codec.loads(raw) if raw else {}
+        return self._decode(await self._call(method, path, body=body, params=params, content_type=content_type))
 
     async def send(self, method: str, path: str, *, body: JSON, content_type: str = "application/json") -> None:
         """One API call whose response body nobody reads (a Binding, an Event): it is not parsed.
