@@ -53,6 +53,7 @@ from kopf_scheduler.reporting import Reporter
 from kopf_scheduler.schedule_one import ScheduleOne
 from kopf_scheduler.scheduler import Scheduler
 from kopf_scheduler.settings import RunSettings
+from kopf_scheduler.standby import PauseToggle, WarmStandby
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -158,6 +159,9 @@ class SchedulerApp:
             forget_pod=self.reporter.forget,
             nominator=self.nominator,
         )
+        #: A paused replica's cache follows the cluster (``standby.py``); started by :meth:`follow_pauses`.
+        self.standby = WarmStandby(self.events, follow=not settings.delay_cache_until_active)
+        self._standby_task: asyncio.Task[None] | None = None
         self.cycles = ScheduleOne(
             cache=self.cache,
             unassigned=self.unassigned,
@@ -293,6 +297,19 @@ class SchedulerApp:
     async def ensure_reconciled(self) -> None:
         await self.events.ensure_reconciled()
 
+    # -- pauses and kopf's watches (standby.py) ------------------------------------------------------
+    def follow_pauses(self, paused: PauseToggle) -> None:
+        """From now on the cache follows the cluster whenever ``paused`` is on (once; later calls do nothing)."""
+        if self._standby_task is None:
+            self._standby_task = asyncio.ensure_future(self.standby.run(paused))
+
+    async def version_for_watch(self, path: str) -> str | None:
+        """kopf is about to watch ``path`` (its replica resumed or started): the standby stops following, and the
+        watch starts where the cache is, if our LIST or stream can stand in for kopf's LIST
+        (``EventHandlers.version_for_watch``)."""
+        await self.standby.hand_over()
+        return await self.events.version_for_watch(path)
+
     # -- the scheduling loop -------------------------------------------------------------------------
     async def run_profile(self, name: str, *, stopped: Callable[[], bool], poll: float = 0.5) -> None:
         """One profile's loop; returns when ``stopped()`` (kopf pauses the daemon, or stops it as the profile goes)."""
@@ -345,10 +362,9 @@ class SchedulerApp:
                 # Let watch events, binds and reports run between cycles (each cycle is short, synchronous).
                 await asyncio.sleep(0)
         finally:
+            # A pause invalidates the cache and the standby follows the cluster from then on (standby.py); a
+            # loop stopped for its profile's deletion leaves kopf's watches running and the cache whole.
             self._running_loops -= 1
-            if self._running_loops == 0:
-                # Paused or stopped: watches may miss deletions from now on, so the next start re-lists.
-                self.events.invalidate()
 
     def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> Awaitable[None] | None:
         """One scheduling cycle for a popped pod (schedule_one.py); its binding cycle goes on as a task.
@@ -381,5 +397,9 @@ class SchedulerApp:
     async def shutdown(self) -> None:
         """Graceful shutdown: cancel the plugins' jobs (a preemption cut short is retried by the next
         leader: its victims are still there, or already gone), then wait for binds and reports."""
+        if self._standby_task is not None:
+            self._standby_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._standby_task
         await self.jobs.cancel()
         await self.drain()

@@ -45,6 +45,7 @@ _SETTING_FLAGS = {
     "pod_initial_backoff_seconds": "pod_initial_backoff_seconds",
     "pod_max_backoff_seconds": "pod_max_backoff_seconds",
     "pod_max_in_unschedulable_pods_duration": "pod_max_in_unschedulable_pods_duration",
+    "delay_cache_until_active": "delay_cache_until_active",
     "tls_cert_file": "tls_cert_file",
     "tls_private_key_file": "tls_private_key_file",
     "authorization_always_allow_paths": "authorization_always_allow_paths",
@@ -93,12 +94,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--pod-max-in-unschedulable-pods-duration", type=float, help="seconds before a parked pod is retried (300)"
     )
+    run.add_argument(
+        "--delay-cache-until-active",
+        type=_true_or_false,
+        metavar="true|false",
+        help="a standby keeps no cache; it lists everything when it becomes active (default false)",
+    )
     _add_serving_flags(run)
     _add_explain_command(commands)
     _add_convert_and_validate(commands)
     _add_what_if_command(commands)
     _add_completion_command(commands)
     return parser
+
+
+def _true_or_false(value: str) -> bool:
+    if value.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+    return value.lower() == "true"
 
 
 def _prog_name() -> str:

@@ -50,6 +50,11 @@ class Client(Protocol):
         """A LIST page by page; ``on_version`` is told its resourceVersion before the first page."""
         ...
 
+    def watch(self, path: str, *, resource_version: str) -> AsyncIterator[dict[str, Any]]:
+        """A watch stream of ``path`` from ``resource_version``, bookmarks included: each event as the API server
+        sends it (``type``, ``object``), until the server ends the stream."""
+        ...
+
     def writes_backlogged(self) -> bool:
         """Whether the client's writes queue for a connection: the scheduling loop's backpressure, so that it
         does not outrun the API server."""

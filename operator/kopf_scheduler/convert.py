@@ -14,11 +14,10 @@ the split and says, field by field, what became of everything it did not carry o
 - ``percentageOfNodesToScore`` (top level): upstream uses it for every profile that sets none, so it is copied
   into those profiles' specs.
 - ``extenders``: upstream consults them for every profile; ours are per profile, so each profile gets the list.
-- ``podInitialBackoffSeconds``, ``podMaxBackoffSeconds``: operator-wide here too (``run`` flags, chart
-  ``extraArgs``, or the KopfSchedulerConfiguration file); reported with the flag to set.
+- ``podInitialBackoffSeconds``, ``podMaxBackoffSeconds``, ``delayCacheUntilActive``: operator-wide here too
+  (``run`` flags, chart ``extraArgs``, or the KopfSchedulerConfiguration file); reported with the flag to set.
 - ``parallelism``, ``leaderElection``, ``clientConnection``, ``enableProfiling``,
-  ``enableContentionProfiling``, ``delayCacheUntilActive``: reported as not carried over, with the reason and
-  the nearest counterpart.
+  ``enableContentionProfiling``: reported as not carried over, with the reason and the nearest counterpart.
 
 Decoding is strict, as kube-scheduler's: another apiVersion or kind, or an unknown field, is an error (a file
 kube-scheduler would refuse is not silently half-converted). The plugins themselves are not checked here; the
@@ -64,16 +63,13 @@ _NOT_CARRIED_OVER: dict[str, str] = {
     ),
     "enableProfiling": "no counterpart: the operator serves no /debug/pprof",
     "enableContentionProfiling": "no counterpart: the operator serves no /debug/pprof",
-    "delayCacheUntilActive": (
-        "no setting: a standby (paused) replica stops its watches and rebuilds its cache from a LIST when it "
-        "becomes active, which is what delayCacheUntilActive: true does"
-    ),
 }
 
 #: Top-level fields that are operator settings here: the ``kopf-scheduler run`` flag that sets them.
 _OPERATOR_SETTINGS: dict[str, str] = {
     "podInitialBackoffSeconds": "--pod-initial-backoff-seconds",
     "podMaxBackoffSeconds": "--pod-max-backoff-seconds",
+    "delayCacheUntilActive": "--delay-cache-until-active",
 }
 
 _TOP_LEVEL_FIELDS = frozenset(
@@ -166,15 +162,16 @@ def convert_config(config: Mapping[str, Any]) -> Conversion:
 
 def _operator_notes(config: Mapping[str, Any]) -> tuple[Note, ...]:
     """The operator-wide settings the config sets, with the flag (and settings-file key) that sets them here."""
-    return tuple(
-        Note(
-            key,
-            f"{config[key]}: operator-wide setting: `kopf-scheduler run {flag} {config[key]}` (chart: extraArgs) "
-            f"or {key}: {config[key]} in a KopfSchedulerConfiguration (--config)",
-        )
-        for key, flag in _OPERATOR_SETTINGS.items()
-        if key in config
-    )
+    notes = []
+    for key, flag in _OPERATOR_SETTINGS.items():
+        if key in config:
+            value = json.dumps(config[key])  # as YAML and the flag spell it: true, not True
+            text = (
+                f"{value}: operator-wide setting: `kopf-scheduler run {flag} {value}` (chart: extraArgs) "
+                f"or {key}: {value} in a KopfSchedulerConfiguration (--config)"
+            )
+            notes.append(Note(key, text))
+    return tuple(notes)
 
 
 def _top_percentage(config: Mapping[str, Any]) -> int | None:

@@ -14,11 +14,13 @@ follows the new status (``UpdateNominatedPod``), and a pod bound or deleted leav
 
 Why the authoritative LIST (:meth:`EventHandlers.ensure_reconciled`): kopf stops the watches while a replica
 is paused by peering and re-lists on resume, but never purges objects deleted meanwhile (client-go's
-reflector would). Before any profile loop schedules after a (re)start or a takeover, the cache is rebuilt
-from a fresh LIST, with watch changes and deletions that race the LIST remembered so a stale LIST can
-neither resurrect the deleted nor delete the newly seen. New pending pods that arrive while that LIST is due
-wait outside the queues until it is done (upstream waits for every informer's sync before it schedules; here
-PreEnqueue would otherwise judge a pod against a cache that lacks its ResourceClaims).
+reflector would). So the cache is rebuilt from a fresh LIST at the start and at every pause, with watch
+changes and deletions that race the LIST remembered so a stale LIST can neither resurrect the deleted nor
+delete the newly seen; while the replica stays paused the warm standby (``standby.py``) follows the cluster
+from that LIST with watches of its own (:meth:`EventHandlers.follow`), so a takeover finds the cache whole.
+New pending pods that arrive while that LIST is due wait outside the queues until it is done (upstream waits
+for every informer's sync before it schedules; here PreEnqueue would otherwise judge a pod against a cache that
+lacks its ResourceClaims).
 
 kopf lists each kind too before it watches it; where our LIST can stand in for kopf's
 (:meth:`EventHandlers.version_for_watch`), kopf's watch starts from our LIST's resourceVersion instead, as
@@ -30,12 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from kopf_scheduler.client import ClientRef
+from kopf_scheduler.client import Client, ClientRef
+from kopf_scheduler.framework import APIError
 from kopf_scheduler.framework.events import ClusterEvent, EventResource, node_events, object_events, pod_events
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import GATED, PodNominator, SchedulingQueue
@@ -88,6 +90,18 @@ _STORAGE_RESOURCES = {
 ForgetPod = Callable[[str, str], None]
 #: Applies one LIST page to the cache and returns the keys it listed.
 PageApplier = Callable[[list[dict[str, Any]]], Iterable[Any]]
+#: Applies one watch event (its type, its object) to the cache.
+EventApplier = Callable[[str | None, dict[str, Any]], None]
+
+
+class _ListedKind(NamedTuple):
+    """A kind the reconciling LIST lists: its paths, how a page is applied, how the unlisted are purged, and
+    how a watch event is applied (the warm standby's watch of the paths, :meth:`EventHandlers.follow`)."""
+
+    paths: list[str]
+    apply_page: PageApplier
+    purge_unlisted: Callable[[set[Any]], None]
+    apply_event: EventApplier
 
 
 class EventHandlers:
@@ -122,11 +136,10 @@ class EventHandlers:
         #: New pending pods seen while a reconciling LIST is due (see :meth:`enqueue`), queued by its end.
         self._held: dict[str, PodInfo] = {}
         self._hold_pods = False
-        #: Orders our LISTs and kopf's requests for a watch's start (:meth:`version_for_watch`).
-        self._sequence = itertools.count()
-        #: Path → (when our last LIST of it began, its resourceVersion); paths kopf has streamed since start.
-        self._list_versions: dict[str, tuple[int, str]] = {}
-        self._streamed: set[str] = set()
+        #: Path → the resourceVersion the cache holds it at (its LIST's, or its last watch event's while the
+        #: standby follows it); paths whose watch kopf has streamed since the last pause (:meth:`version_for_watch`).
+        self._versions: dict[str, str] = {}
+        self._handed: set[str] = set()
 
     # -- watch events --------------------------------------------------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
@@ -304,9 +317,16 @@ class EventHandlers:
 
     # -- authoritative re-list -----------------------------------------------------------------------
     def invalidate(self) -> None:
-        """The watches may miss deletions from now on (every loop paused or stopped): the next start re-lists."""
+        """kopf has paused the replica and stopped its watches: they may miss deletions from now on, so the cache
+        is rebuilt from the next reconciling LIST, and no kopf stream is past any version recorded after it."""
         self._reconciled = False
         self._hold_pods = True
+        self._handed.clear()
+
+    @property
+    def reconciled(self) -> bool:
+        """The cache equals the last reconciling LIST plus the watch events since."""
+        return self._reconciled
 
     async def ensure_reconciled(self) -> None:
         """Make the cache equal to a fresh LIST, except for what the watches changed while it was in flight.
@@ -334,48 +354,49 @@ class EventHandlers:
         """kopf is about to LIST ``path`` and watch it from that LIST's resourceVersion: the resourceVersion of
         our reconciling LIST of the path if it can stand in for kopf's, else None (kopf lists as usual).
 
-        It can when the cache holds that LIST (reconciled, waiting for the reconcile if one is due) and no kopf
-        stream of the path can have delivered events past it: kopf never streamed the path before (its first
-        start), or our LIST began after this request (a resume: kopf's previous stream ended at the pause).
-        kopf's watch then replays exactly what happened since our LIST, as client-go's reflector watches from
-        its own LIST, and kopf hands no listed object to the handlers: at 50000 pending pods its LIST and the
-        per-object work took longer than ours (docs/benchmarks.md). A 410 Gone re-list, or a watch restarted
-        while the cache was whole, gets None.
+        It can when the cache holds the path (reconciled, waiting for the reconcile if one is due) and no kopf
+        stream of the path has run since the last pause (:meth:`invalidate`; kopf's streams stop at a pause):
+        the version is our LIST's, or where the warm standby's watch of the path stopped (:meth:`follow`).
+        kopf's watch then replays exactly what happened since, as client-go's reflector watches from its own
+        LIST, and kopf hands no listed object to the handlers: at 50000 pending pods its LIST and the
+        per-object work took longer than ours (docs/benchmarks.md). A second request before the next pause
+        (kopf re-lists after a 410 Gone, or its watch restarted) gets None.
         """
-        if path not in self._listed_paths():
+        if path not in self._listed_paths() or path in self._handed:
             return None
-        requested = next(self._sequence)
-        streamed_before = path in self._streamed
-        self._streamed.add(path)
+        self._handed.add(path)  # from here on kopf streams the path (from our version, or from its own LIST)
         try:
             await self.ensure_reconciled()
         except Exception as error:  # kopf's own LIST then retries with kopf's backoff; the loop retries ours
             logger.info("kopf lists %s itself: the reconciling LIST failed (%s)", path, error)
             return None
-        started, version = self._list_versions.get(path, (-1, ""))
-        if not self._reconciled or not version or (streamed_before and started < requested):
-            return None
-        return version
+        version = self._versions.get(path, "")
+        return version if self._reconciled and version else None
 
-    def _lists(self) -> list[tuple[list[str], PageApplier, Callable[[set[Any]], None]]]:
-        """What a reconciling LIST lists: each kind's paths, how a page is applied, how the unlisted are purged.
-        The pods come second (:meth:`_reconcile_every_kind` returns their uids)."""
-        lists: list[tuple[list[str], PageApplier, Callable[[set[Any]], None]]] = [
-            (["/api/v1/nodes"], self._apply_node_page, self._purge_unlisted_nodes),
-            (self._pod_paths(), self._apply_pod_page, self._purge_unlisted_pods),
+    def _lists(self) -> list[_ListedKind]:
+        """What a reconciling LIST lists, kind by kind. The pods come second (:meth:`_reconcile_every_kind`
+        returns their uids)."""
+        lists = [
+            _ListedKind(["/api/v1/nodes"], self._apply_node_page, self._purge_unlisted_nodes, self.on_node_event),
+            _ListedKind(self._pod_paths(), self._apply_pod_page, self._purge_unlisted_pods, self.on_pod_event),
         ]
         for kind, path in _LIST_PATHS.items():
             apply_page = functools.partial(self._apply_workload_page, kind)
-            lists.append(([path], apply_page, functools.partial(self._purge_unlisted_workloads, kind)))
-        lists.append((["/api/v1/namespaces"], self._apply_namespace_page, self._purge_unlisted_namespaces))
+            purge = functools.partial(self._purge_unlisted_workloads, kind)
+            lists.append(_ListedKind([path], apply_page, purge, functools.partial(self.on_workload_event, kind)))
+        namespaces = _ListedKind(
+            ["/api/v1/namespaces"], self._apply_namespace_page, self._purge_unlisted_namespaces, self.on_namespace_event
+        )
+        lists.append(namespaces)
         for kind in STORAGE_KINDS:
             apply_page = functools.partial(self._apply_storage_page, kind)
             purge = functools.partial(self._purge_unlisted_storage, kind)
-            lists.append((self._storage_paths(kind), apply_page, purge))
+            apply_event = functools.partial(self.on_storage_event, kind)
+            lists.append(_ListedKind(self._storage_paths(kind), apply_page, purge, apply_event))
         return lists
 
     def _listed_paths(self) -> set[str]:
-        return {path for paths, _, _ in self._lists() for path in paths}
+        return {path for kind in self._lists() for path in kind.paths}
 
     async def _reconcile_every_kind(self) -> set[Any]:
         """Every kind at once: each LIST's round trip may wait on a busy loop (kopf still lists what our LIST
@@ -384,17 +405,15 @@ class EventHandlers:
         is raised as itself (not as a group); the listed pod uids are returned."""
         try:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self._reconcile_kind(*kind)) for kind in self._lists()]
+                tasks = [group.create_task(self._reconcile_kind(kind)) for kind in self._lists()]
         except BaseExceptionGroup as errors:
             raise errors.exceptions[0] from None
         return tasks[1].result()
 
-    async def _reconcile_kind(
-        self, paths: list[str], apply_page: PageApplier, purge_unlisted: Callable[[set[Any]], None]
-    ) -> set[Any]:
+    async def _reconcile_kind(self, kind: _ListedKind) -> set[Any]:
         """LIST one kind, then drop what the cache holds of it and the LIST no longer returned; the listed keys."""
-        listed = await self._relist(paths, apply_page)
-        purge_unlisted(listed)
+        listed = await self._relist(kind.paths, kind.apply_page)
+        kind.purge_unlisted(listed)
         return listed
 
     def _pod_paths(self) -> list[str]:
@@ -416,7 +435,6 @@ class EventHandlers:
         assert client is not None
         listed: set[Any] = set()
         for path in paths:
-            started = next(self._sequence)
             versions: list[str] = []
             async for page in client.list_pages(path, on_version=versions.append):
                 # No await between here and the next page: the application is atomic for the event loop,
@@ -427,8 +445,39 @@ class EventHandlers:
                 finally:
                     self._listing = True
             if versions and versions[0]:
-                self._list_versions[path] = (started, versions[0])
+                self._versions[path] = versions[0]
         return listed
+
+    # -- the warm standby's watches ---------------------------------------------------------------------
+    async def follow(self) -> None:
+        """Watch every listed path from the version the cache holds it at and apply its events, until cancelled
+        (the warm standby, ``standby.py``): each path's version follows its events and bookmarks, so a watch
+        started from it later (the next stream, or kopf's at the resume) neither misses nor repeats one.
+
+        Raises :class:`APIError` 410 when a version is too old to watch from (the caller re-lists), and any
+        other error of a stream (the caller follows again from where each path is)."""
+        client = self._client()
+        assert client is not None
+        try:
+            async with asyncio.TaskGroup() as group:
+                for kind in self._lists():
+                    for path in kind.paths:
+                        if self._versions.get(path):
+                            group.create_task(self._follow_path(client, path, kind.apply_event))
+        except BaseExceptionGroup as errors:
+            raise errors.exceptions[0] from None
+
+    async def _follow_path(self, client: Client, path: str, apply_event: EventApplier) -> None:
+        while True:  # the API server ends every stream after its timeout: go on from the last version
+            async for event in client.watch(path, resource_version=self._versions[path]):
+                event_type, obj = event.get("type"), event.get("object") or {}
+                if event_type == "ERROR":
+                    raise APIError(int(obj.get("code") or 500), str(obj.get("message") or obj))
+                if event_type != "BOOKMARK":
+                    apply_event(event_type, obj)
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if version:
+                    self._versions[path] = version
 
     def _watched_meanwhile(self, obj: dict[str, Any]) -> bool:
         """A watch changed or deleted the object while the LIST was in flight: its watched state wins."""

@@ -12,6 +12,7 @@ kopf rules this module follows (reference kopf-and-peers.md, A1–A7):
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import itertools
 import logging
@@ -44,6 +45,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     tune_garbage_collector()
     _decode_kopf_json_with_json_codec()
     _start_kopf_watches_from_our_lists(_app(memo))
+    _follow_the_cluster_while_paused(_app(memo))
     run = _app(memo).settings
     settings.peering.name = run.peering_name
     settings.peering.mandatory = True
@@ -104,7 +106,7 @@ def _start_kopf_watches_from_our_lists(app: SchedulerApp) -> None:
         watching = settings.watching
         selectors = (watching.label_selectors, watching.field_selectors, watching.shard_selectors)
         narrowed = any(selector.collect(resource) for selector in selectors)  # our LIST is of every object
-        version = None if narrowed else await app.events.version_for_watch(resource.get_url(namespace=namespace))
+        version = None if narrowed else await app.version_for_watch(resource.get_url(namespace=namespace))
         if version is not None:
             yield [], version
             return
@@ -112,6 +114,29 @@ def _start_kopf_watches_from_our_lists(app: SchedulerApp) -> None:
             yield chunk
 
     kopf_watching.fetching = types.SimpleNamespace(fetch_objs=fetch_objs)  # type: ignore[assignment]
+
+
+def _follow_the_cluster_while_paused(app: SchedulerApp) -> None:
+    """The app learns when kopf pauses the replica, so that its cache follows the cluster meanwhile (``standby.py``).
+
+    kopf tells no handler about its pauses; every watcher of a served kind passes the operator's
+    ``operator_paused`` toggles to ``streaming_block`` before it lists or watches (and waits there while the
+    replica is paused), so the first watcher hands them to the app. Runs in the start-up handler, before kopf
+    starts any watch. Tied to the pinned kopf: tests/unit/test_handlers.py drives kopf's real watcher through
+    it and fails when kopf stops pausing through this name.
+    """
+    kopf_block = kopf_watching.streaming_block
+
+    @contextlib.asynccontextmanager
+    async def streaming_block(
+        *, resource: Any, namespace: str | None, operator_paused: Any = None
+    ) -> AsyncIterator[Any]:
+        if operator_paused is not None:
+            app.follow_pauses(operator_paused)
+        async with kopf_block(resource=resource, namespace=namespace, operator_paused=operator_paused) as waiter:
+            yield waiter
+
+    kopf_watching.streaming_block = streaming_block  # type: ignore[assignment]
 
 
 class _ProfileDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):

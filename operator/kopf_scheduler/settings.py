@@ -40,6 +40,13 @@ class RunSettings(BaseModel):
     pod_initial_backoff_seconds: float = Field(default=1.0, gt=0)
     pod_max_backoff_seconds: float = Field(default=10.0, gt=0)
     pod_max_in_unschedulable_pods_duration: float = Field(default=300.0, gt=0)
+    delay_cache_until_active: bool = Field(
+        default=False,
+        description=(
+            "A standby replica keeps no cache current and lists everything when it becomes active: less work and "
+            "memory while standing by, a slower takeover (kube-scheduler's delayCacheUntilActive)."
+        ),
+    )
     explain_bound_pods: int = Field(
         default=256,
         ge=0,

@@ -44,6 +44,11 @@ class FakeClient:
         self.on_claim_created: Callable[[dict[str, Any]], None] | None = None
         #: How often the scheduling loop asked whether its writes queue.
         self.backlog_checks = 0
+        #: Path → the events the next watch of it delivers, after which the stream stays open (until cancelled).
+        self.watch_events: dict[str, list[dict[str, Any]]] = {}
+        #: Every watch started, as (path, resourceVersion); and how many LISTs of each path were made.
+        self.watches: list[tuple[str, str]] = []
+        self.list_counts: dict[str, int] = {}
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
@@ -130,12 +135,19 @@ class FakeClient:
     ) -> AsyncIterator[list[dict[str, Any]]]:
         """Two pages (a one-item first page), so page-by-page application is exercised; the LIST's
         resourceVersion is ``versions[path]`` (none when absent)."""
+        self.list_counts[path] = self.list_counts.get(path, 0) + 1
         if on_version is not None and path in self.versions:
             on_version(self.versions[path])
         items = await self.list_all(path)
         yield items[:1]
         if items[1:]:
             yield items[1:]
+
+    async def watch(self, path: str, *, resource_version: str) -> AsyncIterator[dict[str, Any]]:
+        self.watches.append((path, resource_version))
+        for event in self.watch_events.pop(path, []):
+            yield event
+        await asyncio.Event().wait()  # an open stream with nothing more to say
 
 
 class FakeClock:

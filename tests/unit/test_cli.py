@@ -133,3 +133,23 @@ def test_a_fixed_priority_and_the_ordinal_one_are_exclusive(capsys: pytest.Captu
         main(["run", "--peering-priority=5", "--peering-priority-from-ordinal=100"])
     assert exited.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_delay_cache_until_active_is_a_flag_and_a_config_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kube-scheduler's delayCacheUntilActive (what ``convert`` reports for it): as a flag, and in the file."""
+    from kopf_scheduler.cli import main
+
+    out = tmp_path / "effective.yaml"
+    assert main(["run", "--delay-cache-until-active", "true", f"--write-config-to={out}"]) == 0
+    assert yaml.safe_load(out.read_text())["delayCacheUntilActive"] is True
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: kopf-scheduler.io/v1alpha1\nkind: KopfSchedulerConfiguration\ndelayCacheUntilActive: true\n"
+    )
+    assert main(["run", f"--config={config}", "--delay-cache-until-active=false", f"--write-config-to={out}"]) == 0
+    assert yaml.safe_load(out.read_text())["delayCacheUntilActive"] is False
+    with pytest.raises(SystemExit):
+        main(["run", "--delay-cache-until-active", "yes"])
+    assert "expected true or false, got 'yes'" in capsys.readouterr().err

@@ -167,7 +167,7 @@ REPORTED: list[tuple[str, Any, str, str]] = [
     ("clientConnection", {"qps": 100, "burst": 200}, "dropped", "--kubeconfig"),
     ("enableProfiling", True, "dropped", "pprof"),
     ("enableContentionProfiling", True, "dropped", "pprof"),
-    ("delayCacheUntilActive", True, "dropped", "rebuilds its cache"),
+    ("delayCacheUntilActive", True, "operator_settings", "--delay-cache-until-active true"),
     ("podInitialBackoffSeconds", 2, "operator_settings", "--pod-initial-backoff-seconds 2"),
     ("podMaxBackoffSeconds", 20, "operator_settings", "--pod-max-backoff-seconds 20"),
     ("percentageOfNodesToScore", 40, "carried_over", "copied into spec.percentageOfNodesToScore"),

@@ -8,6 +8,7 @@ keeps slim objects and skips versions it already holds; for pods and nodes and f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import random
 from collections.abc import AsyncIterator
@@ -32,7 +33,7 @@ from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
-from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
+from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending, until
 from tests.unit.factories import make_node, make_pod
 
 
@@ -374,37 +375,82 @@ def test_kopf_watches_a_kind_from_our_list_at_start_and_lists_itself_after_a_410
     assert not failing.events._reconciled
 
 
-def test_after_a_pause_kopf_watches_from_our_list_only_if_it_began_after_kopfs_request() -> None:
-    """At a resume kopf's watcher asks first and our LIST follows (its previous stream ended at the pause):
-    it watches from our LIST. If our LIST began before the request, kopf's previous stream may have
-    delivered events past it: kopf lists itself. kopf's first request at start takes any reconciled LIST."""
+def test_after_a_pause_kopf_watches_from_our_latest_list_whichever_came_first() -> None:
+    """kopf's streams stop at a pause (``invalidate``): its next request gets the version of our latest LIST,
+    whether that LIST ran before the request (the warm standby's, or a loop's) or was started by it. A second
+    request before the next pause gets None (kopf streamed since), and so does a path kopf listed itself
+    because our LIST had failed, even once a later LIST succeeds."""
     client = _versioned_client()
     app = new_app(client)
     app.apply_profile(name="sp", spec={}, generation=1)
+    pods = "/api/v1/pods"
 
-    async def resume_with_request_first() -> str | None:
-        assert await app.events.version_for_watch("/api/v1/pods") == "11"  # start: the request triggers it
+    async def pauses() -> list[str | None]:
+        answers = [await app.events.version_for_watch(pods)]  # start: the request triggers our LIST
         app.events.invalidate()  # paused
-        client.versions["/api/v1/pods"] = "21"
-        return await app.events.version_for_watch("/api/v1/pods")
-
-    assert asyncio.run(resume_with_request_first()) == "21"
-
-    async def resume_with_list_first() -> str | None:
+        client.versions[pods] = "21"
+        answers.append(await app.events.version_for_watch(pods))  # the request first, our LIST follows
         app.events.invalidate()
-        client.versions["/api/v1/pods"] = "31"
-        await app.ensure_reconciled()  # a loop's reconcile, before kopf's watcher asks
+        client.versions[pods] = "31"
+        await app.ensure_reconciled()  # our LIST first (the standby's, or a loop's)
+        answers.append(await app.events.version_for_watch(pods))
+        answers.append(await app.events.version_for_watch(pods))  # kopf re-lists after a 410
+        return answers
+
+    assert asyncio.run(pauses()) == ["11", "21", "31", None]
+
+    class FailingOnceClient(FakeClient):
+        failures = 1
+
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            if self.failures:
+                self.failures -= 1
+                raise RuntimeError("LIST failed")
+            return []
+
+    flaky = new_app(FailingOnceClient())
+    flaky.client.versions[pods] = "11"  # type: ignore[union-attr]
+
+    async def failed_then_listed() -> list[str | None]:
+        answers = [await flaky.events.version_for_watch(pods)]  # kopf lists and streams pods itself
+        await flaky.ensure_reconciled()  # a loop's retry succeeds while kopf streams
+        answers.append(await flaky.events.version_for_watch(pods))
+        return answers
+
+    assert asyncio.run(failed_then_listed()) == [None, None]
+
+
+def test_following_applies_watch_events_and_kopf_watches_from_where_they_stopped() -> None:
+    """The warm standby's watches (``EventHandlers.follow``) start at each path's LIST version, apply events
+    like kopf's, move the version with events and bookmarks, and kopf's watch at the resume starts there."""
+    client = _versioned_client()
+    node = make_node("n1")
+    node["metadata"]["resourceVersion"] = "13"
+    node["metadata"]["labels"] = {"zone": "b"}
+    client.watch_events["/api/v1/nodes"] = [{"type": "MODIFIED", "object": node}]
+    arrived = pending("arrived-while-paused")
+    arrived["metadata"]["resourceVersion"] = "14"
+    client.watch_events["/api/v1/pods"] = [
+        {"type": "ADDED", "object": arrived},
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "19"}}},
+    ]
+    app = new_app(client)
+
+    async def follow_then_resume() -> str | None:
+        await app.ensure_reconciled()
+        following = asyncio.ensure_future(app.events.follow())
+        await until(lambda: "arrived-while-paused" in {p.name for p in app.unassigned.values()})
+        await until(lambda: app.events._versions["/api/v1/pods"] == "19")
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
         return await app.events.version_for_watch("/api/v1/pods")
 
-    assert asyncio.run(resume_with_list_first()) is None
-
-    fresh = new_app(_versioned_client())
-
-    async def start_with_list_first() -> str | None:
-        await fresh.ensure_reconciled()
-        return await fresh.events.version_for_watch("/api/v1/pods")
-
-    assert asyncio.run(start_with_list_first()) == "11"  # kopf never streamed the path: nothing to replay twice
+    assert asyncio.run(follow_then_resume()) == "19"
+    assert ("/api/v1/nodes", "10") in client.watches
+    assert ("/api/v1/pods", "11") in client.watches
+    assert app.cache.node("n1").obj["metadata"]["labels"] == {"zone": "b"}  # type: ignore[union-attr]
+    assert "/api/v1/replicasets" not in {path for path, _ in client.watches}  # listed with no version
 
 
 def test_managed_fields_are_not_kept() -> None:

@@ -194,3 +194,69 @@ def test_kopf_watches_reconciled_kinds_from_our_list_and_lists_the_others_itself
         watching.Bookmark.LISTED,
         "ADDED",
     ]
+
+
+def test_a_paused_replica_follows_the_cluster_and_kopf_resumes_from_where_it_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf's real watcher (``infinite_watch``) with the start-up handler's replacements and a real
+    ``operator_paused``: while paused, kopf sends nothing and the app's standby lists and follows the cluster;
+    at the resume kopf watches pods from the version the standby's stream reached, with no LIST. Fails when a
+    kopf upgrade pauses or lists through other names than the ones replaced."""
+    from kopf._cogs.aiokits import aiotoggles
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+
+    from tests.unit.app_harness import new_app, pending, until
+
+    monkeypatch.setattr(watching, "fetching", watching.fetching)  # restored after the test
+    monkeypatch.setattr(watching, "streaming_block", watching.streaming_block)
+    app = new_app()
+    fake = app.client
+    fake.lists["/api/v1/pods"] = [pending("listed")]  # type: ignore[union-attr]
+    fake.versions["/api/v1/pods"] = "41"  # type: ignore[union-attr]
+    created = pending("created-while-paused")
+    created["metadata"]["resourceVersion"] = "45"
+    fake.watch_events["/api/v1/pods"] = [{"type": "ADDED", "object": created}]  # type: ignore[union-attr]
+    handlers._start_kopf_watches_from_our_lists(app)
+    handlers._follow_the_cluster_while_paused(app)
+    requests: list[dict[str, str]] = []
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        requests.append(dict(request.query))
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"type":"ADDED","object":{"metadata":{"name":"new","uid":"u2"}}}\n')
+        await response.write_eof()
+        return response
+
+    async def pause_then_resume() -> list[Any]:
+        async with _kopf_talking_to({"/api/v1/pods": serve}):
+            operator_paused = aiotoggles.ToggleSet(any)
+            peering = await operator_paused.make_toggle(True, name="peering")
+            pods = references.Resource(group="", version="v1", plural="pods", namespaced=True)
+            events: list[Any] = []
+
+            async def kopfs_watcher() -> None:
+                stream = watching.infinite_watch(
+                    settings=kopf.OperatorSettings(), resource=pods, namespace=None, operator_paused=operator_paused
+                )
+                async for event in stream:
+                    events.append(event)
+                    if isinstance(event, dict) and event.get("type") == "ADDED":
+                        return
+
+            watcher = asyncio.ensure_future(kopfs_watcher())
+            await until(lambda: "created-while-paused" in {pod.name for pod in app.unassigned.values()})
+            assert app.standby.following
+            assert requests == []  # kopf waits while paused
+            await peering.turn_to(False)
+            await asyncio.wait_for(watcher, timeout=5)
+            assert not app.standby.following
+            await app.shutdown()
+            return events
+
+    events = asyncio.run(pause_then_resume())
+    assert [(query.get("watch"), query.get("resourceVersion")) for query in requests] == [("true", "45")]
+    assert [e if not isinstance(e, dict) else e["type"] for e in events] == [watching.Bookmark.LISTED, "ADDED"]
+    assert {pod.name for pod in app.unassigned.values()} == {"listed", "created-while-paused"}

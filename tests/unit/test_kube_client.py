@@ -373,3 +373,42 @@ def test_write_room_waits_while_writes_queue_for_a_connection() -> None:
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+def test_watch_streams_events_split_anywhere_and_raises_http_errors() -> None:
+    """A watch from a resourceVersion, bookmarks asked for: one event per line, however the bytes are split (an
+    event larger than a read buffer too), an ERROR event passed on as it is; an HTTP error raises APIError."""
+    queries: list[dict[str, str]] = []
+    large = {"type": "ADDED", "object": {"metadata": {"name": "big", "resourceVersion": "12"}, "data": "x" * 300_000}}
+    lines = [
+        large,
+        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+        {"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}},
+    ]
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        queries.append(dict(request.query))
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        stream = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+        for start in range(0, len(stream), 7000):  # chunks that cut lines and JSON anywhere
+            await response.write(stream[start : start + 7000])
+        await response.write_eof()
+        return response
+
+    async def nodes(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"kind": "Status", "message": "nodes is forbidden", "code": 403}, status=403)
+
+    async def scenario(client: KubeClient) -> tuple[list[Any], APIError]:
+        events = [event async for event in client.watch("/api/v1/pods", resource_version="11")]
+        with pytest.raises(APIError) as error:
+            async for _ in client.watch("/api/v1/nodes", resource_version="1"):
+                pass
+        return events, error.value
+
+    events, error = serve({("GET", "/api/v1/pods"): pods, ("GET", "/api/v1/nodes"): nodes}, scenario)
+    assert events == lines
+    assert queries == [
+        {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": "11", "timeoutSeconds": "300"}
+    ]
+    assert (error.status, str(error)) == (403, "nodes is forbidden")

@@ -275,6 +275,28 @@ class KubeClient:
             if fetching is not None:  # the caller stopped early: nobody awaits the next page
                 fetching.cancel()  # (also marks a failure it may have had as seen: asyncio logs none)
 
+    async def watch(self, path: str, *, resource_version: str, timeout_seconds: int = 300) -> AsyncIterator[JSON]:
+        """A watch stream of ``path`` from ``resource_version``, bookmarks included: each event as the API server
+        sends it (``type``, ``object``), until the server ends the stream after ``timeout_seconds``.
+
+        An HTTP error raises :class:`APIError`; an ``ERROR`` event (410 Gone: the version is compacted) is
+        yielded as it is, for the caller to decide."""
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        url = self.server + path + "?" + urlencode(params)
+        timeout = aiohttp.ClientTimeout(sock_connect=self._timeout.total, sock_read=timeout_seconds + 30)
+        headers = {"Accept": "application/json"}
+        async with self._get_session().get(url, headers=headers, timeout=timeout) as response:
+            if response.status >= 400:
+                text = (await response.read()).decode("utf-8", errors="replace")
+                raise APIError(response.status, _error_message(text, response.status))
+            async for line in _json_lines(response.content.iter_any()):
+                yield self._decode(line)
+
     async def _call_get(self, path: str, params: Mapping[str, str]) -> bytes:
         return await self._call("GET", path, body=None, params=params, content_type="application/json")
 
@@ -306,6 +328,19 @@ def _list_metadata(raw: bytes) -> JSON | None:
         return None
     metadata = head.get("metadata") if isinstance(head, dict) else None
     return metadata if isinstance(metadata, dict) else None
+
+
+async def _json_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A watch stream's events, one JSON document per line, however the bytes arrive (an event can be larger
+    than any read buffer: a ResourceSlice of many devices)."""
+    pending = b""
+    async for chunk in chunks:
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line
+    if pending.strip():
+        yield pending
 
 
 def _error_message(text: str, status: int) -> str:
