@@ -445,7 +445,8 @@ def _env_float(name: str, default: float) -> float:
 class Config:
     """Every knob, from environment variables (defaults = what ``make bench`` runs).
 
-    - ``BENCH_REPS`` (3): repetitions per workload and scheduler.
+    - ``BENCH_REPS`` (3): repetitions per workload and scheduler (kube-scheduler and kopf-scheduler take turns
+      at running first: :func:`scheduler_order`).
     - ``BENCH_WORKLOADS`` (all): comma-separated workload ids to run.
     - ``BENCH_SCHEDULERS`` (kube-scheduler,kopf-scheduler,ceiling).
     - ``BENCH_<ID>`` (e.g. ``BENCH_BASIC_5000=5000x10000``): nodes x pods of one workload.
@@ -1200,7 +1201,7 @@ async def run_all(config: Config) -> dict[str, Any]:
                     await ensure_devices(api, workload.nodes)
                 print(f"{workload.id}: {workload.name}, {workload.nodes} nodes, {workload.pods} pods", flush=True)
                 for rep in range(1, config.reps + 1):
-                    for scheduler in config.schedulers:
+                    for scheduler in scheduler_order(config.schedulers, rep):
                         row, timeline = await run_one(api, cluster, config, workload, scheduler, rep, log_dir)
                         rows.append(row)
                         timelines[f"{workload.id}/{scheduler}/{rep}"] = timeline
@@ -1208,6 +1209,17 @@ async def run_all(config: Config) -> dict[str, Any]:
             await api.close()
     facts["runtime_s"] = round(time.monotonic() - started, 1)
     return {"meta": facts, "rows": rows, "summary": summarize(rows), "timelines": timelines}
+
+
+def scheduler_order(schedulers: Sequence[str], rep: int) -> list[str]:
+    """The order of the schedulers in repetition ``rep``: kube-scheduler and kopf-scheduler swap places every
+    other repetition, so neither always runs right after the API server has deleted the other's pods (the
+    ceiling keeps its place)."""
+    order = list(schedulers)
+    if rep % 2 == 0 and KUBE in order and KOPF in order:
+        i, j = order.index(KUBE), order.index(KOPF)
+        order[i], order[j] = order[j], order[i]
+    return order
 
 
 def _clean(value: Any) -> Any:

@@ -62,10 +62,9 @@ class WarmStandby:
                 await paused.wait_for(True)
                 self._events.invalidate()  # kopf's watches have stopped: from now on they miss what happens
                 if self._follow_while_paused:
-                    logger.info("paused: the cache follows the cluster until this replica resumes")
                     self._following = asyncio.create_task(self._follow())
                 else:
-                    logger.info("paused: the cache is listed again when this replica resumes (delayCacheUntilActive)")
+                    logger.debug("paused: the cache is listed again when this replica resumes (delayCacheUntilActive)")
                 await paused.wait_for(False)
                 await self.hand_over()
         finally:
@@ -81,10 +80,14 @@ class WarmStandby:
                 await following
 
     async def _follow(self) -> None:
+        announced = False  # every replica starts paused for a moment (mandatory peering): say it once it stands by
         while True:
             if not await asyncio.shield(self._reconcile()):
                 await asyncio.sleep(self._retry_seconds)
                 continue
+            if not announced:
+                logger.info("standby: the cache follows the cluster until this replica resumes")
+                announced = True
             try:
                 await self._events.follow()
             except APIError as error:

@@ -84,7 +84,7 @@ def test_two_replicas_only_the_active_binds_and_the_standby_takes_over_a_500_pod
     assert active.scheduled_count(profile) == WARMUP_PODS
     assert standby.scheduled_count() == 0
     # Its daemons never ran, but its cache is whole and follows the cluster (the warm standby, standby.py).
-    assert standby.log_lines(r"paused: the cache follows the cluster") != []
+    assert standby.log_lines(r"standby: the cache follows the cluster") != []
     assert len(standby.log_lines(r"cache reconciled")) == 1
 
     # The burst; SIGKILL the active replica in its middle.

@@ -396,3 +396,15 @@ def test_preemption_workload_fills_nodes_and_mixes_in_preemptors(monkeypatch: py
     assert {cpu(p) for p in pods if p not in preemptors} == {0.1}
     free = float(parse_quantity(NODE_RESOURCES["cpu"])) - LOW_PRIORITY_PODS_PER_NODE * cpu(low)
     assert free < 3.0 <= free + 3 * cpu(low)  # three victims make room, fewer do not
+
+
+def test_kube_and_kopf_take_turns_at_running_first() -> None:
+    from bench.e2e import CEILING, KOPF, KUBE, scheduler_order
+
+    schedulers = [KUBE, KOPF, CEILING]
+    assert [scheduler_order(schedulers, rep) for rep in (1, 2, 3)] == [
+        [KUBE, KOPF, CEILING],
+        [KOPF, KUBE, CEILING],
+        [KUBE, KOPF, CEILING],
+    ]
+    assert scheduler_order([KOPF, CEILING], 2) == [KOPF, CEILING]  # one of them alone: as given
