@@ -9,7 +9,7 @@ shape. It lives in its own module so that every part can name it without importi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Protocol
 
 
@@ -50,7 +50,7 @@ class Client(Protocol):
         """A LIST page by page; ``on_version`` is told its resourceVersion before the first page."""
         ...
 
-    def watch(self, path: str, *, resource_version: str) -> AsyncIterator[dict[str, Any]]:
+    def watch(self, path: str, *, resource_version: str) -> AsyncGenerator[dict[str, Any], None]:
         """A watch stream of ``path`` from ``resource_version``, bookmarks included: each event as the API server
         sends it (``type``, ``object``), until the server ends the stream."""
         ...

@@ -31,6 +31,7 @@ kopf hands no listed object to the handlers (``handlers.py`` installs that into 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -469,15 +470,17 @@ class EventHandlers:
 
     async def _follow_path(self, client: Client, path: str, apply_event: EventApplier) -> None:
         while True:  # the API server ends every stream after its timeout: go on from the last version
-            async for event in client.watch(path, resource_version=self._versions[path]):
-                event_type, obj = event.get("type"), event.get("object") or {}
-                if event_type == "ERROR":
-                    raise APIError(int(obj.get("code") or 500), str(obj.get("message") or obj))
-                if event_type != "BOOKMARK":
-                    apply_event(event_type, obj)
-                version = (obj.get("metadata") or {}).get("resourceVersion")
-                if version:
-                    self._versions[path] = version
+            # Closed when cancelled (a hand-over) by this frame, not left to the garbage collector.
+            async with contextlib.aclosing(client.watch(path, resource_version=self._versions[path])) as events:
+                async for event in events:
+                    event_type, obj = event.get("type"), event.get("object") or {}
+                    if event_type == "ERROR":
+                        raise APIError(int(obj.get("code") or 500), str(obj.get("message") or obj))
+                    if event_type != "BOOKMARK":
+                        apply_event(event_type, obj)
+                    version = (obj.get("metadata") or {}).get("resourceVersion")
+                    if version:
+                        self._versions[path] = version
 
     def _watched_meanwhile(self, obj: dict[str, Any]) -> bool:
         """A watch changed or deleted the object while the LIST was in flight: its watched state wins."""

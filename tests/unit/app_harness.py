@@ -49,6 +49,8 @@ class FakeClient:
         #: Every watch started, as (path, resourceVersion); and how many LISTs of each path were made.
         self.watches: list[tuple[str, str]] = []
         self.list_counts: dict[str, int] = {}
+        #: Paths whose watch stream was closed (the connection released), in order.
+        self.closed_watches: list[str] = []
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
@@ -145,9 +147,12 @@ class FakeClient:
 
     async def watch(self, path: str, *, resource_version: str) -> AsyncIterator[dict[str, Any]]:
         self.watches.append((path, resource_version))
-        for event in self.watch_events.pop(path, []):
-            yield event
-        await asyncio.Event().wait()  # an open stream with nothing more to say
+        try:
+            for event in self.watch_events.pop(path, []):
+                yield event
+            await asyncio.Event().wait()  # an open stream with nothing more to say
+        finally:
+            self.closed_watches.append(path)
 
 
 class FakeClock:

@@ -444,6 +444,7 @@ def test_following_applies_watch_events_and_kopf_watches_from_where_they_stopped
         following.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await following
+        assert sorted(client.closed_watches) == sorted(path for path, _ in client.watches)  # connections released
         return await app.events.version_for_watch("/api/v1/pods")
 
     assert asyncio.run(follow_then_resume()) == "19"

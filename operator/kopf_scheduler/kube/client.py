@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -275,7 +275,9 @@ class KubeClient:
             if fetching is not None:  # the caller stopped early: nobody awaits the next page
                 fetching.cancel()  # (also marks a failure it may have had as seen: asyncio logs none)
 
-    async def watch(self, path: str, *, resource_version: str, timeout_seconds: int = 300) -> AsyncIterator[JSON]:
+    async def watch(
+        self, path: str, *, resource_version: str, timeout_seconds: int = 300
+    ) -> AsyncGenerator[JSON, None]:
         """A watch stream of ``path`` from ``resource_version``, bookmarks included: each event as the API server
         sends it (``type``, ``object``), until the server ends the stream after ``timeout_seconds``.
 
