@@ -399,7 +399,6 @@ class SchedulerApp:
         leader: its victims are still there, or already gone), then wait for binds and reports."""
         if self._standby_task is not None:
             self._standby_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._standby_task
+            await asyncio.wait([self._standby_task])
         await self.jobs.cancel()
         await self.drain()

@@ -18,7 +18,6 @@ missed or applied twice, and the profiles' loops find the cache reconciled.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Protocol
 
@@ -76,8 +75,7 @@ class WarmStandby:
         following, self._following = self._following, None
         if following is not None:
             following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
+            await asyncio.wait([following])  # (a cancellation of the caller itself still propagates)
 
     async def _follow(self) -> None:
         announced = False  # every replica starts paused for a moment (mandatory peering): say it once it stands by
