@@ -104,5 +104,5 @@ class WarmStandby:
         try:
             await self._events.ensure_reconciled()
         except Exception as error:  # the API server may be down for a while: retry
-            logger.warning("standby: the reconciling LIST failed (%s); retrying", error)
+            logger.warning("the reconciling LIST failed (%s); retrying", error)
         return self._events.reconciled
