@@ -319,10 +319,12 @@ class EventHandlers:
     # -- authoritative re-list -----------------------------------------------------------------------
     def invalidate(self) -> None:
         """kopf has paused the replica and stopped its watches: they may miss deletions from now on, so the cache
-        is rebuilt from the next reconciling LIST, and no kopf stream is past any version recorded after it."""
+        is rebuilt from the next reconciling LIST, and no kopf stream is past any version recorded after it (the
+        versions recorded before it are void)."""
         self._reconciled = False
         self._hold_pods = True
         self._handed.clear()
+        self._versions.clear()
 
     @property
     def reconciled(self) -> bool:

@@ -793,3 +793,22 @@ def test_a_repeated_version_and_the_release_of_held_pods_leave_them_compact() ->
     assert [type(pod.raw) for pod in kept] == [bytes, bytes]
     assert [app.profiles["sp"].queue.location(pod.uid) for pod in kept] == ["active", "active"]
     assert [pod.uid for pod in app.nominator.nominated_pods_for_node("n1")] == [kept[0].uid]
+
+
+def test_a_version_from_before_a_pause_is_never_handed_to_kopf() -> None:
+    """A LIST after the pause that reports no resourceVersion for a path: kopf lists that path itself rather
+    than watch from the version of the LIST before the pause (events it would replay or miss)."""
+    client = _versioned_client()
+    app = new_app(client)
+
+    async def pause() -> list[str | None]:
+        await app.ensure_reconciled()
+        app.events.invalidate()
+        del client.versions["/api/v1/pods"]
+        await app.ensure_reconciled()
+        return [
+            await app.events.version_for_watch("/api/v1/pods"),
+            await app.events.version_for_watch("/api/v1/nodes"),
+        ]
+
+    assert asyncio.run(pause()) == [None, "10"]
