@@ -88,13 +88,12 @@ class WarmStandby:
                 announced = True
             try:
                 await self._events.follow()
-            except APIError as error:
-                if error.status == 410:  # a version too old to watch from: list again
+            except Exception as error:
+                if isinstance(error, APIError) and error.status == 410:  # a version too old to watch from
                     logger.info("standby: a watch expired (%s); listing again", error)
                     self._events.invalidate()
                     continue
-                logger.warning("standby: a watch failed (%s); watching again", error)
-            except Exception as error:  # a dropped connection, the API server restarting: go on from here
+                # A dropped connection, the API server restarting: watch again from where each kind is.
                 logger.warning("standby: a watch failed (%s); watching again", error)
             await asyncio.sleep(self._retry_seconds)
 

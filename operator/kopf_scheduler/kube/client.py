@@ -118,7 +118,7 @@ class KubeClient:
         data = json_codec.dumps(body)
         status, raw = await self._get_connections().exchange(method, path, data, content_type)
         if status >= 400:
-            raise APIError(status, _error_message(raw.decode("utf-8", errors="replace"), status))
+            raise _api_error(status, raw)
 
     def writes_backlogged(self) -> bool:
         """Whether the writes of :meth:`send` queue for a connection (``ConnectionPool.backlogged``)."""
@@ -138,8 +138,7 @@ class KubeClient:
         async with self._get_session().request(method, url, data=data, headers=headers) as response:
             raw = await response.read()
             if response.status >= 400:
-                text = raw.decode("utf-8", errors="replace")
-                raise APIError(response.status, _error_message(text, response.status))
+                raise _api_error(response.status, raw)
             return raw
 
     # -- the calls the scheduler makes ---------------------------------------------------------------
@@ -294,8 +293,7 @@ class KubeClient:
         headers = {"Accept": "application/json"}
         async with self._get_session().get(url, headers=headers, timeout=timeout) as response:
             if response.status >= 400:
-                text = (await response.read()).decode("utf-8", errors="replace")
-                raise APIError(response.status, _error_message(text, response.status))
+                raise _api_error(response.status, await response.read())
             async for line in _json_lines(response.content.iter_any()):
                 yield self._decode(line)
 
@@ -345,11 +343,14 @@ async def _json_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield pending
 
 
-def _error_message(text: str, status: int) -> str:
+def _api_error(status: int, raw: bytes) -> APIError:
+    """An error answer: the API server's Status message, else the body as text, else the code."""
+    text = raw.decode("utf-8", errors="replace")
     try:
-        return str(json.loads(text).get("message") or text)
+        message = str(json.loads(text).get("message") or text)
     except (ValueError, AttributeError):
-        return text or f"HTTP {status}"
+        message = text or f"HTTP {status}"
+    return APIError(status, message)
 
 
 def _claim_path(namespace: str, name: str) -> str:
