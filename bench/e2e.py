@@ -45,16 +45,17 @@ section 5):
   claims and PVs and no controller removes them here, so after each run the harness drops them and deletes the
   run's claims and PVs (:func:`delete_volumes`). The ceiling ignores volumes, as it ignores everything else.
 
-* **Preemption** (``preemption``, scheduler_perf's PreemptionAsync): every node starts full of low-priority
-  pods (four ``pod-low-priority`` pods of 900m CPU each, 3.6 of 4 CPUs, created bound to their node so both
-  schedulers find the same state); among the pending pods every :data:`PREEMPTOR_EVERY`-th is a
-  ``pod-high-priority`` preemptor (3 CPU, PriorityClass ``bench-high`` = 10) that must evict three victims,
-  and the rest are ``pod-default`` (100m, always fits). scheduler_perf creates its preemptors at 5/s while the
-  measured pods arrive; here, as in every workload, all pending pods exist before the scheduler starts.
-  Victims have ``terminationGracePeriodSeconds: 0``, so the schedulers' DELETEs remove them at once (there is
-  no kubelet). A run completes when every pending pod, preemptors included, is bound. As scheduler_perf's
-  1000Nodes case, there are as many pending pods as nodes: a node has room for four pod-default pods, and a
-  preemptor takes three of those slots, so far more pending pods than nodes would leave some with no room.
+* **Preemption** (``preemption``, and ``preemption-5000`` at scheduler_perf's 5000Nodes size; PreemptionAsync):
+  every node starts full of low-priority pods (four ``pod-low-priority`` pods of 900m CPU each, 3.6 of 4 CPUs,
+  created bound to their node so both schedulers find the same state); among the pending pods every
+  :data:`PREEMPTOR_EVERY`-th is a ``pod-high-priority`` preemptor (3 CPU, PriorityClass ``bench-high`` = 10) that
+  must evict three victims, and the rest are ``pod-default`` (100m, always fits). scheduler_perf creates its
+  preemptors at 5/s while the measured pods arrive; here, as in every workload, all pending pods exist before the
+  scheduler starts. Victims have ``terminationGracePeriodSeconds: 0``, so the schedulers' DELETEs remove them at
+  once (there is no kubelet). A run completes when every pending pod, preemptors included, is bound. As in
+  scheduler_perf's 1000Nodes and 5000Nodes cases, there are as many pending pods as nodes: a node has room for four
+  pod-default pods, and a preemptor takes three of those slots, so far more pending pods than nodes would leave some
+  with no room.
 
 * **Devices** (``claims``, after scheduler_perf's SchedulingWithResourceClaimTemplate): a DeviceClass of a fake
   driver (:data:`DRA_DRIVER`, CEL selector on the driver), a ResourceSlice per node with
@@ -408,6 +409,18 @@ DEFAULT_WORKLOADS: tuple[Workload, ...] = (
         "PreemptionAsync",
         1000,
         1000,
+        preemption_pod,
+        f"nodes full of low-priority pods (4 x 900m); every {PREEMPTOR_EVERY}th pending pod a 3-CPU preemptor "
+        "of priority 10, the others pod-default",
+        full_nodes=True,
+    ),
+    # scheduler_perf's PreemptionAsync 5000Nodes (20000 low-priority pods, 5000 measured): at 1000 pods a run
+    # lasts ≈ 2–3 s, one or two throughput samples, so its ratio swings with where the ticks fall.
+    Workload(
+        "preemption-5000",
+        "PreemptionAsync",
+        5000,
+        5000,
         preemption_pod,
         f"nodes full of low-priority pods (4 x 900m); every {PREEMPTOR_EVERY}th pending pod a 3-CPU preemptor "
         "of priority 10, the others pod-default",
