@@ -44,11 +44,11 @@ def pod_start_time(pod: PodInfo, now: float) -> float:
 
 
 def _parse_start_time(pod: PodInfo) -> float | None:
-    raw = (pod.obj.get("status") or {}).get("startTime")
+    raw = pod.start_time
     if not raw:
         return None
     try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 
@@ -65,7 +65,7 @@ def sort_by_importance(pods: Iterable[PodInfo], now: float) -> list[PodInfo]:
 def pod_terminating_by_preemption(pod: PodInfo) -> bool:
     """Upstream ``podTerminatingByPreemption``: being deleted, and the first DisruptionTarget condition says
     the scheduler preempted it."""
-    if not (pod.obj.get("metadata") or {}).get("deletionTimestamp"):
+    if not pod.terminating:  # read before the object: a compact one is decoded (and kept) on its first read
         return False
     for condition in (pod.obj.get("status") or {}).get("conditions") or ():
         if condition.get("type") == "DisruptionTarget":

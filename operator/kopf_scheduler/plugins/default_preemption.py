@@ -787,7 +787,7 @@ class PreemptionExecutor:
 
     def start(self, candidate: Candidate, preemptor: PodInfo) -> None:
         """Upstream ``prepareCandidateAsync``."""
-        to_delete = [v for v in candidate.victims.pods if not _being_deleted(v)]
+        to_delete = [v for v in candidate.victims.pods if not v.terminating]
         if not to_delete:
             return
         self.handle.metrics.preemption_victims(len(candidate.victims.pods))
@@ -873,10 +873,6 @@ class PreemptionExecutor:
                 errors.append(exc)
         if errors:
             raise errors[0]
-
-
-def _being_deleted(pod: PodInfo) -> bool:
-    return bool((pod.obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def disruption_condition(victim: PodInfo, preemptor: PodInfo) -> dict[str, Any] | None:

@@ -88,6 +88,8 @@ class PodInfo:
     resource_version: str = ""
     #: ``status.nominatedNodeName`` (the queue's nominator reads it as pods enter, compact or not).
     nominated_node: str = ""
+    #: ``status.startTime`` as written (preemption orders victims by it: read without decoding a compact object).
+    start_time: str = ""
 
     @property
     def obj(self) -> dict[str, Any]:
@@ -129,6 +131,7 @@ class PodInfo:
             memo={},
             resource_version=_resource_version(obj),
             nominated_node=_nominated_node(obj),
+            start_time=_start_time(obj),
         )
 
     @classmethod
@@ -163,6 +166,7 @@ class PodInfo:
             non_zero_memory=non_zero_memory,
             resource_version=_resource_version(obj),
             nominated_node=_nominated_node(obj),
+            start_time=_start_time(obj),
         )
 
 
@@ -176,6 +180,10 @@ def _resource_version(obj: Mapping[str, Any]) -> str:
 
 def _nominated_node(obj: Mapping[str, Any]) -> str:
     return (obj.get("status") or {}).get("nominatedNodeName") or ""
+
+
+def _start_time(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("status") or {}).get("startTime") or "")
 
 
 def pod_uid(obj: Mapping[str, Any]) -> str:
