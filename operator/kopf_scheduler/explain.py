@@ -7,14 +7,14 @@ accounts per pod and serves them at ``/explain/<namespace>/<pod>`` beside ``/met
 explain`` prints them with :func:`format_account`; docs/explain.md shows them).
 
 Failures (always kept). The account is built when the attempt fails (its Diagnosis holds every rejected node's
-Status with the plugin that returned it), because node names are read from the live node table (slots are
-reused when nodes come and go); that costs one pass over the rejected nodes, the same order of work as the
-FitError histogram itself. The latest attempt of each pending pod is kept in full, and the last
-:data:`HISTORY_LENGTH` attempts as summaries with what changed between consecutive ones
+Status with the plugin that returned it), because node names are read from the live node table (slots are reused
+when nodes come and go); that costs one pass over the rejected nodes, the same order of work as the FitError
+histogram itself; nodes failing alike share one verdict, and the store keeps an account's nodes packed
+(:class:`_PackedNodes`: 1.4 MB → ≈ 60 KB at 5000 nodes). The latest attempt of each pending pod is kept in full, and
+the last :data:`HISTORY_LENGTH` attempts as summaries with what changed between consecutive ones
 (:func:`attempt_changes`); only while the pod is pending, and at most :data:`MAX_PODS` pods (the least recently
-failed are forgotten first). When PostFilter ran (DefaultPreemption), its :class:`PostFilterResult` says per
-node why preemption did or did not help there (``node_messages``) and which node it nominated; the account
-carries both.
+failed are forgotten first). When PostFilter ran (DefaultPreemption), its :class:`PostFilterResult` says per node
+why preemption did or did not help there (``node_messages``) and which node it nominated; the account carries both.
 
 Successes (per profile, ``spec.explain.successes``). Upstream's ``prioritizeNodes`` computes, per feasible node,
 each Score plugin's score, normalises it (NormalizeScore), weights it, and sums the weighted scores into the
@@ -28,6 +28,7 @@ share of a cycle (docs/benchmarks.md), hence the opt-in.
 from __future__ import annotations
 
 import time
+from array import array
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,8 +62,8 @@ def explain_fit_error(
     (``preemption``), and ``nominatedNode`` names the node preemption made room on.
     """
     diagnosis = fit.diagnosis
-    by_node = diagnosis.node_to_status
-    nodes = {name: {"plugin": status.plugin, "reasons": list(status.reasons)} for name, status in by_node.items()}
+    verdicts = _Verdicts()
+    nodes = {name: verdicts.of(status.plugin, status.reasons) for name, status in diagnosis.node_to_status.items()}
     account: dict[str, Any] = {
         "pod": fit.pod.key,
         "profile": profile,
@@ -82,18 +83,38 @@ def explain_fit_error(
     if diagnosis.post_filter_msg:
         account["postFilter"] = diagnosis.post_filter_msg
     if post_filter is not None:
-        _add_post_filter(account, post_filter)
+        _add_post_filter(account, post_filter, verdicts)
     return account
 
 
-def _add_post_filter(account: dict[str, Any], result: PostFilterResult) -> None:
+class _Verdicts:
+    """One verdict dict per distinct verdict of an account, shared by every node that has it: at 5000 nodes a
+    dict and a list per node were 1.4 MB per failed attempt (built and kept for up to :data:`MAX_PODS` pods), and
+    a cluster's nodes mostly fail for a handful of reasons. Shared, so never changed once made."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def of(self, plugin: str | None, reasons: Sequence[str], preemption: str | None = None) -> dict[str, Any]:
+        key = (plugin, tuple(reasons), preemption)
+        verdict = self._made.get(key)
+        if verdict is None:
+            verdict = {"plugin": plugin, "reasons": list(reasons)}
+            if preemption is not None:
+                verdict["preemption"] = preemption
+            self._made[key] = verdict
+        return verdict
+
+
+def _add_post_filter(account: dict[str, Any], result: PostFilterResult, verdicts: _Verdicts) -> None:
     """Each judged node gets its ``preemption`` message; the nodes judged together share theirs in
     ``otherNodes`` (the distinct messages only, so the account stays small however many nodes there are)."""
     nodes: dict[str, Any] = account["nodes"]
     unjudged: set[str] = set()
     for name, message in (result.node_messages or {}).items():
-        if name in nodes:
-            nodes[name]["preemption"] = message
+        verdict = nodes.get(name)
+        if verdict is not None:
+            nodes[name] = verdicts.of(verdict["plugin"], verdict["reasons"], message)
         else:
             unjudged.add(message)
     others = account.get("otherNodes")
@@ -259,10 +280,49 @@ def _history_entry(account: dict[str, Any], changes: dict[str, Any] | None) -> d
     return entry
 
 
+@dataclass(frozen=True, slots=True)
+class _PackedNodes:
+    """An account's ``nodes`` as kept: the node names in their order, and for each the index of its verdict
+    among the distinct ones. Up to :data:`MAX_PODS` accounts of every node are kept; at 5000 nodes one took
+    1.4 MB as a dict of dicts, ≈ 60 KB packed (the names are the node table's own strings)."""
+
+    names: tuple[str, ...]
+    verdicts: tuple[dict[str, Any], ...]
+    index: array[int]
+
+    @classmethod
+    def pack(cls, nodes: dict[str, dict[str, Any]]) -> _PackedNodes:
+        """Packs ``nodes``; verdicts are told apart by identity (:func:`explain_fit_error` shares equal ones)."""
+        position: dict[int, int] = {}
+        verdicts: list[dict[str, Any]] = []
+        index = array("I")
+        for verdict in nodes.values():
+            at = position.get(id(verdict))
+            if at is None:
+                at = position[id(verdict)] = len(verdicts)
+                verdicts.append(verdict)
+            index.append(at)
+        return cls(tuple(nodes), tuple(verdicts), index)
+
+    def unpack(self) -> dict[str, dict[str, Any]]:
+        verdicts = self.verdicts
+        return {name: verdicts[at] for name, at in zip(self.names, self.index, strict=True)}
+
+
+def _packed(account: dict[str, Any]) -> dict[str, Any]:
+    nodes = account.get("nodes")
+    return account if not nodes else {**account, "nodes": _PackedNodes.pack(nodes)}
+
+
+def _unpacked(account: dict[str, Any]) -> dict[str, Any]:
+    nodes = account.get("nodes")
+    return {**account, "nodes": nodes.unpack()} if isinstance(nodes, _PackedNodes) else account
+
+
 @dataclass(slots=True)
 class _Pending:
     """A pending pod: its latest failed attempt in full, the latest FitError account (what the next one is
-    compared with) and the last attempts' summaries, oldest first."""
+    compared with) and the last attempts' summaries, oldest first. Accounts are kept packed (``_packed``)."""
 
     account: dict[str, Any]
     fit: dict[str, Any] | None
@@ -293,13 +353,15 @@ class Explanations:
         is_fit = "nodes" in account
         if pending is None:
             pending = _Pending(account, None, deque(maxlen=self._history))
-            changes = None
+            changes: dict[str, Any] | None = None
         else:
             # Only two FitErrors compare node by node; an error, or a FitError after only errors, has no diff.
-            changes = attempt_changes(pending.fit, account) if is_fit and pending.fit is not None else None
-            pending.account = account
+            before = _unpacked(pending.fit) if is_fit and pending.fit is not None else None
+            changes = attempt_changes(before, account) if before is not None else None
+        kept = _packed(account)
+        pending.account = kept
         if is_fit:
-            pending.fit = account
+            pending.fit = kept
         pending.history.append(_history_entry(account, changes))
         self._pending[key] = pending
         while len(self._pending) > self._max_pods:
@@ -324,7 +386,7 @@ class Explanations:
         """The pod's account: a pending pod's latest failure with ``history``, or a bound pod's success."""
         pending = self._pending.get(key)
         if pending is not None:
-            return {**pending.account, "history": list(pending.history)}
+            return {**_unpacked(pending.account), "history": list(pending.history)}
         bound = self._bound.get(key)
         if bound is not None:
             return success_account(key, *bound)

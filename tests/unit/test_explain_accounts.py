@@ -253,6 +253,17 @@ def test_consecutive_attempts_are_compared_node_by_node() -> None:
     assert attempt_changes(before, {**before, "message": "other"}) == {"message": "changed"}
 
 
+def test_the_store_gives_back_the_account_it_was_given() -> None:
+    """Kept packed (names in order, an index per node into the distinct verdicts), served whole."""
+    nodes = {"b": ("TaintToleration", ["taint"]), "a": ("NodeResourcesFit", ["Insufficient cpu"]), "c": ("X", [])}
+    account = fit_account(nodes, 3)
+    store = Explanations()
+    store.record("ns/p", account)
+    served = store.get("ns/p") or {}
+    assert list(served["nodes"].items()) == list(account["nodes"].items())
+    assert {k: v for k, v in served.items() if k != "history"} == account
+
+
 def test_a_change_list_names_at_most_the_cap_and_counts_the_rest() -> None:
     many = {f"n{i:02}": ("NodeResourcesFit", ["Insufficient cpu"]) for i in range(MAX_CHANGED_NODES + 5)}
     changes = attempt_changes(fit_account({}, 0), fit_account(many, len(many)))
