@@ -51,7 +51,7 @@ help:
 	@echo "make binaries  build/install the pinned upstream binaries and helm into $(BIN_DIR)"
 	@echo "make clean     remove the venv and caches in the tree (the binary cache stays)"
 	@echo "make bench-algo  algorithm benchmark, no API server: bench/results/algo.json + docs/benchmarks.md"
-	@echo "make bench     end-to-end benchmark vs kube-scheduler (~30 min): bench/results/e2e.json + docs/benchmarks.md"
+	@echo "make bench     end-to-end benchmark vs kube-scheduler (~90 min): bench/results/e2e.json + docs/benchmarks.md"
 	@echo "make bench-takeover  SIGKILL of the active replica with a 50000-pod backlog: bench/results/takeover.json"
 	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~4 min) and"
 	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400):"
