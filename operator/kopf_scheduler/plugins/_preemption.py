@@ -190,9 +190,12 @@ class DryRunRemoval:
     keyed by generation must not mistake the dry-run states for later real ones).
     """
 
-    def __init__(self, cache: ClusterCache, node: NodeInfo) -> None:
+    def __init__(self, cache: ClusterCache, node: NodeInfo, *, node_only: bool = False) -> None:
         self.cache = cache
         self.node = node
+        #: Only the node's own accounting changes (:meth:`ClusterCache.take_off_node`): for dry runs whose
+        #: Filter passes read nothing else, i.e. while no PreFilter extension runs.
+        self.node_only = node_only
         self._removed: dict[str, tuple[PodInfo, bool]] = {}
         self._order = (list(node.pods), list(node.pods_with_affinity), list(node.pods_with_required_anti_affinity))
 
@@ -205,13 +208,20 @@ class DryRunRemoval:
         self._reorder()
 
     def remove(self, pod: PodInfo) -> None:
+        if self.node_only:
+            self.cache.take_off_node(pod)
+            self._removed[pod.uid] = (pod, False)
+            return
         assumed = self.cache.is_assumed(pod.uid)
         self.cache.remove_pod(pod.uid)
         self._removed[pod.uid] = (pod, assumed)
 
     def restore(self, uid: str) -> None:
         pod, assumed = self._removed.pop(uid)
-        self.cache.restore_pod(pod, assumed=assumed)  # the same object: identities and memos as they were
+        if self.node_only:
+            self.cache.put_back_on_node(pod)
+        else:
+            self.cache.restore_pod(pod, assumed=assumed)  # the same object: identities and memos as they were
 
     def _reorder(self) -> None:
         node = self.node

@@ -424,14 +424,16 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         the reprieve goes in rounds: round *k* puts back each node's *k*-th pod (most important first, PDB
         violators first) and judges those nodes together; a node where it no longer fits loses that pod again.
         Each node meets the same pods in the same order as alone, and with no extension a node's verdict
-        depends only on its own pods, so the verdicts are the one-by-one ones. None when a Filter pass returned
-        an Error (the caller then dry-runs the nodes one by one). The cache is as before on return.
+        depends only on its own pods, so the verdicts are the one-by-one ones. For the same reason the victims
+        leave only their nodes' own accounting (``DryRunRemoval(node_only=True)``), not the cluster-wide indexes:
+        ≈ 3600 removals and as many re-adds per preemptor at 5000 nodes. None when a Filter pass returned an
+        Error (the caller then dry-runs the nodes one by one). The cache is as before on return.
         """
         framework = self._require_framework()
         with contextlib.ExitStack() as stack:
             reprieves: list[_Reprieve] = []
             for node in nodes:
-                dry_run = stack.enter_context(DryRunRemoval(snapshot.cache, node))
+                dry_run = stack.enter_context(DryRunRemoval(snapshot.cache, node, node_only=True))
                 potential = [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)]
                 for victim in potential:
                     dry_run.remove(victim)

@@ -333,16 +333,43 @@ class ClusterCache:
             self._attach(pod, info)
         self.generation += 1
 
+    def take_off_node(self, pod: PodInfo) -> None:
+        """Take ``pod`` off its node's own accounting only: the node's pod dicts, ports and node-table columns.
+
+        For dry runs whose Filter passes read nothing else (DefaultPreemption's batched dry run, while no
+        PreFilter extension runs: :meth:`Framework.pre_filter_extensions_idle`): the pod stays in the
+        cluster-wide indexes (by uid, namespace and label, selector counts, affinity groups), which a dry run
+        taking thousands of victims off and putting them back would otherwise update twice per victim. Undo
+        with :meth:`put_back_on_node` before anything else reads the cache."""
+        info = self._nodes.get(pod.node_name)
+        if info is None or info.pods.pop(pod.uid, None) is None:
+            raise ValueError(f"pod {pod.key} is not on a node of the cache")
+        self._detach_from_node(pod, info)
+        self.generation += 1
+
+    def put_back_on_node(self, pod: PodInfo) -> None:
+        """Undo :meth:`take_off_node` (the very same pod object)."""
+        info = self._nodes.get(pod.node_name)
+        if info is None or pod.uid in info.pods:
+            raise ValueError(f"pod {pod.key} cannot be put back on its node")
+        self._attach_to_node(pod, info)
+        self.generation += 1
+
     def _attach(self, pod: PodInfo, info: NodeInfo) -> None:
-        info.pods[pod.uid] = pod
         if pod.has_pod_affinity_terms:
-            info.pods_with_affinity[pod.uid] = pod
             signature = affinity_signature(pod)
             group = self.affinity_groups.get(signature)
             if group is None:
                 group = AffinityGroup(has_required_anti_affinity=pod.has_required_anti_affinity)
                 self.affinity_groups[signature] = group
             group.add(pod, info.slot)
+        self._selector_counts.update(pod, info.slot, +1)
+        self._attach_to_node(pod, info)
+
+    def _attach_to_node(self, pod: PodInfo, info: NodeInfo) -> None:
+        info.pods[pod.uid] = pod
+        if pod.has_pod_affinity_terms:
+            info.pods_with_affinity[pod.uid] = pod
         if pod.has_required_anti_affinity:
             info.pods_with_required_anti_affinity[pod.uid] = pod
         info.used_ports.update(pod.host_ports)
@@ -356,7 +383,6 @@ class ClusterCache:
         self.table.non_zero_requested[slot, 1] += pod.non_zero_memory
         self.table.pod_count[slot] += 1
         self.table.touch_pods(slot)
-        self._selector_counts.update(pod, slot, +1)
 
     def _detach(self, pod: PodInfo) -> None:
         del self._pods[pod.uid]
@@ -379,21 +405,26 @@ class ClusterCache:
         info = self._nodes.get(pod.node_name)
         if info is not None and info.pods.pop(pod.uid, None) is not None:
             self._selector_counts.update(pod, info.slot, -1)
-            if info.pods_with_affinity.pop(pod.uid, None) is not None:
+            if pod.uid in info.pods_with_affinity:
                 self._ungroup_affinity(pod, info.slot)
-            info.pods_with_required_anti_affinity.pop(pod.uid, None)
-            slot = info.slot
-            if pod.host_ports:  # most pods have none: no Counter arithmetic for them
-                info.used_ports.subtract(pod.host_ports)
-                info.used_ports += Counter()  # drop zero counts
-                for port in pod.host_ports:
-                    self._unindex_host_port(port, slot)
-            self.table.add_requests(slot, pod.requests, -1)
-            self.table.non_zero_requested[slot, 0] -= pod.non_zero_cpu
-            self.table.non_zero_requested[slot, 1] -= pod.non_zero_memory
-            self.table.pod_count[slot] -= 1
-            self.table.touch_pods(slot)
+            self._detach_from_node(pod, info)
         self.generation += 1
+
+    def _detach_from_node(self, pod: PodInfo, info: NodeInfo) -> None:
+        """The node-local half of :meth:`_detach`, once ``pod`` is out of ``info.pods``."""
+        info.pods_with_affinity.pop(pod.uid, None)
+        info.pods_with_required_anti_affinity.pop(pod.uid, None)
+        slot = info.slot
+        if pod.host_ports:  # most pods have none: no Counter arithmetic for them
+            info.used_ports.subtract(pod.host_ports)
+            info.used_ports += Counter()  # drop zero counts
+            for port in pod.host_ports:
+                self._unindex_host_port(port, slot)
+        self.table.add_requests(slot, pod.requests, -1)
+        self.table.non_zero_requested[slot, 0] -= pod.non_zero_cpu
+        self.table.non_zero_requested[slot, 1] -= pod.non_zero_memory
+        self.table.pod_count[slot] -= 1
+        self.table.touch_pods(slot)
 
     def _ungroup_affinity(self, pod: PodInfo, slot: int) -> None:
         signature = affinity_signature(pod)

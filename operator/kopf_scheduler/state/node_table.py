@@ -141,10 +141,13 @@ class NodeTable:
         return index
 
     def add_requests(self, slot: int, requests: dict[str, int], sign: int) -> None:
+        index = self.resource_index
         for name, value in requests.items():
             if value:
-                column = self.resource_column(name, create=True)
-                assert column is not None
+                column = index.get(name)
+                if column is None:
+                    column = self.resource_column(name, create=True)
+                    assert column is not None
                 self.requested[slot, column] += sign * value
 
     def set_allocatable(self, slot: int, allocatable: dict[str, int]) -> None:

@@ -47,6 +47,7 @@ from kopf_scheduler.plugins.default_preemption import (
 from kopf_scheduler.scheduler import FitError, Scheduler, run_post_filter, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.state.selectors import LabelSelector
 from kopf_scheduler.state.storage import POD_DISRUPTION_BUDGET
 from tests.unit.factories import make_cache, make_node, make_pod, pod_info
 from tests.unit.test_extenders import FakeTransport
@@ -398,6 +399,41 @@ def test_dry_run_removal_restores_the_cache_exactly_even_on_errors() -> None:
     assert cache.is_assumed("uid-x")
     assert cache.pod("uid-a") is not None
     assert cache.generation > generation
+
+
+def test_a_node_only_dry_run_changes_the_nodes_accounting_alone_and_restores_it_exactly() -> None:
+    """The batched dry run's victims leave their node's pods, ports and columns; the cluster-wide indexes
+    (pods by uid and label, selector counts) are not touched, and everything is as before on exit."""
+    pods = [running(n, "n1", labels={"app": "web"}) for n in "abc"]
+    pods[0]["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    cache = make_cache([make_node("n1"), make_node("n2")], pods)
+    web = LabelSelector.parse({"matchLabels": {"app": "web"}})
+    counts_before = cache.matching_pod_counts("default", web).copy()
+    before = cache_fingerprint(cache)
+    node = cache.node("n1")
+    with DryRunRemoval(cache, node, node_only=True) as dry_run:
+        for uid in ("uid-a", "uid-b"):
+            dry_run.remove(cache.pod(uid))
+        assert list(node.pods) == ["uid-c"]
+        assert cache.table.pod_count[node.slot] == 1
+        assert not node.used_ports  # node-local: what Filter plugins read
+        assert cache.pod("uid-a") is not None  # cluster-wide: left alone
+        assert cache.matching_pod_counts("default", web).tolist() == counts_before.tolist()
+        dry_run.restore("uid-a")
+        assert cache.table.pod_count[node.slot] == 2
+    assert cache_fingerprint(cache) == before
+    assert list(node.pods) == ["uid-a", "uid-b", "uid-c"]  # the original order
+
+
+def test_a_pod_not_on_its_node_cannot_be_taken_off_or_put_back_twice() -> None:
+    cache = make_cache([make_node("n1")], [running("a", "n1")])
+    pod = cache.pod("uid-a")
+    cache.take_off_node(pod)
+    with pytest.raises(ValueError, match="not on a node"):
+        cache.take_off_node(pod)
+    cache.put_back_on_node(pod)
+    with pytest.raises(ValueError, match="cannot be put back"):
+        cache.put_back_on_node(pod)
 
 
 # -- eligibility and potential nodes -----------------------------------------------------------------
