@@ -563,6 +563,39 @@ class WithExtensions(PreFilterPlugin):
         return Status()
 
 
+class SeesNominee(FilterPlugin):
+    """Records, in each pass, whether the nominee counts on its node and whether the cache knows it by uid."""
+
+    name: ClassVar[str] = "SeesNominee"
+    seen: ClassVar[list[tuple[int, bool]]] = []
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
+        n1 = snapshot.slot_of("n1")
+        if n1 in nodes.tolist():
+            SeesNominee.seen.append((int(snapshot.table.pod_count[n1]), snapshot.cache.pod("uid-h1") is not None))
+        return None
+
+
+def test_a_batched_pass_places_nominees_on_their_nodes_only() -> None:
+    """With no extension running, the nominee is on its node's accounting for the first pass (what Filter
+    plugins read) and never enters the cache's cluster-wide indexes; the cache is as before afterwards."""
+    cache = default_cache()
+    nominee = pod_info(make_pod("h1", spec={"priority": 10}, uid="uid-h1"))
+    framework = build(
+        [SeesNominee], {E.FILTER: ("SeesNominee",)}, cache=cache, nominator=FakeNominator({"n1": [nominee]})
+    )
+    snapshot = cache.snapshot()
+    generation = cache.generation
+    SeesNominee.seen.clear()
+    outcome = framework.run_filter_plugins_with_nominated_pods(
+        CycleState(), pod_info(make_pod("me")), slots(snapshot, NODES), snapshot
+    )
+    assert len(outcome.feasible) == len(NODES)
+    assert SeesNominee.seen == [(1, False), (0, False)]  # pass 1 with it on n1, pass 2 without
+    assert int(cache.table.pod_count.sum()) == 0
+    assert cache.generation > generation
+
+
 def test_nodes_with_nominated_pods_are_judged_together_in_both_passes_when_no_extension_runs() -> None:
     cache = make_cache([make_node(name) for name in NODES], [make_pod("bound", node_name="n4", spec={"priority": 9})])
     high = [pod_info(make_pod(name, spec={"priority": 10})) for name in ("h1", "h3")]

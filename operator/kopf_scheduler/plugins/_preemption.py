@@ -219,7 +219,7 @@ class DryRunRemoval:
     def restore(self, uid: str) -> None:
         pod, assumed = self._removed.pop(uid)
         if self.node_only:
-            self.cache.put_back_on_node(pod)
+            self.cache.put_on_node(pod)
         else:
             self.cache.restore_pod(pod, assumed=assumed)  # the same object: identities and memos as they were
 

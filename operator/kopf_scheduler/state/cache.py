@@ -298,12 +298,17 @@ class ClusterCache:
         """Account ``pod`` on ``node_name`` before the Binding lands (upstream ``AssumePod``)."""
         if pod.uid in self._pods:
             raise ValueError(f"pod {pod.key} is already in the cache")
-        obj = {**pod.obj, "spec": {**(pod.obj.get("spec") or {}), "nodeName": node_name}}
-        # The pending pod's parsed requests hold for the assumed copy: only where it runs changes.
-        assumed = dataclasses.replace(pod, raw=obj, node_name=node_name, memo=dict(pod.memo))
+        assumed = self.placed_copy(pod, node_name)
         self._add(assumed)
         self._assumed.add(assumed.uid)
         return assumed
+
+    @staticmethod
+    def placed_copy(pod: PodInfo, node_name: str) -> PodInfo:
+        """A copy of the pending ``pod`` bound to ``node_name`` (what :meth:`assume` accounts)."""
+        obj = {**pod.obj, "spec": {**(pod.obj.get("spec") or {}), "nodeName": node_name}}
+        # The pending pod's parsed requests hold for the copy: only where it runs changes.
+        return dataclasses.replace(pod, raw=obj, node_name=node_name, memo=dict(pod.memo))
 
     def forget(self, uid: str) -> None:
         """Undo :meth:`assume` after a failed bind; a pod already confirmed by a watch event stays."""
@@ -336,19 +341,20 @@ class ClusterCache:
     def take_off_node(self, pod: PodInfo) -> None:
         """Take ``pod`` off its node's own accounting only: the node's pod dicts, ports and node-table columns.
 
-        For dry runs whose Filter passes read nothing else (DefaultPreemption's batched dry run, while no
-        PreFilter extension runs: :meth:`Framework.pre_filter_extensions_idle`): the pod stays in the
-        cluster-wide indexes (by uid, namespace and label, selector counts, affinity groups), which a dry run
-        taking thousands of victims off and putting them back would otherwise update twice per victim. Undo
-        with :meth:`put_back_on_node` before anything else reads the cache."""
+        For Filter passes that read nothing else (DefaultPreemption's batched dry run and the batched pass with
+        nominated pods, while no PreFilter extension runs: :meth:`Framework.pre_filter_extensions_idle`): the
+        pod stays in the cluster-wide indexes (by uid, namespace and label, selector counts, affinity groups),
+        which a dry run taking thousands of victims off and putting them back would otherwise update twice per
+        victim. Undo with :meth:`put_on_node` before anything else reads the cache."""
         info = self._nodes.get(pod.node_name)
         if info is None or info.pods.pop(pod.uid, None) is None:
             raise ValueError(f"pod {pod.key} is not on a node of the cache")
         self._detach_from_node(pod, info)
         self.generation += 1
 
-    def put_back_on_node(self, pod: PodInfo) -> None:
-        """Undo :meth:`take_off_node` (the very same pod object)."""
+    def put_on_node(self, pod: PodInfo) -> None:
+        """Undo :meth:`take_off_node` (the very same pod object), or account a :meth:`placed_copy` on its node
+        only, for such a pass (taken off again with :meth:`take_off_node`)."""
         info = self._nodes.get(pod.node_name)
         if info is None or pod.uid in info.pods:
             raise ValueError(f"pod {pod.key} cannot be put back on its node")

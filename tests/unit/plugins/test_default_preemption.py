@@ -431,9 +431,9 @@ def test_a_pod_not_on_its_node_cannot_be_taken_off_or_put_back_twice() -> None:
     cache.take_off_node(pod)
     with pytest.raises(ValueError, match="not on a node"):
         cache.take_off_node(pod)
-    cache.put_back_on_node(pod)
+    cache.put_on_node(pod)
     with pytest.raises(ValueError, match="cannot be put back"):
-        cache.put_back_on_node(pod)
+        cache.put_on_node(pod)
 
 
 # -- eligibility and potential nodes -----------------------------------------------------------------
