@@ -477,9 +477,9 @@ class Framework:
         Only the node's own accounting (:meth:`ClusterCache.put_on_node`): this pass runs while no PreFilter
         extension does, so the Filter plugins read nothing else (at 5000 full nodes with 200 preemptors
         nominated, a plain pod's cycle took 1.18 ms of CPU with them assumed into the whole cache, 0.83 ms so,
-        0.42 ms with none nominated: docs/benchmarks.md). The placed copy is
-        kept and placed again the next time (the same nominated object on the same node), because every cycle
-        borrows every nominated pod again and copying one costs more than accounting it.
+        0.42 ms with none nominated: docs/benchmarks.md). The placed copy is kept and placed again the next
+        time (the same nominated object on the same node), because every cycle borrows every nominated pod
+        again and copying one costs more than accounting it.
         """
         kept = self._borrowed.get(pod.uid)
         if kept is None or kept[0] is not pod or kept[1] != node_name:

@@ -347,7 +347,7 @@ class ClusterCache:
         which a dry run taking thousands of victims off and putting them back would otherwise update twice per
         victim. Undo with :meth:`put_on_node` before anything else reads the cache."""
         info = self._nodes.get(pod.node_name)
-        if info is None or info.pods.pop(pod.uid, None) is None:
+        if info is None or pod.uid not in info.pods:
             raise ValueError(f"pod {pod.key} is not on a node of the cache")
         self._detach_from_node(pod, info)
         self.generation += 1
@@ -409,7 +409,7 @@ class ClusterCache:
             if not orphans:
                 del self._orphans[pod.node_name]
         info = self._nodes.get(pod.node_name)
-        if info is not None and info.pods.pop(pod.uid, None) is not None:
+        if info is not None and pod.uid in info.pods:
             self._selector_counts.update(pod, info.slot, -1)
             if pod.uid in info.pods_with_affinity:
                 self._ungroup_affinity(pod, info.slot)
@@ -417,7 +417,8 @@ class ClusterCache:
         self.generation += 1
 
     def _detach_from_node(self, pod: PodInfo, info: NodeInfo) -> None:
-        """The node-local half of :meth:`_detach`, once ``pod`` is out of ``info.pods``."""
+        """The node-local half of :meth:`_detach` (the reverse of :meth:`_attach_to_node`)."""
+        del info.pods[pod.uid]
         info.pods_with_affinity.pop(pod.uid, None)
         info.pods_with_required_anti_affinity.pop(pod.uid, None)
         slot = info.slot
