@@ -45,9 +45,11 @@ class Client(Protocol):
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> None: ...
 
     def list_pages(
-        self, path: str, *, on_version: Callable[[str], None] | None = None
+        self, path: str, *, on_version: Callable[[str], None] | None = None, slim_items: bool = False
     ) -> AsyncIterator[list[dict[str, Any]]]:
-        """A LIST page by page; ``on_version`` is told its resourceVersion before the first page."""
+        """A LIST page by page; ``on_version`` is told its resourceVersion before the first page. With
+        ``slim_items`` (pods, nodes: objects of metadata, spec and status alone) the items may come without
+        ``metadata.managedFields``."""
         ...
 
     def watch(self, path: str, *, resource_version: str) -> AsyncGenerator[dict[str, Any], None]:

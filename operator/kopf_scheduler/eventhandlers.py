@@ -103,6 +103,8 @@ class _ListedKind(NamedTuple):
     apply_page: PageApplier
     purge_unlisted: Callable[[set[Any]], None]
     apply_event: EventApplier
+    #: Objects of metadata, spec and status alone (pods, nodes): listed without managedFields (``list_pages``).
+    slim_items: bool = False
 
 
 class EventHandlers:
@@ -380,8 +382,8 @@ class EventHandlers:
         """What a reconciling LIST lists, kind by kind. The pods come second (:meth:`_reconcile_every_kind`
         returns their uids)."""
         lists = [
-            _ListedKind(["/api/v1/nodes"], self._apply_node_page, self._purge_unlisted_nodes, self.on_node_event),
-            _ListedKind(self._pod_paths(), self._apply_pod_page, self._purge_unlisted_pods, self.on_pod_event),
+            _ListedKind(["/api/v1/nodes"], self._apply_node_page, self._purge_unlisted_nodes, self.on_node_event, True),
+            _ListedKind(self._pod_paths(), self._apply_pod_page, self._purge_unlisted_pods, self.on_pod_event, True),
         ]
         for kind, path in _LIST_PATHS.items():
             apply_page = functools.partial(self._apply_workload_page, kind)
@@ -415,7 +417,7 @@ class EventHandlers:
 
     async def _reconcile_kind(self, kind: _ListedKind) -> set[Any]:
         """LIST one kind, then drop what the cache holds of it and the LIST no longer returned; the listed keys."""
-        listed = await self._relist(kind.paths, kind.apply_page)
+        listed = await self._relist(kind.paths, kind.apply_page, slim_items=kind.slim_items)
         kind.purge_unlisted(listed)
         return listed
 
@@ -431,7 +433,7 @@ class EventHandlers:
             return [f"{prefix}/{plural}"]
         return [f"{prefix}/namespaces/{namespace}/{plural}" for namespace in self._namespaces]
 
-    async def _relist(self, paths: list[str], apply_page: PageApplier) -> set[Any]:
+    async def _relist(self, paths: list[str], apply_page: PageApplier, *, slim_items: bool = False) -> set[Any]:
         """LIST every path page by page; ``apply_page`` applies one page and returns the keys it listed.
         Each path's resourceVersion is kept for kopf's watch of it (:meth:`version_for_watch`)."""
         client = self._client()
@@ -439,7 +441,7 @@ class EventHandlers:
         listed: set[Any] = set()
         for path in paths:
             versions: list[str] = []
-            async for page in client.list_pages(path, on_version=versions.append):
+            async for page in client.list_pages(path, on_version=versions.append, slim_items=slim_items):
                 # No await between here and the next page: the application is atomic for the event loop,
                 # and our own applying must not count as "watched while listing".
                 self._listing = False

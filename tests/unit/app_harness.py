@@ -49,6 +49,7 @@ class FakeClient:
         #: Every watch started, as (path, resourceVersion); and how many LISTs of each path were made.
         self.watches: list[tuple[str, str]] = []
         self.list_counts: dict[str, int] = {}
+        self.slim_lists: dict[str, bool] = {}
         #: Paths whose watch stream was closed (the connection released), in order.
         self.closed_watches: list[str] = []
 
@@ -133,11 +134,13 @@ class FakeClient:
         return self.lists.get(path, [])
 
     async def list_pages(
-        self, path: str, *, on_version: Callable[[str], None] | None = None
+        self, path: str, *, on_version: Callable[[str], None] | None = None, slim_items: bool = False
     ) -> AsyncIterator[list[dict[str, Any]]]:
         """Two pages (a one-item first page), so page-by-page application is exercised; the LIST's
-        resourceVersion is ``versions[path]`` (none when absent)."""
+        resourceVersion is ``versions[path]`` (none when absent). ``slim_items`` is recorded per path (the
+        items are served as they are: the handlers take managedFields off themselves)."""
         self.list_counts[path] = self.list_counts.get(path, 0) + 1
+        self.slim_lists[path] = slim_items
         if on_version is not None and path in self.versions:
             on_version(self.versions[path])
         items = await self.list_all(path)

@@ -151,6 +151,14 @@ def test_reconcile_purges_objects_deleted_while_paused() -> None:
     assert app.cache.table.requested.sum() == 0
 
 
+def test_reconcile_lists_pods_and_nodes_without_managed_fields_and_other_kinds_whole() -> None:
+    client = FakeClient()
+    asyncio.run(new_app(client).ensure_reconciled())
+    slim = {path for path, slim_items in client.slim_lists.items() if slim_items}
+    assert slim == {"/api/v1/nodes", "/api/v1/pods"}
+    assert "/apis/storage.k8s.io/v1/storageclasses" in client.slim_lists  # listed, whole: it has other fields
+
+
 def test_reconcile_keeps_what_watches_changed_while_the_list_was_in_flight() -> None:
     """A LIST is older than watch events that arrive while it is in flight: it must not undo them."""
     app = new_app()

@@ -412,3 +412,25 @@ def test_watch_streams_events_split_anywhere_and_raises_http_errors() -> None:
         {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": "11", "timeoutSeconds": "300"}
     ]
     assert (error.status, str(error)) == (403, "nodes is forbidden")
+
+
+def test_list_pages_of_slim_items_leave_managed_fields_out_and_keep_the_rest() -> None:
+    managed = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:spec": {"f:nodeName": {}}}}]
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "labels": {"a": "b"}, "managedFields": managed},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        "status": {"phase": "Pending"},
+    }
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        return _api_server_list([pod], "")
+
+    async def scenario(client: KubeClient) -> tuple[list[Any], list[Any]]:
+        slim = [page async for page in client.list_pages("/api/v1/pods", slim_items=True)]
+        whole = [page async for page in client.list_pages("/api/v1/pods")]
+        return slim, whole
+
+    slim, whole = serve({("GET", "/api/v1/pods"): pods}, scenario)
+    kept_metadata = {"name": "p", "namespace": "ns", "uid": "u1", "labels": {"a": "b"}}
+    assert slim == [[{**pod, "metadata": kept_metadata}]]
+    assert whole == [[pod]]  # without slim_items the items come as they are
