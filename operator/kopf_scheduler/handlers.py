@@ -59,7 +59,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
     # kopf's initial LIST in pages (it applies one page before fetching the next): unpaged, 10000 pods are
-    # ~120 MiB of Python dicts at once, which was most of the operator's peak RSS (docs/benchmarks.md).
+    # ~120 MiB of Python dicts at once, which was most of the operator's peak RSS (docs/benchmarks.md). kopf
+    # lists only what our reconciling LIST cannot stand in for (``_start_kopf_watches_from_our_lists``).
     settings.watching.chunk_size = LIST_PAGE_SIZE
     # kopf keeps a worker task (with its queue and event) per object for this long after the object's last
     # event. Pods rarely get two events within seconds except around their binding, so 5 s (the default)

@@ -23,8 +23,12 @@ from kopf_scheduler._version import __version__
 from kopf_scheduler.framework import APIError
 from kopf_scheduler.kube.http1 import ConnectionPool
 
-#: Objects per LIST page (ours and kopf's initial listing): one page of pods is a few MiB of dicts.
-LIST_PAGE_SIZE = 500
+#: Objects per LIST page (ours and kopf's initial listing): one page of pods is ≈ 3.4 MiB of JSON and ≈ 15 MiB of
+#: dicts at most. The API server spends ≈ 10 ms per page beyond its per-object work: at 50000 pods, pages of 500
+#: took 1.8–2.5 s to serve against 1.3–1.5 s for pages of 2000, and the operator's reconciling LIST 4.8–5.4 s
+#: against 3.0–3.5 s, for 16 MiB more peak RSS (docs/benchmarks.md). client-go's reflector lists from the
+#: watch cache in one response.
+LIST_PAGE_SIZE = 2000
 
 JSON = dict[str, Any]
 
@@ -247,7 +251,7 @@ class KubeClient:
         in memory: a cluster's pods as Python dicts are the largest thing this process ever holds. The next
         page is requested as soon as a page's bytes are in, its continue token read from their first bytes,
         so the API server encodes it on another core while this one decodes and applies the page before: the
-        reconciling LIST of 5000 nodes and 50000 pods went from ≈ 6.0 to ≈ 5.0 s (docs/benchmarks.md).
+        reconciling LIST of 5000 nodes and 50000 pods went from ≈ 6.0 to ≈ 5.0 s in pages of 500 (docs/benchmarks.md).
         ``on_version`` is told the LIST's resourceVersion (one snapshot for all pages) before the first page.
         With ``slim_items`` the items are objects of ``metadata``, ``spec`` and ``status`` alone (pods, nodes),
         decoded without their ``metadata.managedFields`` (:func:`json_codec.loads_object_list`).
