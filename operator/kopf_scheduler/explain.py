@@ -72,7 +72,7 @@ def explain_fit_error(
         "message": fit.message,
         "numNodes": fit.num_all_nodes,
         "rejectedByPlugin": dict(sorted(diagnosis.statuses.counts_by_plugin().items())),
-        "nodes": dict(sorted(nodes.items())),
+        "nodes": {name: nodes[name] for name in sorted(nodes)},  # names only: no tuple per node to sort
     }
     others = fit.num_all_nodes - len(nodes)
     if others > 0:

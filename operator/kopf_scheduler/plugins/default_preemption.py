@@ -28,7 +28,6 @@ candidates they keep are picked from in the order the dry run found them (upstre
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -70,6 +69,7 @@ from kopf_scheduler.framework.interface import APIError, NodeToStatus
 from kopf_scheduler.plugins._preemption import (
     Budget,
     DryRunRemoval,
+    NodesDryRun,
     Victims,
     calculate_num_candidates,
     pick_one_node_for_preemption,
@@ -425,19 +425,18 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         violators first) and judges those nodes together; a node where it no longer fits loses that pod again.
         Each node meets the same pods in the same order as alone, and with no extension a node's verdict
         depends only on its own pods, so the verdicts are the one-by-one ones. For the same reason the victims
-        leave only their nodes' own accounting (``DryRunRemoval(node_only=True)``), not the cluster-wide indexes:
-        ≈ 3600 removals and as many re-adds per preemptor at 5000 nodes. None when a Filter pass returned an
-        Error (the caller then dry-runs the nodes one by one). The cache is as before on return.
+        leave only their nodes' own accounting (:class:`NodesDryRun`), not the cluster-wide indexes, each step's
+        victims of every node together: ≈ 3600 removals and as many re-adds per preemptor at 5000 nodes. None
+        when a Filter pass returned an Error (the caller then dry-runs the nodes one by one). The cache is as
+        before on return.
         """
         framework = self._require_framework()
-        with contextlib.ExitStack() as stack:
-            reprieves: list[_Reprieve] = []
-            for node in nodes:
-                dry_run = stack.enter_context(DryRunRemoval(snapshot.cache, node, node_only=True))
-                potential = [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)]
-                for victim in potential:
-                    dry_run.remove(victim)
-                reprieves.append(_Reprieve(node, dry_run, potential))
+        with NodesDryRun(snapshot.cache, nodes) as dry_run:
+            reprieves = [
+                _Reprieve(node, [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)])
+                for node in nodes
+            ]
+            dry_run.remove([victim for reprieve in reprieves for victim in reprieve.potential])
             slots = np.asarray([node.slot for node in nodes], dtype=np.int64)
             outcome = framework.run_filter_plugins_with_nominated_pods(state, pod, slots, snapshot)
             if outcome.error is not None:
@@ -453,16 +452,13 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
                     verdicts.append(([], 0, outcome.statuses.get(reprieve.node.slot) or Status.unschedulable()))
             round_ = 0
             while active := [r for r in reprieves if not r.done and round_ < len(r.queue)]:
-                for reprieve in active:
-                    reprieve.dry_run.restore(reprieve.queue[round_][0].uid)
+                dry_run.restore([reprieve.queue[round_][0] for reprieve in active])
                 slots = np.asarray([r.node.slot for r in active], dtype=np.int64)
                 outcome = framework.run_filter_plugins_with_nominated_pods(state, pod, slots, snapshot)
                 if outcome.error is not None:
                     return None
                 fitting = set(outcome.feasible.tolist())
-                for reprieve in active:
-                    if reprieve.node.slot not in fitting:
-                        reprieve.evict(round_)
+                dry_run.remove([r.evict(round_) for r in active if r.node.slot not in fitting])
                 round_ += 1
         return [
             verdict if reprieve.done else reprieve.verdict(now)
@@ -570,7 +566,6 @@ class _Reprieve:
     """One node's state in :meth:`DefaultPreemption.select_victims_on_nodes`."""
 
     node: NodeInfo
-    dry_run: DryRunRemoval
     potential: list[PodInfo]
     #: (pod, whether it violates a PDB) in the order they are put back.
     queue: list[tuple[PodInfo, bool]] = field(default_factory=list)
@@ -584,11 +579,12 @@ class _Reprieve:
         self.queue = [(p, True) for p in violating] + [(p, False) for p in non_violating]
         self.mixed = bool(violating and non_violating)
 
-    def evict(self, index: int) -> None:
+    def evict(self, index: int) -> PodInfo:
+        """The pod put back in round ``index`` is a victim after all (returned, for the caller to take off)."""
         victim, violates = self.queue[index]
-        self.dry_run.remove(victim)
         self.victims.append(victim)
         self.num_violating += violates
+        return victim
 
     def verdict(self, now: float) -> DryRunVerdict:
         victims = sort_by_importance(self.victims, now) if self.mixed else self.victims

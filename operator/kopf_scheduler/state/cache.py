@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,6 +361,42 @@ class ClusterCache:
         self._attach_to_node(pod, info)
         self.generation += 1
 
+    def take_off_nodes(self, pods: Sequence[PodInfo]) -> None:
+        """:meth:`take_off_node` for many pods at once, their node-table columns in one update each
+        (DefaultPreemption's batched dry run: thousands of victims a cycle at 5000 nodes). Nothing changes when
+        one of them cannot be taken off (``ValueError``)."""
+        infos = self._nodes_of(pods, on_node=True)
+        for pod, info in zip(pods, infos, strict=True):
+            self._unlink_from_node(pod, info)
+        self._account_on_nodes(pods, infos, -1)
+
+    def put_on_nodes(self, pods: Sequence[PodInfo]) -> None:
+        """:meth:`put_on_node` for many pods at once (undoes :meth:`take_off_nodes`, in any grouping)."""
+        infos = self._nodes_of(pods, on_node=False)
+        for pod, info in zip(pods, infos, strict=True):
+            self._link_to_node(pod, info)
+        self._account_on_nodes(pods, infos, +1)
+
+    def _nodes_of(self, pods: Sequence[PodInfo], *, on_node: bool) -> list[NodeInfo]:
+        """Each pod's node, checked before anything changes: on it (or not) as asked, and no pod twice."""
+        infos: list[NodeInfo] = []
+        seen: set[str] = set()
+        for pod in pods:
+            info = self._nodes.get(pod.node_name)
+            if info is None or (pod.uid in info.pods) is not on_node or pod.uid in seen:
+                verb = "taken off" if on_node else "put back on"
+                raise ValueError(f"pod {pod.key} cannot be {verb} its node")
+            seen.add(pod.uid)
+            infos.append(info)
+        return infos
+
+    def _account_on_nodes(self, pods: Sequence[PodInfo], infos: Sequence[NodeInfo], sign: int) -> None:
+        if pods:
+            slots = [info.slot for info in infos]
+            non_zero = [(pod.non_zero_cpu, pod.non_zero_memory) for pod in pods]
+            self.table.add_pods(slots, [pod.requests for pod in pods], non_zero, sign)
+            self.generation += 1
+
     def _attach(self, pod: PodInfo, info: NodeInfo) -> None:
         if pod.has_pod_affinity_terms:
             signature = affinity_signature(pod)
@@ -373,22 +409,26 @@ class ClusterCache:
         self._attach_to_node(pod, info)
 
     def _attach_to_node(self, pod: PodInfo, info: NodeInfo) -> None:
-        info.pods[pod.uid] = pod
-        if pod.has_pod_affinity_terms:
-            info.pods_with_affinity[pod.uid] = pod
-        if pod.has_required_anti_affinity:
-            info.pods_with_required_anti_affinity[pod.uid] = pod
-        info.used_ports.update(pod.host_ports)
+        self._link_to_node(pod, info)
         slot = info.slot
-        for port in pod.host_ports:
-            self.host_port_users.setdefault((port.protocol, port.port), {}).setdefault(slot, Counter())[
-                port.host_ip
-            ] += 1
         self.table.add_requests(slot, pod.requests, +1)
         self.table.non_zero_requested[slot, 0] += pod.non_zero_cpu
         self.table.non_zero_requested[slot, 1] += pod.non_zero_memory
         self.table.pod_count[slot] += 1
         self.table.touch_pods(slot)
+
+    def _link_to_node(self, pod: PodInfo, info: NodeInfo) -> None:
+        """The node's pod dicts and ports (the rest of :meth:`_attach_to_node` is the node-table columns)."""
+        info.pods[pod.uid] = pod
+        if pod.has_pod_affinity_terms:
+            info.pods_with_affinity[pod.uid] = pod
+        if pod.has_required_anti_affinity:
+            info.pods_with_required_anti_affinity[pod.uid] = pod
+        if pod.host_ports:
+            info.used_ports.update(pod.host_ports)
+            for port in pod.host_ports:
+                users = self.host_port_users.setdefault((port.protocol, port.port), {})
+                users.setdefault(info.slot, Counter())[port.host_ip] += 1
 
     def _detach(self, pod: PodInfo) -> None:
         del self._pods[pod.uid]
@@ -418,20 +458,24 @@ class ClusterCache:
 
     def _detach_from_node(self, pod: PodInfo, info: NodeInfo) -> None:
         """The node-local half of :meth:`_detach` (the reverse of :meth:`_attach_to_node`)."""
-        del info.pods[pod.uid]
-        info.pods_with_affinity.pop(pod.uid, None)
-        info.pods_with_required_anti_affinity.pop(pod.uid, None)
+        self._unlink_from_node(pod, info)
         slot = info.slot
-        if pod.host_ports:  # most pods have none: no Counter arithmetic for them
-            info.used_ports.subtract(pod.host_ports)
-            info.used_ports += Counter()  # drop zero counts
-            for port in pod.host_ports:
-                self._unindex_host_port(port, slot)
         self.table.add_requests(slot, pod.requests, -1)
         self.table.non_zero_requested[slot, 0] -= pod.non_zero_cpu
         self.table.non_zero_requested[slot, 1] -= pod.non_zero_memory
         self.table.pod_count[slot] -= 1
         self.table.touch_pods(slot)
+
+    def _unlink_from_node(self, pod: PodInfo, info: NodeInfo) -> None:
+        """The reverse of :meth:`_link_to_node`."""
+        del info.pods[pod.uid]
+        info.pods_with_affinity.pop(pod.uid, None)
+        info.pods_with_required_anti_affinity.pop(pod.uid, None)
+        if pod.host_ports:  # most pods have none: no Counter arithmetic for them
+            info.used_ports.subtract(pod.host_ports)
+            info.used_ports += Counter()  # drop zero counts
+            for port in pod.host_ports:
+                self._unindex_host_port(port, info.slot)
 
     def _ungroup_affinity(self, pod: PodInfo, slot: int) -> None:
         signature = affinity_signature(pod)

@@ -10,7 +10,7 @@ arrays of slots (``nodes``) and return arrays aligned with them.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -149,6 +149,41 @@ class NodeTable:
                     column = self.resource_column(name, create=True)
                     assert column is not None
                 self.requested[slot, column] += sign * value
+
+    def add_pods(
+        self,
+        slots: Sequence[int],
+        requests: Sequence[Mapping[str, int]],
+        non_zero: Sequence[tuple[int, int]],
+        sign: int,
+    ) -> None:
+        """Many pods' accounting at once: :meth:`add_requests`, the non-zero columns, :attr:`pod_count` and
+        :meth:`touch_pods` for pod *i* on ``slots[i]`` (slots may repeat), one numpy update per column instead of
+        a handful per pod (DefaultPreemption's dry run takes thousands of victims off and puts them back)."""
+        if not slots:
+            return
+        rows: list[int] = []
+        columns: list[int] = []
+        values: list[int] = []
+        index = self.resource_index
+        for row, pod_requests in enumerate(requests):
+            for name, value in pod_requests.items():
+                if value:
+                    column = index.get(name)
+                    if column is None:  # a new column (before ``requested`` is indexed below: it is re-made)
+                        column = self.resource_column(name, create=True)
+                        assert column is not None
+                    rows.append(row)
+                    columns.append(column)
+                    values.append(value)
+        at = np.asarray(slots, dtype=np.int64)
+        if rows:
+            np.add.at(self.requested, (at[rows], columns), sign * np.asarray(values, dtype=np.int64))
+        np.add.at(self.non_zero_requested, at, sign * np.asarray(non_zero, dtype=np.int64).reshape(-1, 2))
+        np.add.at(self.pod_count, at, sign)
+        versions = np.arange(self._last_pods_version + 1, self._last_pods_version + len(at) + 1, dtype=np.int64)
+        self.pods_version[at] = versions  # a repeated slot gets one of its new versions: each is unused
+        self._last_pods_version += len(at)
 
     def set_allocatable(self, slot: int, allocatable: dict[str, int]) -> None:
         self.allocatable[slot] = 0

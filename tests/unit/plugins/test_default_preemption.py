@@ -26,6 +26,7 @@ from kopf_scheduler.framework.verdicts import NodeToStatusMap
 from kopf_scheduler.plugins._preemption import (
     Budget,
     DryRunRemoval,
+    NodesDryRun,
     Victims,
     calculate_num_candidates,
     pick_one_node_for_preemption,
@@ -401,39 +402,85 @@ def test_dry_run_removal_restores_the_cache_exactly_even_on_errors() -> None:
     assert cache.generation > generation
 
 
-def test_a_node_only_dry_run_changes_the_nodes_accounting_alone_and_restores_it_exactly() -> None:
-    """The batched dry run's victims leave their node's pods, ports and columns; the cluster-wide indexes
+def test_a_nodes_dry_run_changes_the_nodes_accounting_alone_and_restores_it_exactly() -> None:
+    """The batched dry run's victims leave their nodes' pods, ports and columns; the cluster-wide indexes
     (pods by uid and label, selector counts) are not touched, and everything is as before on exit."""
-    pods = [running(n, "n1", labels={"app": "web"}) for n in "abc"]
+    pods = [running(n, "n1", labels={"app": "web"}) for n in "abc"] + [running("d", "n2", labels={"app": "web"})]
     pods[0]["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
     cache = make_cache([make_node("n1"), make_node("n2")], pods)
     web = LabelSelector.parse({"matchLabels": {"app": "web"}})
     counts_before = cache.matching_pod_counts("default", web).copy()
     before = cache_fingerprint(cache)
-    node = cache.node("n1")
-    with DryRunRemoval(cache, node, node_only=True) as dry_run:
-        for uid in ("uid-a", "uid-b"):
-            dry_run.remove(cache.pod(uid))
-        assert list(node.pods) == ["uid-c"]
-        assert cache.table.pod_count[node.slot] == 1
-        assert not node.used_ports  # node-local: what Filter plugins read
+    n1, n2 = cache.node("n1"), cache.node("n2")
+    with NodesDryRun(cache, [n1, n2]) as dry_run:
+        dry_run.remove([cache.pod(uid) for uid in ("uid-a", "uid-d", "uid-b")])
+        assert list(n1.pods) == ["uid-c"]
+        assert not n2.pods
+        assert cache.table.pod_count[[n1.slot, n2.slot]].tolist() == [1, 0]
+        assert cache.table.requested[n2.slot].sum() == 0
+        assert not n1.used_ports  # node-local: what Filter plugins read
         assert cache.pod("uid-a") is not None  # cluster-wide: left alone
         assert cache.matching_pod_counts("default", web).tolist() == counts_before.tolist()
-        dry_run.restore("uid-a")
-        assert cache.table.pod_count[node.slot] == 2
+        dry_run.restore([cache.pod("uid-a")])
+        assert cache.table.pod_count[n1.slot] == 2
+        assert n1.used_ports
     assert cache_fingerprint(cache) == before
-    assert list(node.pods) == ["uid-a", "uid-b", "uid-c"]  # the original order
+    assert list(n1.pods) == ["uid-a", "uid-b", "uid-c"]  # the original order
+
+
+def test_many_pods_taken_off_at_once_are_accounted_as_one_by_one() -> None:
+    """take_off_nodes / put_on_nodes leave the node table exactly as take_off_node / put_on_node do, with pods
+    of several shapes on one node (a repeated slot) and a resource the table has no column for yet."""
+
+    def pod(name: str, node: str, requests: dict[str, str]) -> dict:
+        return make_pod(name, node_name=node, requests=requests, uid=f"uid-{name}")
+
+    pods = [
+        pod("a", "n1", {"cpu": "300m"}),
+        pod("b", "n1", {"memory": "1Gi"}),
+        pod("g", "n1", {"cpu": "1", "example.com/gpu": "2"}),
+        pod("c", "n2", {"cpu": "1"}),
+    ]
+    one_by_one, batched = (make_cache([make_node("n1"), make_node("n2")], []) for _ in range(2))
+    for cache in (one_by_one, batched):
+        for obj in pods:
+            cache.add_or_update_pod(obj)
+
+    def accounting(cache: ClusterCache) -> Any:
+        return cache_fingerprint(cache), list(cache.table.resources), cache.table.requested.tolist()
+
+    full = accounting(batched)
+    off = ["uid-a", "uid-b", "uid-g", "uid-c"]
+    for uid in off:
+        one_by_one.take_off_node(one_by_one.pod(uid))
+    batched.take_off_nodes([batched.pod(uid) for uid in off])
+    assert accounting(batched) == accounting(one_by_one)
+    assert batched.table.pod_count.sum() == 0
+    assert not batched.table.requested.any()
+    for uid in off:
+        one_by_one.put_on_node(one_by_one.pod(uid))
+    batched.put_on_nodes([batched.pod(uid) for uid in off])
+    assert accounting(batched) == accounting(one_by_one) == full
+    assert batched.table.requested[batched.node("n1").slot, batched.table.resource_index["example.com/gpu"]] == 2
 
 
 def test_a_pod_not_on_its_node_cannot_be_taken_off_or_put_back_twice() -> None:
-    cache = make_cache([make_node("n1")], [running("a", "n1")])
-    pod = cache.pod("uid-a")
+    cache = make_cache([make_node("n1")], [running("a", "n1"), running("b", "n1")])
+    pod, other = cache.pod("uid-a"), cache.pod("uid-b")
+    before = cache_fingerprint(cache)
+    with pytest.raises(ValueError, match="cannot be taken off"):
+        cache.take_off_nodes([other, pod, pod])
+    assert cache_fingerprint(cache) == before  # checked before anything changed
     cache.take_off_node(pod)
     with pytest.raises(ValueError, match="not on a node"):
         cache.take_off_node(pod)
+    with pytest.raises(ValueError, match="cannot be taken off"):
+        cache.take_off_nodes([pod])
     cache.put_on_node(pod)
     with pytest.raises(ValueError, match="cannot be put back"):
         cache.put_on_node(pod)
+    with pytest.raises(ValueError, match="cannot be put back"):
+        cache.put_on_nodes([pod])
 
 
 # -- eligibility and potential nodes -----------------------------------------------------------------
