@@ -1,8 +1,9 @@
-"""NodeTable: the batched accounting of many pods equals the one-pod updates it replaces."""
+"""NodeTable: the batched accounting of many pods equals the one-pod updates it replaces; a snapshot's names."""
 
 from __future__ import annotations
 
 from kopf_scheduler.state.node_table import NodeTable
+from tests.unit.factories import make_cache, make_node
 
 
 def _one_by_one(table: NodeTable, slot: int, requests: dict[str, int], non_zero: tuple[int, int], sign: int) -> None:
@@ -39,3 +40,12 @@ def test_add_pods_accounts_repeated_slots_and_new_resources_as_one_pod_at_a_time
     assert not batch.non_zero_requested.any()
     assert not batch.pod_count.any()
     batch.add_pods([], [], [], -1)  # nothing to do
+
+
+def test_a_snapshots_node_names_come_in_node_tree_order() -> None:
+    nodes = [make_node(f"n{i}", labels={"topology.kubernetes.io/zone": f"z{i % 2}"}) for i in range(5)]
+    cache = make_cache(nodes)
+    cache.remove_node("n2")
+    snapshot = cache.snapshot()
+    assert snapshot.node_names() == [info.name for info in snapshot.node_infos()]
+    assert sorted(snapshot.node_names()) == ["n0", "n1", "n3", "n4"]

@@ -331,7 +331,7 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         the verdicts are then read in node order and the search stops exactly where the one-by-one search would
         have, so nodes judged beyond that point are forgotten.
         """
-        potential = potential_nodes(filtered, (info.name for info in snapshot.node_infos()))
+        potential = potential_nodes(filtered, snapshot.node_names())
         search = CandidateSearch([], {}, [], [], potential)
         if not potential:
             return search
@@ -603,6 +603,9 @@ def status_of(filtered: NodeToStatus, name: str) -> Status:
 
 def potential_nodes(filtered: NodeToStatus, names: Iterator[str] | Sequence[str]) -> list[str]:
     """Upstream ``NodesForStatusCode(Unschedulable)``: nodes whose status (explicit or absent) is U."""
+    nodes_with_code = getattr(filtered, "nodes_with_code", None)  # the cycle's own map: one dict lookup a node
+    if nodes_with_code is not None:
+        return nodes_with_code(Code.UNSCHEDULABLE, names)  # type: ignore[no-any-return]
     return [name for name in names if status_of(filtered, name).code is Code.UNSCHEDULABLE]
 
 

@@ -583,6 +583,11 @@ class Snapshot:
         for slot in self.order if slots is None else slots:
             yield self.cache.node_at(int(slot))
 
+    def node_names(self) -> list[str]:
+        """Every node's name, in node-tree order (as :meth:`node_infos` gives them)."""
+        names = self.table.names
+        return [str(names[slot]) for slot in self.order.tolist()]
+
     def slot_of(self, node_name: str) -> int | None:
         info = self.cache.node(node_name)
         return None if info is None else info.slot
