@@ -6,14 +6,6 @@ from kopf_scheduler.state.node_table import NodeTable
 from tests.unit.factories import make_cache, make_node
 
 
-def _one_by_one(table: NodeTable, slot: int, requests: dict[str, int], non_zero: tuple[int, int], sign: int) -> None:
-    table.add_requests(slot, requests, sign)
-    table.non_zero_requested[slot, 0] += sign * non_zero[0]
-    table.non_zero_requested[slot, 1] += sign * non_zero[1]
-    table.pod_count[slot] += sign
-    table.touch_pods(slot)
-
-
 def test_add_pods_accounts_repeated_slots_and_new_resources_as_one_pod_at_a_time() -> None:
     tables = NodeTable(), NodeTable()
     for table in tables:
@@ -26,7 +18,7 @@ def test_add_pods_accounts_repeated_slots_and_new_resources_as_one_pod_at_a_time
     versions = batch.pods_version.copy()
     batch.add_pods(slots, requests, non_zero, +1)
     for slot, pod_requests, pod_non_zero in zip(slots, requests, non_zero, strict=True):
-        _one_by_one(single, slot, pod_requests, pod_non_zero, +1)
+        single.add_pod(slot, pod_requests, pod_non_zero, +1)
     assert batch.resources == single.resources  # the GPU column made on the way
     assert batch.requested.tolist() == single.requested.tolist()
     assert batch.non_zero_requested.tolist() == single.non_zero_requested.tolist()

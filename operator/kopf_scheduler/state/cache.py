@@ -410,12 +410,7 @@ class ClusterCache:
 
     def _attach_to_node(self, pod: PodInfo, info: NodeInfo) -> None:
         self._link_to_node(pod, info)
-        slot = info.slot
-        self.table.add_requests(slot, pod.requests, +1)
-        self.table.non_zero_requested[slot, 0] += pod.non_zero_cpu
-        self.table.non_zero_requested[slot, 1] += pod.non_zero_memory
-        self.table.pod_count[slot] += 1
-        self.table.touch_pods(slot)
+        self.table.add_pod(info.slot, pod.requests, (pod.non_zero_cpu, pod.non_zero_memory), +1)
 
     def _link_to_node(self, pod: PodInfo, info: NodeInfo) -> None:
         """The node's pod dicts and ports (the rest of :meth:`_attach_to_node` is the node-table columns)."""
@@ -459,12 +454,7 @@ class ClusterCache:
     def _detach_from_node(self, pod: PodInfo, info: NodeInfo) -> None:
         """The node-local half of :meth:`_detach` (the reverse of :meth:`_attach_to_node`)."""
         self._unlink_from_node(pod, info)
-        slot = info.slot
-        self.table.add_requests(slot, pod.requests, -1)
-        self.table.non_zero_requested[slot, 0] -= pod.non_zero_cpu
-        self.table.non_zero_requested[slot, 1] -= pod.non_zero_memory
-        self.table.pod_count[slot] -= 1
-        self.table.touch_pods(slot)
+        self.table.add_pod(info.slot, pod.requests, (pod.non_zero_cpu, pod.non_zero_memory), -1)
 
     def _unlink_from_node(self, pod: PodInfo, info: NodeInfo) -> None:
         """The reverse of :meth:`_link_to_node`."""

@@ -140,7 +140,7 @@ class NodeTable:
             self.requested = np.hstack([self.requested, zeros.copy()])
         return index
 
-    def add_requests(self, slot: int, requests: dict[str, int], sign: int) -> None:
+    def add_requests(self, slot: int, requests: Mapping[str, int], sign: int) -> None:
         index = self.resource_index
         for name, value in requests.items():
             if value:
@@ -150,6 +150,15 @@ class NodeTable:
                     assert column is not None
                 self.requested[slot, column] += sign * value
 
+    def add_pod(self, slot: int, requests: Mapping[str, int], non_zero: tuple[int, int], sign: int) -> None:
+        """One pod's accounting on ``slot`` (``sign`` +1 or -1): :meth:`add_requests`, the non-zero columns,
+        :attr:`pod_count` and :meth:`touch_pods`."""
+        self.add_requests(slot, requests, sign)
+        self.non_zero_requested[slot, 0] += sign * non_zero[0]
+        self.non_zero_requested[slot, 1] += sign * non_zero[1]
+        self.pod_count[slot] += sign
+        self.touch_pods(slot)
+
     def add_pods(
         self,
         slots: Sequence[int],
@@ -157,8 +166,7 @@ class NodeTable:
         non_zero: Sequence[tuple[int, int]],
         sign: int,
     ) -> None:
-        """Many pods' accounting at once: :meth:`add_requests`, the non-zero columns, :attr:`pod_count` and
-        :meth:`touch_pods` for pod *i* on ``slots[i]`` (slots may repeat), one numpy update per column instead of
+        """:meth:`add_pod` for pod *i* on ``slots[i]`` (slots may repeat), one numpy update per column instead of
         a handful per pod (DefaultPreemption's dry run takes thousands of victims off and puts them back)."""
         if not slots:
             return
