@@ -81,11 +81,13 @@ def loads_object_list(data: bytes | str) -> dict[str, Any]:
     value = loads(data)
     items = value.get("items") if isinstance(value, dict) else None
     if isinstance(items, list):
-        value["items"] = [_without_managed_fields(item) for item in items]
+        value["items"] = [without_managed_fields(item) for item in items]
     return value  # type: ignore[no-any-return]
 
 
-def _without_managed_fields(item: Any) -> Any:
+def without_managed_fields(item: Any) -> Any:
+    """``item`` without ``metadata.managedFields`` (itself when it has none): nothing reads them, and they are a
+    large share of every pod's and node's size (kube-scheduler's informers drop them too)."""
     meta = item.get("metadata") if isinstance(item, dict) else None
     if not isinstance(meta, dict) or "managedFields" not in meta:
         return item
