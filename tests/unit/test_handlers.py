@@ -260,3 +260,120 @@ def test_a_paused_replica_follows_the_cluster_and_kopf_resumes_from_where_it_sto
     assert [(query.get("watch"), query.get("resourceVersion")) for query in requests] == [("true", "45")]
     assert [e if not isinstance(e, dict) else e["type"] for e in events] == [watching.Bookmark.LISTED, "ADDED"]
     assert {pod.name for pod in app.unassigned.values()} == {"listed", "created-while-paused"}
+
+
+def test_on_event_only_kinds_get_their_events_straight_from_kopfs_stream(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kopf's real orchestration spawns its watchers through the start-up handler's replacement: pod events go from
+    kopf's watch stream to ``pod_event`` in stream order, bookmarks skipped, without kopf's processor (per-object
+    workers, causes); a failing handler is logged and the next event still arrives; SchedulerProfiles (change
+    handlers and a daemon) keep kopf's watcher and processor. Fails when a kopf upgrade spawns watchers through
+    another name or changes what its watch stream yields."""
+    import types
+
+    from kopf._cogs.aiokits import aiotoggles
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+    from kopf._core.reactor import orchestration, queueing
+
+    from tests.unit.app_harness import until
+
+    monkeypatch.setattr(queueing, "watcher", queueing.watcher)  # restored after the test
+    pods = references.Resource(group="", version="v1", plural="pods", namespaced=True)
+    profiles = references.Resource(
+        group=handlers.GROUP, version=handlers.VERSION, plural=handlers.PLURAL, namespaced=False
+    )
+
+    def event(kind: str, name: str) -> dict[str, Any]:
+        return {"type": kind, "object": {"metadata": {"name": name, "uid": name, "resourceVersion": "1"}}}
+
+    streams: dict[Any, list[Any]] = {
+        pods: [
+            watching.Bookmark.LISTED,
+            event("ADDED", "a"),
+            event("BOOKMARK", "-"),
+            event("MODIFIED", "boom"),
+            event("MODIFIED", "a"),
+            event("DELETED", "a"),
+        ],
+        profiles: [watching.Bookmark.LISTED, event("ADDED", "sp")],
+    }
+
+    async def infinite_watch(*, resource: Any, **_: Any) -> AsyncIterator[Any]:
+        for item in streams[resource]:
+            yield item
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(watching, "infinite_watch", infinite_watch)
+
+    class App:
+        def __init__(self) -> None:
+            self.pod_events: list[tuple[str, str]] = []
+
+        def on_pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+            if obj["metadata"]["name"] == "boom":
+                raise RuntimeError("boom")
+            self.pod_events.append((kind, obj["metadata"]["name"]))
+
+    app = App()
+    processed: list[tuple[str, str]] = []
+
+    async def processor(*, resource: Any, raw_event: Any, **_: Any) -> None:
+        processed.append((resource.plural, raw_event["type"]))
+
+    handlers._deliver_watch_events_straight_to_on_event_handlers(
+        kopf.get_default_registry(), types.SimpleNamespace(app=app)
+    )
+
+    async def spawn_and_watch() -> None:
+        paused = aiotoggles.ToggleSet(any)
+        ensemble = orchestration.Ensemble(
+            operator_indexed=aiotoggles.ToggleSet(all),
+            operator_paused=paused,
+            peering_missing=await paused.make_toggle(False, name="peering"),
+        )
+        await orchestration.spawn_missing_watchers(
+            processor=processor,
+            settings=kopf.OperatorSettings(),
+            indexed_resources=set(),
+            watched_resources=[pods, profiles],
+            watched_namespaces=[None],
+            ensemble=ensemble,
+        )
+        await until(lambda: len(app.pod_events) == 3 and bool(processed))
+        for task in ensemble.watcher_tasks.values():
+            task.cancel()
+        await asyncio.gather(*ensemble.watcher_tasks.values(), return_exceptions=True)
+
+    with caplog.at_level(logging.ERROR, logger=handlers.logger.name):
+        asyncio.run(spawn_and_watch())
+    assert app.pod_events == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+    assert processed == [("schedulerprofiles", "ADDED")]  # and no pod event went through kopf's processor
+    assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("boom",)]
+
+
+def test_only_unfiltered_on_event_handlers_of_this_module_skip_kopfs_machinery() -> None:
+    """A kind with a change handler, a filter, or a handler from elsewhere stays with kopf's processing."""
+    from kopf._cogs.structs import references
+
+    registry = kopf.get_default_registry()
+    pods = references.Resource(group="", version="v1", plural="pods", namespaced=True)
+    nodes = references.Resource(group="", version="v1", plural="nodes", namespaced=False)
+    profiles = references.Resource(
+        group=handlers.GROUP, version=handlers.VERSION, plural=handlers.PLURAL, namespaced=False
+    )
+    assert [h.fn for h in handlers._on_event_handlers_only(registry, pods)] == [handlers.pod_event]
+    assert [h.fn for h in handlers._on_event_handlers_only(registry, nodes)] == [handlers.node_event]
+    assert handlers._on_event_handlers_only(registry, profiles) == []
+
+    other = kopf.OperatorRegistry()
+
+    @kopf.on.event("", "v1", "pods", labels={"app": "x"}, registry=other)
+    async def filtered(**_: Any) -> None: ...
+
+    @kopf.on.event("", "v1", "nodes", registry=other)
+    async def foreign(**_: Any) -> None: ...
+
+    assert handlers._on_event_handlers_only(other, pods) == []
+    assert handlers._on_event_handlers_only(other, nodes) == []
