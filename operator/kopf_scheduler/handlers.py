@@ -6,6 +6,9 @@ kopf rules this module follows (reference kopf-and-peers.md, A1–A7):
 - One ``@kopf.daemon`` per SchedulerProfile runs that profile's scheduling loop; peering stops daemons on
   the standby replica and respawns them after a takeover, so only the active replica schedules.
 - API calls go through the app's async client; nothing here blocks the event loop.
+- A kind served by on.event handlers alone gets its events from kopf's watch stream without kopf's per-object
+  workers and causes (``_deliver_watch_events_straight_to_on_event_handlers``): such handlers must not await
+  for long, since the kind's next event waits for them.
 - Every handler is ``async def``: kopf runs sync handlers on worker threads, and the cache and queues are
   only ever touched from the event loop, between scheduling cycles (they have no locks, by design).
 """
