@@ -20,7 +20,7 @@ import datetime
 import itertools
 import logging
 import types
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -59,7 +59,6 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.peering.lifetime = run.peering_lifetime
     settings.peering.stealth = True
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.diffbase_storage = _ProfileDiffBaseStorage()
     # We post kube-scheduler-style events ourselves; kopf's per-handler events would be noise.
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
@@ -226,30 +225,6 @@ def _on_event_handlers_only(registry: kopf.OperatorRegistry, resource: Any) -> l
 
 def _filtered(handler: Any) -> bool:
     return any(getattr(handler, name, None) for name in ("labels", "annotations", "when", "field", "value"))
-
-
-class _ProfileDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
-    """kopf's default diff-base storage, but only for SchedulerProfiles.
-
-    kopf builds and fetches a diff-base (a deep copy of the object's essence) on every watch event of every
-    resource, even where no handler compares versions. Only SchedulerProfiles have such handlers
-    (on.create/update); pods and nodes have on.event only. Skipping it for them saved ~8% of the operator's
-    CPU per scheduled pod (py-spy, docs/benchmarks.md).
-    """
-
-    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
-        if not _is_profile(body):
-            return None  # type: ignore[return-value]  # kopf then skips the diff: nothing compares it
-        return super().build(body=body, extra_fields=extra_fields)
-
-    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        if not _is_profile(body):
-            return None
-        return super().fetch(body=body)
-
-
-def _is_profile(body: kopf.Body) -> bool:
-    return body.get("kind") == "SchedulerProfile" and str(body.get("apiVersion", "")).startswith(f"{GROUP}/")
 
 
 class _RetryForever:

@@ -41,25 +41,6 @@ def test_pods_and_nodes_are_only_watched_with_on_event() -> None:
     assert '@kopf.on.event("", "v1", "nodes")' in source
 
 
-def test_diff_bases_are_built_for_profiles_only() -> None:
-    """kopf's per-event deep copy of the essence is skipped for pods and nodes; profiles keep their diff."""
-    storage = handlers._ProfileDiffBaseStorage()
-    pod = kopf.Body({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"nodeName": "n"}})
-    assert storage.build(body=pod) is None
-    assert storage.fetch(body=pod) is None
-    profile = kopf.Body(
-        {
-            "apiVersion": f"{handlers.GROUP}/{handlers.VERSION}",
-            "kind": "SchedulerProfile",
-            "metadata": {"name": "sp", "annotations": {}},
-            "spec": {"percentageOfNodesToScore": 50},
-        }
-    )
-    essence = storage.build(body=profile)
-    assert essence is not None
-    assert essence["spec"] == {"percentageOfNodesToScore": 50}
-
-
 @contextlib.asynccontextmanager
 async def _kopf_talking_to(routes: dict[str, Any]) -> AsyncIterator[None]:
     """A local HTTP server with ``routes`` (path → GET handler), and kopf's API calls logged in to it."""
