@@ -70,13 +70,12 @@ async def replay(way: str, pods: int) -> float:
             all_delivered.set()
 
     app.on_pod_event = counting  # type: ignore[method-assign]
-    never = asyncio.Event()
     all_delivered = asyncio.Event()
 
     async def infinite_watch(**_: Any) -> Any:
         for event in events:
             yield event
-        await never.wait()
+        await all_delivered.wait()  # then the stream ends, and kopf's watcher with it (its workers told to stop)
 
     watching.infinite_watch = infinite_watch  # type: ignore[assignment]
     memo = ephemera.AnyMemo(ephemera.Memo(app=app))
@@ -111,7 +110,7 @@ async def replay(way: str, pods: int) -> float:
     )
     await all_delivered.wait()
     spent = time.process_time() - started
-    watcher.cancel()
+    await watcher
     return 1e6 * spent / len(events)
 
 
