@@ -81,7 +81,7 @@ async def replay(way: str, pods: int) -> float:
     memo = ephemera.AnyMemo(ephemera.Memo(app=app))
     registry = kopf.get_default_registry()
     settings = kopf.OperatorSettings()
-    settings.queueing.idle_timeout = 1.0  # as the operator sets it
+    settings.queueing.idle_timeout = 1.0  # as the operator set it while pods went through these workers
     settings.posting.enabled = False
     processor = functools.partial(
         processing.process_resource_event,

@@ -66,10 +66,6 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     # ~120 MiB of Python dicts at once, which was most of the operator's peak RSS (docs/benchmarks.md). kopf
     # lists only what our reconciling LIST cannot stand in for (``_start_kopf_watches_from_our_lists``).
     settings.watching.chunk_size = LIST_PAGE_SIZE
-    # kopf keeps a worker task (with its queue and event) per object for this long after the object's last
-    # event. Pods rarely get two events within seconds except around their binding, so 5 s (the default)
-    # mostly keeps thousands of idle workers alive during a burst.
-    settings.queueing.idle_timeout = 1.0
     # Retry API errors (connection refused, 5xx, 429) for as long as they last, as client-go does: with a
     # finite list, an API server outage longer than the list's sum (an apiserver restart takes 10-20 s)
     # made the peering keep-alive escalate and kopf shut the whole operator down.
