@@ -145,8 +145,8 @@ def _deliver_watch_events_straight_to_on_event_handlers(registry: kopf.OperatorR
 
     For every object kopf starts a worker task with its own queue, and for every event it recalls the object's
     memory, wraps the body, builds three loggers, detects causes, matches handlers, builds 20-odd kwargs and
-    applies an empty patch: ≈ 350 µs of CPU per pod event, replayed in-process (≈ 140 µs of it the per-object
-    workers), against ≈ 15 µs for our handler itself (docs/benchmarks.md) — a fifth of a scheduled pod's cost.
+    applies an empty patch: ≈ 20 times the CPU of our handler itself, ≈ 0.35–0.5 ms per pod event
+    (``python -m bench.event_delivery``; a third of a scheduled pod's CPU at 5000 nodes, docs/benchmarks.md).
     None of it serves an on.event-only kind: nothing is kept per object, no patch is written, a handler's error
     is logged and ignored, and our handlers never await (they hand the event to the cache and the queues), so
     per-object concurrency had nothing to overlap. For such a kind the watcher kopf spawns is replaced by a
