@@ -79,6 +79,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -510,6 +511,9 @@ class Config:
         if bad:
             raise SystemExit(f"BENCH_SCHEDULERS: unknown {bad}; known: {list(SCHEDULER_NAMES)}")
         doc = os.environ.get("BENCH_DOC")
+        profiler = os.environ.get("BENCH_PROFILE", "")
+        if profiler and shutil.which(profiler) is None:  # found out before the cluster is built, not after
+            raise SystemExit(f"BENCH_PROFILE: {profiler!r} is not on PATH")
         return cls(
             reps=_env_int("BENCH_REPS", 3),
             workloads=workloads,
@@ -518,7 +522,7 @@ class Config:
             results_dir=Path(os.environ.get("BENCH_RESULTS_DIR") or RESULTS_DIR),
             doc_path=DOC_PATH if doc is None else (Path(doc) if doc else None),
             ceiling_concurrency=_env_int("BENCH_CEILING_CONCURRENCY", 64),
-            profiler=os.environ.get("BENCH_PROFILE", ""),
+            profiler=profiler,
             merge=os.environ.get("BENCH_MERGE", "") not in ("", "0"),
         )
 
