@@ -1194,7 +1194,7 @@ async def prepare_kopf(cluster: LocalCluster) -> None:
 def compile_operator_bytecode() -> None:
     """Compile the operator package's ``.pyc`` files before the runs, as the image has them from its build.
 
-    Under ``PYTHONDONTWRITEBYTECODE`` (set on some machines, and in the image, whose files pip compiled) a process
+    Under ``PYTHONDONTWRITEBYTECODE`` (set on some machines; the image sets it too, its files compiled by pip) a process
     started from a source tree compiles every module it imports on every start, never caching: ≈ 0.15–0.2 s of
     our start-up (docs/benchmarks.md) that kube-scheduler's binary does not pay and an installed operator does not
     either. ``py_compile`` writes the cache whatever that variable says; the process then reads it."""

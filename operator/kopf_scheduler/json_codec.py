@@ -87,7 +87,9 @@ def loads_object_list(data: bytes | str) -> dict[str, Any]:
 
 def without_managed_fields(item: Any) -> Any:
     """``item`` without ``metadata.managedFields`` (itself when it has none): nothing reads them, and they are a
-    large share of every pod's and node's size (kube-scheduler's informers drop them too)."""
+    large share of every pod's and node's size (kube-scheduler's informers drop them too). (Interning every key
+    and short string of cached objects as well was measured: it saved ~40 MiB of Python heap at 10000 pods but
+    cost ~8% of the operator's CPU in the e2e benchmark, and no measurable RSS.)"""
     meta = item.get("metadata") if isinstance(item, dict) else None
     if not isinstance(meta, dict) or "managedFields" not in meta:
         return item
