@@ -1,4 +1,4 @@
-"""Filter verdicts kept as the plugins' arrays, and the PostFilter view of them by node name."""
+"""Filter verdicts kept as the plugins' arrays, the PostFilter view of them by node name, shared Skips."""
 
 from __future__ import annotations
 
@@ -58,3 +58,10 @@ def test_node_to_status_map_view() -> None:
     assert view.status_of("n0").reasons == ("absent",)
     assert view.nodes_with_code(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, NODES) == ["n0", "n2", "n4"]
     assert view.nodes_with_code(Code.UNSCHEDULABLE, NODES) == ["n1", "n3"]
+
+
+def test_a_plugins_skip_is_one_shared_verdict() -> None:
+    first = Status.skip(plugin="A")
+    assert Status.skip(plugin="A") is first
+    assert (first.code, first.plugin, Status.skip(plugin="B").plugin) == (Code.SKIP, "A", "B")
+    assert Status.skip().plugin == ""

@@ -59,7 +59,11 @@ class Status:
 
     @classmethod
     def skip(cls, *, plugin: str = "") -> Status:
-        return cls(Code.SKIP, (), plugin)
+        """A plugin's Skip: one shared instance per plugin (PreFilter and PreScore skip several times a cycle)."""
+        status = _SKIPS.get(plugin)
+        if status is None:
+            status = _SKIPS[plugin] = cls(Code.SKIP, (), plugin)
+        return status
 
     def with_plugin(self, plugin: str) -> Status:
         """The same verdict attributed to ``plugin`` (the runtime stamps it; plugins need not)."""
@@ -88,3 +92,5 @@ class Status:
 
 #: The shared success verdict.
 SUCCESS = Status()
+#: :meth:`Status.skip`'s instances by plugin name.
+_SKIPS: dict[str, Status] = {}

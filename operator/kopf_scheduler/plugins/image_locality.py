@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from kopf_scheduler.framework import MAX_NODE_SCORE, ClusterEventWithHint, CycleState, ScorePlugin
+from kopf_scheduler.plugins._volumes import pod_volumes
 
 if TYPE_CHECKING:
     from kopf_scheduler.state.cache import Snapshot
@@ -52,7 +53,7 @@ def pod_image_names(pod: PodInfo) -> Counter[str]:
     found: Counter[str] | None = pod.memo.get(_MEMO_IMAGES)
     if found is None:
         names = list(pod.images)
-        for volume in (pod.obj.get("spec") or {}).get("volumes") or ():
+        for volume in pod_volumes(pod):
             image = volume.get("image")
             if image is not None:
                 names.append(image.get("reference") or "")

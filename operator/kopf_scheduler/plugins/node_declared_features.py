@@ -97,8 +97,16 @@ def required_features(pod: PodInfo) -> frozenset[str]:
     """The pod's required features, inferred once per pod object (the fields involved are immutable)."""
     found = pod.memo.get(_MEMO_KEY)
     if found is None:
-        found = pod.memo[_MEMO_KEY] = infer_required_features(pod.obj.get("spec") or {})
+        if not any(pod.may_have_field(name) for name in _INFERRED_FROM):
+            found = frozenset()  # without decoding a compact pod
+        else:
+            found = infer_required_features(pod.obj.get("spec") or {})
+        pod.memo[_MEMO_KEY] = found
     return found
+
+
+#: Every field :func:`infer_required_features` can require a feature for.
+_INFERRED_FROM = ("restartPolicyRules", "hostUsers")
 
 
 class NodeDeclaredFeatures(PreFilterPlugin, FilterPlugin):

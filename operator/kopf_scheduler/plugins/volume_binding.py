@@ -108,7 +108,7 @@ from kopf_scheduler.plugins._persistent_volumes import (
     volume_node_selector,
     with_annotation,
 )
-from kopf_scheduler.plugins._volumes import claim_class, not_found_message
+from kopf_scheduler.plugins._volumes import claim_class, not_found_message, pod_volumes
 from kopf_scheduler.state.quantity import QuantityError, int_value
 from kopf_scheduler.state.selectors import LabelSelector
 from kopf_scheduler.state.storage import (
@@ -820,10 +820,9 @@ def _no_pod_volumes(node_name: str) -> Status:
 
 def _pod_claims(pod: PodInfo) -> list[PodClaim]:
     """The pod's claim-backed volumes; cheap for the common pod without volumes."""
-    pod_spec = pod.obj.get("spec") or {}
-    if not pod_spec.get("volumes"):
+    if not pod_volumes(pod):
         return []
-    return list(pod_claims(pod.name, pod_spec))
+    return list(pod_claims(pod.name, pod.obj.get("spec") or {}))
 
 
 # -- QueueingHints ------------------------------------------------------------------------------------------

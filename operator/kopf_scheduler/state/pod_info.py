@@ -99,6 +99,13 @@ class PodInfo:
             raw = self.raw = json_codec.loads(raw)
         return raw
 
+    def may_have_field(self, name: str) -> bool:
+        """False when the object surely has no field ``name`` anywhere: it is compact and its JSON never names it
+        (our encoders never escape ASCII). Lets rare-field checks (volumes, resource claims) skip decoding a
+        compact pod, which would also keep it decoded until its next event."""
+        raw = self.raw
+        return not isinstance(raw, bytes) or f'"{name}"'.encode() in raw
+
     def compact(self) -> None:
         """Keep the object as compact JSON until it is read again (an object JSON cannot hold stays as is)."""
         raw = self.raw

@@ -24,7 +24,7 @@ from kopf_scheduler.framework import (
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.registry import default_registry
-from kopf_scheduler.plugins.dynamic_resources import DynamicResources
+from kopf_scheduler.plugins.dynamic_resources import DynamicResources, uses_resource_claims
 from kopf_scheduler.plugins.dynamic_resources.tracker import tracker_for
 from kopf_scheduler.profiles import pipeline_status
 from kopf_scheduler.state.cache import ClusterCache
@@ -95,6 +95,15 @@ def _template_pod(status: list[dict[str, Any]] | None = None, uid: str = "pod-ui
 def _owned(uid: str = "pod-uid") -> dict[str, Any]:
     meta = {"name": "p-gpu-x", "namespace": "default", "uid": "c2"}
     return {"metadata": {**meta, "ownerReferences": [{"uid": uid, "controller": True, "kind": "Pod", "name": "p"}]}}
+
+
+def test_a_compact_pod_is_decoded_for_its_claims_only_when_it_names_them() -> None:
+    plain, claiming = pod_info(make_pod("plain")), pod_info(make_pod("p", spec=CLAIMS))
+    plain.compact()
+    claiming.compact()
+    assert (uses_resource_claims(plain), uses_resource_claims(claiming)) == (False, True)
+    assert isinstance(plain.raw, bytes)
+    assert _with_claims(CLAIM).pre_enqueue(claiming).is_success
 
 
 def test_pre_enqueue_waits_for_a_named_claim() -> None:

@@ -31,6 +31,7 @@ from kopf_scheduler.plugins.node_declared_features import (
     USER_NAMESPACES_HOST_NETWORK,
     NodeDeclaredFeatures,
     infer_required_features,
+    required_features,
 )
 from kopf_scheduler.scheduler import FitError, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
@@ -177,6 +178,24 @@ def test_filter(spec: dict[str, Any], nodes: list[dict[str, Any]], expected: dic
     code, verdicts = run(spec, nodes)
     assert code is Code.SUCCESS
     assert verdicts == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "decoded"),
+    [
+        pytest.param({"containers": [container()]}, False, id="plain-pod"),
+        pytest.param({"containers": [container(RESTART_ALL, restart_policy="Never")]}, True, id="restart-all"),
+        pytest.param({"containers": [container()], "hostNetwork": True, "hostUsers": False}, True, id="userns"),
+        pytest.param({"containers": [container()], "hostUsers": True}, True, id="host-users"),
+    ],
+)
+def test_a_compact_pod_infers_alike_and_is_decoded_only_when_it_names_a_field(
+    spec: dict[str, Any], decoded: bool
+) -> None:
+    pod = pod_info(make_pod(spec=copy.deepcopy(spec)))
+    pod.compact()
+    assert required_features(pod) == infer_required_features(spec)
+    assert isinstance(pod.raw, dict) is decoded
 
 
 def test_pre_filter_skips_pods_that_require_nothing() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent, Code, CycleState, EventResource
+from kopf_scheduler.plugins._volumes import pod_volumes
 from kopf_scheduler.plugins.volume_restrictions import (
     ERR_REASON_DISK_CONFLICT,
     ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT,
@@ -115,6 +116,26 @@ def test_pre_filter(used_on_node: bool, claims: list[str], code: Code, message: 
     pod = pod_info(make_pod(spec={"volumes": [claim_volume(c) for c in claims]}))
     _, status = plugin.pre_filter(CycleState(), pod, cache.snapshot())
     assert (status.code, status.message) == (code, message)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_pre_filter_judges_a_compact_pod_alike_and_decodes_it_only_for_volumes(compact: bool) -> None:
+    """A kept pod is compact JSON (PodInfo.compact); asking for its volumes must not decode one that has none."""
+    cache = rwop_cache(used_on_node=True)
+    plugin = VolumeRestrictions(handle=FakeHandle(cache))
+    plain = pod_info(make_pod("plain", labels={"role": "volumes"}))  # the key's name as a value: decoded, still none
+    bare = pod_info(make_pod("bare"))
+    claiming = pod_info(make_pod("claiming", spec={"volumes": [claim_volume("x")]}))
+    for pod in (plain, bare, claiming):
+        if compact:
+            pod.compact()
+    verdicts = [plugin.pre_filter(CycleState(), pod, cache.snapshot())[1].code for pod in (plain, bare, claiming)]
+    assert verdicts == [Code.SKIP, Code.SKIP, Code.SUCCESS]
+    assert pod_volumes(bare) == ()
+    assert pod_volumes(claiming) == [claim_volume("x")]
+    assert isinstance(bare.raw, bytes) is compact  # never decoded: its JSON names no volumes
+    assert isinstance(plain.raw, dict)
+    assert isinstance(claiming.raw, dict)
 
 
 def test_hints() -> None:

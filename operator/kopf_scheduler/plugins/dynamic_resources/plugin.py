@@ -132,7 +132,7 @@ class ClaimNotUsable(Exception):
 
 
 def uses_resource_claims(pod: PodInfo) -> bool:
-    return bool((pod.obj.get("spec") or {}).get("resourceClaims"))
+    return pod.may_have_field("resourceClaims") and bool((pod.obj.get("spec") or {}).get("resourceClaims"))
 
 
 def claim_name(pod: PodInfo, pod_claim: Mapping[str, Any]) -> tuple[str | None, bool]:
