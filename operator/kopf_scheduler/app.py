@@ -88,19 +88,19 @@ __all__ = [
 #: every 10 collections of the middle generation once objects promoted since the last one exceed a quarter of
 #: the old ones; a scheduler promotes each pending pod's objects (they wait in the queue), so that quarter is
 #: always reached and the count of 10 decides: 30 full collections, 7.2 of 35.5 s of CPU in SchedulingBasic
-#: 5000/10000, a cost per pod that grows with the cache. Young and middle collections, which catch almost all
-#: of the cyclic garbage (kopf's per-event Body and Patch views), keep close to Python's pace
-#: (docs/benchmarks.md, "Per-pod cost (issue 15)").
-GC_THRESHOLDS = (2000, 10, 100)
+#: 5000/10000, a cost per pod that grows with the cache. The first was 2000 while kopf's per-event Body and
+#: Patch views of every pod event were most of the cyclic garbage; since pod and node events bypass kopf's
+#: processing, young collections find next to none (≈ 2500 objects over 10000 pods), and at 20000 they cost
+#: a third of the CPU for the same peak RSS (docs/benchmarks.md, "Per-pod cost (issue 15)").
+GC_THRESHOLDS = (20000, 10, 100)
 
 
 def tune_garbage_collector() -> None:
     """Keep what start-up created (modules, classes, functions: everything imported) out of every later run of
-    the cyclic garbage collector, and run its full collections a tenth as often (``GC_THRESHOLDS``).
+    the cyclic garbage collector, and run the collections less often (``GC_THRESHOLDS``).
 
-    Start-up's objects live for ever, so walking them is wasted. Thresholds of 10000/20/20 were measured
-    before: the CPU saving was similar but the young generation held cyclic garbage twenty times longer
-    (+100 MiB peak RSS in one pair of runs), so only the full collections are made rarer.
+    Start-up's objects live for ever, so walking them is wasted. A young generation of 10000 cost +100 MiB of
+    peak RSS while kopf made cyclic garbage of every pod event (it held that garbage longer); it no longer does.
     """
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

@@ -139,10 +139,11 @@ def test_what_start_up_created_stays_out_of_later_garbage_collections() -> None:
         assert gc.get_freeze_count() > 0
         young, middle, full = gc.get_threshold()
         assert (young, middle, full) == GC_THRESHOLDS
-        # Full collections (they walk the whole cache) a tenth as often as Python's; the young and middle
-        # generations, where kopf's cyclic per-event garbage dies, within a few times Python's pace.
+        # Full collections (they walk the whole cache) a tenth as often as Python's; young collections still
+        # run, so cyclic garbage waits for at most tens of thousands of allocations.
         assert full >= 10 * before[2]
-        assert young * middle <= 4 * before[0] * before[1]
+        assert gc.isenabled()
+        assert 0 < young <= 50_000
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
