@@ -33,7 +33,10 @@ section 5):
   the scheduler process) — the pods exist before the scheduler does, so this is the latency of a backlog,
   startup included. Peak RSS = ``VmHWM`` from ``/proc/<pid>/status`` and CPU seconds = utime + stime from
   ``/proc/<pid>/stat``, both read after the last bind, before the process is stopped (whole process
-  lifetime: start-up, initial LIST, scheduling).
+  lifetime: start-up, initial LIST, scheduling). The machine is shared and its speed moves by tens of percent
+  from minute to minute: ``speed_probe_ms_before``/``_after`` are the CPU time of a fixed pure-Python loop
+  (:func:`speed_probe_ms`) just before the scheduler starts and after it stopped, so the CPU figures of runs
+  made at different moments can be told apart from the machine's (lower is faster).
 
 * **Volumes** (``csi-pvs``, scheduler_perf's SchedulingCSIPVs): each pod mounts its own claim, created
   pre-bound to its own CSI PV (PV ``claimRef`` + claim ``volumeName``, both phases Bound written through the
@@ -814,6 +817,18 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
+def speed_probe_ms(rounds: int = 3, iterations: int = 300_000) -> float:
+    """The median CPU milliseconds of a fixed pure-Python loop (≈ 20 ms here): how fast the machine is now."""
+    times = []
+    for _ in range(rounds):
+        started = time.process_time()
+        total = 0
+        for i in range(iterations):
+            total += i * i % 7
+        times.append((time.process_time() - started) * 1000)
+    return sorted(times)[len(times) // 2]
+
+
 def node_name(index: int) -> str:
     return f"bench-node-{index:05d}"
 
@@ -1001,6 +1016,7 @@ async def run_one(
         await asyncio.sleep(0.05)
     created_s = time.monotonic() - started
     load_before = load1()
+    speed_before = speed_probe_ms()
     runner = Runner(scheduler, cluster, namespace, config, log_dir)
     spawn = time.monotonic()
     runner.start()
@@ -1043,6 +1059,7 @@ async def run_one(
         runner.stop()
         await watch.stop()
     load_after = load1()
+    speed_after = speed_probe_ms()
     if error:
         print(f"  !! {error}", flush=True)
     stats = sampler.summary()
@@ -1069,6 +1086,8 @@ async def run_one(
         "complete": complete,
         "load1_before": round(load_before, 2),
         "load1_after": round(load_after, 2),
+        "speed_probe_ms_before": round(speed_before, 1),
+        "speed_probe_ms_after": round(speed_after, 1),
         "error": error.splitlines()[0] if error else "",
         "rss_timeline": rss_timeline,
     }

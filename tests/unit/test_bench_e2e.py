@@ -408,3 +408,11 @@ def test_kube_and_kopf_take_turns_at_running_first() -> None:
         [KUBE, KOPF, CEILING],
     ]
     assert scheduler_order([KOPF, CEILING], 2) == [KOPF, CEILING]  # one of them alone: as given
+
+
+def test_the_speed_probe_measures_cpu_time_of_its_work() -> None:
+    """A probe twenty times longer reads longer, whatever the machine's speed (the margin is 20×)."""
+    from bench.e2e import speed_probe_ms
+
+    short, long = speed_probe_ms(iterations=10_000), speed_probe_ms(iterations=200_000)
+    assert 0 < short < long
