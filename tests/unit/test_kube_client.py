@@ -210,6 +210,58 @@ def test_list_pages_requests_the_next_page_before_the_caller_applies_this_one() 
     assert queries == ["", "p2", "p3"]
 
 
+def test_list_pages_requests_the_next_page_while_this_page_still_arrives() -> None:
+    """The API server writes a page's metadata (its continue token) first: the next page is asked for then, so
+    the server works on it while it still sends this one (here it sends the rest only once asked for it)."""
+    second_asked = asyncio.Event()
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        if request.query.get("continue") == "p2":
+            second_asked.set()
+            return _api_server_list([{"page": 2}], "")
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        head = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"41","continue":"p2"},"items":['
+        await response.write(head)
+        await asyncio.wait_for(second_asked.wait(), timeout=5)  # the old client waited for the whole page: stuck
+        await response.write(b'{"page":1}]}')
+        await response.write_eof()
+        return response
+
+    versions: list[str] = []
+
+    async def scenario(client: KubeClient) -> list[Any]:
+        return [page async for page in client.list_pages("/api/v1/pods", limit=1, on_version=versions.append)]
+
+    assert serve({("GET", "/api/v1/pods"): pods}, scenario) == [[{"page": 1}], [{"page": 2}]]
+    assert versions == ["41"]
+
+
+def test_list_pages_asks_for_at_most_two_pages_ahead_of_the_caller() -> None:
+    asked: list[int] = []
+    handed: list[int] = []
+    ahead: list[int] = []
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        number = int(request.query.get("continue") or 1)
+        asked.append(number)
+        ahead.append(number - (handed[-1] if handed else 0))  # pages asked for beyond the caller's latest
+        return _api_server_list([{"page": number}], str(number + 1) if number < 6 else "")
+
+    async def scenario(client: KubeClient) -> list[Any]:
+        pages = []
+        async for page in client.list_pages("/api/v1/pods", limit=1):
+            handed.append(page[0]["page"])
+            await asyncio.sleep(0.05)  # the caller applies the page: the requests ahead run meanwhile
+            pages.append(page)
+        return pages
+
+    pages = serve({("GET", "/api/v1/pods"): pods}, scenario)
+    assert pages == [[{"page": n}] for n in range(1, 7)]
+    assert asked == list(range(1, 7))
+    assert max(ahead) == 2  # the one arriving and the next, never more
+
+
 def test_list_pages_stopped_early_cancels_the_next_page_quietly(caplog: pytest.LogCaptureFixture) -> None:
     async def pods(request: web.Request) -> web.StreamResponse:
         if request.query.get("continue"):
