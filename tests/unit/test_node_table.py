@@ -15,7 +15,7 @@ def test_add_pods_accounts_repeated_slots_and_new_resources_as_one_pod_at_a_time
     slots = [1, 0, 1, 1]
     requests = [{"cpu": 100}, {"memory": 5}, {"cpu": 200, "example.com/gpu": 1}, {}]
     non_zero = [(100, 200), (100, 5), (200, 200), (100, 200)]
-    versions = batch.pods_version.copy()
+    versions = batch.version.copy()
     batch.add_pods(slots, requests, non_zero, +1)
     for slot, pod_requests, pod_non_zero in zip(slots, requests, non_zero, strict=True):
         single.add_pod(slot, pod_requests, pod_non_zero, +1)
@@ -23,10 +23,10 @@ def test_add_pods_accounts_repeated_slots_and_new_resources_as_one_pod_at_a_time
     assert batch.requested.tolist() == single.requested.tolist()
     assert batch.non_zero_requested.tolist() == single.non_zero_requested.tolist()
     assert batch.pod_count.tolist() == single.pod_count.tolist() == [1, 3, 0] + [0] * (batch.capacity - 3)
-    touched = batch.pods_version[[0, 1]]
+    touched = batch.version[[0, 1]]
     assert (touched > versions.max()).all()  # new, unused versions
     assert touched[0] != touched[1]
-    assert batch.pods_version[2] == versions[2]
+    assert batch.version[2] == versions[2]
     batch.add_pods(slots, requests, non_zero, -1)
     assert not batch.requested.any()
     assert not batch.non_zero_requested.any()

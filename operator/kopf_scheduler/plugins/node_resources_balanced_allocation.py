@@ -23,7 +23,12 @@ from kopf_scheduler.framework.events import ClusterEventWithHint
 from kopf_scheduler.framework.interface import Handle, PreScorePlugin, ScorePlugin
 from kopf_scheduler.framework.status import SUCCESS, Status
 from kopf_scheduler.plugins._dra_capacity import dra_capacity, may_score_dra
-from kopf_scheduler.plugins._resource_allocation import balanced_allocation, calculate_allocation, scored_resources
+from kopf_scheduler.plugins._resource_allocation import (
+    RememberedScores,
+    balanced_allocation,
+    calculate_allocation,
+    scored_resources,
+)
 from kopf_scheduler.state.pod_info import PodInfo
 
 if TYPE_CHECKING:
@@ -62,6 +67,7 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
         )
         self.resources = scored_resources(balanced_args.resources)
         self.may_score_dra = may_score_dra([resource.name for resource in self.resources])
+        self.remembered = RememberedScores(self.resources, balanced_allocation, use_requested=True)
 
     def pod_requests(self, pod: PodInfo) -> tuple[int, ...]:
         return tuple(pod.requests.get(resource.name, 0) for resource in self.resources)
@@ -81,6 +87,8 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
             # Upstream's Score without PreScore: a best-effort pod scores 0.
             return np.zeros(len(nodes), dtype=np.int64)
         dra = dra_capacity(snapshot) if self.may_score_dra else None  # DRA-backed extended resources
+        if dra is None:
+            return self.remembered.scores(snapshot.table, nodes, pod_requests)
         allocation = calculate_allocation(
             snapshot.table, nodes, self.resources, pod_requests, use_requested=True, dra=dra
         )

@@ -7,7 +7,8 @@ is Unschedulable, or UnschedulableAndUnresolvable when some failing resource is 
 *total* allocatable (preemption cannot help there); ``Too many pods`` never makes it unresolvable.
 
 Vectorised: each check is one numpy comparison over the candidate nodes and sets one bit of a per-node
-failure mask; the few distinct (mask, unresolvable) pairs become the Status palette of the FilterResult.
+failure mask; the few distinct (mask, unresolvable) pairs become the Status palette of the FilterResult. When
+every node fits (the usual case) that is known before any mask is built.
 
 Upstream walks the scalar resources in Go map order (random); we check them sorted by name. Only the order
 of reasons inside one node's Status differs, and FailedScheduling counts reasons, so nothing visible changes.
@@ -74,6 +75,7 @@ from kopf_scheduler.plugins._device_class_mapping import (
 )
 from kopf_scheduler.plugins._dra_capacity import dra_capacity, may_score_dra
 from kopf_scheduler.plugins._resource_allocation import (
+    RememberedScores,
     Scorer,
     calculate_allocation,
     least_allocated,
@@ -208,6 +210,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             self.scorer = requested_to_capacity_ratio(shape)
         else:
             self.scorer = _STRATEGIES[strategy.type]
+        self.remembered = RememberedScores(self.resources, self.scorer, use_requested=False)
 
     # -- PreFilter / Filter -------------------------------------------------------------------------------
     def _ignored(self, name: str) -> bool:
@@ -241,8 +244,10 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         count = len(nodes)
         # Failure key per node: bit 0 = too many pods, bit r = check r failed (reason order); the top bit marks
         # "unresolvable". Distinct keys become the Status palette.
-        failed = [table.pod_count[nodes] + 1 > table.allocatable[:, PODS][nodes]]
-        unresolvable = np.zeros(count, dtype=bool)
+        failed = [table.pod_count[nodes] >= table.allocatable[:, PODS][nodes]]  # one more pod would not fit
+        # (fails, request, allocatable) of the checks a node fails by being full rather than lacking the resource
+        full: list[tuple[np.ndarray, int, np.ndarray]] = []
+        lacking_everywhere = False
         for check in pre.checks:
             column = table.resource_column(check.name)
             if column is None:
@@ -253,15 +258,20 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
                 # No node advertises it and no pod uses it: nothing is free anywhere, and the request exceeds
                 # every node's (zero) allocatable.
                 failed.append(np.ones(count, dtype=bool))
-                unresolvable[:] = True
+                lacking_everywhere = True
                 continue
             allocatable = table.allocatable[:, column][nodes]
             fails = check.request > allocatable - table.requested[:, column][nodes]
             if check.dra_backed:
                 fails &= allocatable > 0  # left to DynamicResources where the node has none
             failed.append(fails)
+            full.append((fails, check.request, allocatable))
+        if not lacking_everywhere and not any(fails.any() for fails in failed):
+            return None  # the usual case, decided before the failure keys are built
+        unresolvable = np.full(count, lacking_everywhere)
+        for fails, request, allocatable in full:
             # Beyond the node's total allocatable: no preemption can make room.
-            unresolvable |= fails & (check.request > allocatable)
+            unresolvable |= fails & (request > allocatable)
         failed.append(unresolvable)
         if len(failed) <= _MAX_PACKED_BITS:
             key = np.zeros(count, dtype=np.int64)
@@ -325,6 +335,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         pre: PreScoreState | None = state.get(PRE_SCORE_STATE_KEY)
         pod_requests = pre.pod_requests if pre is not None else self.pod_requests(pod)
         dra = dra_capacity(snapshot) if self.may_score_dra else None
+        if dra is None:
+            return self.remembered.scores(snapshot.table, nodes, pod_requests)
         allocation = calculate_allocation(
             snapshot.table, nodes, self.resources, pod_requests, use_requested=False, dra=dra
         )

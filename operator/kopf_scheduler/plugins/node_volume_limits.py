@@ -230,13 +230,13 @@ class _SlotCounts:
     (if any), and per driver the limit (−1: none) and the count of attached volumes (its pods' and its
     VolumeAttachments'). The volumes themselves are kept per slot with an index of which slots hold each, so a
     pod whose volume a node already has is judged on that node alone. A slot is recounted when its
-    ``pods_version`` (node table) or the storage objects it was read from changed; between cycles most nodes
+    ``version`` (node table) or the storage objects it was read from changed; between cycles most nodes
     change nothing, and the per-node walk of every pod's claims, which upstream does each time, was most of
     the cost.
     """
 
     def __init__(self, table: NodeTable) -> None:
-        #: The node table of the cache counted from (slots and their ``pods_version`` are that table's).
+        #: The node table of the cache counted from (slots and their ``version`` are that table's).
         self.table = table
         self.changes = -1
         self.version = np.zeros(0, dtype=np.int64)
@@ -256,10 +256,10 @@ class _SlotCounts:
         if cycle.changes != self.changes:
             self.version[:] = -1
             self.changes = cycle.changes
-        stale = nodes[self.version[nodes] != table.pods_version[nodes]]
+        stale = nodes[self.version[nodes] != table.version[nodes]]
         for slot in stale.tolist():
             self._recount(cycle, slot)
-            self.version[slot] = table.pods_version[slot]
+            self.version[slot] = table.version[slot]
 
     def _fit(self, capacity: int) -> None:
         extra = capacity - len(self.version)

@@ -55,10 +55,11 @@ class NodeTable:
         #: cpu, memory with the non-zero defaults (LeastAllocated/MostAllocated/RTCR node side).
         self.non_zero_requested = np.zeros((capacity, 2), dtype=np.int64)
         self.pod_count = np.zeros(capacity, dtype=np.int64)
-        #: A number that changes whenever the slot's set of pods changes or the slot changes hands (never reused
-        #: within the table): what a plugin derived from a node's pods alone is current while it is the same.
-        self.pods_version = np.zeros(capacity, dtype=np.int64)
-        self._last_pods_version = 0
+        #: A number that changes whenever the slot's set of pods or its allocatable changes, or the slot changes
+        #: hands (never reused within the table): what a plugin derived from a node's pods and resources alone
+        #: (volume counts, resource scores) is current while it is the same.
+        self.version = np.zeros(capacity, dtype=np.int64)
+        self._last_version = 0
         self.unschedulable = np.zeros(capacity, dtype=bool)
         self.taint_set = np.zeros(capacity, dtype=np.int32)
         #: Distinct taint lists seen; id 0 is "no taints". Pods' tolerations are checked once per set.
@@ -83,7 +84,7 @@ class NodeTable:
             self._next += 1
         self.names[slot] = name
         self.alive[slot] = True
-        self.touch_pods(slot)
+        self.touch(slot)
         return slot
 
     def release(self, slot: int) -> None:
@@ -93,7 +94,7 @@ class NodeTable:
         self.requested[slot] = 0
         self.non_zero_requested[slot] = 0
         self.pod_count[slot] = 0
-        self.touch_pods(slot)
+        self.touch(slot)
         self.unschedulable[slot] = False
         self.taint_set[slot] = 0
         self.declared_feature_set[slot] = 0
@@ -101,10 +102,10 @@ class NodeTable:
             column.ids[slot] = -1
         self._free.append(slot)
 
-    def touch_pods(self, slot: int) -> None:
-        """The slot's pods changed (or its node): give it a new :attr:`pods_version`."""
-        self._last_pods_version += 1
-        self.pods_version[slot] = self._last_pods_version
+    def touch(self, slot: int) -> None:
+        """The slot's pods or allocatable changed (or its node): give it a new :attr:`version`."""
+        self._last_version += 1
+        self.version[slot] = self._last_version
 
     def _grow(self, capacity: int) -> None:
         extra = capacity - self.capacity
@@ -118,7 +119,7 @@ class NodeTable:
         self.requested = pad(self.requested)
         self.non_zero_requested = pad(self.non_zero_requested)
         self.pod_count = pad(self.pod_count)
-        self.pods_version = pad(self.pods_version)
+        self.version = pad(self.version)
         self.unschedulable = pad(self.unschedulable, False)
         self.taint_set = pad(self.taint_set)
         self.declared_feature_set = pad(self.declared_feature_set)
@@ -140,7 +141,7 @@ class NodeTable:
             self.requested = np.hstack([self.requested, zeros.copy()])
         return index
 
-    def add_requests(self, slot: int, requests: Mapping[str, int], sign: int) -> None:
+    def _add_requests(self, slot: int, requests: Mapping[str, int], sign: int) -> None:
         index = self.resource_index
         for name, value in requests.items():
             if value:
@@ -151,13 +152,13 @@ class NodeTable:
                 self.requested[slot, column] += sign * value
 
     def add_pod(self, slot: int, requests: Mapping[str, int], non_zero: tuple[int, int], sign: int) -> None:
-        """One pod's accounting on ``slot`` (``sign`` +1 or -1): :meth:`add_requests`, the non-zero columns,
-        :attr:`pod_count` and :meth:`touch_pods`."""
-        self.add_requests(slot, requests, sign)
+        """One pod's accounting on ``slot`` (``sign`` +1 or -1): its requests, the non-zero columns,
+        :attr:`pod_count` and :meth:`touch`."""
+        self._add_requests(slot, requests, sign)
         self.non_zero_requested[slot, 0] += sign * non_zero[0]
         self.non_zero_requested[slot, 1] += sign * non_zero[1]
         self.pod_count[slot] += sign
-        self.touch_pods(slot)
+        self.touch(slot)
 
     def add_pods(
         self,
@@ -189,16 +190,18 @@ class NodeTable:
             np.add.at(self.requested, (at[rows], columns), sign * np.asarray(values, dtype=np.int64))
         np.add.at(self.non_zero_requested, at, sign * np.asarray(non_zero, dtype=np.int64).reshape(-1, 2))
         np.add.at(self.pod_count, at, sign)
-        versions = np.arange(self._last_pods_version + 1, self._last_pods_version + len(at) + 1, dtype=np.int64)
-        self.pods_version[at] = versions  # a repeated slot gets one of its new versions: each is unused
-        self._last_pods_version += len(at)
+        versions = np.arange(self._last_version + 1, self._last_version + len(at) + 1, dtype=np.int64)
+        self.version[at] = versions  # a repeated slot gets one of its new versions: each is unused
+        self._last_version += len(at)
 
     def set_allocatable(self, slot: int, allocatable: dict[str, int]) -> None:
-        self.allocatable[slot] = 0
-        for name, value in allocatable.items():
-            column = self.resource_column(name, create=True)
-            assert column is not None
-            self.allocatable[slot, column] = value
+        """The node's allocatable; a new :attr:`version` only when it changed (most node updates are status)."""
+        columns = [self.resource_column(name, create=True) for name in allocatable]
+        row = np.zeros(len(self.resources), dtype=np.int64)
+        row[columns] = list(allocatable.values())
+        if not np.array_equal(row, self.allocatable[slot]):
+            self.allocatable[slot] = row
+            self.touch(slot)
 
     # -- labels and taints ---------------------------------------------------------------------------
     def label_column(self, key: str) -> LabelColumn | None:

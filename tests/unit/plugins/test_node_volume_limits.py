@@ -364,7 +364,7 @@ def test_kept_counts_agree_with_the_walk_through_random_changes(seed: int) -> No
 
 
 def test_a_plugin_used_on_another_cache_counts_that_cache() -> None:
-    """Slots and their pods_version numbers belong to one cache's node table: a plugin handed a snapshot of
+    """Slots and their version numbers belong to one cache's node table: a plugin handed a snapshot of
     another cache (what-if and the tests build their own) must not read the first cache's counts."""
     pod = pod_info(make_pod(spec={"volumes": [claim_volume("c1")]}))
     roomy = fill(make_cache([make_node("n")]), *OBJECTS, ("CSINode", csi_node("n", d_csi_io=1)))
