@@ -18,6 +18,7 @@ from aiohttp import web
 
 from kopf_scheduler.framework import APIError
 from kopf_scheduler.kube import KubeClient
+from kopf_scheduler.kube.http1 import _parse_head
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -389,6 +390,39 @@ def test_a_response_framed_by_the_end_of_the_connection_and_a_server_that_hangs_
     asyncio.run(main())
 
 
+def test_a_write_without_an_answer_times_out_and_its_connection_is_dropped() -> None:
+    """A server that never answers: the exchange ends in ``TimeoutError`` after the client's timeout, and the next
+    request opens a new connection (the silent one is not reused)."""
+    connections: list[asyncio.StreamWriter] = []
+
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            connections.append(writer)
+            await reader.readuntil(b"\r\n\r\n")
+            if len(connections) > 1:  # the second connection gets an answer
+                body = b'{"kind":"Event"}'
+                writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+            await reader.read()  # until the client hangs up
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = KubeClient(server=f"http://127.0.0.1:{port}", timeout=0.3)
+        try:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(TimeoutError):  # wait_for's own (after 5 s) fails the duration check below
+                await asyncio.wait_for(client.create_event(namespace="ns", body={"n": 1}), 5)
+            assert 0.25 < asyncio.get_running_loop().time() - started < 2
+            await client.create_event(namespace="ns", body={"n": 2})
+            assert len(connections) == 2
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+
+
 def test_write_room_waits_while_writes_queue_for_a_connection() -> None:
     """The scheduling loop's backpressure: with every connection busy and as many writes queued behind them,
     ``writes_backlogged`` says so and ``write_room`` waits until the queue shrinks below the pool's size."""
@@ -486,3 +520,22 @@ def test_list_pages_of_slim_items_leave_managed_fields_out_and_keep_the_rest() -
     kept_metadata = {"name": "p", "namespace": "ns", "uid": "u1", "labels": {"a": "b"}}
     assert slim == [[{**pod, "metadata": kept_metadata}]]
     assert whole == [[pod]]  # without slim_items the items come as they are
+
+
+@pytest.mark.parametrize(
+    ("head", "want"),
+    [
+        (b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n", (201, 12, b"", b"")),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\nConnection: Close\r\n\r\n",
+            (200, None, b"chunked", b"close"),
+        ),
+        (b"HTTP/1.0 409 Conflict\r\ncontent-length:  7 \r\n\r\n", (409, 7, b"", b"")),
+        (b"HTTP/1.1 204 No Content\r\nX-Content-Length: 5\r\n\r\n", (204, None, b"", b"")),
+    ],
+)
+def test_response_heads_are_read_for_their_framing_headers(head: bytes, want: tuple[Any, ...]) -> None:
+    """Header names in any case, values stripped; a header whose name merely ends like one is not it."""
+    status, framing, http10 = _parse_head(head)
+    assert (status, framing.content_length, framing.transfer_encoding, framing.connection) == want
+    assert http10 is head.startswith(b"HTTP/1.0")

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Mapping
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 #: The most of a response's head (status line and headers) we accept; the API server's are well below 1 KiB.
@@ -95,13 +96,17 @@ class ConnectionPool:
         try:
             connection = self._take_idle()
             try:
-                async with asyncio.timeout(self._timeout):
-                    if connection is None:
+                if connection is None:
+                    async with asyncio.timeout(self._timeout):
                         connection = await self._connect()
-                    status, payload, keep_alive = await connection.exchange(request)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+                status, payload, keep_alive = await connection.exchange(request, self._timeout)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as e:
                 if connection is not None:
                     connection.close()
+                    if connection.timed_out:
+                        raise TimeoutError(f"{method} {path}: no response within {self._timeout} s") from e
+                if isinstance(e, ConnectionError):
+                    raise
                 raise ConnectionError(f"{method} {path}: the server ended the response early ({e})") from e
             except BaseException:
                 if connection is not None:
@@ -154,30 +159,47 @@ class ConnectionPool:
 
 
 class _Connection:
-    """One keep-alive connection: writes a request, reads one response (status, body, whether to keep it)."""
+    """One keep-alive connection: writes a request, reads one response (status, body, whether to keep it).
 
-    __slots__ = ("_reader", "_writer")
+    An exchange that outlives its timeout has its transport aborted by a timer (one ``call_later`` per
+    exchange: ``asyncio.timeout`` cost twice its CPU, for two requests per scheduled pod); the pending read
+    then fails and :attr:`timed_out` tells the pool why.
+    """
+
+    __slots__ = ("_reader", "_writer", "timed_out")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
         self._writer = writer
+        self.timed_out = False
 
     @property
     def usable(self) -> bool:
         return not self._reader.at_eof() and not self._writer.is_closing()
 
-    async def exchange(self, request: bytes) -> tuple[int, bytes, bool]:
+    async def exchange(self, request: bytes, seconds: float) -> tuple[int, bytes, bool]:
+        """Send ``request`` and read its response, aborting the connection after ``seconds``."""
+        timer = asyncio.get_running_loop().call_later(seconds, self._time_out)
+        try:
+            return await self._exchange(request)
+        finally:
+            timer.cancel()
+
+    def _time_out(self) -> None:
+        self.timed_out = True
+        self._writer.transport.abort()
+
+    async def _exchange(self, request: bytes) -> tuple[int, bytes, bool]:
         self._writer.write(request)
-        status, headers, http10 = _parse_head(await self._reader.readuntil(b"\r\n\r\n"))
-        keep_alive = not http10 and headers.get(b"connection", b"").lower() != b"close"
+        status, framing, http10 = _parse_head(await self._reader.readuntil(b"\r\n\r\n"))
+        keep_alive = not http10 and framing.connection != b"close"
         if status in _NO_BODY or 100 <= status < 200:
             return status, b"", keep_alive
-        if headers.get(b"transfer-encoding", b"").lower().endswith(b"chunked"):
+        if framing.transfer_encoding.endswith(b"chunked"):
             return status, await self._read_chunked(), keep_alive
-        length = headers.get(b"content-length")
-        if length is None:
+        if framing.content_length is None:
             return status, await self._reader.read(), False  # framed by the end of the connection
-        return status, await self._reader.readexactly(int(length)), keep_alive
+        return status, await self._reader.readexactly(framing.content_length), keep_alive
 
     async def _read_chunked(self) -> bytes:
         chunks: list[bytes] = []
@@ -200,19 +222,43 @@ class _Connection:
             await self._writer.wait_closed()
 
 
-def _parse_head(head: bytes) -> tuple[int, dict[bytes, bytes], bool]:
-    """(status, lower-cased header names → values, whether the server spoke HTTP/1.0) of a response head."""
-    lines = head.split(b"\r\n")
-    version, _, rest = lines[0].partition(b" ")
+class _Framing(NamedTuple):
+    """What of a response's headers frames its body and says whether the connection stays (lower-cased values)."""
+
+    content_length: int | None
+    transfer_encoding: bytes
+    connection: bytes
+
+
+def _parse_head(head: bytes) -> tuple[int, _Framing, bool]:
+    """(status, framing headers, whether the server spoke HTTP/1.0) of a response head.
+
+    Only the three framing headers are looked up, in the lower-cased head (one C call), instead of splitting
+    every header into a dict: the API server sends half a dozen a response, two responses a scheduled pod.
+    """
+    first, _, _ = head.partition(b"\r\n")
+    version, _, rest = first.partition(b" ")
     status = rest[:3]
     if not version.startswith(b"HTTP/1.") or not status.isdigit():
-        raise ConnectionError(f"not an HTTP/1.x response: {lines[0][:80]!r}")
-    headers: dict[bytes, bytes] = {}
-    for line in lines[1:]:
-        if line:
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower()] = value.strip()
-    return int(status), headers, version == b"HTTP/1.0"
+        raise ConnectionError(f"not an HTTP/1.x response: {first[:80]!r}")
+    lowered = head.lower()
+    length = _header(lowered, b"\r\ncontent-length:")
+    framing = _Framing(
+        None if length is None else int(length),
+        _header(lowered, b"\r\ntransfer-encoding:") or b"",
+        _header(lowered, b"\r\nconnection:") or b"",
+    )
+    return int(status), framing, version == b"HTTP/1.0"
+
+
+def _header(lowered_head: bytes, prefix: bytes) -> bytes | None:
+    """The (last) value of the header ``prefix`` names (``\\r\\nname:``), stripped; None when absent."""
+    at = lowered_head.rfind(prefix)
+    if at < 0:
+        return None
+    start = at + len(prefix)
+    end = lowered_head.find(b"\r\n", start)
+    return lowered_head[start : len(lowered_head) if end < 0 else end].strip()
 
 
 def _client_ssl_context(ssl_context: ssl.SSLContext | bool | None) -> ssl.SSLContext:
