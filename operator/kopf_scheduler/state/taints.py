@@ -28,12 +28,16 @@ def _per_set(
     table: NodeTable, nodes: np.ndarray, dtype: type, judge: Callable[[tuple[Taint, ...]], int | bool]
 ) -> np.ndarray:
     """Evaluate ``judge(taints)`` once per taint set used by ``nodes`` and spread the answers onto nodes."""
-    set_ids = table.taint_set[nodes]
     num_sets = len(table.taint_sets)
-    lookup = np.zeros(num_sets, dtype=dtype)
+    if num_sets <= 32:
+        answers = [judge(taints) if taints else 0 for taints in table.taint_sets]
+        if not any(answers):  # e.g. no node has taints: nothing to spread
+            return np.zeros(len(nodes), dtype=dtype)
+        return np.asarray(answers, dtype=dtype)[table.taint_set[nodes]]
     # Interned sets are never forgotten, so judge only the sets these nodes actually use when there are many.
-    used = range(num_sets) if num_sets <= 32 else np.unique(set_ids).tolist()
-    for set_id in used:
+    set_ids = table.taint_set[nodes]
+    lookup = np.zeros(num_sets, dtype=dtype)
+    for set_id in np.unique(set_ids).tolist():
         taints = table.taint_sets[set_id]
         if taints:
             lookup[set_id] = judge(taints)
