@@ -33,6 +33,7 @@ from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.state.selectors import LabelSelector
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending, until
 from tests.unit.factories import make_node, make_pod
 
@@ -105,6 +106,8 @@ def test_bound_pod_event_keeps_the_parse_and_a_changed_pod_is_parsed_again(monke
         return real_from_obj(obj)
 
     monkeypatch.setattr(PodInfo, "from_obj", staticmethod(counting_from_obj))
+    slot = app.cache.node("n1").slot  # type: ignore[union-attr]
+    version = int(app.cache.table.version[slot])
     # The Binding confirmed: a new version with nodeName and the PodScheduled condition, nothing else changed.
     bound = copy.deepcopy(pod)
     bound["spec"]["nodeName"] = "n1"
@@ -120,6 +123,9 @@ def test_bound_pod_event_keeps_the_parse_and_a_changed_pod_is_parsed_again(monke
     assert (confirmed.node_name, confirmed.requests, confirmed.labels) == ("n1", assumed.requests, {"app": "web"})
     assert not app.cache.is_assumed(uid)
     assert app.cache.table.requested[:, 0].sum() == 1000
+    # The pod never left its node: the node's row and version (what plugins remembered of it) are as assumed.
+    assert app.cache.node("n1").pods[uid] is confirmed  # type: ignore[union-attr]
+    assert app.cache.table.version[slot] == version
     # A label change (the API server's PodTopologyLabels admission adds the node's zone with the Binding) keeps
     # the parse and takes the new labels.
     relabelled = copy.deepcopy(bound)
@@ -128,6 +134,11 @@ def test_bound_pod_event_keeps_the_parse_and_a_changed_pod_is_parsed_again(monke
     app.on_pod_event("MODIFIED", relabelled)
     assert parsed == []
     assert app.cache.pod(uid).labels == {"app": "db"}  # type: ignore[union-attr]
+    assert [
+        pod.uid for pod in app.cache.matching_pods("default", LabelSelector.parse({"matchLabels": {"app": "db"}}))
+    ] == [uid]
+    assert app.cache.matching_pods("default", LabelSelector.parse({"matchLabels": {"app": "web"}})) == []
+    assert app.cache.table.version[slot] == version
     # An in-place resize is parsed again (and accounted by its new requests).
     resized = copy.deepcopy(relabelled)
     resized["status"]["containerStatuses"] = [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 
 import numpy as np
@@ -67,8 +68,11 @@ def test_lru_drops_least_recently_used() -> None:
     assert ("default", selectors[0]) not in index._tracked
 
 
+@pytest.mark.parametrize("new_objects", [False, True])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_random_events_match_recount(seed: int) -> None:
+def test_random_events_match_recount(seed: int, new_objects: bool) -> None:
+    """With ``new_objects`` a relabelled pod arrives as a new object, as from a watch (the cache then keeps its
+    parse and only re-indexes its labels); otherwise the same object is changed in place (parsed again)."""
     rng = random.Random(seed)
     cache = ClusterCache()
     for i in range(3):
@@ -92,7 +96,8 @@ def test_random_events_match_recount(seed: int) -> None:
             name = rng.choice(sorted(live))
             cache.remove_pod(live.pop(name)["metadata"]["uid"])
         elif action < 0.8 and live:
-            obj = live[rng.choice(sorted(live))]
+            name = rng.choice(sorted(live))
+            obj = live[name] = copy.deepcopy(live[name]) if new_objects else live[name]
             obj["metadata"]["labels"] = {"app": rng.choice(["web", "db"])}
             if rng.random() < 0.3:
                 obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -105,6 +110,13 @@ def test_random_events_match_recount(seed: int) -> None:
             for namespace in ("default", "other"):
                 got = cache.matching_pod_counts(namespace, selector)
                 assert np.array_equal(got, recount(cache, namespace, selector)), (step, namespace, selector)
+                matching = {pod.name for pod in cache.matching_pods(namespace, selector)}
+                assert matching == {
+                    name
+                    for name, obj in live.items()
+                    if obj["metadata"].get("namespace", "default") == namespace
+                    and selector.matches(obj["metadata"]["labels"])
+                }, (step, namespace, selector)
 
 
 def test_table_growth_pads_tracked_counts() -> None:

@@ -271,6 +271,9 @@ class ClusterCache:
             pod = PodInfo.from_obj(obj)
         else:
             pod = old.with_obj(obj)
+            if self._replace(old, pod):
+                self._assumed.discard(pod.uid)
+                return pod
         if old is not None:
             self._detach(old)
             self._assumed.discard(pod.uid)
@@ -324,13 +327,55 @@ class ClusterCache:
     def pods(self) -> Iterator[PodInfo]:
         return iter(self._pods.values())
 
+    def _replace(self, old: PodInfo, pod: PodInfo) -> bool:
+        """``pod``, a newer parse of ``old`` with the same scheduling inputs but perhaps its labels, takes its place
+        without leaving its node: the node's accounting (its node-table row, ports) is the same, so the node keeps
+        its :attr:`NodeTable.version` and what plugins derived from it stays current. Only the label index and
+        the selector counts follow new labels. A pod with pod (anti-)affinity terms is left to the full path
+        (False): its affinity group holds it. The confirmation of each Binding we post comes this way."""
+        if old.has_pod_affinity_terms or old.has_required_anti_affinity:
+            return False
+        uid = pod.uid
+        info = self._nodes.get(old.node_name)
+        on_node = info is not None and uid in info.pods
+        if old.labels != pod.labels:
+            self._unindex_labels(old)
+            self._index_labels(pod)
+            if info is not None and on_node:
+                self._selector_counts.update(old, info.slot, -1)
+                self._selector_counts.update(pod, info.slot, +1)
+        self._pods[uid] = pod
+        self._pods_by_namespace[pod.namespace][uid] = pod
+        if info is not None and on_node:
+            info.pods[uid] = pod
+        else:
+            orphans = self._orphans.get(old.node_name)
+            if orphans is not None and uid in orphans:
+                orphans[uid] = pod
+        self.generation += 1
+        return True
+
+    def _index_labels(self, pod: PodInfo) -> None:
+        index = self._label_index.setdefault(pod.namespace, {})
+        for key, value in pod.labels.items():
+            index.setdefault(key, {}).setdefault(value, set()).add(pod.uid)
+
+    def _unindex_labels(self, pod: PodInfo) -> None:
+        index = self._label_index.get(pod.namespace, {})
+        for key, value in pod.labels.items():
+            uids = index.get(key, {}).get(value)
+            if uids is not None:
+                uids.discard(pod.uid)
+                if not uids:
+                    del index[key][value]
+                    if not index[key]:
+                        del index[key]
+
     def _add(self, pod: PodInfo) -> None:
         self._pods[pod.uid] = pod
         by_ns = self._pods_by_namespace.setdefault(pod.namespace, {})
         by_ns[pod.uid] = pod
-        index = self._label_index.setdefault(pod.namespace, {})
-        for key, value in pod.labels.items():
-            index.setdefault(key, {}).setdefault(value, set()).add(pod.uid)
+        self._index_labels(pod)
         info = self._nodes.get(pod.node_name)
         if info is None:
             self._orphans.setdefault(pod.node_name, {})[pod.uid] = pod
@@ -429,15 +474,7 @@ class ClusterCache:
         del self._pods[pod.uid]
         by_ns = self._pods_by_namespace.get(pod.namespace, {})
         by_ns.pop(pod.uid, None)
-        index = self._label_index.get(pod.namespace, {})
-        for key, value in pod.labels.items():
-            uids = index.get(key, {}).get(value)
-            if uids is not None:
-                uids.discard(pod.uid)
-                if not uids:
-                    del index[key][value]
-                    if not index[key]:
-                        del index[key]
+        self._unindex_labels(pod)
         orphans = self._orphans.get(pod.node_name)
         if orphans is not None and pod.uid in orphans:
             del orphans[pod.uid]
