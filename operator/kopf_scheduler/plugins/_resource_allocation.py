@@ -510,8 +510,8 @@ class RememberedScores:
     request seen before are kept per slot and only the changed nodes are scored again, one at a time by the
     strategy's scalar twin when few (:data:`NODE_SCORERS`), else by the strategy itself. A request is
     remembered from its second cycle on (a one-off pod costs nothing extra), the :data:`_REMEMBERED_REQUESTS`
-    most recent ones. A strategy without a twin, or another node table than the one remembered (a what-if's),
-    is scored directly. The scores are the strategy's own, node for node: tests/unit/plugins/
+    most recent ones. A strategy without a twin is scored directly; another node table than the one remembered
+    (a what-if's) makes it start over. The scores are the strategy's own, node for node: tests/unit/plugins/
     test_resource_allocation.py compares the twins on random clusters.
     """
 
