@@ -291,8 +291,8 @@ class SchedulerApp:
     def on_namespace_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
         self.events.on_namespace_event(event_type, obj)
 
-    def on_storage_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
-        self.events.on_storage_event(kind, event_type, obj)
+    def on_object_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        self.events.on_object_event(kind, event_type, obj)
 
     async def ensure_reconciled(self) -> None:
         await self.events.ensure_reconciled()

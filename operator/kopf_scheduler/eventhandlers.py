@@ -5,7 +5,7 @@ of its profiles to the queue, and turn every cluster change into a :class:`Clust
 pods whose rejecting plugins registered for it. :class:`EventHandlers` does the same for kopf's watch events,
 plus the workload selectors and namespace labels PodTopologySpread and InterPodAffinity read, and the storage
 objects the volume plugins read (PVs, PVCs, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities in
-``cache.storage``; upstream's plugins read them from the informer factory and register for their events). It also keeps
+``cache.objects``; upstream's plugins read them from the informer factory and register for their events). It also keeps
 every unassigned pod, whatever its schedulerName, so a profile created later finds its pods at once.
 
 The nominator (one for all profiles) follows the pending pods of our profiles as upstream's queue feeds it: a
@@ -44,10 +44,10 @@ from kopf_scheduler.framework.events import ClusterEvent, EventResource, node_ev
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import GATED, PodNominator, SchedulingQueue
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache
+from kopf_scheduler.state.objects import KINDS as STORAGE_KINDS
+from kopf_scheduler.state.objects import Key, object_key
 from kopf_scheduler.state.pod_info import PodInfo, same_scheduling_inputs
 from kopf_scheduler.state.selectors import LabelSelector
-from kopf_scheduler.state.storage import KINDS as STORAGE_KINDS
-from kopf_scheduler.state.storage import Key, object_key
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -286,9 +286,9 @@ class EventHandlers:
         labels = None if event_type == "DELETED" else dict(meta.get("labels") or {})
         self._cache.set_namespace_labels(meta.get("name", ""), labels)
 
-    def on_storage_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
-        """Keep ``cache.storage`` current and tell the queues (a new PV may fit a parked pod's claim)."""
-        storage = self._cache.storage
+    def on_object_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        """Keep ``cache.objects`` current and tell the queues (a new PV may fit a parked pod's claim)."""
+        storage = self._cache.objects
         namespace, name = object_key(kind, obj)
         old = storage.get(kind, name, namespace)
         self._note_watch(event_type, obj)
@@ -404,8 +404,8 @@ class EventHandlers:
         lists.append(namespaces)
         for kind in STORAGE_KINDS:
             apply_page = functools.partial(self._apply_storage_page, kind)
-            purge = functools.partial(self._purge_unlisted_storage, kind)
-            apply_event = functools.partial(self.on_storage_event, kind)
+            purge = functools.partial(self._purge_unlisted_objects, kind)
+            apply_event = functools.partial(self.on_object_event, kind)
             lists.append(_ListedKind(self._storage_paths(kind), apply_page, purge, apply_event))
         return lists
 
@@ -549,15 +549,15 @@ class EventHandlers:
     def _apply_storage_page(self, kind: str, page: list[dict[str, Any]]) -> list[Key]:
         for obj in page:
             if not self._watched_meanwhile(obj):
-                self.on_storage_event(kind, None, obj)
+                self.on_object_event(kind, None, obj)
         return [object_key(kind, obj) for obj in page]
 
-    def _purge_unlisted_storage(self, kind: str, listed: set[Key]) -> None:
-        storage = self._cache.storage
+    def _purge_unlisted_objects(self, kind: str, listed: set[Key]) -> None:
+        storage = self._cache.objects
         for namespace, name in storage.keys(kind) - listed:
             obj = storage.get(kind, name, namespace)
             if obj is not None and not self._watched_meanwhile(obj):
-                self.on_storage_event(kind, "DELETED", obj)
+                self.on_object_event(kind, "DELETED", obj)
 
 
 # -- raw objects ---------------------------------------------------------------------------------------

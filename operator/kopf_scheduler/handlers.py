@@ -339,67 +339,67 @@ async def stateful_set_event(event: dict[str, Any], memo: Any, **_: Any) -> None
     _app(memo).on_workload_event("StatefulSet", event.get("type"), event["object"])
 
 
-# The storage objects the volume plugins read (state/storage.py). With --namespace, kopf watches the two
+# The storage objects the volume plugins read (state/objects.py). With --namespace, kopf watches the two
 # namespaced kinds (PVCs, CSIStorageCapacities) in those namespaces only, as it does pods and workloads.
 @kopf.on.event("", "v1", "persistentvolumes")
 async def persistent_volume_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("PersistentVolume", event.get("type"), event["object"])
+    _app(memo).on_object_event("PersistentVolume", event.get("type"), event["object"])
 
 
 @kopf.on.event("", "v1", "persistentvolumeclaims")
 async def persistent_volume_claim_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("PersistentVolumeClaim", event.get("type"), event["object"])
+    _app(memo).on_object_event("PersistentVolumeClaim", event.get("type"), event["object"])
 
 
 @kopf.on.event("storage.k8s.io", "v1", "storageclasses")
 async def storage_class_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("StorageClass", event.get("type"), event["object"])
+    _app(memo).on_object_event("StorageClass", event.get("type"), event["object"])
 
 
 @kopf.on.event("storage.k8s.io", "v1", "csinodes")
 async def csi_node_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("CSINode", event.get("type"), event["object"])
+    _app(memo).on_object_event("CSINode", event.get("type"), event["object"])
 
 
 @kopf.on.event("storage.k8s.io", "v1", "csidrivers")
 async def csi_driver_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("CSIDriver", event.get("type"), event["object"])
+    _app(memo).on_object_event("CSIDriver", event.get("type"), event["object"])
 
 
 @kopf.on.event("storage.k8s.io", "v1", "csistoragecapacities")
 async def csi_storage_capacity_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("CSIStorageCapacity", event.get("type"), event["object"])
+    _app(memo).on_object_event("CSIStorageCapacity", event.get("type"), event["object"])
 
 
 @kopf.on.event("storage.k8s.io", "v1", "volumeattachments")
 async def volume_attachment_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("VolumeAttachment", event.get("type"), event["object"])
+    _app(memo).on_object_event("VolumeAttachment", event.get("type"), event["object"])
 
 
 @kopf.on.event("policy", "v1", "poddisruptionbudgets")
 async def pod_disruption_budget_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("PodDisruptionBudget", event.get("type"), event["object"])
+    _app(memo).on_object_event("PodDisruptionBudget", event.get("type"), event["object"])
 
 
-# DynamicResources' objects (resource.k8s.io/v1, state/storage.py), as upstream's DRA manager watches them.
+# DynamicResources' objects (resource.k8s.io/v1, state/objects.py), as upstream's DRA manager watches them.
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaims")
 async def resource_claim_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("ResourceClaim", event.get("type"), event["object"])
+    _app(memo).on_object_event("ResourceClaim", event.get("type"), event["object"])
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates")
 async def resource_claim_template_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("ResourceClaimTemplate", event.get("type"), event["object"])
+    _app(memo).on_object_event("ResourceClaimTemplate", event.get("type"), event["object"])
 
 
 @kopf.on.event("resource.k8s.io", "v1", "resourceslices")
 async def resource_slice_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("ResourceSlice", event.get("type"), event["object"])
+    _app(memo).on_object_event("ResourceSlice", event.get("type"), event["object"])
 
 
 @kopf.on.event("resource.k8s.io", "v1", "deviceclasses")
 async def device_class_event(event: dict[str, Any], memo: Any, **_: Any) -> None:
-    _app(memo).on_storage_event("DeviceClass", event.get("type"), event["object"])
+    _app(memo).on_object_event("DeviceClass", event.get("type"), event["object"])
 
 
 # -- SchedulerProfiles ----------------------------------------------------------------------------------

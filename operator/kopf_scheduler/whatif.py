@@ -40,7 +40,7 @@ class WatchedKind:
 
     kind: str
     path: str
-    #: "node", "pod", "namespace", "workload" (on_workload_event) or "storage" (on_storage_event).
+    #: "node", "pod", "namespace", "workload" (on_workload_event) or "storage" (on_object_event).
     feed: str
 
 
@@ -163,7 +163,7 @@ class OfflineScheduler:
         elif feed == "workload":
             self.app.on_workload_event(kind, event_type, body)
         elif feed == "storage":
-            self.app.on_storage_event(kind, event_type, body)
+            self.app.on_object_event(kind, event_type, body)
         else:
             raise ValueError(f"the operator does not watch {kind} objects")
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from kopf_scheduler.whatif import OfflineScheduler, Verdict, WhatIfError
 from tests.conformance.devices import DEVICE_KINDS
-from tests.conformance.volumes import STORAGE_KINDS  # fed to ``cache.storage`` as the operator's watches do
+from tests.conformance.volumes import STORAGE_KINDS  # fed to ``cache.objects`` as the operator's watches do
 
 ModelVerdict = Verdict
 

@@ -52,7 +52,7 @@ HOSTNAME_KEY = "kubernetes.io/hostname"
 SIZES = ("1Gi", "5Gi", "10Gi")
 #: The volume plugins, in the order upstream's default profile runs their filters.
 VOLUME_PLUGINS = ("VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone")
-#: The storage kinds a scenario creates (and the model feeds to ``cache.storage``).
+#: The storage kinds a scenario creates (and the model feeds to ``cache.objects``).
 STORAGE_KINDS = (
     "StorageClass",
     "PersistentVolume",

@@ -337,7 +337,7 @@ def test_the_volume_workload_is_selectable_and_sizable(monkeypatch: pytest.Monke
 def test_node_volume_limits_counts_the_bench_volumes_against_the_csinode(attached: int, expected: str) -> None:
     from bench.e2e import csi_pv_pod, csinode_manifest, node_manifest
     from kopf_scheduler.plugins.node_volume_limits import NodeVolumeLimits
-    from kopf_scheduler.state.storage import CSI_NODE, PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM
+    from kopf_scheduler.state.objects import CSI_NODE, PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM
     from tests.unit.factories import FakeHandle, make_cache, new_state, pod_info, slots
 
     node = node_manifest(0)
@@ -349,11 +349,11 @@ def test_node_volume_limits_counts_the_bench_volumes_against_the_csinode(attache
         pod["spec"]["nodeName"] = name
         existing.append(pod)
     cache = make_cache([node], existing)
-    cache.storage.apply(CSI_NODE, "ADDED", csinode_manifest(0))
+    cache.objects.apply(CSI_NODE, "ADDED", csinode_manifest(0))
     for claim in [f"old-{i}" for i in range(attached)] + ["new"]:
         pvc, pv = _bench_volume("ns", claim)
-        cache.storage.apply(PERSISTENT_VOLUME_CLAIM, "ADDED", pvc)
-        cache.storage.apply(PERSISTENT_VOLUME, "ADDED", pv)
+        cache.objects.apply(PERSISTENT_VOLUME_CLAIM, "ADDED", pvc)
+        cache.objects.apply(PERSISTENT_VOLUME, "ADDED", pv)
     new = csi_pv_pod("new", "s")
     new["metadata"].update(namespace="ns", uid="uid-new")
     snapshot = cache.snapshot()

@@ -543,7 +543,7 @@ def test_handlers_on_their_own_tell_reporting_when_a_pod_is_bound_or_gone() -> N
     assert forgotten == [(uid, "default/p"), (uid, "default/p")]
 
 
-# -- storage objects (cache.storage, what the volume plugins read) -------------------------------------------
+# -- storage objects (cache.objects, what the volume plugins read) -------------------------------------------
 def _storage_obj(kind: str, name: str, namespace: str = "", rv: str = "1", **spec: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "uid": f"uid-{kind}-{namespace}-{name}", "resourceVersion": rv}
     if namespace:
@@ -557,7 +557,7 @@ class NeedsPV(PreFilterPlugin):
     name: ClassVar[str] = "NeedsPV"
 
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
-        if snapshot.cache.storage.count("PersistentVolume"):
+        if snapshot.cache.objects.count("PersistentVolume"):
             return None, SUCCESS
         return None, Status.unschedulable("no PV yet", plugin=self.name, unresolvable=True)
 
@@ -571,25 +571,25 @@ def test_storage_events_keep_slim_objects_by_kind_and_key() -> None:
     pv["metadata"]["managedFields"] = [{"manager": "kubectl"}]
     claim = _storage_obj("PersistentVolumeClaim", "data", "ns1")
     capacity = _storage_obj("CSIStorageCapacity", "cap", "kube-system")
-    app.on_storage_event("PersistentVolume", "ADDED", pv)
-    app.on_storage_event("PersistentVolumeClaim", "ADDED", claim)
-    app.on_storage_event("CSIStorageCapacity", None, capacity)
-    storage = app.cache.storage
+    app.on_object_event("PersistentVolume", "ADDED", pv)
+    app.on_object_event("PersistentVolumeClaim", "ADDED", claim)
+    app.on_object_event("CSIStorageCapacity", None, capacity)
+    storage = app.cache.objects
     assert storage.pv("pv1") is not None
     assert "managedFields" not in storage.pv("pv1")["metadata"]
     assert "managedFields" in pv["metadata"]  # the watch's own object is left as it was
     assert storage.pvc("ns1", "data") == claim
     assert storage.pvc("other", "data") is None
     assert storage.keys("CSIStorageCapacity") == {("kube-system", "cap")}
-    app.on_storage_event("PersistentVolumeClaim", "DELETED", claim)
+    app.on_object_event("PersistentVolumeClaim", "DELETED", claim)
     assert storage.pvc("ns1", "data") is None
 
 
 def test_an_older_storage_version_does_not_replace_a_newer_one() -> None:
     app = new_app()
-    app.on_storage_event("StorageClass", "MODIFIED", _storage_obj("StorageClass", "fast", rv="7", mode="new"))
-    app.on_storage_event("StorageClass", None, _storage_obj("StorageClass", "fast", rv="5", mode="old"))
-    assert app.cache.storage.storage_class("fast")["spec"] == {"mode": "new"}
+    app.on_object_event("StorageClass", "MODIFIED", _storage_obj("StorageClass", "fast", rv="7", mode="new"))
+    app.on_object_event("StorageClass", None, _storage_obj("StorageClass", "fast", rv="5", mode="old"))
+    assert app.cache.objects.storage_class("fast")["spec"] == {"mode": "new"}
 
 
 def test_a_storage_event_moves_pods_whose_rejecting_plugin_registered_for_it() -> None:
@@ -609,9 +609,9 @@ def test_a_storage_event_moves_pods_whose_rejecting_plugin_registered_for_it() -
     drive(app)
     queue = app.profiles["sp"].queue
     assert queue.pending_pods()["unschedulable"] == 1
-    app.on_storage_event("StorageClass", "ADDED", _storage_obj("StorageClass", "fast"))
+    app.on_object_event("StorageClass", "ADDED", _storage_obj("StorageClass", "fast"))
     assert queue.pending_pods()["unschedulable"] == 1  # NeedsPV did not register StorageClass events
-    app.on_storage_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", "pv1"))
+    app.on_object_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", "pv1"))
     assert queue.pending_pods()["unschedulable"] == 0
     clock.now += 60
     queue.flush_backoff_completed()
@@ -623,8 +623,8 @@ def test_reconcile_lists_the_storage_kinds_and_purges_what_is_gone() -> None:
     client = FakeClient()
     app = new_app(client)
     for name in ("kept", "gone"):
-        app.on_storage_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", name))
-    app.on_storage_event("CSINode", "ADDED", _storage_obj("CSINode", "n1"))
+        app.on_object_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", name))
+    app.on_object_event("CSINode", "ADDED", _storage_obj("CSINode", "n1"))
     client.lists["/api/v1/persistentvolumes"] = [_storage_obj("PersistentVolume", "kept")]
     client.lists["/api/v1/persistentvolumeclaims"] = [
         _storage_obj("PersistentVolumeClaim", "a", "ns1"),
@@ -635,7 +635,7 @@ def test_reconcile_lists_the_storage_kinds_and_purges_what_is_gone() -> None:
     capacity = _storage_obj("CSIStorageCapacity", "c", "kube-system")
     client.lists["/apis/storage.k8s.io/v1/csistoragecapacities"] = [capacity]
     asyncio.run(app.ensure_reconciled())
-    storage = app.cache.storage
+    storage = app.cache.objects
     assert storage.keys("PersistentVolume") == {("", "kept")}
     assert storage.keys("PersistentVolumeClaim") == {("ns1", "a"), ("ns2", "b")}
     assert storage.keys("StorageClass") == {("", "fast")}
@@ -672,12 +672,12 @@ def test_reconcile_keeps_storage_objects_watched_while_the_list_was_in_flight() 
     class RacingClient(FakeClient):
         async def list_all(self, path: str) -> list[dict[str, Any]]:
             if path == "/api/v1/persistentvolumes":
-                app.on_storage_event("PersistentVolume", "ADDED", fresh)  # newer than the LIST's snapshot
+                app.on_object_event("PersistentVolume", "ADDED", fresh)  # newer than the LIST's snapshot
             return []
 
     app.client = RacingClient()
     asyncio.run(app.ensure_reconciled())
-    assert app.cache.storage.pv("fresh") is not None
+    assert app.cache.objects.pv("fresh") is not None
 
 
 # -- the nominator follows the watched pods (upstream's queue Add/Update/Delete) ------------------------------

@@ -28,8 +28,8 @@ from kopf_scheduler.framework.interface import NodeToStatus
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.schedule_one import ScheduleOne
 from kopf_scheduler.scheduler import SchedulingError
+from kopf_scheduler.state.objects import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.state.storage import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
 from tests.unit.factories import make_node, make_pod
 from tests.unit.plugins.test_volume_binding import claim_volume, pv, pvc, storage_class
@@ -144,7 +144,7 @@ def _volume_app(client: FakeClient, *, claim_bound: bool) -> SchedulerApp:
         (PERSISTENT_VOLUME, volume),
         (PERSISTENT_VOLUME_CLAIM, claim),
     ):
-        app.cache.storage.apply(kind, "ADDED", obj)
+        app.cache.objects.apply(kind, "ADDED", obj)
     app.on_pod_event("ADDED", pending("p", spec={"volumes": [claim_volume()]}))
     return app
 

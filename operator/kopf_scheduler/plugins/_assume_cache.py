@@ -9,7 +9,7 @@ deletion drops it. Unreserve restores the watched version. Assuming needs the wa
 version assumed ("only objects yet to be sent to the API server").
 
 Upstream's cache reads the informer's store; here the watched objects live in
-:class:`~kopf_scheduler.state.storage.StorageObjects` (``cache.storage``), fed by the watch handlers, so this
+:class:`~kopf_scheduler.state.objects.ClusterObjects` (``cache.objects``), fed by the watch handlers, so this
 cache holds only the assumed versions, by key, and judges them against the store on every read (upstream
 expires them on the informer's events; reading lazily gives the same answers without a second handler).
 """
@@ -20,12 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 from kopf_scheduler.go_format import go_quote
-from kopf_scheduler.state.storage import (
+from kopf_scheduler.state.objects import (
     KINDS,
     PERSISTENT_VOLUME,
     PERSISTENT_VOLUME_CLAIM,
+    ClusterObjects,
     Key,
-    StorageObjects,
     object_key,
 )
 
@@ -48,7 +48,7 @@ class AssumeCache:
 
     __slots__ = ("_assumed", "_kind", "_resource", "_storage")
 
-    def __init__(self, kind: str, storage: Callable[[], StorageObjects]) -> None:
+    def __init__(self, kind: str, storage: Callable[[], ClusterObjects]) -> None:
         self._kind = kind
         self._storage = storage
         self._resource = _RESOURCES[kind]

@@ -4,7 +4,7 @@ Upstream keeps these outside the scheduler: ``component-helpers/storage/volume``
 ``GetPersistentVolumeClaimClass``, ``GetPersistentVolumeClass``, ``IsDelayBindingMode``, ``FindMatchingVolume``,
 ``CheckNodeAffinity``, ``GetBindVolumeToClaim``, the ``pv.kubernetes.io/*`` annotations) and
 ``component-helpers/storage/ephemeral`` (``VolumeClaimName``, ``VolumeIsForPod``). They are restated here on
-the raw API dicts the store (:mod:`kopf_scheduler.state.storage`) holds; nothing here does I/O or mutates its
+the raw API dicts the store (:mod:`kopf_scheduler.state.objects`) holds; nothing here does I/O or mutates its
 arguments (``bind_volume_to_claim`` returns a copy, as upstream's deep copy).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from kopf_scheduler.api.args import aggregate_message, invalid, label_key_errors, label_value_errors
 from kopf_scheduler.go_format import go_quote
-from kopf_scheduler.plugins._volumes import (
+from kopf_scheduler.plugins.helper.volumes import (
     BETA_STORAGE_CLASS_ANNOTATION,
     WAIT_FOR_FIRST_CONSUMER,
     claim_class,

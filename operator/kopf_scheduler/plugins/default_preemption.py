@@ -78,8 +78,8 @@ from kopf_scheduler.plugins._preemption import (
     split_by_pdb_violation,
 )
 from kopf_scheduler.state.cache import NodeInfo, Snapshot
+from kopf_scheduler.state.objects import POD_DISRUPTION_BUDGET
 from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.state.storage import POD_DISRUPTION_BUDGET
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         search = CandidateSearch([], {}, [], [], potential)
         if not potential:
             return search
-        budgets = [Budget.from_obj(obj) for obj in snapshot.cache.storage.all(POD_DISRUPTION_BUDGET)]
+        budgets = [Budget.from_obj(obj) for obj in snapshot.cache.objects.all(POD_DISRUPTION_BUDGET)]
         offset, wanted = self.offset_and_num_candidates(len(potential))
         order = potential[offset:] + potential[:offset]
         batched = self._require_framework().pre_filter_extensions_idle(state)

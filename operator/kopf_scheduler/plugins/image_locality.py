@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from kopf_scheduler.framework import MAX_NODE_SCORE, ClusterEventWithHint, CycleState, ScorePlugin
-from kopf_scheduler.plugins._volumes import pod_volumes
+from kopf_scheduler.plugins.helper.volumes import pod_volumes
 
 if TYPE_CHECKING:
     from kopf_scheduler.state.cache import Snapshot

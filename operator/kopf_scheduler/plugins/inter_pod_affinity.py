@@ -60,7 +60,7 @@ from kopf_scheduler.framework.interface import (
     ScorePlugin,
 )
 from kopf_scheduler.framework.status import SUCCESS, Status
-from kopf_scheduler.plugins._affinity_terms import AffinityTerm, Labels, PodAffinityTerms, pod_affinity_terms
+from kopf_scheduler.plugins.helper.affinity_terms import AffinityTerm, Labels, PodAffinityTerms, pod_affinity_terms
 from kopf_scheduler.state.cache import ClusterCache, NodeInfo, Snapshot
 from kopf_scheduler.state.node_table import NodeTable
 from kopf_scheduler.state.pod_info import PodInfo

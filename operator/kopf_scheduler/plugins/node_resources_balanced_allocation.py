@@ -22,8 +22,8 @@ from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.events import ClusterEventWithHint
 from kopf_scheduler.framework.interface import Handle, PreScorePlugin, ScorePlugin
 from kopf_scheduler.framework.status import SUCCESS, Status
-from kopf_scheduler.plugins._dra_capacity import dra_capacity, may_score_dra
-from kopf_scheduler.plugins._resource_allocation import (
+from kopf_scheduler.plugins.dynamic_resources.capacity import dra_capacity, may_score_dra
+from kopf_scheduler.plugins.helper.resource_allocation import (
     RememberedScores,
     balanced_allocation,
     calculate_allocation,

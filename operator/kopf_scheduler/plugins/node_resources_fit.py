@@ -13,7 +13,7 @@ every node fits (the usual case) that is known before any mask is built.
 Upstream walks the scalar resources in Go map order (random); we check them sorted by name. Only the order
 of reasons inside one node's Status differs, and FailedScheduling counts reasons, so nothing visible changes.
 
-Score (no NormalizeScore) delegates to :mod:`kopf_scheduler.plugins._resource_allocation` with the strategy of
+Score (no NormalizeScore) delegates to :mod:`kopf_scheduler.plugins.helper.resource_allocation` with the strategy of
 ``scoringStrategy``: the node side counts existing pods' cpu/memory with the non-zero defaults, the pod side
 too. Upstream quirk kept (v1.36 ``NewFit``): the scorer Fit builds with ``getScorer`` never gets the feature
 flags BalancedAllocation's gets, so for the *incoming* pod's scoring requests ``SkipPodLevelResources`` is true:
@@ -22,7 +22,7 @@ plus overhead) is scored instead, although Filter and the node side do honour po
 the differential conformance suite (tests/conformance).
 
 DRA-backed extended resources (DRAExtendedResource, beta and on in 1.36; upstream ``shouldDelegateResourceToDRA``):
-a requested extended resource that a DeviceClass backs (``plugins/_device_class_mapping.py``) is not checked on
+a requested extended resource that a DeviceClass backs (``plugins/helper/device_class_mapping.py``) is not checked on
 a node whose allocatable has none of it; DynamicResources allocates devices for it there. A node that does
 advertise it (a device plugin) is checked as usual.
 
@@ -67,14 +67,14 @@ from kopf_scheduler.framework.interface import (
     ScorePlugin,
 )
 from kopf_scheduler.framework.status import SUCCESS, Status
-from kopf_scheduler.plugins._device_class_mapping import (
+from kopf_scheduler.plugins.dynamic_resources.capacity import dra_capacity, may_score_dra
+from kopf_scheduler.plugins.helper.device_class_mapping import (
     DEVICE_CLASS_PREFIX,
     backed_resources,
     delegated_to_dra,
     is_dra_extended_resource_name,
 )
-from kopf_scheduler.plugins._dra_capacity import dra_capacity, may_score_dra
-from kopf_scheduler.plugins._resource_allocation import (
+from kopf_scheduler.plugins.helper.resource_allocation import (
     RememberedScores,
     Scorer,
     calculate_allocation,
@@ -100,7 +100,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from kopf_scheduler.state.cache import Snapshot
-    from kopf_scheduler.state.storage import StorageObjects
+    from kopf_scheduler.state.objects import ClusterObjects
 
 NAME = "NodeResourcesFit"
 PRE_FILTER_STATE_KEY = "PreFilter" + NAME
@@ -219,7 +219,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             return False
         return name in self.ignored_resources or name.split("/", 1)[0] in self.ignored_resource_groups
 
-    def compute_pre_filter_state(self, pod: PodInfo, storage: StorageObjects | None = None) -> PreFilterState:
+    def compute_pre_filter_state(self, pod: PodInfo, storage: ClusterObjects | None = None) -> PreFilterState:
         """The resources to check, in upstream's reason order (scalars sorted by name); ``storage`` holds the
         DeviceClasses that may back extended resources (None: none do)."""
         requests = pod.requests
@@ -233,13 +233,13 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         return PreFilterState(tuple(checks))
 
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
-        state.write(PRE_FILTER_STATE_KEY, self.compute_pre_filter_state(pod, snapshot.cache.storage))
+        state.write(PRE_FILTER_STATE_KEY, self.compute_pre_filter_state(pod, snapshot.cache.objects))
         return None, SUCCESS
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
         pre: PreFilterState | None = state.get(PRE_FILTER_STATE_KEY)
         if pre is None:
-            pre = self.compute_pre_filter_state(pod, snapshot.cache.storage)
+            pre = self.compute_pre_filter_state(pod, snapshot.cache.objects)
         table = snapshot.table
         count = len(nodes)
         # Failure key per node: bit 0 = too many pods, bit r = check r failed (reason order); the top bit marks
@@ -371,7 +371,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     def _delegated(self, name: str, allocatable: Mapping[str, int]) -> bool:
         """Upstream ``shouldDelegateResourceToDRA`` for a node seen by a hint (only extended names can be)."""
         return is_dra_extended_resource_name(name) and delegated_to_dra(
-            name, allocatable, self.handle.snapshot().cache.storage
+            name, allocatable, self.handle.snapshot().cache.objects
         )
 
     def fits_empty_node(self, pod: PodInfo, node: Mapping[str, Any]) -> bool:

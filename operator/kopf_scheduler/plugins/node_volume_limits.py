@@ -18,8 +18,8 @@ a malformed volume is an Error.
 
 As upstream, VolumeAttachments on the node whose volume no pod there uses count too (a volume still
 attached after its pod left); they are read through the store's index by ``spec.nodeName``
-(``StorageObjects.by_node``), as upstream reads its informer indexer. The CSI translation of in-tree volumes
-is :mod:`._csi_translation`, shared with VolumeBinding.
+(``ClusterObjects.by_node``), as upstream reads its informer indexer. The CSI translation of in-tree volumes
+is :mod:`.helper.csi_translation`, shared with VolumeBinding.
 
 QueueingHints: a CSINode added, or updated with a higher count for some driver; a bound or nominated pod
 with claim, ephemeral or migratable volumes deleted; a claim the pod names created; a VolumeAttachment
@@ -56,7 +56,7 @@ from kopf_scheduler.framework import (
     as_pod,
     is_assigned_or_nominated,
 )
-from kopf_scheduler.plugins._csi_translation import (
+from kopf_scheduler.plugins.helper.csi_translation import (
     BY_IN_TREE_NAME,
     MIGRATION_ON,
     TranslationError,
@@ -64,7 +64,7 @@ from kopf_scheduler.plugins._csi_translation import (
     migratable_plugin,
     translated_handle,
 )
-from kopf_scheduler.plugins._volumes import (
+from kopf_scheduler.plugins.helper.volumes import (
     PVC_RESOURCE,
     bound_volume_name,
     claim_class,
@@ -73,13 +73,13 @@ from kopf_scheduler.plugins._volumes import (
     pod_volumes,
 )
 from kopf_scheduler.state.node_table import NodeTable
-from kopf_scheduler.state.storage import (
+from kopf_scheduler.state.objects import (
     CSI_NODE,
     PERSISTENT_VOLUME,
     PERSISTENT_VOLUME_CLAIM,
     STORAGE_CLASS,
     VOLUME_ATTACHMENT,
-    StorageObjects,
+    ClusterObjects,
 )
 
 NAME = "NodeVolumeLimits"
@@ -94,7 +94,7 @@ Volumes = dict[str, str]
 class VolumeCollector:
     """Upstream ``filterAttachableVolumes`` and its helpers, reading the storage store."""
 
-    def __init__(self, storage: StorageObjects, random_prefix: str) -> None:
+    def __init__(self, storage: ClusterObjects, random_prefix: str) -> None:
         self.storage = storage
         self.random_prefix = random_prefix
 
@@ -193,7 +193,7 @@ def volume_limits(csi_node: Obj | None) -> dict[str, int]:
     return limits
 
 
-def attachment_volumes(storage: StorageObjects, attachments: Iterable[Obj], node_name: str) -> Volumes:
+def attachment_volumes(storage: ClusterObjects, attachments: Iterable[Obj], node_name: str) -> Volumes:
     """Upstream ``getNodeVolumeAttachmentInfo``: CSI volumes attached to ``node_name`` by VolumeAttachments."""
     found: Volumes = {}
     for attachment in attachments:
@@ -219,7 +219,7 @@ class _Cycle:
 
     collector: VolumeCollector
     snapshot: Snapshot
-    #: :meth:`StorageObjects.changes` of :data:`_COUNTED_FROM` (a node's count is current while it is the same).
+    #: :meth:`ClusterObjects.changes` of :data:`_COUNTED_FROM` (a node's count is current while it is the same).
     changes: int
 
 
@@ -281,7 +281,7 @@ class _SlotCounts:
 
     def _recount(self, cycle: _Cycle, slot: int) -> None:
         self._forget(slot)
-        storage = cycle.snapshot.cache.storage
+        storage = cycle.snapshot.cache.objects
         node = cycle.snapshot.node_info(slot)
         csi_node = storage.csi_node(node.name)
         self.has_csi_node[slot] = csi_node is not None
@@ -346,7 +346,7 @@ def _count(
             cycle.collector.collect(existing, csi_node, new_pod=False, into=attached)
     except ValueError as exc:
         return Status.as_error(exc, plugin=NAME)
-    storage = cycle.snapshot.cache.storage
+    storage = cycle.snapshot.cache.objects
     counts = Counter(attached.values())
     by_attachment = attachment_volumes(storage, storage.by_node(VOLUME_ATTACHMENT, node_name), node_name)
     counts.update(driver for key, driver in by_attachment.items() if key not in attached)
@@ -401,7 +401,7 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin):
     def filter(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> FilterResult | None:
         if not pod_volumes(pod):
             return None
-        storage = snapshot.cache.storage
+        storage = snapshot.cache.objects
         cycle = _Cycle(VolumeCollector(storage, self.random_prefix), snapshot, storage.changes(_COUNTED_FROM))
         counts = self._counts_for(snapshot.cache.table)
         counts.refresh(cycle, nodes)

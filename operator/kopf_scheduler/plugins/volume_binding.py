@@ -26,7 +26,7 @@ Upstream ``plugins/volumebinding`` (``volume_binding.go``, ``binder.go``), v1.36
   ``pre_bind_pre_flight`` is upstream's PreBindPreFlight (Skip when nothing is to be bound): the binding cycle
   asks it first, and sets the pod's nominatedNodeName when PreBind has work (NominatedNodeNameForExpectation).
 
-CSI migration (``tryTranslatePVToCSI``, :mod:`._csi_translation`): a bound in-tree PV (Filter) and each PV
+CSI migration (``tryTranslatePVToCSI``, :mod:`.helper.csi_translation`): a bound in-tree PV (Filter) and each PV
 PreBind waits on are judged in their CSI form on a node whose CSINode lists their plugin as migrated (the zone
 key becomes the CSI driver's); one that cannot be translated is an Error. A claim whose ``spec.selector`` is
 malformed is an Error of Filter (``error creating internal label selector for claim: ...``). PreBind's wait
@@ -70,15 +70,6 @@ from kopf_scheduler.framework import (
 )
 from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.plugins._assume_cache import AssumeCache
-from kopf_scheduler.plugins._csi_translation import (
-    ANN_MIGRATED_PLUGINS,
-    MIGRATION_ON,
-    TranslationError,
-    migratable_plugin,
-    translate_pv_to_csi,
-    translation_plugin,
-    try_translate_pv_to_csi,
-)
 from kopf_scheduler.plugins._persistent_volumes import (
     ANN_SELECTED_NODE,
     CLAIM_LOST,
@@ -108,15 +99,24 @@ from kopf_scheduler.plugins._persistent_volumes import (
     volume_node_selector,
     with_annotation,
 )
-from kopf_scheduler.plugins._volumes import claim_class, not_found_message, pod_volumes
-from kopf_scheduler.state.quantity import QuantityError, int_value
-from kopf_scheduler.state.selectors import LabelSelector
-from kopf_scheduler.state.storage import (
+from kopf_scheduler.plugins.helper.csi_translation import (
+    ANN_MIGRATED_PLUGINS,
+    MIGRATION_ON,
+    TranslationError,
+    migratable_plugin,
+    translate_pv_to_csi,
+    translation_plugin,
+    try_translate_pv_to_csi,
+)
+from kopf_scheduler.plugins.helper.volumes import claim_class, not_found_message, pod_volumes
+from kopf_scheduler.state.objects import (
     CSI_STORAGE_CAPACITY,
     PERSISTENT_VOLUME,
     PERSISTENT_VOLUME_CLAIM,
-    StorageObjects,
+    ClusterObjects,
 )
+from kopf_scheduler.state.quantity import QuantityError, int_value
+from kopf_scheduler.state.selectors import LabelSelector
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -270,8 +270,8 @@ class VolumeBinder:
         self.pv_cache = AssumeCache(PERSISTENT_VOLUME, self._storage)
         self.pvc_cache = AssumeCache(PERSISTENT_VOLUME_CLAIM, self._storage)
 
-    def _storage(self) -> StorageObjects:
-        return self._cluster().storage
+    def _storage(self) -> ClusterObjects:
+        return self._cluster().objects
 
     # -- PreFilter ----------------------------------------------------------------------------------------
     def claims_error(self, pod: PodInfo, claims: Sequence[PodClaim]) -> str | None:

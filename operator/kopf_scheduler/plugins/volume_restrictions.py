@@ -47,7 +47,7 @@ from kopf_scheduler.framework import (
     as_object,
     as_pod,
 )
-from kopf_scheduler.plugins._volumes import (
+from kopf_scheduler.plugins.helper.volumes import (
     PVC_RESOURCE,
     READ_WRITE_ONCE_POD,
     claim_name,
@@ -154,7 +154,7 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin):
         if not volumes:
             return None, Status.skip(plugin=NAME)
         needs_check = any(needs_restrictions_check(volume) for volume in volumes)
-        storage = snapshot.cache.storage
+        storage = snapshot.cache.objects
         rwop: set[str] = set()
         for volume in volumes:
             name = claim_name(volume)

@@ -43,7 +43,7 @@ from kopf_scheduler.framework import (
     object_labels,
 )
 from kopf_scheduler.go_format import go_quote
-from kopf_scheduler.plugins._volumes import (
+from kopf_scheduler.plugins.helper.volumes import (
     PV_RESOURCE,
     PVC_RESOURCE,
     STORAGE_CLASS_RESOURCE,
@@ -54,7 +54,7 @@ from kopf_scheduler.plugins._volumes import (
     not_found_message,
     pod_volumes,
 )
-from kopf_scheduler.state.storage import StorageObjects
+from kopf_scheduler.state.objects import ClusterObjects
 
 NAME = "VolumeZone"
 PRE_FILTER_STATE_KEY = "PreFilter" + NAME
@@ -102,7 +102,7 @@ def pv_topologies(pv: dict[str, Any]) -> list[PVTopology]:
     return found
 
 
-def pod_pv_topologies(pod: PodInfo, storage: StorageObjects) -> tuple[list[PVTopology], Status | None]:
+def pod_pv_topologies(pod: PodInfo, storage: ClusterObjects) -> tuple[list[PVTopology], Status | None]:
     """``getPVbyPod``: the topologies of the PVs bound to the pod's claims, or the status rejecting the pod."""
     found: list[PVTopology] = []
     for name in claim_names(pod):
@@ -124,7 +124,7 @@ def pod_pv_topologies(pod: PodInfo, storage: StorageObjects) -> tuple[list[PVTop
     return found, None
 
 
-def _unbound_claim_status(pvc: dict[str, Any], storage: StorageObjects) -> Status | None:
+def _unbound_claim_status(pvc: dict[str, Any], storage: ClusterObjects) -> Status | None:
     """None for a WaitForFirstConsumer claim (skipped); the rejection for any other unbound claim."""
     class_name = claim_class(pvc)
     if not class_name:
@@ -152,7 +152,7 @@ class VolumeZone(PreFilterPlugin, FilterPlugin):
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
         if not pod_volumes(pod):
             return None, Status.skip(plugin=NAME)
-        topologies, status = pod_pv_topologies(pod, snapshot.cache.storage)
+        topologies, status = pod_pv_topologies(pod, snapshot.cache.objects)
         if status is not None:
             return None, status
         if not topologies:
@@ -166,7 +166,7 @@ class VolumeZone(PreFilterPlugin, FilterPlugin):
         topologies: list[PVTopology] | None = state.get(PRE_FILTER_STATE_KEY)
         if topologies is None:
             # As upstream: without PreFilter's state, compute it here.
-            topologies, status = pod_pv_topologies(pod, snapshot.cache.storage)
+            topologies, status = pod_pv_topologies(pod, snapshot.cache.objects)
             if status is not None:
                 return FilterResult.uniform(np.ones(len(nodes), dtype=bool), status)
         rejected = np.fromiter(

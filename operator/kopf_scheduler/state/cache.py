@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from kopf_scheduler.state.node_table import NodeTable
+from kopf_scheduler.state.objects import ClusterObjects
 from kopf_scheduler.state.pod_info import HostPort, PodInfo, pod_uid, same_scheduling_inputs
 from kopf_scheduler.state.quantity import resource_value
 from kopf_scheduler.state.selector_counts import SelectorPodCounts
 from kopf_scheduler.state.selectors import LabelSelector
-from kopf_scheduler.state.storage import StorageObjects
 from kopf_scheduler.state.tolerations import Taint, parse_taints
 
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
@@ -142,7 +142,7 @@ class ClusterCache:
         #: Per-node counts of pods matching the recently asked (namespace, selector) pairs, kept current.
         self._selector_counts = SelectorPodCounts()
         #: PVs, PVCs, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities (the volume plugins' listers).
-        self.storage = StorageObjects()
+        self.objects = ClusterObjects()
         #: Scheduler-wide state a plugin keeps for every profile, by a key the plugin owns (upstream passes such
         #: state to all profiles through the framework handle, e.g. DynamicResources' SharedDRAManager).
         self.shared: dict[str, Any] = {}

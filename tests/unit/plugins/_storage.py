@@ -47,5 +47,5 @@ def claim_volume(claim: str, name: str = "") -> dict[str, Any]:
 
 def fill(cache: ClusterCache, *objects: tuple[str, dict[str, Any]]) -> ClusterCache:
     for kind, obj in objects:
-        cache.storage.apply(kind, "ADDED", obj)
+        cache.objects.apply(kind, "ADDED", obj)
     return cache

@@ -1,4 +1,4 @@
-"""csi-translation-lib restated (plugins/_csi_translation.py): handles, PV translation, migrated-on-node."""
+"""csi-translation-lib restated (plugins/helper/csi_translation.py): handles, PV translation, migrated-on-node."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kopf_scheduler.plugins._csi_translation import (
+from kopf_scheduler.plugins.helper.csi_translation import (
     TranslationError,
     ebs_volume_id,
     is_migrated_on_node,

@@ -47,9 +47,9 @@ from kopf_scheduler.plugins.default_preemption import (
 )
 from kopf_scheduler.scheduler import FitError, Scheduler, run_post_filter, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.state.objects import POD_DISRUPTION_BUDGET
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.selectors import LabelSelector
-from kopf_scheduler.state.storage import POD_DISRUPTION_BUDGET
 from tests.unit.factories import make_cache, make_node, make_pod, pod_info
 from tests.unit.test_extenders import FakeTransport
 
@@ -712,7 +712,7 @@ def test_pdb_violating_candidates_come_after_the_others() -> None:
     nodes = [make_node("n1", cpu="1"), make_node("n2", cpu="1")]
     pods = [running("guarded", "n1", labels={"app": "g"}), running("free", "n2", priority=7)]
     framework, plugin, handle = setup(nodes, pods, pod)
-    handle.cache.storage.apply(POD_DISRUPTION_BUDGET, "ADDED", pdb("p", {"matchLabels": {"app": "g"}}, 0))
+    handle.cache.objects.apply(POD_DISRUPTION_BUDGET, "ADDED", pdb("p", {"matchLabels": {"app": "g"}}, 0))
     state, error = fail(framework, pod)
     search = plugin.find_candidates(state, pod, error.diagnosis.node_to_status, handle.snapshot(), NOW)
     assert [(c.name, c.victims.num_pdb_violations) for c in search.candidates] == [("n2", 0), ("n1", 1)]
@@ -749,7 +749,7 @@ def test_sampling_goes_on_until_a_non_violating_candidate() -> None:
     nodes = [make_node(f"n{i}", cpu="1") for i in range(3)]
     pods = [running("g0", "n0", labels={"app": "g"}), running("g1", "n1", labels={"app": "g"}), running("f", "n2")]
     framework, plugin, handle = setup(nodes, pods, pod, minCandidateNodesPercentage=0, minCandidateNodesAbsolute=1)
-    handle.cache.storage.apply(POD_DISRUPTION_BUDGET, "ADDED", pdb("p", {"matchLabels": {"app": "g"}}, 0))
+    handle.cache.objects.apply(POD_DISRUPTION_BUDGET, "ADDED", pdb("p", {"matchLabels": {"app": "g"}}, 0))
     plugin.rng = FixedOffset(0)  # type: ignore[assignment]
     state, error = fail(framework, pod)
     search = plugin.find_candidates(state, pod, error.diagnosis.node_to_status, handle.snapshot(), NOW)
@@ -1175,7 +1175,7 @@ def candidate_search(seed: int, *, together: bool) -> tuple[Any, list[int]]:
     pod = preemptor(cpu=str(1 + seed % 3))
     framework, plugin, handle = setup(nodes, pods, pod, minCandidateNodesPercentage=0, minCandidateNodesAbsolute=5)
     for budget in budgets:
-        handle.cache.storage.apply(POD_DISRUPTION_BUDGET, "ADDED", budget)
+        handle.cache.objects.apply(POD_DISRUPTION_BUDGET, "ADDED", budget)
     for node, nominee in nominated:
         handle.nominator.add_nominated_pod(nominee, node)
     batches: list[int] = []

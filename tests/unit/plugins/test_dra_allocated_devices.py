@@ -20,7 +20,7 @@ from kopf_scheduler.plugins.dynamic_resources.allocator import (
 )
 from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, tracker_for
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import RESOURCE_CLAIM
+from kopf_scheduler.state.objects import RESOURCE_CLAIM
 
 DRIVER = "gpu.example.com"
 
@@ -57,7 +57,7 @@ def _walked(tracker: ClaimTracker) -> AllocatedState:
 def test_the_kept_count_equals_the_walk_over_every_claim(seed: int) -> None:
     rng = random.Random(seed)
     cache = ClusterCache()
-    storage = cache.storage
+    storage = cache.objects
     for name in ("a", "b"):  # claims stored before the tracker counts anything
         storage.apply(RESOURCE_CLAIM, "ADDED", _claim(name, 1, rng))
     tracker = tracker_for(cache)
@@ -93,11 +93,11 @@ def test_a_state_handed_out_is_a_copy() -> None:
     cache = ClusterCache()
     claim = _claim("a", 1, rng)
     claim["status"] = {"allocation": {"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": "g"}]}}}
-    cache.storage.apply(RESOURCE_CLAIM, "ADDED", claim)
+    cache.objects.apply(RESOURCE_CLAIM, "ADDED", claim)
     tracker = tracker_for(cache)
     handed = tracker.allocated_state()
     handed.devices.add((DRIVER, "n1", "other"))
-    cache.storage.apply(RESOURCE_CLAIM, "DELETED", claim)
+    cache.objects.apply(RESOURCE_CLAIM, "DELETED", claim)
     assert handed.devices == {(DRIVER, "n1", "g"), (DRIVER, "n1", "other")}
     assert tracker.allocated_state().devices == set()
 

@@ -26,7 +26,7 @@ from kopf_scheduler.plugins.dynamic_resources.binding import (
 )
 from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, tracker_for
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import RESOURCE_CLAIM
+from kopf_scheduler.state.objects import RESOURCE_CLAIM
 from tests.unit.app_harness import FakeClient
 
 ALLOCATION = {"devices": {"results": [{"request": "gpu", "driver": "d", "pool": "n1", "device": "g0"}]}}
@@ -154,7 +154,7 @@ def test_waiting_for_binding_conditions_polls_until_ready_or_deadline() -> None:
 # -- the tracker ---------------------------------------------------------------------------------------------
 def test_in_flight_allocations_count_as_taken_until_removed() -> None:
     cache = ClusterCache()
-    cache.storage.apply(RESOURCE_CLAIM, "ADDED", claim())
+    cache.objects.apply(RESOURCE_CLAIM, "ADDED", claim())
     tracker = tracker_for(cache)
     assert tracker is tracker_for(cache)  # one per scheduler
     assert tracker.allocated_claims() == []
@@ -168,21 +168,21 @@ def test_in_flight_allocations_count_as_taken_until_removed() -> None:
 
 def test_an_assumed_claim_stands_until_the_watch_delivers_its_version() -> None:
     cache = ClusterCache()
-    cache.storage.apply(RESOURCE_CLAIM, "ADDED", claim(rv="1"))
-    tracker = ClaimTracker(lambda: cache.storage)
+    cache.objects.apply(RESOURCE_CLAIM, "ADDED", claim(rv="1"))
+    tracker = ClaimTracker(lambda: cache.objects)
     written = claim(rv="2", allocation=ALLOCATION, reservedFor=[REF])
     assert tracker.assume_after_api_call(written)
     assert tracker.get("default", "c") is written
     assert len(tracker.allocated_claims()) == 1
-    cache.storage.apply(RESOURCE_CLAIM, "MODIFIED", claim(rv="2", allocation=ALLOCATION, reservedFor=[REF]))
+    cache.objects.apply(RESOURCE_CLAIM, "MODIFIED", claim(rv="2", allocation=ALLOCATION, reservedFor=[REF]))
     assert tracker.get("default", "c") is not written
     assert not tracker.assume_after_api_call(claim(rv="2"))  # the watch has it already
 
 
 def test_restore_drops_an_assumption() -> None:
     cache = ClusterCache()
-    cache.storage.apply(RESOURCE_CLAIM, "ADDED", claim(rv="1"))
-    tracker = ClaimTracker(lambda: cache.storage)
+    cache.objects.apply(RESOURCE_CLAIM, "ADDED", claim(rv="1"))
+    tracker = ClaimTracker(lambda: cache.objects)
     tracker.assume_after_api_call(claim(rv="3", allocation=ALLOCATION))
     tracker.restore("default", "c")
     assert tracker.get("default", "c")["metadata"]["resourceVersion"] == "1"

@@ -22,7 +22,7 @@ from kopf_scheduler.plugins.dynamic_resources.extended import (
 )
 from kopf_scheduler.plugins.dynamic_resources.tracker import tracker_for
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE
+from kopf_scheduler.state.objects import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE
 from tests.unit.app_harness import FakeClient, drive, new_app, pending
 from tests.unit.factories import FakeHandle, make_node, make_pod, pod_info
 from tests.unit.plugins.test_dynamic_resources import DRIVER, device_class, resource_slice
@@ -42,8 +42,8 @@ def gpu_class(name: str = "gpu", extended: str = GPU) -> dict[str, Any]:
 def storage_with(*classes: dict[str, Any]) -> Any:
     cache = ClusterCache()
     for cls in classes:
-        cache.storage.apply(DEVICE_CLASS, "ADDED", cls)
-    return cache.storage
+        cache.objects.apply(DEVICE_CLASS, "ADDED", cls)
+    return cache.objects
 
 
 def container(name: str, requests: dict[str, str], *, sidecar: bool = False) -> dict[str, Any]:
@@ -241,7 +241,7 @@ def test_the_in_memory_claim_is_upstreams() -> None:
 def _pre_filter(pod: dict[str, Any], *objects: tuple[str, dict[str, Any]]) -> tuple[Any, CycleState]:
     cache = ClusterCache()
     for kind, obj in objects:
-        cache.storage.apply(kind, "ADDED", obj)
+        cache.objects.apply(kind, "ADDED", obj)
     plugin = DynamicResources(handle=FakeHandle(cache))
     state = CycleState()
     _, status = plugin.pre_filter(state, pod_info(pod), cache.snapshot())
@@ -275,11 +275,11 @@ def test_pre_filter_gives_a_pod_with_backed_resources_a_claim(
 def _app(*objects: tuple[str, dict[str, Any]], nodes: tuple[Any, ...] = ("n1", "n2")) -> tuple[Any, FakeClient]:
     client = FakeClient()
     app = new_app(client)
-    client.on_claim_created = lambda claim: app.on_storage_event(RESOURCE_CLAIM, "ADDED", claim)
+    client.on_claim_created = lambda claim: app.on_object_event(RESOURCE_CLAIM, "ADDED", claim)
     for node in nodes:
         app.on_node_event(None, make_node(node) if isinstance(node, str) else node)
     for kind, obj in objects:
-        app.on_storage_event(kind, "ADDED", obj)
+        app.on_object_event(kind, "ADDED", obj)
         if kind == RESOURCE_CLAIM:
             client.claims[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
     app.apply_profile(name="sp", spec={}, generation=1)

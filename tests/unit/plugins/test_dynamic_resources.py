@@ -28,8 +28,8 @@ from kopf_scheduler.plugins.dynamic_resources import DynamicResources, uses_reso
 from kopf_scheduler.plugins.dynamic_resources.tracker import tracker_for
 from kopf_scheduler.profiles import pipeline_status
 from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.state.objects import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE
 from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.state.storage import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE
 from tests.unit.app_harness import FakeClient, drive, new_app, pending
 from tests.unit.factories import FakeHandle, make_node, make_pod, pod_info
 
@@ -81,7 +81,7 @@ def claiming(name: str, claim: str = "my-gpu", **kwargs: Any) -> dict[str, Any]:
 def _with_claims(*claims: dict[str, Any]) -> DynamicResources:
     cache = ClusterCache()
     for claim in claims:
-        cache.storage.apply(RESOURCE_CLAIM, "ADDED", claim)
+        cache.objects.apply(RESOURCE_CLAIM, "ADDED", claim)
     return DynamicResources(handle=FakeHandle(cache))
 
 
@@ -198,7 +198,7 @@ def test_the_default_profile_runs_upstreams_plugin_and_omits_nothing() -> None:
 def _cache(*objects: tuple[str, dict[str, Any]]) -> ClusterCache:
     cache = ClusterCache()
     for kind, obj in objects:
-        cache.storage.apply(kind, "ADDED", obj)
+        cache.objects.apply(kind, "ADDED", obj)
     return cache
 
 
@@ -298,7 +298,7 @@ def _app(*objects: tuple[str, dict[str, Any]], nodes: tuple[str, ...] = ("n1", "
     for node in nodes:
         app.on_node_event(None, make_node(node))
     for kind, obj in objects:
-        app.on_storage_event(kind, "ADDED", obj)
+        app.on_object_event(kind, "ADDED", obj)
         if kind == RESOURCE_CLAIM:
             client.claims[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
     app.apply_profile(name="sp", spec={}, generation=1)
@@ -417,7 +417,7 @@ def test_a_pod_waits_for_its_claim_then_is_retried_when_the_claim_appears() -> N
     assert client.events == []  # parked at PreEnqueue: no attempt, no event
     claim = resource_claim(model="a100")
     client.claims["default", "my-gpu"] = claim
-    app.on_storage_event(RESOURCE_CLAIM, "ADDED", claim)
+    app.on_object_event(RESOURCE_CLAIM, "ADDED", claim)
     drive(app)
     assert client.bindings == [("default", "gpu-pod", "n1")]
 
@@ -446,24 +446,24 @@ def test_the_kept_allocated_state_follows_claims_in_flight_and_assumed() -> None
     cache = _cache((RESOURCE_CLAIM, taken))
     plugin = DynamicResources(handle=FakeHandle(cache))
     tracker = tracker_for(cache)
-    first = plugin._allocated_state(tracker, cache.storage)
+    first = plugin._allocated_state(tracker, cache.objects)
     assert first.devices == {(DRIVER, "n1", "a")}
-    assert plugin._allocated_state(tracker, cache.storage) is first
+    assert plugin._allocated_state(tracker, cache.objects) is first
     flying = resource_claim(
         "flying", allocation={"devices": {"results": [{"driver": DRIVER, "pool": "n1", "device": "b"}]}}
     )
     tracker.signal_pending_allocation("uid-flying", flying)
-    assert plugin._allocated_state(tracker, cache.storage).devices == {(DRIVER, "n1", "a"), (DRIVER, "n1", "b")}
+    assert plugin._allocated_state(tracker, cache.objects).devices == {(DRIVER, "n1", "a"), (DRIVER, "n1", "b")}
     assert tracker.remove_pending_allocation("uid-flying")
-    assert plugin._allocated_state(tracker, cache.storage).devices == {(DRIVER, "n1", "a")}
+    assert plugin._allocated_state(tracker, cache.objects).devices == {(DRIVER, "n1", "a")}
     freed = resource_claim("taken")
     freed["metadata"]["resourceVersion"] = "2"
     assert tracker.assume_after_api_call(freed)
-    assert plugin._allocated_state(tracker, cache.storage).devices == set()
+    assert plugin._allocated_state(tracker, cache.objects).devices == set()
     tracker.restore("default", "taken")
-    assert plugin._allocated_state(tracker, cache.storage).devices == {(DRIVER, "n1", "a")}
-    cache.storage.apply(RESOURCE_CLAIM, "MODIFIED", freed)
-    assert plugin._allocated_state(tracker, cache.storage).devices == set()
+    assert plugin._allocated_state(tracker, cache.objects).devices == {(DRIVER, "n1", "a")}
+    cache.objects.apply(RESOURCE_CLAIM, "MODIFIED", freed)
+    assert plugin._allocated_state(tracker, cache.objects).devices == set()
 
 
 def test_the_kept_slice_index_follows_resource_slice_changes() -> None:
@@ -480,12 +480,12 @@ def test_the_kept_slice_index_follows_resource_slice_changes() -> None:
     app.on_pod_event("ADDED", claiming("p2", "second"))
     drive(app)
     assert client.bindings == [("default", "p1", "n1")]  # n1's only a100 is taken, n2 has no slice
-    app.on_storage_event(RESOURCE_SLICE, "ADDED", resource_slice("n2", "t4", "a100"))
+    app.on_object_event(RESOURCE_SLICE, "ADDED", resource_slice("n2", "t4", "a100"))
     drive(app)
     assert client.bindings[1:] == [("default", "p2", "n2")]
     replaced = resource_slice("n2", "a100", "t4")
     replaced["spec"]["pool"]["generation"] = 2
-    app.on_storage_event(RESOURCE_SLICE, "MODIFIED", replaced)
+    app.on_object_event(RESOURCE_SLICE, "MODIFIED", replaced)
     app.on_pod_event("ADDED", claiming("p3", "third"))
     drive(app)
     # gpu-1 of n2 is allocated to p2, but the new generation's gpu-0 is the a100 now (and free by name).

@@ -758,7 +758,7 @@ def test_normalize_uses_only_the_scored_nodes() -> None:
 # -- randomized cross-check against a literal, per-node, per-pod restatement of upstream ---------------
 def _literal_upstream(cache: ClusterCache, incoming: PodInfo, hard_weight: int, ignore_preferred: bool) -> Any:
     """Upstream's loops, restated naively: topology-pair dicts filled pod by pod, node by node."""
-    from kopf_scheduler.plugins._affinity_terms import pod_affinity_terms
+    from kopf_scheduler.plugins.helper.affinity_terms import pod_affinity_terms
 
     all_ns = cache.namespace_labels
     ns_labels = all_ns.get(incoming.namespace) or {}

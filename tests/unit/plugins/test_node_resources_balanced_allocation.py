@@ -9,7 +9,7 @@ import pytest
 
 from kopf_scheduler.api.args import NodeResourcesBalancedAllocationArgs, ResourceSpec
 from kopf_scheduler.framework.status import Code
-from kopf_scheduler.plugins._resource_allocation import balanced_resource_score
+from kopf_scheduler.plugins.helper.resource_allocation import balanced_resource_score
 from kopf_scheduler.plugins.node_resources_balanced_allocation import (
     PRE_SCORE_STATE_KEY,
     NodeResourcesBalancedAllocation,

@@ -16,7 +16,7 @@ from kopf_scheduler.api.args import (
 )
 from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent, EventResource, QueueingHint
 from kopf_scheduler.framework.status import Code, Status
-from kopf_scheduler.plugins._resource_allocation import broken_linear, round_half_away, trunc_div
+from kopf_scheduler.plugins.helper.resource_allocation import broken_linear, round_half_away, trunc_div
 from kopf_scheduler.plugins.node_resources_fit import (
     PRE_FILTER_STATE_KEY,
     PRE_SCORE_STATE_KEY,
@@ -889,7 +889,7 @@ def run_filter_with_classes(
 ) -> dict[str, tuple[Code, tuple[str, ...]] | None]:
     cache = make_cache(nodes, list(pods))
     for device_class in classes:
-        cache.storage.apply("DeviceClass", "ADDED", device_class)
+        cache.objects.apply("DeviceClass", "ADDED", device_class)
     plugin = plugin_for(cache)
     snapshot = cache.snapshot()
     state = new_state()
@@ -966,7 +966,7 @@ def test_a_delegated_resource_is_checked_against_what_device_plugin_nodes_have_l
 
 
 def test_the_older_class_backs_an_explicit_name() -> None:
-    from kopf_scheduler.plugins._device_class_mapping import device_class_for
+    from kopf_scheduler.plugins.helper.device_class_mapping import device_class_for
 
     cache = ClusterCache()
     for device_class in (
@@ -974,16 +974,16 @@ def test_the_older_class_backs_an_explicit_name() -> None:
         _device_class("z-old", GPU, "2026-01-01T00:00:00Z"),
         _device_class("a-old", GPU, "2026-01-01T00:00:00Z"),
     ):
-        cache.storage.apply("DeviceClass", "ADDED", device_class)
-    assert device_class_for(cache.storage, GPU)["metadata"]["name"] == "a-old"
-    assert device_class_for(cache.storage, "deviceclass.resource.kubernetes.io/b-new")["metadata"]["name"] == "b-new"
-    assert device_class_for(cache.storage, "example.com/other") is None
+        cache.objects.apply("DeviceClass", "ADDED", device_class)
+    assert device_class_for(cache.objects, GPU)["metadata"]["name"] == "a-old"
+    assert device_class_for(cache.objects, "deviceclass.resource.kubernetes.io/b-new")["metadata"]["name"] == "b-new"
+    assert device_class_for(cache.objects, "example.com/other") is None
 
 
 def _hint_with_classes(pod: PodInfo, old: Any, new: Any, event: ClusterEvent, *classes: dict[str, Any]) -> Any:
     cache = ClusterCache()
     for device_class in classes:
-        cache.storage.apply("DeviceClass", "ADDED", device_class)
+        cache.objects.apply("DeviceClass", "ADDED", device_class)
     return hint_for(plugin_for(cache), event)(pod, old, new)
 
 
@@ -1030,7 +1030,7 @@ def _allocated_claim(node: str, *devices: str) -> dict[str, Any]:
 def run_dra_score(nodes: list[dict[str, Any]], objects: list[tuple[str, dict[str, Any]]], args: Any) -> list[int]:
     cache = make_cache(nodes)
     for kind, obj in objects:
-        cache.storage.apply(kind, "ADDED", obj)
+        cache.objects.apply(kind, "ADDED", obj)
     plugin = plugin_for(cache, args)
     snapshot = cache.snapshot()
     state = new_state()
@@ -1093,8 +1093,8 @@ def test_a_dra_backed_scoring_resource_counts_the_nodes_devices() -> None:
     ],
 )
 def test_device_totals(slice_spec: dict[str, Any], selectors: list[str], expected: tuple[int, int]) -> None:
-    from kopf_scheduler.plugins._dra_capacity import device_totals
     from kopf_scheduler.plugins.dynamic_resources.allocator import allocated_state
+    from kopf_scheduler.plugins.dynamic_resources.capacity import device_totals
 
     resource_slice = _gpu_slice("n1", 2)
     resource_slice["spec"].update(slice_spec)
@@ -1114,11 +1114,11 @@ def test_balanced_allocation_counts_dra_backed_devices_too() -> None:
     def scores(with_class: bool) -> list[int]:
         cache = make_cache([make_node("n1"), make_node("n4")])
         if with_class:
-            cache.storage.apply(
+            cache.objects.apply(
                 "DeviceClass", "ADDED", {**_device_class("gpus"), "spec": {"extendedResourceName": GPU}}
             )
-        cache.storage.apply("ResourceSlice", "ADDED", _gpu_slice("n1", 4))
-        cache.storage.apply("ResourceClaim", "ADDED", _allocated_claim("n1", "gpu-0"))
+        cache.objects.apply("ResourceSlice", "ADDED", _gpu_slice("n1", 4))
+        cache.objects.apply("ResourceClaim", "ADDED", _allocated_claim("n1", "gpu-0"))
         args = NodeResourcesBalancedAllocationArgs(
             resources=[ResourceSpec(name="cpu", weight=1), ResourceSpec(name=GPU, weight=1)]
         )

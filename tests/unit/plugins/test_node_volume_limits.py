@@ -201,11 +201,11 @@ def test_a_nodes_count_is_kept_between_cycles_until_its_pods_or_storage_change(m
         return "fits" if result is None else (result.status_at(0).code, result.status_at(0).message)
 
     assert (verdict(), verdict(), collected) == ("fits", "fits", ["old0"])  # counted once for two cycles
-    cache.storage.apply("VolumeAttachment", "ADDED", _attachment("va9", "pv9"))
-    cache.storage.apply("PersistentVolume", "ADDED", csi_pv("pv9", "h9"))
+    cache.objects.apply("VolumeAttachment", "ADDED", _attachment("va9", "pv9"))
+    cache.objects.apply("PersistentVolume", "ADDED", csi_pv("pv9", "h9"))
     assert verdict() == EXCEEDED
     assert collected == ["old0", "old0"]
-    cache.storage.apply("VolumeAttachment", "DELETED", _attachment("va9", "pv9"))
+    cache.objects.apply("VolumeAttachment", "DELETED", _attachment("va9", "pv9"))
     assert verdict() == "fits"
     cache.add_or_update_pod(
         make_pod("old1", uid="u-old1", node_name="n", spec={"volumes": [claim_volume("c-unbound")]})
@@ -253,7 +253,7 @@ _DRIVERS = ("a.csi.io", "b.csi.io")
 def _walked_verdict(cache: Any, plugin: NodeVolumeLimits, pod: Any, node_name: str) -> Any:
     """Upstream's Filter for one node, restated plainly: the pod's volumes, the node's pods' volumes and
     VolumeAttachments collected afresh, then the per-driver comparison."""
-    storage = cache.storage
+    storage = cache.objects
     collector = VolumeCollector(storage, plugin.random_prefix)
     csi = storage.csi_node(node_name)
     wanted: dict[str, str] = {}
@@ -322,11 +322,11 @@ def _random_change(rng: random.Random, cache: Any, claims: list[str], pods: list
     elif change < 0.5 and pods:
         cache.remove_pod(pods.pop(rng.randrange(len(pods))))
     elif change < 0.6:
-        cache.storage.apply("CSINode", "ADDED", _random_csi_node(rng, rng.choice(live)))
+        cache.objects.apply("CSINode", "ADDED", _random_csi_node(rng, rng.choice(live)))
     elif change < 0.7:
         attachment = _attachment(f"va{step % 4}", f"pv{rng.randrange(12)}", node=rng.choice(live))
         attachment["spec"]["attacher"] = rng.choice(_DRIVERS)
-        cache.storage.apply("VolumeAttachment", rng.choice(["ADDED", "DELETED"]), attachment)
+        cache.objects.apply("VolumeAttachment", rng.choice(["ADDED", "DELETED"]), attachment)
     elif change < 0.75 and len(live) > 2:
         cache.remove_node(rng.choice(live))
     elif change < 0.8:
@@ -350,7 +350,7 @@ def test_kept_counts_agree_with_the_walk_through_random_changes(seed: int) -> No
     cache = fill(make_cache([make_node(n) for n in names]), *objects)
     for name in names:
         if rng.random() < 0.8:
-            cache.storage.apply("CSINode", "ADDED", _random_csi_node(rng, name))
+            cache.objects.apply("CSINode", "ADDED", _random_csi_node(rng, name))
     plugin = NodeVolumeLimits(handle=FakeHandle(cache))
     pods: list[str] = []
     rejections = 0

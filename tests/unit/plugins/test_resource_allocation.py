@@ -1,4 +1,4 @@
-"""The resource strategies' scalar twins and the scores remembered between cycles (``plugins/_resource_allocation.py``).
+"""The resource strategies' scalar twins and the scores remembered between cycles (helper/resource_allocation.py).
 
 Both must give the vectorised strategies' scores node for node, whatever changed in the node table in between:
 random clusters decide.
@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from kopf_scheduler.plugins._resource_allocation import (
+from kopf_scheduler.plugins.helper.resource_allocation import (
     NODE_SCORERS,
     NodeRow,
     RememberedScores,

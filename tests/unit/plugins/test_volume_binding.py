@@ -28,7 +28,7 @@ from kopf_scheduler.plugins.volume_binding import (
 )
 from kopf_scheduler.scheduler import assume_and_reserve, bind_pod, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import (
+from kopf_scheduler.state.objects import (
     CSI_DRIVER,
     CSI_NODE,
     CSI_STORAGE_CAPACITY,
@@ -134,7 +134,7 @@ def a_pod(*volumes: dict[str, Any], name: str = "web-0", uid: str = "uid-web-0")
 def cluster(*objects: tuple[str, dict[str, Any]]) -> ClusterCache:
     cache = make_cache([make_node(n, labels={"zone": "z1" if n != "n3" else "z2"}) for n in NODES])
     for kind, obj in objects:
-        cache.storage.apply(kind, "ADDED", obj)
+        cache.objects.apply(kind, "ADDED", obj)
     return cache
 
 
@@ -387,8 +387,8 @@ def test_the_smallest_fitting_pv_is_chosen_and_never_twice() -> None:
     }
     assert chosen == {"a": "small", "b": "mid"}
     # A third claim finds only the huge one; a fourth none.
-    cache.storage.apply(PERSISTENT_VOLUME_CLAIM, "ADDED", pvc("c", size="1Gi"))
-    cache.storage.apply(PERSISTENT_VOLUME_CLAIM, "ADDED", pvc("d", size="1Gi"))
+    cache.objects.apply(PERSISTENT_VOLUME_CLAIM, "ADDED", pvc("c", size="1Gi"))
+    cache.objects.apply(PERSISTENT_VOLUME_CLAIM, "ADDED", pvc("d", size="1Gi"))
     pod = a_pod(*(claim_volume(c, f"v{c}") for c in "abcd"))
     _, _, _, verdicts = cycle(plugin, cache, pod)
     assert rejections(verdicts)["n1"] == _bind
@@ -467,13 +467,13 @@ def test_dynamic_provisioning(objects: list[Any], expected: dict[str, tuple[str,
 
 def test_a_claim_to_provision_whose_class_vanished_is_an_error() -> None:
     cache = cluster(C(pvc(cls="csi", annotations={"volume.kubernetes.io/selected-node": "n1"})))
-    cache.storage.apply(STORAGE_CLASS, "ADDED", storage_class("csi", provisioner=CSI))
+    cache.objects.apply(STORAGE_CLASS, "ADDED", storage_class("csi", provisioner=CSI))
     plugin = plugin_for(cache)
     state = CycleState()
     snapshot = cache.snapshot()
     _, status = plugin.pre_filter(state, a_pod(claim_volume()), snapshot)
     assert status.is_success
-    cache.storage.apply(STORAGE_CLASS, "DELETED", storage_class("csi"))
+    cache.objects.apply(STORAGE_CLASS, "DELETED", storage_class("csi"))
     verdict = plugin.filter_node(state, a_pod(claim_volume()), cache.node("n1"))
     assert (verdict.code, verdict.reasons) == (Code.ERROR, ('failed to find storage class "csi"',))
 
@@ -501,7 +501,7 @@ def test_reserve_assumes_the_pv_so_the_next_pod_cannot_take_it_and_unreserve_giv
         "resourceVersion": "20",
     }
     assert assumed["metadata"]["annotations"] == {"pv.kubernetes.io/bound-by-controller": "yes"}
-    assert "claimRef" not in cache.storage.pv("pv1")["spec"]  # the watched object is untouched
+    assert "claimRef" not in cache.objects.pv("pv1")["spec"]  # the watched object is untouched
     assert not plugin.pre_bind_pre_flight(state, first, "n2").is_skip
 
     second = a_pod(claim_volume("b"), name="p2", uid="u2")
@@ -509,7 +509,7 @@ def test_reserve_assumes_the_pv_so_the_next_pod_cannot_take_it_and_unreserve_giv
     assert rejections(verdicts) == dict.fromkeys(NODES, _bind)
 
     plugin.unreserve(state, first, "n2")
-    assert plugin.binder.pv_cache.get("pv1") is cache.storage.pv("pv1")
+    assert plugin.binder.pv_cache.get("pv1") is cache.objects.pv("pv1")
     _, _, _, verdicts = cycle(plugin, cache, second)
     assert verdicts["n2"].is_success
 
@@ -544,10 +544,10 @@ def test_assume_cache_newer_watch_version_supersedes_equal_one_does_not() -> Non
     plugin = plugin_for(cache)
     reserved(cache, plugin, a_pod(claim_volume()), "n1")
     pv_cache = plugin.binder.pv_cache
-    cache.storage.apply(PERSISTENT_VOLUME, "MODIFIED", pv("pv1", rv="10"))  # a resync: same version
+    cache.objects.apply(PERSISTENT_VOLUME, "MODIFIED", pv("pv1", rv="10"))  # a resync: same version
     assert pv_cache.is_assumed("pv1")
     newer = pv("pv1", rv="11")
-    cache.storage.apply(PERSISTENT_VOLUME, "MODIFIED", newer)
+    cache.objects.apply(PERSISTENT_VOLUME, "MODIFIED", newer)
     assert not pv_cache.is_assumed("pv1")
     assert pv_cache.get("pv1") is newer
     with pytest.raises(AssumeCacheError, match=r'^"pv1" is out of sync \(stored: 11, assume: 10\)$'):
@@ -559,7 +559,7 @@ def test_assume_cache_newer_watch_version_supersedes_equal_one_does_not() -> Non
     assert pv_cache.get("pv1") is assumed
     pv_cache.restore(assumed)
     assert pv_cache.get("pv1") is newer
-    cache.storage.apply(PERSISTENT_VOLUME, "DELETED", newer)
+    cache.objects.apply(PERSISTENT_VOLUME, "DELETED", newer)
     assert pv_cache.get("pv1") is None
     with pytest.raises(AssumeCacheError, match=r'^persistentvolumes "pv1" not found$'):
         pv_cache.assume(newer)
@@ -569,7 +569,7 @@ def test_reserve_of_a_vanished_pv_is_an_error() -> None:
     cache = cluster(LOCAL, V(pv("pv1")), C(pvc()))
     plugin = plugin_for(cache)
     state, _, _, _ = cycle(plugin, cache, a_pod(claim_volume()))
-    cache.storage.apply(PERSISTENT_VOLUME, "DELETED", pv("pv1"))
+    cache.objects.apply(PERSISTENT_VOLUME, "DELETED", pv("pv1"))
     status = plugin.reserve(state, a_pod(claim_volume()), "n1")
     assert (status.code, status.reasons) == (Code.ERROR, ('persistentvolumes "pv1" not found',))
 
@@ -634,15 +634,15 @@ def pv_controller_binds(cache: ClusterCache, client: FakeClient, *, at_tick: int
             if kind == "pv":
                 written = copy.deepcopy(body)
                 written["metadata"]["resourceVersion"] = "11"
-                cache.storage.apply(PERSISTENT_VOLUME, "MODIFIED", written)
+                cache.objects.apply(PERSISTENT_VOLUME, "MODIFIED", written)
                 ref = body["spec"]["claimRef"]
-                claim = copy.deepcopy(cache.storage.pvc(ref["namespace"], ref["name"]))
+                claim = copy.deepcopy(cache.objects.pvc(ref["namespace"], ref["name"]))
             else:
                 claim = copy.deepcopy(body)
             claim["spec"]["volumeName"] = claim["spec"].get("volumeName") or "pvc-provisioned"
             claim["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = "yes"
             claim["metadata"]["resourceVersion"] = "30"
-            cache.storage.apply(PERSISTENT_VOLUME_CLAIM, "MODIFIED", claim)
+            cache.objects.apply(PERSISTENT_VOLUME_CLAIM, "MODIFIED", claim)
 
     return tick
 
@@ -665,7 +665,7 @@ def test_pre_bind_writes_the_pv_and_waits_for_the_claim_to_be_bound() -> None:
 
 def test_pre_bind_writes_the_selected_node_on_claims_to_provision() -> None:
     cache = cluster(CSI_CLASS, C(pvc(cls="csi")))
-    cache.storage.apply(PERSISTENT_VOLUME, "ADDED", pv("pvc-provisioned", cls="csi", node="n1", phase="Bound"))
+    cache.objects.apply(PERSISTENT_VOLUME, "ADDED", pv("pvc-provisioned", cls="csi", node="n1", phase="Bound"))
     client = FakeClient()
     plugin, fake = wired(cache, client)
     pod = a_pod(claim_volume())
@@ -727,7 +727,7 @@ def test_pre_bind_fails_when_the_pv_controller_resets_the_claim_ref() -> None:
     plugin, fake = wired(cache, FakeClient())
     pod = a_pod(claim_volume())
     state = reserved(cache, plugin, pod, "n2")
-    fake.on_tick = lambda n: cache.storage.apply(PERSISTENT_VOLUME, "MODIFIED", pv("pv1", node="n2", rv="12"))
+    fake.on_tick = lambda n: cache.objects.apply(PERSISTENT_VOLUME, "MODIFIED", pv("pv1", node="n2", rv="12"))
     status = asyncio.run(plugin.pre_bind(state, pod, "n2"))
     assert status.reasons == ('binding volumes: ClaimRef got reset for pv "pv1"',)
 
@@ -745,7 +745,7 @@ def test_pre_bind_fails_when_the_provisioner_hands_the_claim_back(notes: dict[st
     pod = a_pod(claim_volume())
     state = reserved(cache, plugin, pod, "n1")
     handed_back = pvc(cls="csi", rv="40", annotations=notes)
-    fake.on_tick = lambda n: cache.storage.apply(PERSISTENT_VOLUME_CLAIM, "MODIFIED", handed_back)
+    fake.on_tick = lambda n: cache.objects.apply(PERSISTENT_VOLUME_CLAIM, "MODIFIED", handed_back)
     status = asyncio.run(plugin.pre_bind(state, pod, "n1"))
     assert status.reasons == (message,)
 
@@ -916,9 +916,9 @@ def migration_cluster(*objects: tuple[str, dict[str, Any]]) -> ClusterCache:
     )
     migrated = {MIGRATED: f"{GCE_PLUGIN},{EBS_PLUGIN}"}
     for name, notes in (("n1", migrated), ("n2", migrated), ("n3", {})):
-        cache.storage.apply(CSI_NODE, "ADDED", {"metadata": {"name": name, "annotations": notes}, "spec": {}})
+        cache.objects.apply(CSI_NODE, "ADDED", {"metadata": {"name": name, "annotations": notes}, "spec": {}})
     for kind, obj in objects:
-        cache.storage.apply(kind, "ADDED", obj)
+        cache.objects.apply(kind, "ADDED", obj)
     return cache
 
 
@@ -992,7 +992,7 @@ def test_pre_bind_judges_a_provisioned_in_tree_pv_in_its_csi_form() -> None:
     cache = migration_cluster(CSI_CLASS, C(pvc(cls="csi")))
     provisioned = in_tree_pv(BAD_EBS_SOURCE, cls="csi", phase="Bound")
     provisioned["metadata"]["name"] = "pvc-provisioned"
-    cache.storage.apply(PERSISTENT_VOLUME, "ADDED", provisioned)
+    cache.objects.apply(PERSISTENT_VOLUME, "ADDED", provisioned)
     client = FakeClient()
     plugin, fake = wired(cache, client)
     pod = a_pod(claim_volume())

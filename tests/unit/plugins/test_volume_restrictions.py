@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from kopf_scheduler.framework import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent, Code, CycleState, EventResource
-from kopf_scheduler.plugins._volumes import pod_volumes
+from kopf_scheduler.plugins.helper.volumes import pod_volumes
 from kopf_scheduler.plugins.volume_restrictions import (
     ERR_REASON_DISK_CONFLICT,
     ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT,

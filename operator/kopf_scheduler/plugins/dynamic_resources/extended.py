@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kopf_scheduler.framework import APIClient, APIError
-from kopf_scheduler.plugins._device_class_mapping import device_class_for, is_dra_extended_resource_name
 from kopf_scheduler.plugins.dynamic_resources.binding import CONFLICT_ATTEMPTS, FINALIZER
+from kopf_scheduler.plugins.helper.device_class_mapping import device_class_for, is_dra_extended_resource_name
+from kopf_scheduler.state.objects import DEVICE_CLASS, ClusterObjects
 from kopf_scheduler.state.pod_info import PodInfo, is_scalar_resource_name
 from kopf_scheduler.state.quantity import QuantityError, parse_quantity
-from kopf_scheduler.state.storage import DEVICE_CLASS, StorageObjects
 
 Claim = dict[str, Any]
 
@@ -67,7 +67,7 @@ def is_special(claim: Claim) -> bool:
     return (claim.get("metadata") or {}).get("name") == SPECIAL_CLAIM_NAME
 
 
-def pod_scalar_requests(pod: PodInfo, storage: StorageObjects) -> dict[str, int] | None:
+def pod_scalar_requests(pod: PodInfo, storage: ClusterObjects) -> dict[str, int] | None:
     """Upstream ``hasDeviceClassMappedExtendedResource`` over the pod's requests: its scalar requests if a
     DeviceClass backs one of them, else None (the pod has nothing for DRA to allocate this way)."""
     if not storage.count(DEVICE_CLASS):
@@ -120,7 +120,7 @@ def node_claim(
     extended: ExtendedRequests,
     pod: PodInfo,
     node_allocatable: Mapping[str, int],
-    storage: StorageObjects,
+    storage: ClusterObjects,
     *,
     has_user_claims: bool,
 ) -> tuple[Claim | None, list[dict[str, str]], str | None]:
@@ -193,7 +193,7 @@ def _container_request(
 
 
 def requests_and_mappings(
-    pod: PodInfo, resources: Mapping[str, int], storage: StorageObjects
+    pod: PodInfo, resources: Mapping[str, int], storage: ClusterObjects
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Upstream ``createRequestsAndMappings``: the device requests for ``resources`` (sorted by name) and
     which container's resource each serves. Long-lived containers (regular and sidecar) each get their own

@@ -1,7 +1,7 @@
 """DynamicResources: devices for pods with ResourceClaims (upstream ``plugins/dynamicresources/dynamicresources.go``,
 reference §2.17; issue 12).
 
-Restated over the claims, slices and classes the watches keep in ``cache.storage`` (state/storage.py, upstream's
+Restated over the claims, slices and classes the watches keep in ``cache.objects`` (state/objects.py, upstream's
 DRA manager listers) and the scheduler-wide :class:`~.tracker.ClaimTracker` (in-flight allocations, claims
 assumed after PreBind's writes):
 
@@ -119,8 +119,8 @@ from kopf_scheduler.plugins.dynamic_resources.extended import (
 from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, claim_uid, tracker_for
 from kopf_scheduler.state.cache import NodeInfo, Snapshot
 from kopf_scheduler.state.node_affinity import NodeSelector, NodeSelectorParseError
+from kopf_scheduler.state.objects import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE, ClusterObjects
 from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.state.storage import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE, StorageObjects
 
 Claim = dict[str, Any]
 #: Reads a claim's latest version by (namespace, name); None when it does not exist.
@@ -235,7 +235,7 @@ class _StateData:
     #: The pod's DRA-backed extended resources (None: it requests none); its claim is the last entry.
     extended: ExtendedRequests | None = None
     #: The DeviceClasses (and the rest) PreFilter saw, for Filter's per-node extended-resource requests.
-    storage: StorageObjects | None = None
+    storage: ClusterObjects | None = None
     #: Filter's claims to allocate when no node variant replaces the extended-resource claim (see pending_claims).
     pending: list[Claim] | None = None
 
@@ -287,10 +287,10 @@ class DynamicResources(
         self.selectors = SelectorCache()
         #: The slices split by node with each node's pools and candidates, kept until a ResourceSlice changes:
         #: (the storage it was built from, its ResourceSlice change count then, the index).
-        self._slice_index: tuple[StorageObjects, int, SliceIndex] | None = None
+        self._slice_index: tuple[ClusterObjects, int, SliceIndex] | None = None
         #: The allocated devices, kept while no claim changed: (storage, tracker, (the storage's ResourceClaim
         #: change count, the tracker's version), the state).
-        self._allocated: tuple[StorageObjects, ClaimTracker, tuple[int, int], AllocatedState] | None = None
+        self._allocated: tuple[ClusterObjects, ClaimTracker, tuple[int, int], AllocatedState] | None = None
         #: How long and how often PreBind waits for the watch to deliver a claim it created.
         self.assume_timeout = ASSUME_TIMEOUT_SECONDS
         self.assume_poll = ASSUME_POLL_SECONDS
@@ -311,7 +311,7 @@ class DynamicResources(
 
     # -- PreFilter ----------------------------------------------------------------------------------------
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
-        storage = snapshot.cache.storage
+        storage = snapshot.cache.objects
         with_claims = uses_resource_claims(pod)
         scalar = pod_scalar_requests(pod, storage)
         if not with_claims and scalar is None:
@@ -350,7 +350,7 @@ class DynamicResources(
             state.write(COSTLY_FILTER, True)  # the allocator runs per node: no node judged beyond need
         return None, SUCCESS
 
-    def _allocated_state(self, tracker: ClaimTracker, storage: StorageObjects) -> AllocatedState:
+    def _allocated_state(self, tracker: ClaimTracker, storage: ClusterObjects) -> AllocatedState:
         """The devices the allocated and in-flight claims hold (upstream ``GatherAllocatedState``): the kept
         state unless a ResourceClaim was stored or dropped or the tracker changed since it was gathered. The
         allocator only reads it."""
@@ -362,7 +362,7 @@ class DynamicResources(
         self._allocated = (storage, tracker, versions, state)
         return state
 
-    def _index_of(self, storage: StorageObjects) -> SliceIndex:
+    def _index_of(self, storage: ClusterObjects) -> SliceIndex:
         """The slice index for the current ResourceSlices: the kept one unless a slice was stored or dropped
         since it was built."""
         changes = storage.changes((RESOURCE_SLICE,))
@@ -374,7 +374,7 @@ class DynamicResources(
         return index
 
     def _check_claim(
-        self, pod: PodInfo, entry: _ClaimEntry, tracker: ClaimTracker, storage: StorageObjects
+        self, pod: PodInfo, entry: _ClaimEntry, tracker: ClaimTracker, storage: ClusterObjects
     ) -> Status | None:
         claim = entry.claim
         allocation = (claim.get("status") or {}).get("allocation")
@@ -398,7 +398,7 @@ class DynamicResources(
                 return status
         return None
 
-    def _check_request(self, claim: Claim, request: Mapping[str, Any], storage: StorageObjects) -> Status | None:
+    def _check_request(self, claim: Claim, request: Mapping[str, Any], storage: ClusterObjects) -> Status | None:
         """Upstream PreFilter's request loop and ``validateDeviceClass``."""
         name = request.get("name") or ""
         if request.get("exactly") is not None:
@@ -411,7 +411,7 @@ class DynamicResources(
             return None
         return self._unresolvable(f"resource claim {claim_key(claim)}, request {name}: unknown request type")
 
-    def _check_class(self, class_name: str, request_name: str, storage: StorageObjects) -> Status | None:
+    def _check_class(self, class_name: str, request_name: str, storage: ClusterObjects) -> Status | None:
         if not class_name:
             return Status.as_error(RuntimeError(f"request {request_name}: unsupported request type"), plugin=self.name)
         if storage.get(DEVICE_CLASS, class_name) is None:

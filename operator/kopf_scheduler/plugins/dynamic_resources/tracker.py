@@ -33,7 +33,7 @@ from kopf_scheduler.plugins.dynamic_resources.allocator import (
     claim_devices,
 )
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import RESOURCE_CLAIM, Key, Obj, StorageObjects, object_key
+from kopf_scheduler.state.objects import RESOURCE_CLAIM, ClusterObjects, Key, Obj, object_key
 
 Claim = dict[str, Any]
 
@@ -44,7 +44,7 @@ def tracker_for(cache: ClusterCache) -> ClaimTracker:
     """The one tracker of this scheduler (created on first use)."""
     tracker = cache.shared.get(_SHARED_KEY)
     if tracker is None:
-        tracker = cache.shared[_SHARED_KEY] = ClaimTracker(lambda: cache.storage)
+        tracker = cache.shared[_SHARED_KEY] = ClaimTracker(lambda: cache.objects)
     return tracker
 
 
@@ -65,14 +65,14 @@ class ClaimTracker:
 
     __slots__ = ("_assumed", "_counted", "_held", "_in_flight", "_storage", "version")
 
-    def __init__(self, storage: Callable[[], StorageObjects]) -> None:
+    def __init__(self, storage: Callable[[], ClusterObjects]) -> None:
         self._storage = storage
         self._in_flight: dict[str, Claim] = {}
         self._assumed: dict[tuple[str, str], Claim] = {}
         #: The devices held by the latest versions of the known claims, and what each claim counted there;
         #: built on first use, for the storage object it observes (``_counted``).
         self._held = AllocatedDevices()
-        self._counted: tuple[StorageObjects, dict[Key, ClaimDevices]] | None = None
+        self._counted: tuple[ClusterObjects, dict[Key, ClaimDevices]] | None = None
         #: Counts changes of the in-flight and assumed claims: with the storage's ResourceClaim change count it
         #: tells a caller whether ``allocated_claims`` could answer differently than last time.
         self.version = 0

@@ -3,7 +3,7 @@
 VolumeZone, VolumeRestrictions and NodeVolumeLimits (and VolumeBinding) all walk ``pod.spec.volumes``, look
 claims up in the PVC lister, read a claim's class as component-helpers' ``GetPersistentVolumeClaimClass``
 does, and turn a missing object into the lister's NotFound text (``persistentvolumeclaim "x" not found``).
-Objects are the raw API dicts of :class:`~kopf_scheduler.state.storage.StorageObjects`.
+Objects are the raw API dicts of :class:`~kopf_scheduler.state.objects.ClusterObjects`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ timestamp, then the smaller name) wins, as upstream's cache decides on every add
 Where this differs: upstream's cache is fed event by event, and two event orders leave it in states a
 recomputation from the watched classes does not reach (a class added after an older class with the same
 explicit name gets no implicit mapping either; deleting the losing class drops the winner's explicit
-mapping). Here the mapping is read from the DeviceClasses the watch holds (``cache.storage``), so it is what
+mapping). Here the mapping is read from the DeviceClasses the watch holds (``cache.objects``), so it is what
 upstream's cache holds after the winning class was added last. DeviceClasses are few; the lookup walks them
 only for pods that request an extended resource.
 """
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kopf_scheduler.state.objects import DEVICE_CLASS, ClusterObjects
 from kopf_scheduler.state.pod_info import is_extended_resource_name
-from kopf_scheduler.state.storage import DEVICE_CLASS, StorageObjects
 
 #: Upstream ``resourceapi.ResourceDeviceClassPrefix``: the implicit extended resource name of a DeviceClass.
 DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -50,7 +50,7 @@ def _age_key(device_class: DeviceClass) -> tuple[str, str]:
     return ((device_class.get("metadata") or {}).get("creationTimestamp") or "", _name(device_class))
 
 
-def device_class_for(storage: StorageObjects, resource: str) -> DeviceClass | None:
+def device_class_for(storage: ClusterObjects, resource: str) -> DeviceClass | None:
     """Upstream ``DeviceClassResolver.GetDeviceClass``: the DeviceClass backing ``resource``, or None."""
     if resource.startswith(DEVICE_CLASS_PREFIX):
         return storage.get(DEVICE_CLASS, resource[len(DEVICE_CLASS_PREFIX) :])
@@ -60,7 +60,7 @@ def device_class_for(storage: StorageObjects, resource: str) -> DeviceClass | No
     return min(backing, key=_age_key) if backing else None
 
 
-def delegated_to_dra(resource: str, node_allocatable: Mapping[str, int] | None, storage: StorageObjects) -> bool:
+def delegated_to_dra(resource: str, node_allocatable: Mapping[str, int] | None, storage: ClusterObjects) -> bool:
     """Upstream ``shouldDelegateResourceToDRA``: the node (None: no node) advertises none of ``resource`` and a
     DeviceClass backs it, so NodeResourcesFit leaves it to DynamicResources."""
     if node_allocatable is not None and node_allocatable.get(resource, 0) > 0:
@@ -68,7 +68,7 @@ def delegated_to_dra(resource: str, node_allocatable: Mapping[str, int] | None, 
     return device_class_for(storage, resource) is not None
 
 
-def backed_resources(requests: Mapping[str, int], storage: StorageObjects) -> frozenset[str]:
+def backed_resources(requests: Mapping[str, int], storage: ClusterObjects) -> frozenset[str]:
     """The requested (> 0) resources a DeviceClass backs (upstream ``hasDeviceClassMappedExtendedResource``
     asks whether there is any)."""
     if not storage.count(DEVICE_CLASS):

@@ -1,7 +1,7 @@
 """CSI migration: in-tree volumes seen as the CSI volumes that replace them, as csi-translation-lib does.
 
 Upstream ``k8s.io/csi-translation-lib`` (``translate.go`` and ``plugins/*.go``), v0.36, restated for the two
-plugins that need it, on the raw API dicts of :mod:`kopf_scheduler.state.storage`:
+plugins that need it, on the raw API dicts of :mod:`kopf_scheduler.state.objects`:
 
 - NodeVolumeLimits counts an in-tree volume (inline or a PV) as ``<csi driver>/<volume handle>`` when
   migration is on for its plugin (``isCSIMigrationOn``: the node has a CSINode and the plugin is one of

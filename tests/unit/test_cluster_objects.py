@@ -1,4 +1,4 @@
-"""The storage store the volume plugins read (state/storage.py)."""
+"""The storage store the volume plugins read (state/objects.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from collections.abc import Callable
 import pytest
 
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.storage import (
+from kopf_scheduler.state.objects import (
     DEVICE_CLASS,
     PERSISTENT_VOLUME,
     PERSISTENT_VOLUME_CLAIM,
     RESOURCE_CLAIM,
     RESOURCE_SLICE,
     VOLUME_ATTACHMENT,
-    StorageObjects,
+    ClusterObjects,
 )
 
 
@@ -26,7 +26,7 @@ def _obj(name: str, namespace: str | None = None, rv: str = "1") -> dict:
 
 
 def test_apply_returns_old_and_new_and_deletes() -> None:
-    store = StorageObjects()
+    store = ClusterObjects()
     first = _obj("c", "ns")
     assert store.apply(PERSISTENT_VOLUME_CLAIM, "ADDED", first) == (None, first)
     second = _obj("c", "ns", rv="2")
@@ -38,7 +38,7 @@ def test_apply_returns_old_and_new_and_deletes() -> None:
 
 
 def test_cluster_scoped_kinds_ignore_a_namespace() -> None:
-    store = StorageObjects()
+    store = ClusterObjects()
     pv = _obj("pv-1", "stray")
     store.apply(PERSISTENT_VOLUME, None, pv)
     assert store.pv("pv-1") is pv
@@ -48,7 +48,7 @@ def test_cluster_scoped_kinds_ignore_a_namespace() -> None:
 
 
 def test_the_cache_carries_one_store() -> None:
-    assert isinstance(ClusterCache().storage, StorageObjects)
+    assert isinstance(ClusterCache().objects, ClusterObjects)
 
 
 def _attachment(name: str, node: str | None, rv: str = "1") -> dict:
@@ -59,23 +59,23 @@ def _attachment(name: str, node: str | None, rv: str = "1") -> dict:
     return body
 
 
-def _names(store: StorageObjects, node: str) -> list[str]:
+def _names(store: ClusterObjects, node: str) -> list[str]:
     return sorted(obj["metadata"]["name"] for obj in store.by_node(VOLUME_ATTACHMENT, node))
 
 
-def _move(store: StorageObjects) -> None:
+def _move(store: ClusterObjects) -> None:
     store.apply(VOLUME_ATTACHMENT, "MODIFIED", _attachment("a", "n2", rv="2"))
 
 
-def _delete(store: StorageObjects) -> None:
+def _delete(store: ClusterObjects) -> None:
     store.apply(VOLUME_ATTACHMENT, "DELETED", _attachment("a", "n1"))
 
 
-def _remove(store: StorageObjects) -> None:
+def _remove(store: ClusterObjects) -> None:
     store.remove(VOLUME_ATTACHMENT, ("", "a"))
 
 
-def _same_node_update(store: StorageObjects) -> None:
+def _same_node_update(store: ClusterObjects) -> None:
     store.apply(VOLUME_ATTACHMENT, "MODIFIED", _attachment("a", "n1", rv="2"))
 
 
@@ -90,9 +90,9 @@ def _same_node_update(store: StorageObjects) -> None:
     ],
 )
 def test_volume_attachments_are_indexed_by_node(
-    change: Callable[[StorageObjects], None], on_n1: list[str], on_n2: list[str]
+    change: Callable[[ClusterObjects], None], on_n1: list[str], on_n2: list[str]
 ) -> None:
-    store = StorageObjects()
+    store = ClusterObjects()
     for name, node in (("a", "n1"), ("b", "n1"), ("c", "n2"), ("d", None)):
         store.apply(VOLUME_ATTACHMENT, "ADDED", _attachment(name, node))
     change(store)
@@ -103,7 +103,7 @@ def test_volume_attachments_are_indexed_by_node(
 
 
 def test_the_index_holds_the_latest_version() -> None:
-    store = StorageObjects()
+    store = ClusterObjects()
     store.apply(VOLUME_ATTACHMENT, "ADDED", _attachment("a", "n1"))
     latest = _attachment("a", "n1", rv="2")
     store.apply(VOLUME_ATTACHMENT, "MODIFIED", latest)
@@ -111,7 +111,7 @@ def test_the_index_holds_the_latest_version() -> None:
 
 
 def test_resource_slices_are_indexed_by_node_and_claims_are_namespaced() -> None:
-    store = StorageObjects()
+    store = ClusterObjects()
     local = {"metadata": {"name": "s1"}, "spec": {"nodeName": "n1", "driver": "gpu.example.com"}}
     shared = {"metadata": {"name": "s2"}, "spec": {"allNodes": True, "driver": "gpu.example.com"}}
     store.apply(RESOURCE_SLICE, "ADDED", local)
@@ -126,7 +126,7 @@ def test_resource_slices_are_indexed_by_node_and_claims_are_namespaced() -> None
 
 
 def test_observers_hear_every_store_and_drop_of_their_kind_only() -> None:
-    store = StorageObjects()
+    store = ClusterObjects()
     heard: list[tuple[tuple[str, str], str | None, str | None]] = []
 
     def rv(obj: dict | None) -> str | None:

@@ -14,7 +14,7 @@ average half away from zero (``math.Round``).
 Extended resources backed by DRA device classes (DRAExtendedResource, beta and on in 1.36): for a configured
 resource that a node does not advertise in ``allocatable`` but a DeviceClass backs, the node's allocatable and
 allocated amounts are its devices of that class and the taken ones (``dra`` of :func:`calculate_allocation`,
-``plugins/_dra_capacity.py``), as upstream's ``calculateResourceAllocatableRequest`` does.
+``plugins/dynamic_resources/capacity.py``), as upstream's ``calculateResourceAllocatableRequest`` does.
 
 Remembered between cycles (:class:`RememberedScores`): a node's resource score changes only with its row of the
 node table, so the scores of a pod request seen before are kept by slot and only the nodes whose row changed

@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from kopf_scheduler.plugins._device_class_mapping import device_class_for, is_dra_extended_resource_name
 from kopf_scheduler.plugins.dynamic_resources.allocator import AllocatedState, node_matches
 from kopf_scheduler.plugins.dynamic_resources.cel import CelError, SelectorCache
 from kopf_scheduler.plugins.dynamic_resources.tracker import tracker_for
+from kopf_scheduler.plugins.helper.device_class_mapping import device_class_for, is_dra_extended_resource_name
 from kopf_scheduler.state.cache import Snapshot
-from kopf_scheduler.state.storage import RESOURCE_SLICE
+from kopf_scheduler.state.objects import RESOURCE_SLICE
 
 #: (allocatable, allocated) of a DRA-backed resource on the given node slots; None: no DeviceClass backs it.
 DraCapacity = Callable[[str, np.ndarray], tuple[np.ndarray, np.ndarray] | None]
@@ -49,7 +49,7 @@ def may_score_dra(resource_names: list[str]) -> bool:
 def dra_capacity(snapshot: Snapshot) -> DraCapacity:
     """The scorers' view of DRA-backed resources for one Score call (upstream ``getDRAPreScoredParams``: the
     allocated devices and the slices, gathered once)."""
-    storage = snapshot.cache.storage
+    storage = snapshot.cache.objects
     gathered: list[Any] = []
 
     def capacity(resource: str, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

@@ -1,15 +1,16 @@
-"""The storage objects the volume plugins read, as the API server last reported them.
+"""The API objects plugins read besides nodes and pods, as the API server last reported them.
 
-Upstream's volume plugins (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits) read
+Storage objects, PodDisruptionBudgets and DynamicResources' objects: what upstream's plugins read through
+informer listers. Upstream's volume plugins (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits) read
 PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities and
 VolumeAttachments through informer listers from the framework handle's SharedInformerFactory. Here the watch handlers
-(``eventhandlers.py``) keep one :class:`StorageObjects` inside the :class:`~kopf_scheduler.state.cache.ClusterCache`
-current, and plugins read it through ``snapshot.cache.storage``. Objects are the API dicts as watched (the
+(``eventhandlers.py``) keep one :class:`ClusterObjects` inside the :class:`~kopf_scheduler.state.cache.ClusterCache`
+current, and plugins read it through ``snapshot.cache.objects``. Objects are the API dicts as watched (the
 scheduler never mutates them: VolumeBinding keeps its assumed versions beside them, as upstream's
 AssumeCache does beside the informer).
 
 Keys: cluster-scoped kinds by name, namespaced kinds (PVCs, CSIStorageCapacities) by ``(namespace, name)``.
-VolumeAttachments are also indexed by ``spec.nodeName`` (:meth:`StorageObjects.by_node`), as upstream's
+VolumeAttachments are also indexed by ``spec.nodeName`` (:meth:`ClusterObjects.by_node`), as upstream's
 NodeVolumeLimits lists them through an informer indexer on that field instead of walking them all per node;
 ResourceSlices likewise (``spec.nodeName``; slices without one, for node selectors or all nodes, sit under "").
 The resource.k8s.io kinds (ResourceClaims, ResourceClaimTemplates, ResourceSlices, DeviceClasses) are
@@ -67,7 +68,7 @@ def object_key(kind: str, obj: Mapping[str, Any]) -> Key:
     return (meta.get("namespace") or "" if KINDS[kind] else "", meta.get("name") or "")
 
 
-class StorageObjects:
+class ClusterObjects:
     """The latest watched version of every storage object, by kind and key."""
 
     __slots__ = ("_by_kind", "_by_node", "_changes", "_observers")
