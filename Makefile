@@ -44,7 +44,7 @@ export CONTAINERS_CONF KOPF_SCHEDULER_IMAGE
 help:
 	@echo "make test      venv + binaries + image + lint + the whole pytest suite"
 	@echo "make demo      venv + binaries, then a local cluster with 3 kwok nodes until Ctrl-C"
-	@echo "make lint      ruff, import-linter and hadolint only"
+	@echo "make lint      ruff, import-linter, mypy (strict) and hadolint only"
 	@echo "make image     build $(IMAGE) with podman from the Dockerfile (installs podman & co. if missing)"
 	@echo "make lock      regenerate constraints.txt from a fresh venv (the newest versions pyproject allows)"
 	@echo "make crds      regenerate crds/schedulerprofile.yaml from the models and copy the CRDs into the chart"
@@ -72,6 +72,7 @@ binaries: $(VENV_STAMP)
 lint: $(VENV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint Dockerfile
 
 image-tools:
