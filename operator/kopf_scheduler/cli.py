@@ -242,9 +242,10 @@ def _what_if_profile(api: Any, profile: str) -> tuple[str, dict[str, Any]]:
             raise ManifestError(f"{profile}: expected one {KIND}, found {len(found)}")
         manifest = found[0]
     else:
-        manifest = get_object(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}/{quote(profile, safe='')}")
-        if manifest is None:
+        fetched = get_object(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}/{quote(profile, safe='')}")
+        if fetched is None:
             raise WhatIfError(f"there is no {KIND} {profile!r} in the cluster, nor a file of that name")
+        manifest = fetched
     name = (manifest.get("metadata") or {}).get("name")
     if not name:
         raise ManifestError(f"{profile}: the {KIND} has no metadata.name")
@@ -499,7 +500,7 @@ def run(settings: RunSettings) -> int:
     from kopf_scheduler.kube import HTTPExtenderTransport
 
     _configure_logging(settings)
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves this one unannotated
     app = SchedulerApp(settings=settings, extender_transport=HTTPExtenderTransport())
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
     kopf.run(

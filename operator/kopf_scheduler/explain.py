@@ -271,7 +271,7 @@ def _verdict(node: dict[str, Any]) -> str:
 
 
 def _history_entry(account: dict[str, Any], changes: dict[str, Any] | None) -> dict[str, Any]:
-    entry = {key: account[key] for key in ("time", "result", "message") if key in account}
+    entry: dict[str, Any] = {key: account[key] for key in ("time", "result", "message") if key in account}
     for key in ("numNodes", "nominatedNode"):
         if key in account:
             entry[key] = account[key]

@@ -124,7 +124,7 @@ def _object_list_decoder() -> Any:
     """
     unset: Any = msgspec.UNSET
     meta = msgspec.defstruct("ObjectMeta", [(name, Any, unset) for name in _OBJECT_META_FIELDS], omit_defaults=True)
-    item = msgspec.defstruct("Item", [(name, meta if name == "metadata" else Any, unset) for name in _ITEM_FIELDS])
+    item: Any = msgspec.defstruct("Item", [(name, meta if name == "metadata" else Any, unset) for name in _ITEM_FIELDS])
     page_fields = [*((name, Any, unset) for name in _LIST_FIELDS), ("items", list[item], [])]
     return msgspec.json.Decoder(msgspec.defstruct("ObjectList", page_fields))
 

@@ -89,7 +89,8 @@ def validate_manifest(manifest: Any, index: int = 0) -> ProfileVerdict:
     label = f"document {index}"
     if not isinstance(manifest, dict):
         return _refused(label, f"expected a mapping, got {type(manifest).__name__}")
-    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+    found_metadata = manifest.get("metadata")
+    metadata: dict[str, Any] = found_metadata if isinstance(found_metadata, dict) else {}
     name = metadata.get("name")
     label = name if isinstance(name, str) and name else label
     if (manifest.get("apiVersion"), manifest.get("kind")) != (API_VERSION, KIND):

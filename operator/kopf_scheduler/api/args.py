@@ -325,13 +325,13 @@ class NodeResourcesFitArgs(ArgsModel):
                 errors.append(invalid(f"ignoredResourceGroups[{i}]", group, "resource group name can't contain '/'"))
             errors += _label_name_errors(f"ignoredResourceGroups[{i}]", group)
         strategy = self.scoring_strategy
-        for i, resource in enumerate(strategy.resources):
-            if not 0 < resource.weight <= 100:
+        for i, weighted in enumerate(strategy.resources):
+            if not 0 < weighted.weight <= 100:
                 errors.append(
                     invalid(
                         f"scoringStrategy.resources[{i}].weight",
-                        resource.weight,
-                        f"resource weight of {resource.name} not in valid range (0, 100]",
+                        weighted.weight,
+                        f"resource weight of {weighted.name} not in valid range (0, 100]",
                     )
                 )
         rtcr_path = "scoringStrategy.requestedToCapacityRatio"

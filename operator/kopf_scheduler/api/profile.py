@@ -137,7 +137,8 @@ class Plugins(ApiModel):
 
     def at(self, point: str) -> PluginSet:
         """The set configured for ``point``, its JSON key (an ``ExtensionPoint`` or ``"multiPoint"``)."""
-        return getattr(self, _FIELD_BY_KEY[point])
+        found: PluginSet = getattr(self, _FIELD_BY_KEY[point])
+        return found
 
 
 #: JSON key (``ExtensionPoint`` value, ``multiPoint``) → Python field name. Keyed by plain strings so that this
@@ -352,7 +353,8 @@ class EffectivePlugins(ApiModel):
 
     def at(self, point: str) -> list[EffectivePlugin]:
         """The plugins at ``point`` (an ``ExtensionPoint`` or its JSON key)."""
-        return getattr(self, _FIELD_BY_KEY[point])
+        found: list[EffectivePlugin] = getattr(self, _FIELD_BY_KEY[point])
+        return found
 
 
 class SchedulerProfileStatus(ApiModel):

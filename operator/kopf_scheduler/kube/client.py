@@ -83,7 +83,8 @@ class KubeClient:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._connection_limit, ssl=self._ssl)
+            # None: aiohttp's default verification (its ``ssl=True``).
+            connector = aiohttp.TCPConnector(limit=self._connection_limit, ssl=True if self._ssl is None else self._ssl)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 headers=self._headers,

@@ -84,7 +84,8 @@ def parse_peers(status: Mapping[str, Any] | None, now: datetime.datetime) -> lis
     for identity, record in (status or {}).items():
         if not isinstance(record, Mapping):
             continue
-        lastseen = _parse_time(record.get("lastseen")) if record.get("lastseen") is not None else now
+        seen = record.get("lastseen")
+        lastseen = _parse_time(str(seen)) if seen is not None else now
         peers.append(
             Peer(
                 identity=str(identity),

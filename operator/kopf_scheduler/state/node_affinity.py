@@ -157,7 +157,7 @@ def _label_mask(table: NodeTable, nodes: np.ndarray, req: Requirement) -> np.nda
     column = table.label_column(req.key)
     if column is None:  # no node has the label
         return np.full(len(nodes), op in ("NotIn", "DoesNotExist"), dtype=bool)
-    ids = column.ids[nodes]
+    ids: np.ndarray = column.ids[nodes]
     if op == "Exists":
         return ids >= 0
     if op == "DoesNotExist":
@@ -174,7 +174,8 @@ def _label_mask(table: NodeTable, nodes: np.ndarray, req: Requirement) -> np.nda
         bound = parse_go_int64(req.values[0])
         assert bound is not None  # validated at parse time
         verdicts[:-1] = _numeric_verdicts(column.values, op, bound)
-    return verdicts[ids]
+    judged: np.ndarray = verdicts[ids]
+    return judged
 
 
 def _name_mask(table: NodeTable, nodes: np.ndarray, name: str) -> np.ndarray:

@@ -141,6 +141,11 @@ class NodeTable:
             self.requested = np.hstack([self.requested, zeros.copy()])
         return index
 
+    def _resource_column_made(self, name: str) -> int:
+        column = self.resource_column(name, create=True)
+        assert column is not None  # create=True always answers a column
+        return column
+
     def _add_requests(self, slot: int, requests: Mapping[str, int], sign: int) -> None:
         index = self.resource_index
         for name, value in requests.items():
@@ -180,14 +185,14 @@ class NodeTable:
                 if value:
                     column = index.get(name)
                     if column is None:  # a new column (before ``requested`` is indexed below: it is re-made)
-                        column = self.resource_column(name, create=True)
-                        assert column is not None
+                        column = self._resource_column_made(name)
                     rows.append(row)
                     columns.append(column)
                     values.append(value)
         at = np.asarray(slots, dtype=np.int64)
         if rows:
-            np.add.at(self.requested, (at[rows], columns), sign * np.asarray(values, dtype=np.int64))
+            cells = (at[rows], np.asarray(columns, dtype=np.intp))
+            np.add.at(self.requested, cells, sign * np.asarray(values, dtype=np.int64))
         np.add.at(self.non_zero_requested, at, sign * np.asarray(non_zero, dtype=np.int64).reshape(-1, 2))
         np.add.at(self.pod_count, at, sign)
         versions = np.arange(self._last_version + 1, self._last_version + len(at) + 1, dtype=np.int64)
@@ -196,7 +201,7 @@ class NodeTable:
 
     def set_allocatable(self, slot: int, allocatable: dict[str, int]) -> None:
         """The node's allocatable; a new :attr:`version` only when it changed (most node updates are status)."""
-        columns = [self.resource_column(name, create=True) for name in allocatable]
+        columns = [self._resource_column_made(name) for name in allocatable]
         row = np.zeros(len(self.resources), dtype=np.int64)
         row[columns] = list(allocatable.values())
         if not np.array_equal(row, self.allocatable[slot]):
@@ -212,10 +217,10 @@ class NodeTable:
             if key not in labels:
                 column.ids[slot] = -1
         for key, value in labels.items():
-            column = self.labels.get(key)
-            if column is None:
-                column = self.labels[key] = LabelColumn(ids=np.full(self.capacity, -1, dtype=np.int32))
-            column.ids[slot] = column.intern(value)
+            found = self.labels.get(key)
+            if found is None:
+                found = self.labels[key] = LabelColumn(ids=np.full(self.capacity, -1, dtype=np.int32))
+            found.ids[slot] = found.intern(value)
 
     def set_taints(self, slot: int, taints: tuple[Taint, ...]) -> None:
         self.taint_set[slot] = _intern(taints, self.taint_sets, self._taint_set_ids)

@@ -351,7 +351,7 @@ def _resize_infeasible(status: Mapping[str, Any]) -> bool:
     """component-helpers ``IsPodResizeInfeasible``: the first PodResizePending condition says Infeasible."""
     for condition in status.get("conditions") or ():
         if condition.get("type") == "PodResizePending":
-            return condition.get("reason") == "Infeasible"
+            return bool(condition.get("reason") == "Infeasible")
     return False
 
 

@@ -33,15 +33,17 @@ def _per_set(
         answers = [judge(taints) if taints else 0 for taints in table.taint_sets]
         if not any(answers):  # e.g. no node has taints: nothing to spread
             return np.zeros(len(nodes), dtype=dtype)
-        return np.asarray(answers, dtype=dtype)[table.taint_set[nodes]]
+        spread: np.ndarray = np.asarray(answers, dtype=dtype)[table.taint_set[nodes]]
+        return spread
     # Interned sets are never forgotten, so judge only the sets these nodes actually use when there are many.
-    set_ids = table.taint_set[nodes]
-    lookup = np.zeros(num_sets, dtype=dtype)
+    set_ids: np.ndarray = table.taint_set[nodes]
+    lookup: np.ndarray = np.zeros(num_sets, dtype=dtype)
     for set_id in np.unique(set_ids).tolist():
         taints = table.taint_sets[set_id]
         if taints:
             lookup[set_id] = judge(taints)
-    return lookup[set_ids]
+    judged: np.ndarray = lookup[set_ids]
+    return judged
 
 
 def untolerated_taint_set_mask(
