@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kopf_scheduler.plugins.dynamic_resources.allocator.allocated import add_capacity, remove_capacity
 from kopf_scheduler.plugins.dynamic_resources.allocator.common import (
@@ -64,7 +64,28 @@ from kopf_scheduler.state.node_affinity import NodeSelectorParseError
 from kopf_scheduler.state.quantity import parse_quantity
 
 if TYPE_CHECKING:
-    from kopf_scheduler.plugins.dynamic_resources.allocator.incubating import Allocator
+    from kopf_scheduler.plugins.dynamic_resources.allocator.allocated import AllocatedState
+    from kopf_scheduler.plugins.dynamic_resources.allocator.common import CompiledSelectorLike, Features
+    from kopf_scheduler.plugins.dynamic_resources.allocator.slice_index import SliceIndex
+
+
+class Owner(Protocol):
+    """What an allocation reads of the cycle's :class:`~.incubating.Allocator` that runs it (its inputs, the
+    requests and selectors it read and compiled once, the pools' available counters it caches)."""
+
+    features: Features
+    allocated: AllocatedState
+    classes: Mapping[str, Mapping[str, Any]]
+    index: SliceIndex
+    new_share_id: Callable[[], str]
+    available_counters: dict[str, CounterSets]
+    recursion_room_for: int
+
+    def request_of(self, raw: Mapping[str, Any]) -> Request: ...
+
+    def subrequests_of(self, raw: Mapping[str, Any]) -> list[Request]: ...
+
+    def compiled(self, expression: str) -> CompiledSelectorLike | Exception: ...
 
 
 @dataclass
@@ -94,7 +115,7 @@ class Allocation:
     """One ``Allocate`` call (upstream's unexported ``allocator``)."""
 
     def __init__(
-        self, owner: Allocator, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], deadline: float | None
+        self, owner: Owner, node: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], deadline: float | None
     ) -> None:
         self.owner = owner
         self.deadline = deadline

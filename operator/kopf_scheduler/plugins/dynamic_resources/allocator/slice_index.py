@@ -7,9 +7,9 @@ outcome depends only on the slices and the node, so the plugin keeps one index u
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kopf_scheduler.plugins.dynamic_resources.allocator.allocated import AllocatedState
 from kopf_scheduler.plugins.dynamic_resources.allocator.common import DeviceID, Features, spec_of
@@ -22,8 +22,11 @@ from kopf_scheduler.plugins.dynamic_resources.allocator.pools import (
 )
 from kopf_scheduler.plugins.dynamic_resources.allocator.requests import Candidate
 
-if TYPE_CHECKING:
-    from kopf_scheduler.plugins.dynamic_resources.allocator.allocation import Allocation
+
+class KeptSearch(Protocol):
+    """A finished search (an :class:`~.allocation.Allocation`) that answers again for equal claims."""
+
+    def results_for(self, claims: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]: ...
 
 
 NodeDevices = tuple[list[Pool], list[list[list[Candidate]]]]
@@ -52,7 +55,7 @@ class SliceIndex:
                 self.slices_on_node.setdefault(spec["nodeName"], []).append(slice_)
         #: node name → (the node's labels when built, its pools, their candidates by pool and slice).
         self._nodes: dict[str, tuple[dict[str, str], NodeDevices]] = {}
-        #: node name → the node's kept searches (see :meth:`Allocator.allocate`), dropped with its entry.
+        #: node name → the node's kept searches (see :meth:`~.incubating.Allocator.allocate`), dropped with its entry.
         self._searches: dict[str, NodeSearches] = {}
 
     def node_devices(self, node: Mapping[str, Any]) -> NodeDevices:
@@ -96,7 +99,7 @@ class NodeSearches:
     without searching again; its results are rebuilt for its own claims."""
 
     device_ids: tuple[DeviceID, ...] | None
-    found: dict[tuple[str, tuple[int, ...]], Allocation | None] = field(default_factory=dict)
+    found: dict[tuple[str, tuple[int, ...]], KeptSearch | None] = field(default_factory=dict)
     device_set: frozenset[DeviceID] = frozenset()
 
     def __post_init__(self) -> None:
@@ -109,7 +112,7 @@ class NodeSearches:
             return ()
         return tuple(index for index, device_id in enumerate(self.device_ids) if device_id in taken)
 
-    def keep(self, key: tuple[str, tuple[int, ...]], search: Allocation | None) -> None:
+    def keep(self, key: tuple[str, tuple[int, ...]], search: KeptSearch | None) -> None:
         if len(self.found) >= KEPT_SEARCHES_PER_NODE:
             del self.found[next(iter(self.found))]
         self.found[key] = search
