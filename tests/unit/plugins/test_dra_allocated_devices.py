@@ -57,9 +57,9 @@ def _walked(tracker: ClaimTracker) -> AllocatedState:
 def test_the_kept_count_equals_the_walk_over_every_claim(seed: int) -> None:
     rng = random.Random(seed)
     cache = ClusterCache()
-    storage = cache.objects
+    objects = cache.objects
     for name in ("a", "b"):  # claims stored before the tracker counts anything
-        storage.apply(RESOURCE_CLAIM, "ADDED", _claim(name, 1, rng))
+        objects.apply(RESOURCE_CLAIM, "ADDED", _claim(name, 1, rng))
     tracker = tracker_for(cache)
     rv = 10
     for _ in range(60):
@@ -67,11 +67,11 @@ def test_the_kept_count_equals_the_walk_over_every_claim(seed: int) -> None:
         name = rng.choice("abcdef")
         step = rng.randrange(7)
         if step <= 1:
-            storage.apply(RESOURCE_CLAIM, "MODIFIED", _claim(name, rv, rng))
+            objects.apply(RESOURCE_CLAIM, "MODIFIED", _claim(name, rv, rng))
         elif step == 2:
-            watched = storage.get(RESOURCE_CLAIM, name, "default")
+            watched = objects.get(RESOURCE_CLAIM, name, "default")
             if watched is not None:
-                storage.apply(RESOURCE_CLAIM, "DELETED", watched)
+                objects.apply(RESOURCE_CLAIM, "DELETED", watched)
         elif step == 3:
             tracker.assume_after_api_call(_claim(name, rv, rng))
         elif step == 4:
@@ -84,7 +84,7 @@ def test_the_kept_count_equals_the_walk_over_every_claim(seed: int) -> None:
             tracker.remove_pending_allocation(f"uid-{name}")
         assert tracker.allocated_state() == _walked(tracker)
         if rng.random() < 0.1:
-            storage.remove(RESOURCE_CLAIM, ("default", name))  # the reconciling LIST drops it
+            objects.remove(RESOURCE_CLAIM, ("default", name))  # the reconciling LIST drops it
             assert tracker.allocated_state() == _walked(tracker)
 
 

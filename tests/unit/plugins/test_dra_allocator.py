@@ -1344,16 +1344,16 @@ def test_a_kept_compile_error_stays_a_compile_error() -> None:
 
 
 def _searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from kopf_scheduler.plugins.dynamic_resources import allocator as module
+    from kopf_scheduler.plugins.dynamic_resources.allocator import allocation as module
 
     ran: list[str] = []
-    original = module._Allocation.run
+    original = module.Allocation.run
 
     def run(self: Any) -> Any:
         ran.append(self.claims[0]["metadata"]["name"])
         return original(self)
 
-    monkeypatch.setattr(module._Allocation, "run", run)
+    monkeypatch.setattr(module.Allocation, "run", run)
     return ran
 
 
@@ -1425,19 +1425,19 @@ def test_searches_with_shared_counters_or_consumed_capacity_are_not_kept(monkeyp
 
 
 def test_a_kept_search_builds_its_results_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kopf_scheduler.plugins.dynamic_resources import allocator as module
+    from kopf_scheduler.plugins.dynamic_resources.allocator import allocation as module
 
     index, cel = SliceIndex([rslice("s", GPUS)], DEFAULTS), FakeCel()
     searched = _allocator_over(index, cel).allocate_deferred(NODE, [claim("c1", exactly("r", "a100"))])
     assert searched is not None
     built: list[int] = []
-    original = module._Allocation._result
+    original = module.Allocation._result
 
     def result(self: Any, claim_index: int, c: Mapping[str, Any]) -> dict[str, Any]:
         built.append(claim_index)
         return original(self, claim_index, c)
 
-    monkeypatch.setattr(module._Allocation, "_result", result)
+    monkeypatch.setattr(module.Allocation, "_result", result)
     kept = _allocator_over(index, cel).allocate_deferred(NODE, [claim("c2", exactly("r", "a100"))])
     assert kept is not None
     assert built == []

@@ -1,4 +1,4 @@
-"""DRA CEL device selectors (plugins/dynamic_resources/cel.py) against upstream's cases.
+"""DRA CEL device selectors (plugins/dynamic_resources/cel.py, cel_library.py) against upstream's cases.
 
 The scenarios restate k8s.io/dynamic-resource-allocation@v0.36.3/cel/compile_test.go (TestCEL, without the
 list-type-attributes and cost-estimate parts) and the error forms the structured allocator surfaces.

@@ -39,7 +39,7 @@ def gpu_class(name: str = "gpu", extended: str = GPU) -> dict[str, Any]:
     return cls
 
 
-def storage_with(*classes: dict[str, Any]) -> Any:
+def objects_with(*classes: dict[str, Any]) -> Any:
     cache = ClusterCache()
     for cls in classes:
         cache.objects.apply(DEVICE_CLASS, "ADDED", cls)
@@ -135,7 +135,7 @@ REQUEST_CASES = [
 def test_requests_and_mappings_are_upstreams(
     pod: dict[str, Any], resources: dict[str, int], requests: list[Any], mappings: list[Any]
 ) -> None:
-    found_requests, found_mappings = requests_and_mappings(pod_info(pod), resources, storage_with(gpu_class()))
+    found_requests, found_mappings = requests_and_mappings(pod_info(pod), resources, objects_with(gpu_class()))
     assert found_requests == requests
     assert found_mappings == mappings
 
@@ -150,7 +150,7 @@ def _node_claim(
 ) -> tuple[Any, Any, Any]:
     pod = pod_info(pod_with(container("c", {GPU: "1"})))
     extended = ExtendedRequests(scalar if scalar is not None else {GPU: 1}, "uid")
-    return node_claim(claim, extended, pod, allocatable, storage_with(gpu_class()), has_user_claims=user_claims)
+    return node_claim(claim, extended, pod, allocatable, objects_with(gpu_class()), has_user_claims=user_claims)
 
 
 def test_the_node_variant_requests_what_the_node_does_not_advertise() -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -226,7 +226,8 @@ def _results(claim: Claim) -> list[Mapping[str, Any]]:
 
 def _device_status(claim: Claim, result: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """Upstream ``getAllocatedDeviceStatus``: the claim's status entry for the allocated device."""
-    for device in (claim.get("status") or {}).get("devices") or ():
+    devices: Sequence[Mapping[str, Any]] = (claim.get("status") or {}).get("devices") or ()
+    for device in devices:
         if (device.get("driver"), device.get("pool"), device.get("device")) == (
             result.get("driver"),
             result.get("pool"),

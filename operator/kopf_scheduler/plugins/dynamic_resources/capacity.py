@@ -49,16 +49,16 @@ def may_score_dra(resource_names: list[str]) -> bool:
 def dra_capacity(snapshot: Snapshot) -> DraCapacity:
     """The scorers' view of DRA-backed resources for one Score call (upstream ``getDRAPreScoredParams``: the
     allocated devices and the slices, gathered once)."""
-    storage = snapshot.cache.objects
+    objects = snapshot.cache.objects
     gathered: list[Any] = []
 
     def capacity(resource: str, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        device_class = device_class_for(storage, resource)
+        device_class = device_class_for(objects, resource)
         if device_class is None:
             return None
         if not gathered:
             gathered.append(tracker_for(snapshot.cache).allocated_state())
-            gathered.append(list(storage.all(RESOURCE_SLICE)))
+            gathered.append(list(objects.all(RESOURCE_SLICE)))
         state, slices = gathered
         allocatable = np.zeros(len(nodes), dtype=np.int64)
         allocated = np.zeros(len(nodes), dtype=np.int64)

@@ -1,8 +1,9 @@
 """CEL device selectors: compile ``DeviceSelector.cel.expression`` once, evaluate it against many devices.
 
 Upstream counterpart: ``k8s.io/dynamic-resource-allocation@v0.36.3/cel`` (``compile.go``: the DRA CEL environment
-and ``DeviceMatches``; ``cache.go``: the LRU of compiled expressions) plus the Kubernetes CEL libraries it
-enables from ``k8s.io/apiserver/pkg/cel/library`` (``quantity.go``, ``semverlib.go``).
+and ``DeviceMatches``; ``cache.go``: the LRU of compiled expressions). The Kubernetes CEL libraries it enables
+(upstream ``k8s.io/apiserver/pkg/cel/library``: quantity, semver, regex, lists; cel-go's strings) are
+``cel_library.py``.
 
 The environment has one variable, ``device``, with ``driver`` (string), ``allowMultipleAllocations`` (bool),
 ``attributes`` (domain -> ID -> bool/int/string/semver) and ``capacity`` (domain -> ID -> quantity). A qualified
@@ -46,15 +47,19 @@ selector's outcome on its device, so the next scheduling cycle over the same dev
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from fractions import Fraction
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kopf_scheduler.state.quantity import QuantityError, parse_quantity
+from kopf_scheduler.plugins.dynamic_resources.cel_library import CelError as CelError  # re-exported
+from kopf_scheduler.plugins.dynamic_resources.cel_library import (
+    Quantity,
+    Semver,
+    kubernetes_functions,
+    new_quantity,
+)
 
 if TYPE_CHECKING:
     import lark
@@ -62,13 +67,8 @@ if TYPE_CHECKING:
 # resourceapi.CELSelectorExpressionMaxCost: the runtime limit, here a budget of evaluation steps.
 COST_LIMIT = 1_000_000
 _DEVICE_VAR = "device"
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _CONTEXT_CACHE_SIZE = 4096
 _INTERRUPTED = "operation interrupted: context deadline exceeded"
-
-
-class CelError(Exception):
-    """A compile or runtime error of a selector; ``str()`` is the text upstream shows for the same failure."""
 
 
 class CelCompileError(CelError):
@@ -83,373 +83,6 @@ def selector_error_message(owner: str, index: int, error: CelError) -> str:
     """
     kind = "compile" if isinstance(error, CelCompileError) else "runtime"
     return f"{owner}: selector #{index}: CEL {kind} error: {error}"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Kubernetes CEL values: quantity and semver.
-
-
-class Quantity:
-    """``resource.Quantity`` as a CEL value (k8s.io/apiserver/pkg/cel/library/quantity.go): exact rationals.
-
-    Equality only, as upstream: ordering goes through ``compareTo``/``isLessThan``, ``<`` is "no such overload".
-    """
-
-    __slots__ = ("text", "value")
-
-    def __init__(self, text: str, value: Fraction) -> None:
-        self.text = text
-        self.value = value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Quantity) and self.value == other.value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-    def __repr__(self) -> str:
-        return f"quantity({self.text!r})"
-
-
-_NUMBERS = frozenset("0123456789")
-_ALPHANUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-0123456789")
-
-
-def _parse_number(part: str, what: str) -> int:
-    """One of major/minor/patch, with blang/semver/v4's error texts."""
-    if not set(part) <= _NUMBERS:
-        raise CelError(f'Invalid character(s) found in {what} number "{part}"')
-    if len(part) > 1 and part[0] == "0":
-        raise CelError(f'{what.capitalize()} number must not contain leading zeroes "{part}"')
-    if not part:
-        raise CelError('strconv.ParseUint: parsing "": invalid syntax')
-    return int(part)
-
-
-def _parse_prerelease(part: str) -> int | str:
-    if not part:
-        raise CelError("Prerelease is empty")
-    if set(part) <= _NUMBERS:
-        if len(part) > 1 and part[0] == "0":
-            raise CelError(f'Numeric PreRelease version must not contain leading zeroes "{part}"')
-        return int(part)
-    if not set(part) <= _ALPHANUM:
-        raise CelError(f'Invalid character(s) found in prerelease "{part}"')
-    return part
-
-
-def _parse_semver(text: str) -> tuple[int, int, int, tuple[int | str, ...]]:
-    """blang/semver/v4 ``Parse``: major.minor.patch[-pre][+build], its error texts."""
-    if not text:
-        raise CelError("Version string empty")
-    parts = text.split(".", 2)
-    if len(parts) != 3:
-        raise CelError("No Major.Minor.Patch elements found")
-    major, minor = _parse_number(parts[0], "major"), _parse_number(parts[1], "minor")
-    rest, _, build = parts[2].partition("+")
-    patch, dash, pre = rest.partition("-")
-    number = _parse_number(patch, "patch")
-    prerelease = tuple(_parse_prerelease(p) for p in pre.split(".")) if dash else ()
-    for meta in build.split(".") if "+" in parts[2] else ():
-        if not meta:
-            raise CelError("Build meta data is empty")
-        if not set(meta) <= _ALPHANUM:
-            raise CelError(f'Invalid character(s) found in build meta data "{meta}"')
-    return major, minor, number, prerelease
-
-
-class Semver:
-    """A semantic version as a CEL value (blang/semver/v4 precedence; build metadata is ignored)."""
-
-    __slots__ = ("major", "minor", "patch", "pre", "text")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.major, self.minor, self.patch, self.pre = _parse_semver(text)
-
-    def compare(self, other: Semver) -> int:
-        mine, theirs = (self.major, self.minor, self.patch), (other.major, other.minor, other.patch)
-        if mine != theirs:
-            return 1 if mine > theirs else -1
-        if self.pre == other.pre:
-            return 0
-        if not self.pre or not other.pre:  # a release ranks above its pre-releases
-            return -1 if self.pre else 1
-        for a, b in zip(self.pre, other.pre, strict=False):
-            if a == b:
-                continue
-            if isinstance(a, int) != isinstance(b, int):  # numeric identifiers rank below alphanumeric ones
-                return -1 if isinstance(a, int) else 1
-            return 1 if a > b else -1  # type: ignore[operator]
-        return (len(self.pre) > len(other.pre)) - (len(self.pre) < len(other.pre))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Semver) and self.compare(other) == 0
-
-    def __hash__(self) -> int:
-        return hash((self.major, self.minor, self.patch, self.pre))
-
-    def __repr__(self) -> str:
-        return f"semver({self.text!r})"
-
-
-def _normalize_semver(text: str) -> str:
-    """Upstream ``normalizeAndParse``: drop a leading "v" and leading zeros, fill in a missing minor/patch."""
-    parts = text.removeprefix("v").split(".", 2)
-    for i, part in enumerate(parts):
-        if len(part) > 1:
-            part = part.lstrip("0")
-            if not part or not part[0].isdigit():
-                part = "0" + part
-            parts[i] = part
-    if len(parts) < 3:
-        if "+" in parts[-1] or "-" in parts[-1]:
-            raise CelError("short version cannot contain PreRelease/Build meta data")
-        parts += ["0"] * (3 - len(parts))
-    return ".".join(parts)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The CEL functions of the Kubernetes quantity and semver libraries (plus the overloads they share).
-
-
-def _new_quantity(text: Any) -> Quantity:
-    if not isinstance(text, str):
-        raise TypeError("quantity() takes a string")
-    try:
-        return Quantity(str(text), parse_quantity(str(text)))
-    except QuantityError as error:
-        raise CelError(str(error).split(": '")[0]) from error
-
-
-def _is_quantity(text: Any) -> bool:
-    try:
-        _new_quantity(text)
-    except CelError:
-        return False
-    return True
-
-
-def _new_semver(text: Any, normalize: Any = False) -> Semver:
-    if not isinstance(text, str) or not _is_bool(normalize):
-        raise TypeError("semver() takes a string and an optional bool")
-    return Semver(_normalize_semver(str(text)) if normalize else str(text))
-
-
-def _is_bool(value: Any) -> bool:
-    """A CEL bool: celpy's ``BoolType`` is an ``int`` subclass, not a ``bool``."""
-    return isinstance(value, bool) or type(value).__name__ == "BoolType"
-
-
-def _is_semver(text: Any, normalize: Any = False) -> bool:
-    try:
-        _new_semver(text, normalize)
-    except CelError:
-        return False
-    return True
-
-
-def _compare(receiver: Any, other: Any) -> int:
-    if isinstance(receiver, Quantity) and isinstance(other, Quantity):
-        return (receiver.value > other.value) - (receiver.value < other.value)
-    if isinstance(receiver, Semver) and isinstance(other, Semver):
-        return receiver.compare(other)
-    raise TypeError("compareTo needs two quantities or two semvers")
-
-
-def _as_integer(q: Any) -> int:
-    _require_quantity(q)
-    if q.value.denominator != 1 or not _INT64_MIN <= q.value <= _INT64_MAX:
-        raise CelError("cannot convert value to integer")
-    return int(q.value)
-
-
-def _is_integer(q: Any) -> bool:
-    _require_quantity(q)
-    return q.value.denominator == 1 and _INT64_MIN <= q.value <= _INT64_MAX
-
-
-def _arith(sign: int) -> Callable[[Any, Any], Quantity]:
-    def apply(q: Any, other: Any) -> Quantity:
-        _require_quantity(q)
-        if isinstance(other, Quantity):
-            operand = other.value
-        elif isinstance(other, int) and not _is_bool(other):
-            operand = Fraction(int(other))
-        else:
-            raise TypeError("add/sub take a quantity or an int")
-        value = q.value + sign * operand
-        return Quantity(str(value), value)
-
-    return apply
-
-
-def _sign(q: Any) -> int:
-    _require_quantity(q)
-    return (q.value > 0) - (q.value < 0)
-
-
-def _as_float(q: Any) -> float:
-    _require_quantity(q)
-    return float(q.value)
-
-
-def _require_quantity(q: Any) -> None:
-    if not isinstance(q, Quantity):
-        raise TypeError("not a quantity")
-
-
-def _version_part(name: str) -> Callable[[Any], int]:
-    def part(v: Any) -> int:
-        if not isinstance(v, Semver):
-            raise TypeError(f"{name}() is a semver method")
-        return int(getattr(v, name))
-
-    return part
-
-
-def _kubernetes_functions() -> dict[str, Callable[..., Any]]:
-    """The extension functions, returning celpy values (built after celpy is imported)."""
-    from celpy import celtypes  # lazily, with the rest of celpy
-
-    def boolean(fn: Callable[..., bool]) -> Callable[..., Any]:
-        return lambda *args: celtypes.BoolType(fn(*args))
-
-    def integer(fn: Callable[..., int]) -> Callable[..., Any]:
-        return lambda *args: celtypes.IntType(fn(*args))
-
-    return {
-        "quantity": _new_quantity,
-        "isQuantity": boolean(_is_quantity),
-        "semver": _new_semver,
-        "isSemver": boolean(_is_semver),
-        "compareTo": integer(_compare),
-        "isGreaterThan": boolean(lambda a, b: _compare(a, b) == 1),
-        "isLessThan": boolean(lambda a, b: _compare(a, b) == -1),
-        "sign": integer(_sign),
-        "asInteger": integer(_as_integer),
-        "isInteger": boolean(_is_integer),
-        "asApproximateFloat": lambda q: celtypes.DoubleType(_as_float(q)),
-        "add": _arith(1),
-        "sub": _arith(-1),
-        "major": integer(_version_part("major")),
-        "minor": integer(_version_part("minor")),
-        "patch": integer(_version_part("patch")),
-        **_string_functions(celtypes),
-        **_list_functions(celtypes),
-    }
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-_ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
-def _string_functions(celtypes: Any) -> dict[str, Callable[..., Any]]:
-    """cel-go's ``ext.Strings`` (version 2) and the Kubernetes regex library, on celpy strings."""
-    text = celtypes.StringType
-
-    def string(value: Any) -> str:
-        if not isinstance(value, str):
-            raise TypeError("not a string")
-        return str(value)
-
-    def index(value: Any, length: int) -> int:
-        if not isinstance(value, int) or _is_bool(value):
-            raise TypeError("not an int")
-        if not 0 <= value <= length:
-            raise CelError(f"index out of range: {value}")
-        return int(value)
-
-    def char_at(s: Any, i: Any) -> Any:
-        s = string(s)
-        return text(s[index(i, len(s)) : index(i, len(s)) + 1])
-
-    def index_of(target: Any, sub: Any, offset: Any = 0) -> Any:
-        if isinstance(target, list):
-            return celtypes.IntType(next((i for i, item in enumerate(target) if item == sub), -1))
-        s = string(target)
-        return celtypes.IntType(s.find(string(sub), index(offset, len(s))))
-
-    def last_index_of(target: Any, sub: Any, offset: Any = None) -> Any:
-        if isinstance(target, list):
-            return celtypes.IntType(max((i for i, item in enumerate(target) if item == sub), default=-1))
-        s = string(target)
-        end = len(s) if offset is None else index(offset, len(s))
-        return celtypes.IntType(s.rfind(string(sub), 0, end + len(string(sub))))
-
-    def split(s: Any, sep: Any, limit: Any = -1) -> Any:
-        s, sep, limit = string(s), string(sep), int(limit)
-        if limit == 0:
-            return celtypes.ListType([])
-        parts = list(s) if sep == "" else s.split(sep, limit - 1 if limit > 0 else -1)
-        if sep == "" and 0 < limit < len(parts):
-            parts = [*parts[: limit - 1], "".join(parts[limit - 1 :])]
-        return celtypes.ListType([text(p) for p in parts])
-
-    def substring(s: Any, start: Any, end: Any = None) -> Any:
-        s = string(s)
-        first = index(start, len(s))
-        last = len(s) if end is None else index(end, len(s))
-        if first > last:
-            raise CelError(f"invalid substring range. start: {first}, end: {last}")
-        return text(s[first:last])
-
-    def join(items: Any, sep: Any = "") -> Any:
-        if not isinstance(items, list):
-            raise TypeError("not a list")
-        return text(string(sep).join(string(item) for item in items))
-
-    def find(s: Any, pattern: Any) -> Any:
-        import re2  # celpy's own regex engine, RE2 like cel-go's
-
-        match = re2.search(string(pattern), string(s))
-        return text(match.group(0) if match else "")
-
-    def find_all(s: Any, pattern: Any, limit: Any = -1) -> Any:
-        import re2
-
-        found = [m.group(0) for m in re2.finditer(string(pattern), string(s))]
-        return celtypes.ListType([text(f) for f in (found if int(limit) < 0 else found[: int(limit)])])
-
-    return {
-        "charAt": char_at,
-        "indexOf": index_of,
-        "lastIndexOf": last_index_of,
-        "lowerAscii": lambda s: text(string(s).translate(_ASCII_LOWER)),
-        "upperAscii": lambda s: text(string(s).translate(_ASCII_UPPER)),
-        "trim": lambda s: text(string(s).strip()),
-        "split": split,
-        "substring": substring,
-        "join": join,
-        "replace": lambda s, old, new, n=-1: text(string(s).replace(string(old), string(new), int(n))),
-        "find": find,
-        "findAll": find_all,
-    }
-
-
-def _list_functions(celtypes: Any) -> dict[str, Callable[..., Any]]:
-    """The Kubernetes lists library (``min()`` is celpy's own)."""
-
-    def items(value: Any) -> list[Any]:
-        if not isinstance(value, list):
-            raise TypeError("not a list")
-        return list(value)
-
-    def largest(value: Any) -> Any:
-        values = items(value)
-        if not values:
-            raise CelError("max called on empty list")
-        return max(values)
-
-    def total(value: Any) -> Any:
-        values = items(value)
-        return sum(values[1:], values[0]) if values else celtypes.IntType(0)
-
-    return {
-        "isSorted": lambda value: celtypes.BoolType(all(a <= b for a, b in itertools.pairwise(items(value)))),
-        "sum": total,
-        "max": largest,
-    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -483,7 +116,7 @@ def device_context(driver: str, device: Mapping[str, Any]) -> DeviceContext:
     capacity: dict[str, dict[Any, Any]] = {}
     for name, cap in (device.get("capacity") or {}).items():
         domain, ident = _split_qualified_name(name, driver)
-        capacity.setdefault(domain, {})[celtypes.StringType(ident)] = _new_quantity(str(cap.get("value", "0")))
+        capacity.setdefault(domain, {})[celtypes.StringType(ident)] = new_quantity(str(cap.get("value", "0")))
     value = celtypes.MapType(
         {
             celtypes.StringType("driver"): celtypes.StringType(driver),
@@ -530,7 +163,7 @@ def _defaulting_map_type() -> type:
     """A celpy map whose lookup of an unknown key yields an empty map (upstream ``mapper.Find``)."""
     from celpy import celtypes  # lazily, with the rest of celpy
 
-    class DefaultingMap(celtypes.MapType):  # type: ignore[misc]
+    class DefaultingMap(celtypes.MapType):
         def __getitem__(self, key: Any) -> Any:
             try:
                 return super().__getitem__(key)
@@ -549,7 +182,7 @@ class CompiledSelector:
 
     __slots__ = ("_contexts", "_tree", "expression")
 
-    def __init__(self, expression: str, tree: lark.Tree, contexts: _ContextCache) -> None:
+    def __init__(self, expression: str, tree: lark.Tree[lark.Token], contexts: _ContextCache) -> None:
         self.expression = expression
         self._tree = tree
         self._contexts = contexts
@@ -693,21 +326,24 @@ class _Runtime:
     def __init__(self) -> None:
         import celpy  # the heavy import happens only when a selector is compiled
         from celpy import celtypes, evaluation
+        from celpy.celparser import CELParseError
 
         _skip_runtime_typing(evaluation)
-        self._celpy = celpy
+        self._parse_error = CELParseError
         self.celtypes = celtypes
         self._env = celpy.Environment()
-        functions = _kubernetes_functions()
+        functions = kubernetes_functions()
         self._known_functions = frozenset(functions) | frozenset(evaluation.base_functions) | _MACROS
         self._evaluator_class = _evaluator_class(evaluation)
         self._eval_error = evaluation.CELEvalError
-        self._base_activation = celpy.InterpretedRunner(self._env, None, functions).new_activation()  # type: ignore[arg-type]
+        # No expression tree: the runner serves only to build the base activation with the functions.
+        runner = celpy.InterpretedRunner(self._env, None, functions)  # type: ignore[arg-type]  # tree is None
+        self._base_activation = runner.new_activation()
 
-    def compile(self, expression: str) -> lark.Tree:
+    def compile(self, expression: str) -> lark.Tree[lark.Token]:
         try:
             tree = self._env.compile(expression)
-        except self._celpy.CELParseError as error:
+        except self._parse_error as error:
             line, column = getattr(error, "line", None) or 1, getattr(error, "column", None) or 1
             # cel-go names the expected tokens; celpy only points at the spot, drawn the way cel-go draws it.
             source, caret = [*str(error.args[0] if error.args else "").splitlines(), "", ""][:2]
@@ -718,7 +354,7 @@ class _Runtime:
         self._check(tree)
         return tree
 
-    def _check(self, tree: lark.Tree) -> None:
+    def _check(self, tree: lark.Tree[lark.Token]) -> None:
         """The part of cel-go's checker that needs no types: known functions and variables, literal results."""
         bound = {_macro_variable(node) for node in tree.find_data("member_dot_arg") if _method_name(node) in _MACROS}
         bound |= {_macro_variable(node) for node in tree.find_data("member_dot_arg") if _is_cel_bind(node)}
@@ -739,11 +375,11 @@ class _Runtime:
                 f"must evaluate to bool or the unknown type, not {_LITERAL_TYPES.get(literal.type, literal.type)}"
             )
 
-    def _require_function(self, name: str, node: lark.Tree) -> None:
+    def _require_function(self, name: str, node: lark.Tree[lark.Token]) -> None:
         if name not in self._known_functions:
             raise CelCompileError(_compile_error(node, f"undeclared reference to '{name}' (in container '')"))
 
-    def evaluate(self, tree: lark.Tree, context: DeviceContext, deadline: float | None) -> Any:
+    def evaluate(self, tree: lark.Tree[lark.Token], context: DeviceContext, deadline: float | None) -> Any:
         evaluator = self._evaluator_class(tree, self._base_activation, _Budget(COST_LIMIT, deadline), context.value)
         try:
             value = evaluator.evaluate(None)
@@ -773,18 +409,18 @@ def _skip_runtime_typing(evaluation: Any) -> None:
         setattr(evaluation, name, _AnySubscript())
 
 
-def _compile_error(node: lark.Tree, message: str) -> str:
+def _compile_error(node: lark.Tree[lark.Token], message: str) -> str:
     meta = getattr(node, "meta", None)
     line, column = getattr(meta, "line", 1), getattr(meta, "column", 1)
     return f"compilation failed: ERROR: <input>:{line}:{column}: {message}"
 
 
-def _method_name(node: lark.Tree) -> str:
+def _method_name(node: lark.Tree[lark.Token]) -> str:
     return str(node.children[1])
 
 
-def _is_cel_bind(node: lark.Tree) -> bool:
-    target = node.children[0]
+def _is_cel_bind(node: lark.Tree[lark.Token]) -> bool:
+    target: Any = node.children[0]  # a Tree or a Token, told apart by its ``data``
     return (
         _method_name(node) == "bind"
         and getattr(target, "data", None) == "member"
@@ -792,15 +428,15 @@ def _is_cel_bind(node: lark.Tree) -> bool:
     )
 
 
-def _macro_variable(node: lark.Tree) -> str:
-    args = node.children[2] if len(node.children) > 2 else None
+def _macro_variable(node: lark.Tree[lark.Token]) -> str:
+    args: Any = node.children[2] if len(node.children) > 2 else None  # a Tree or a Token, or none
     if args is None or not getattr(args, "children", None):
         return ""
     names = list(args.children[0].scan_values(lambda _: True))
     return str(names[0]) if len(names) == 1 else ""
 
 
-def _top_level_literal(tree: lark.Tree) -> Any:
+def _top_level_literal(tree: lark.Tree[lark.Token]) -> Any:
     """The literal token if the whole expression is one non-bool literal (cel-go rejects it as not bool)."""
     node: Any = tree
     while getattr(node, "data", None) is not None and node.data != "literal" and len(node.children) == 1:
@@ -832,7 +468,7 @@ def _runtime_text(error: Any) -> str:
 def _evaluator_class(evaluation: Any) -> type:
     """celpy's Evaluator with cel-go's texts for missing keys, ``cel.bind`` and a step budget (the cost limit)."""
 
-    class DraEvaluator(evaluation.Evaluator):  # type: ignore[misc,name-defined]
+    class DraEvaluator(evaluation.Evaluator):  # type: ignore[misc]  # its base is Any (the module is passed in)
         def __init__(self, ast: Any, activation: Any, budget: _Budget, device: Any) -> None:
             super().__init__(ast, activation)
             self._budget = budget

@@ -22,13 +22,17 @@ How the claim travels through the cycle, as upstream:
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kopf_scheduler.framework import APIClient, APIError
+from kopf_scheduler.framework.interface import PluginMetrics
 from kopf_scheduler.plugins.dynamic_resources.binding import CONFLICT_ATTEMPTS, FINALIZER
+from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker
 from kopf_scheduler.plugins.helper.device_class_mapping import device_class_for, is_dra_extended_resource_name
 from kopf_scheduler.state.objects import DEVICE_CLASS, ClusterObjects
 from kopf_scheduler.state.pod_info import PodInfo, is_scalar_resource_name
@@ -59,7 +63,7 @@ class ExtendedRequests:
     #: The in-memory claim's temporary UID, or the found claim's (upstream ``initialExtendedResourceClaimUID``).
     initial_uid: str
     #: Node name → (the node's variant of the claim, container→request mappings), set by Filter.
-    by_node: dict[str, tuple[Claim, list[dict[str, str]]]] = field(default_factory=dict)
+    by_node: dict[str, tuple[Claim | None, list[dict[str, str]]]] = field(default_factory=dict)
 
 
 def is_special(claim: Claim) -> bool:
@@ -67,21 +71,21 @@ def is_special(claim: Claim) -> bool:
     return (claim.get("metadata") or {}).get("name") == SPECIAL_CLAIM_NAME
 
 
-def pod_scalar_requests(pod: PodInfo, storage: ClusterObjects) -> dict[str, int] | None:
+def pod_scalar_requests(pod: PodInfo, objects: ClusterObjects) -> dict[str, int] | None:
     """Upstream ``hasDeviceClassMappedExtendedResource`` over the pod's requests: its scalar requests if a
     DeviceClass backs one of them, else None (the pod has nothing for DRA to allocate this way)."""
-    if not storage.count(DEVICE_CLASS):
+    if not objects.count(DEVICE_CLASS):
         return None  # the common case: no DeviceClass, nothing can be backed
     requests = pod.requests
     if not any(
-        value and is_dra_extended_resource_name(name) and device_class_for(storage, name) is not None
+        value and is_dra_extended_resource_name(name) and device_class_for(objects, name) is not None
         for name, value in requests.items()
     ):
         return None
     return {name: value for name, value in requests.items() if is_scalar_resource_name(name)}
 
 
-def find_extended_claim(pod: PodInfo, claims: Any) -> Claim | None:
+def find_extended_claim(pod: PodInfo, claims: Iterable[Claim]) -> Claim | None:
     """Upstream ``findExtendedResourceClaim``: the claim an earlier cycle created for the pod, if any."""
     for claim in claims:
         meta = claim.get("metadata") or {}
@@ -94,7 +98,7 @@ def find_extended_claim(pod: PodInfo, claims: Any) -> Claim | None:
 
 
 def in_memory_claim(pod: PodInfo) -> Claim:
-    """Upstream PreFilter's stand-in claim: no requests yet, a temporary UID, the pod as controller owner."""
+    """Upstream PreFilter's in-memory claim: no requests yet, a temporary UID, the pod as controller owner."""
     return {
         "metadata": {
             "namespace": pod.namespace,
@@ -120,7 +124,7 @@ def node_claim(
     extended: ExtendedRequests,
     pod: PodInfo,
     node_allocatable: Mapping[str, int],
-    storage: ClusterObjects,
+    objects: ClusterObjects,
     *,
     has_user_claims: bool,
 ) -> tuple[Claim | None, list[dict[str, str]], str | None]:
@@ -132,7 +136,7 @@ def node_claim(
     for name, value in extended.scalar.items():
         if not is_dra_extended_resource_name(name) or value == 0:
             continue
-        backed = device_class_for(storage, name) is not None
+        backed = device_class_for(objects, name) is not None
         if backed and node_allocatable.get(name, 0) == 0:
             to_allocate[name] = value
         elif name not in node_allocatable:
@@ -141,7 +145,7 @@ def node_claim(
         return None, [], None  # a device plugin provides everything here
     if (claim.get("status") or {}).get("allocation"):
         return None, [], None
-    requests, mappings = requests_and_mappings(pod, to_allocate, storage)
+    requests, mappings = requests_and_mappings(pod, to_allocate, objects)
     # Without requests (user claims, and a device plugin provides the resource here) the variant keeps Go's
     # nil request list; PreBind then has no mappings to record, as upstream.
     variant = {**claim, "spec": {"devices": {"requests": requests}} if requests else {}}
@@ -193,7 +197,7 @@ def _container_request(
 
 
 def requests_and_mappings(
-    pod: PodInfo, resources: Mapping[str, int], storage: ClusterObjects
+    pod: PodInfo, resources: Mapping[str, int], objects: ClusterObjects
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Upstream ``createRequestsAndMappings``: the device requests for ``resources`` (sorted by name) and
     which container's resource each serves. Long-lived containers (regular and sidecar) each get their own
@@ -207,7 +211,7 @@ def requests_and_mappings(
     device_requests: list[dict[str, Any]] = []
     mappings: list[dict[str, str]] = []
     for resource in sorted(resources):
-        device_class = device_class_for(storage, resource)
+        device_class = device_class_for(objects, resource)
         if device_class is None:
             continue
         class_name = (device_class.get("metadata") or {}).get("name") or ""
@@ -278,3 +282,39 @@ async def delete_claim(client: APIClient, claim: Claim) -> None:
             if error.status != 409 or attempt == CONFLICT_ATTEMPTS - 1:
                 raise APIError(error.status, f"update resourceclaim {namespace}/{name}: {error}") from error
     await client.delete_resource_claim(namespace=namespace, name=name)
+
+
+async def create_extended_claim(
+    client: APIClient, metrics: PluginMetrics, variant: Claim | None, node_name: str
+) -> Claim:
+    """Upstream ``createExtendedResourceClaimInAPI``: create the node's variant of the claim, counted in
+    ``scheduler_resourceclaim_creates_total``."""
+    if variant is None:
+        raise RuntimeError(f"extended resource claim not found for node {node_name}")
+    body = creation_body(variant)
+    namespace = body["metadata"].get("namespace") or ""
+    try:
+        created = await client.create_resource_claim(namespace=namespace, claim=body)
+    except APIError as error:
+        metrics.resource_claim_create("failure")
+        raise APIError(
+            # klog.KObj of the body, whose name upstream cleared: "<namespace>/".
+            error.status,
+            f"create claim for extended resources {namespace}/: {error}",
+        ) from error
+    metrics.resource_claim_create("success")
+    return created
+
+
+async def wait_for_watched(tracker: ClaimTracker, claim: Claim, give_up_after: float, poll: float) -> None:
+    """Upstream ``waitForExtendedClaimInAssumeCache``: poll (every ``poll`` seconds, up to ``give_up_after``)
+    until the watch knows the created claim, then assume the API server's answer; giving up is only logged
+    upstream."""
+    meta = claim.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+    deadline = time.monotonic() + give_up_after
+    while tracker.get(namespace, name) is None:
+        if time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(poll)
+    tracker.assume_after_api_call(claim)

@@ -1,5 +1,6 @@
 """DynamicResources: devices for pods with ResourceClaims (upstream ``plugins/dynamicresources/dynamicresources.go``,
-reference §2.17; issue 12).
+reference §2.17). This module holds the plugin's extension points, events and hints; the pod's claims are read
+by ``claims.py``, the cycle state and the prioritized-list score are ``state.py``.
 
 Restated over the claims, slices and classes the watches keep in ``cache.objects`` (state/objects.py, upstream's
 DRA manager listers) and the scheduler-wide :class:`~.tracker.ClaimTracker` (in-flight allocations, claims
@@ -26,7 +27,7 @@ until PreBind creates it, with requests per node (those the node does not advert
 others, written like the others, then recorded in the pod's ``status.extendedResourceClaimStatus``; Unreserve
 and PostFilter delete a created one that the pod could not keep.
 
-Kept between cycles (issue 15; the verdicts and devices are those of a fresh search): the slices split by node
+Kept between cycles (the verdicts and devices are those of a fresh search): the slices split by node
 with each node's pools and candidates and their CEL verdicts (:class:`~.allocator.SliceIndex`, until a
 ResourceSlice changes), the devices in use (until a claim, in-flight or assumed claim changes), and each node's
 finished searches by claims signature and devices in use. PreFilter marks the pod's Filter costly
@@ -38,11 +39,9 @@ no DeviceClass exists) and Skip, a skipped Filter, a zero Score array, and PostF
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -102,11 +101,12 @@ from kopf_scheduler.plugins.dynamic_resources.binding import (
     wait_for_binding_conditions,
 )
 from kopf_scheduler.plugins.dynamic_resources.cel import SelectorCache
+from kopf_scheduler.plugins.dynamic_resources.claims import Claim, ClaimNotUsable, pod_claims, uses_resource_claims
 from kopf_scheduler.plugins.dynamic_resources.extended import (
     ASSUME_POLL_SECONDS,
     ASSUME_TIMEOUT_SECONDS,
     ExtendedRequests,
-    creation_body,
+    create_extended_claim,
     delete_claim,
     find_extended_claim,
     has_requests,
@@ -115,6 +115,15 @@ from kopf_scheduler.plugins.dynamic_resources.extended import (
     node_claim,
     pod_scalar_requests,
     pod_status_patch,
+    wait_for_watched,
+)
+from kopf_scheduler.plugins.dynamic_resources.state import (
+    EMPTY,
+    STATE_KEY,
+    ClaimEntry,
+    StateData,
+    has_prioritized_list,
+    prioritized_list_score,
 )
 from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, claim_uid, tracker_for
 from kopf_scheduler.state.cache import NodeInfo, Snapshot
@@ -122,79 +131,13 @@ from kopf_scheduler.state.node_affinity import NodeSelector, NodeSelectorParseEr
 from kopf_scheduler.state.objects import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE, ClusterObjects
 from kopf_scheduler.state.pod_info import PodInfo
 
-Claim = dict[str, Any]
-#: Reads a claim's latest version by (namespace, name); None when it does not exist.
-ClaimLookup = Callable[[str, str], Claim | None]
-
-
-class ClaimNotUsable(Exception):
-    """A claim of the pod is missing, being deleted or not the pod's (upstream's PreEnqueue errors)."""
-
-
-def uses_resource_claims(pod: PodInfo) -> bool:
-    return pod.may_have_field("resourceClaims") and bool((pod.obj.get("spec") or {}).get("resourceClaims"))
-
-
-def claim_name(pod: PodInfo, pod_claim: Mapping[str, Any]) -> tuple[str | None, bool]:
-    """Upstream ``resourceclaim.Name``: the claim's name (None: none was generated, valid) and whether the
-    claim must be controlled by the pod (template claims). Raises :class:`ClaimNotUsable`."""
-    if pod_claim.get("resourceClaimName"):
-        return pod_claim["resourceClaimName"], False
-    if pod_claim.get("resourceClaimTemplateName"):
-        for status in (pod.obj.get("status") or {}).get("resourceClaimStatuses") or ():
-            if status.get("name") == pod_claim.get("name"):
-                return status.get("resourceClaimName"), True
-        raise ClaimNotUsable(f'pod "{pod.namespace}/{pod.name}": ResourceClaim not created yet')
-    raise ClaimNotUsable(
-        f'pod "{pod.namespace}/{pod.name}", spec.resourceClaim "{pod_claim.get("name", "")}": '
-        "none of the supported fields are set"
-    )
-
-
-def pod_claims(pod: PodInfo, lookup: ClaimLookup) -> Iterator[tuple[str, Claim]]:
-    """Upstream ``foreachPodResourceClaim``: ``(pod claim name, claim)`` for every claim that exists; raises
-    :class:`ClaimNotUsable` with upstream's message at the first one that does not, or is not usable."""
-    for pod_claim in (pod.obj.get("spec") or {}).get("resourceClaims") or ():
-        name, must_check_owner = claim_name(pod, pod_claim)
-        if name is None:
-            continue
-        claim = lookup(pod.namespace, name)
-        if claim is None:
-            raise ClaimNotUsable(f'resourceclaim.resource.k8s.io "{name}" not found')
-        meta = claim.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            raise ClaimNotUsable(f'resourceclaim "{name}" is being deleted')
-        if must_check_owner:
-            _check_owner(pod, claim)
-        yield pod_claim.get("name", ""), claim
-
-
-def _check_owner(pod: PodInfo, claim: Claim) -> None:
-    """Upstream ``resourceclaim.IsForPod`` (without PodGroup owners)."""
-    meta = claim.get("metadata") or {}
-    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-    if namespace != pod.namespace:
-        raise ClaimNotUsable(
-            f"ResourceClaim {namespace}/{name} is not in the same namespace as Pod {pod.namespace}/{pod.name}"
-        )
-    controller = next((ref for ref in meta.get("ownerReferences") or () if ref.get("controller")), None)
-    if controller is None or controller.get("uid") != pod.uid:
-        raise ClaimNotUsable(
-            f"ResourceClaim {namespace}/{name} was not created for Pod {pod.namespace}/{pod.name} (Pod is not owner)"
-        )
-
 
 def _object_uid(obj: Any) -> str:
     return ((obj or {}).get("metadata") or {}).get("uid") or ""
 
 
-# -- cycle state ----------------------------------------------------------------------------------------------
-STATE_KEY = "DynamicResources"
 #: Upstream ``ResourceClaimReservedForMaxSize``: a claim reserved for this many consumers takes no more.
 RESERVED_FOR_MAX = 256
-#: Upstream ``FirstAvailableDeviceRequestMaxSize``: the score of a prioritized list's first subrequest.
-FIRST_AVAILABLE_MAX = 8
-
 IN_USE = "resourceclaim in use"
 NOT_AVAILABLE_ON_NODE = "resourceclaim not available on the node"
 CANNOT_ALLOCATE_ALL = "cannot allocate all claims"
@@ -202,65 +145,6 @@ NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
 DEALLOCATED = "deallocation of ResourceClaim completed"
 DELETED = "deletion of ResourceClaim completed"
 STILL_NOT_SCHEDULABLE = "still not schedulable"
-
-
-@dataclass(slots=True)
-class _ClaimEntry:
-    """One of the pod's claims (upstream ``informationForClaim`` with its claim)."""
-
-    claim: Claim
-    #: Parsed ``status.allocation.nodeSelector`` of an allocated claim (None: any node).
-    available_on: NodeSelector | None = None
-    #: Set by Reserve for a claim the scheduler allocates.
-    allocation: dict[str, Any] | None = None
-    #: The scheduler's own claim for DRA-backed extended resources (always the last entry).
-    extended: bool = False
-
-    @property
-    def allocated(self) -> bool:
-        return bool((self.claim.get("status") or {}).get("allocation"))
-
-
-@dataclass(slots=True)
-class _StateData:
-    """Upstream ``stateData``: the pod's claims, the allocator, and Filter's results by node."""
-
-    entries: list[_ClaimEntry] = field(default_factory=list)
-    allocator: Allocator | None = None
-    #: Indexes of allocated claims some node could not offer (PostFilter may deallocate one).
-    unavailable: set[int] = field(default_factory=set)
-    #: Node name → allocation results for the claims to allocate, in their order.
-    #: (Built when called: a kept search's results are built only for the nodes that need them.)
-    node_allocations: dict[str, Callable[[], list[dict[str, Any]]]] = field(default_factory=dict)
-    #: The pod's DRA-backed extended resources (None: it requests none); its claim is the last entry.
-    extended: ExtendedRequests | None = None
-    #: The DeviceClasses (and the rest) PreFilter saw, for Filter's per-node extended-resource requests.
-    storage: ClusterObjects | None = None
-    #: Filter's claims to allocate when no node variant replaces the extended-resource claim (see pending_claims).
-    pending: list[Claim] | None = None
-
-    def pending_claims(self, variant: Claim | None) -> list[Claim]:
-        """The claims Filter allocates on a node: those not allocated, the extended-resource claim as the
-        node's ``variant`` (read once per cycle when there is no variant)."""
-        if variant is None:
-            if self.pending is None:
-                self.pending = [entry.claim for _, entry in self.to_allocate()]
-            return self.pending
-        return [variant if entry.extended else entry.claim for _, entry in self.to_allocate()]
-
-    def to_allocate(self) -> list[tuple[int, _ClaimEntry]]:
-        return [(index, entry) for index, entry in enumerate(self.entries) if not entry.allocated]
-
-    def user_entries(self) -> list[_ClaimEntry]:
-        """Upstream ``allUserClaims``: the pod's own claims, without the scheduler's extended-resource one."""
-        return self.entries[:-1] if self.extended is not None else self.entries
-
-    def extended_entry(self) -> _ClaimEntry | None:
-        """Upstream ``extendedResourceClaim``: the scheduler's claim, if the pod has one."""
-        return self.entries[-1] if self.extended is not None else None
-
-
-_EMPTY = _StateData()
 
 
 class DynamicResources(
@@ -286,9 +170,9 @@ class DynamicResources(
         self.features = Features(device_binding_and_status=True)
         self.selectors = SelectorCache()
         #: The slices split by node with each node's pools and candidates, kept until a ResourceSlice changes:
-        #: (the storage it was built from, its ResourceSlice change count then, the index).
+        #: (the object store it was built from, its ResourceSlice change count then, the index).
         self._slice_index: tuple[ClusterObjects, int, SliceIndex] | None = None
-        #: The allocated devices, kept while no claim changed: (storage, tracker, (the storage's ResourceClaim
+        #: The allocated devices, kept while no claim changed: (object store, tracker, (its ResourceClaim
         #: change count, the tracker's version), the state).
         self._allocated: tuple[ClusterObjects, ClaimTracker, tuple[int, int], AllocatedState] | None = None
         #: How long and how often PreBind waits for the watch to deliver a claim it created.
@@ -311,70 +195,70 @@ class DynamicResources(
 
     # -- PreFilter ----------------------------------------------------------------------------------------
     def pre_filter(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> tuple[PreFilterResult | None, Status]:
-        storage = snapshot.cache.objects
+        objects = snapshot.cache.objects
         with_claims = uses_resource_claims(pod)
-        scalar = pod_scalar_requests(pod, storage)
+        scalar = pod_scalar_requests(pod, objects)
         if not with_claims and scalar is None:
-            state.write(STATE_KEY, _EMPTY)
+            state.write(STATE_KEY, EMPTY)
             return None, self._skip
-        data = _StateData(storage=storage)
+        data = StateData(objects=objects)
         state.write(STATE_KEY, data)
         tracker = tracker_for(snapshot.cache)
         try:
             claims = [claim for _, claim in pod_claims(pod, tracker.get)] if with_claims else []
         except ClaimNotUsable as error:
             return None, self._unresolvable(str(error))
-        entries = [_ClaimEntry(claim) for claim in claims]
+        entries = [ClaimEntry(claim) for claim in claims]
         if scalar is not None:
-            # A claim an earlier cycle created for the pod, or the in-memory stand-in (upstream
+            # A claim an earlier cycle created for the pod, or the in-memory one (upstream
             # preFilterExtendedResources).
             claim = find_extended_claim(pod, tracker.claims()) or in_memory_claim(pod)
             data.extended = ExtendedRequests(scalar, claim_uid(claim))
-            entries.append(_ClaimEntry(claim, extended=True))
+            entries.append(ClaimEntry(claim, extended=True))
         if not entries:
             return None, self._skip
         for entry in entries:
-            status = self._check_claim(pod, entry, tracker, storage)
+            status = self._check_claim(pod, entry, tracker, objects)
             if status is not None:
                 return None, status
             data.entries.append(entry)
         if data.to_allocate():
             data.allocator = Allocator(
                 features=self.features,
-                allocated=self._allocated_state(tracker, storage),
-                classes={_name(c): c for c in storage.all(DEVICE_CLASS)},
+                allocated=self._allocated_state(tracker, objects),
+                classes={_name(c): c for c in objects.all(DEVICE_CLASS)},
                 slices=(),
                 cel=self.selectors,
-                index=self._index_of(storage),
+                index=self._index_of(objects),
             )
             state.write(COSTLY_FILTER, True)  # the allocator runs per node: no node judged beyond need
         return None, SUCCESS
 
-    def _allocated_state(self, tracker: ClaimTracker, storage: ClusterObjects) -> AllocatedState:
+    def _allocated_state(self, tracker: ClaimTracker, objects: ClusterObjects) -> AllocatedState:
         """The devices the allocated and in-flight claims hold (upstream ``GatherAllocatedState``): the kept
         state unless a ResourceClaim was stored or dropped or the tracker changed since it was gathered. The
         allocator only reads it."""
-        versions = (storage.changes((RESOURCE_CLAIM,)), tracker.version)
+        versions = (objects.changes((RESOURCE_CLAIM,)), tracker.version)
         kept = self._allocated
-        if kept is not None and kept[0] is storage and kept[1] is tracker and kept[2] == versions:
+        if kept is not None and kept[0] is objects and kept[1] is tracker and kept[2] == versions:
             return kept[3]
         state = tracker.allocated_state()
-        self._allocated = (storage, tracker, versions, state)
+        self._allocated = (objects, tracker, versions, state)
         return state
 
-    def _index_of(self, storage: ClusterObjects) -> SliceIndex:
+    def _index_of(self, objects: ClusterObjects) -> SliceIndex:
         """The slice index for the current ResourceSlices: the kept one unless a slice was stored or dropped
         since it was built."""
-        changes = storage.changes((RESOURCE_SLICE,))
+        changes = objects.changes((RESOURCE_SLICE,))
         kept = self._slice_index
-        if kept is not None and kept[0] is storage and kept[1] == changes:
+        if kept is not None and kept[0] is objects and kept[1] == changes:
             return kept[2]
-        index = SliceIndex(storage.all(RESOURCE_SLICE), self.features)
-        self._slice_index = (storage, changes, index)
+        index = SliceIndex(objects.all(RESOURCE_SLICE), self.features)
+        self._slice_index = (objects, changes, index)
         return index
 
     def _check_claim(
-        self, pod: PodInfo, entry: _ClaimEntry, tracker: ClaimTracker, storage: ClusterObjects
+        self, pod: PodInfo, entry: ClaimEntry, tracker: ClaimTracker, objects: ClusterObjects
     ) -> Status | None:
         claim = entry.claim
         allocation = (claim.get("status") or {}).get("allocation")
@@ -393,43 +277,43 @@ class DynamicResources(
         if entry.extended:
             return None  # its requests are made per node, in Filter
         for request in (claim.get("spec") or {}).get("devices", {}).get("requests") or ():
-            status = self._check_request(claim, request, storage)
+            status = self._check_request(claim, request, objects)
             if status is not None:
                 return status
         return None
 
-    def _check_request(self, claim: Claim, request: Mapping[str, Any], storage: ClusterObjects) -> Status | None:
+    def _check_request(self, claim: Claim, request: Mapping[str, Any], objects: ClusterObjects) -> Status | None:
         """Upstream PreFilter's request loop and ``validateDeviceClass``."""
         name = request.get("name") or ""
         if request.get("exactly") is not None:
-            return self._check_class((request["exactly"] or {}).get("deviceClassName") or "", name, storage)
+            return self._check_class((request["exactly"] or {}).get("deviceClassName") or "", name, objects)
         if request.get("firstAvailable"):
             for sub in request["firstAvailable"]:
-                status = self._check_class(sub.get("deviceClassName") or "", f"{name}/{sub.get('name', '')}", storage)
+                status = self._check_class(sub.get("deviceClassName") or "", f"{name}/{sub.get('name', '')}", objects)
                 if status is not None:
                     return status
             return None
         return self._unresolvable(f"resource claim {claim_key(claim)}, request {name}: unknown request type")
 
-    def _check_class(self, class_name: str, request_name: str, storage: ClusterObjects) -> Status | None:
+    def _check_class(self, class_name: str, request_name: str, objects: ClusterObjects) -> Status | None:
         if not class_name:
             return Status.as_error(RuntimeError(f"request {request_name}: unsupported request type"), plugin=self.name)
-        if storage.get(DEVICE_CLASS, class_name) is None:
+        if objects.get(DEVICE_CLASS, class_name) is None:
             return self._unresolvable(f"request {request_name}: device class {class_name} does not exist")
         return None
 
     # -- Filter -------------------------------------------------------------------------------------------
     def filter_node(self, state: CycleState, pod: PodInfo, node: NodeInfo) -> Status:
-        data: _StateData = state.read(STATE_KEY)
+        data: StateData = state.read(STATE_KEY)
         if not data.entries:
             return SUCCESS
         variant: Claim | None = None
         mappings: list[dict[str, str]] = []
         extended = data.extended_entry()
-        if extended is not None and data.extended is not None and data.storage is not None:
+        if extended is not None and data.extended is not None and data.objects is not None:
             user_claims = len(data.entries) > 1
             variant, mappings, reason = node_claim(
-                extended.claim, data.extended, pod, node.allocatable, data.storage, has_user_claims=user_claims
+                extended.claim, data.extended, pod, node.allocatable, data.objects, has_user_claims=user_claims
             )
             if reason is not None:
                 return self._unresolvable(reason)
@@ -481,7 +365,7 @@ class DynamicResources(
     def post_filter(
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
     ) -> tuple[PostFilterResult | None, Status]:
-        data: _StateData | None = state.get(STATE_KEY)
+        data: StateData | None = state.get(STATE_KEY)
         if data is None:
             # Upstream: reading the state PreFilter did not write is an error ("not found").
             return None, Status.as_error(LookupError("not found"), plugin=self.name)
@@ -525,14 +409,14 @@ class DynamicResources(
     def score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot) -> np.ndarray:
         """Upstream has no PreScore here: every pod is scored (0 on every node without a prioritized list, so
         ``explain`` lists the plugin as upstream's log does); pods without allocations cost one array."""
-        data: _StateData = state.read(STATE_KEY)
-        if not data.node_allocations or not any(_has_prioritized_list(e.claim) for e in data.entries):
+        data: StateData = state.read(STATE_KEY)
+        if not data.node_allocations or not any(has_prioritized_list(e.claim) for e in data.entries):
             return _zeros(len(nodes))
         scores = np.zeros(len(nodes), dtype=np.int64)
         for position, slot in enumerate(nodes.tolist()):
             results = data.node_allocations.get(snapshot.node_info(slot).name)
             if results is not None:
-                scores[position] = _prioritized_list_score(data, results())
+                scores[position] = prioritized_list_score(data, results())
         return scores
 
     def normalize_score(self, state: CycleState, pod: PodInfo, nodes: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -541,7 +425,7 @@ class DynamicResources(
 
     # -- Reserve / Unreserve ------------------------------------------------------------------------------
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
-        data: _StateData = state.read(STATE_KEY)
+        data: StateData = state.read(STATE_KEY)
         pending = data.to_allocate()
         if not pending or data.allocator is None:
             return SUCCESS
@@ -574,7 +458,7 @@ class DynamicResources(
         return SUCCESS
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
-        data: _StateData | None = state.get(STATE_KEY)
+        data: StateData | None = state.get(STATE_KEY)
         if not data or not data.entries:
             return
         tracker = self._tracker()
@@ -586,7 +470,7 @@ class DynamicResources(
                 self._spawn_unreserve(entry.claim, pod)
         self._unreserve_extended(data, tracker)
 
-    def _unreserve_extended(self, data: _StateData, tracker: ClaimTracker) -> None:
+    def _unreserve_extended(self, data: StateData, tracker: ClaimTracker) -> None:
         """Upstream ``unreserveExtendedResourceClaim``: no longer in flight, and a created claim is deleted."""
         entry = data.extended_entry()
         if entry is None or data.extended is None:
@@ -611,11 +495,11 @@ class DynamicResources(
 
     # -- PreBind ------------------------------------------------------------------------------------------
     def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
-        data: _StateData = state.read(STATE_KEY)
+        data: StateData = state.read(STATE_KEY)
         return SUCCESS if data.entries else self._skip
 
     async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
-        data: _StateData = state.read(STATE_KEY)
+        data: StateData = state.read(STATE_KEY)
         if not data.entries:
             return SUCCESS
         try:
@@ -626,7 +510,7 @@ class DynamicResources(
             return Status.as_error(error, plugin=self.name)
         return SUCCESS
 
-    async def _bind_claims(self, data: _StateData, pod: PodInfo, node_name: str) -> None:
+    async def _bind_claims(self, data: StateData, pod: PodInfo, node_name: str) -> None:
         client = self.handle.client
         if client is None:
             raise RuntimeError("no API client")
@@ -647,7 +531,7 @@ class DynamicResources(
                     tracker.remove_pending_allocation(uid)
 
     async def _bind_extended_claim(
-        self, client: APIClient, data: _StateData, entry: _ClaimEntry, pod: PodInfo, node_name: str
+        self, client: APIClient, data: StateData, entry: ClaimEntry, pod: PodInfo, node_name: str
     ) -> None:
         """Upstream ``bindClaim`` for the extended-resource claim: create it (once), allocate and reserve it,
         record it in the pod's status; then wait for the watch to deliver it before its devices stop counting
@@ -659,7 +543,7 @@ class DynamicResources(
         modified = False
         try:
             if is_special(entry.claim):
-                entry.claim = await self._create_extended_claim(client, variant, node_name)
+                entry.claim = await create_extended_claim(client, self.handle.metrics, variant, node_name)
                 modified = True
             entry.claim = await bind_claim(client, entry.claim, entry.allocation, pod_reference(pod.name, pod.uid))
             if not mappings:
@@ -678,42 +562,11 @@ class DynamicResources(
                 ) from error
         finally:
             if modified:
-                await self._wait_for_watched(entry.claim)
+                await wait_for_watched(self._tracker(), entry.claim, self.assume_timeout, self.assume_poll)
             if entry.allocation is not None:
                 self._tracker().remove_pending_allocation(data.extended.initial_uid)
 
-    async def _create_extended_claim(self, client: APIClient, variant: Claim | None, node_name: str) -> Claim:
-        """Upstream ``createExtendedResourceClaimInAPI``, counted in ``scheduler_resourceclaim_creates_total``."""
-        if variant is None:
-            raise RuntimeError(f"extended resource claim not found for node {node_name}")
-        body = creation_body(variant)
-        namespace = body["metadata"].get("namespace") or ""
-        try:
-            created = await client.create_resource_claim(namespace=namespace, claim=body)
-        except APIError as error:
-            self.handle.metrics.resource_claim_create("failure")
-            raise APIError(
-                # klog.KObj of the body, whose name upstream cleared: "<namespace>/".
-                error.status,
-                f"create claim for extended resources {namespace}/: {error}",
-            ) from error
-        self.handle.metrics.resource_claim_create("success")
-        return created
-
-    async def _wait_for_watched(self, claim: Claim) -> None:
-        """Upstream ``waitForExtendedClaimInAssumeCache``: poll (every second, up to 120 s) until the watch
-        knows the created claim, then assume the API server's answer; giving up is only logged upstream."""
-        meta = claim.get("metadata") or {}
-        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-        tracker = self._tracker()
-        deadline = time.monotonic() + self.assume_timeout
-        while tracker.get(namespace, name) is None:
-            if time.monotonic() >= deadline:
-                return
-            await asyncio.sleep(self.assume_poll)
-        tracker.assume_after_api_call(claim)
-
-    async def _wait_for_devices(self, data: _StateData, pod: PodInfo, node_name: str) -> None:
+    async def _wait_for_devices(self, data: StateData, pod: PodInfo, node_name: str) -> None:
         self.handle.record_event(
             pod,
             event_type="Normal",
@@ -803,31 +656,6 @@ def _zeros(count: int) -> np.ndarray:
 
 
 _ZEROS: dict[int, np.ndarray] = {}
-
-
-def _has_prioritized_list(claim: Claim) -> bool:
-    return any(
-        request.get("firstAvailable")
-        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ()
-    )
-
-
-def _prioritized_list_score(data: _StateData, results: list[dict[str, Any]]) -> int:
-    """Upstream ``computeScore``: for every subrequest allocated, ``8 - its index`` in its ``firstAvailable``."""
-    score = 0
-    new_results = iter(results)
-    for entry in data.entries:
-        allocation = (entry.claim.get("status") or {}).get("allocation") or next(new_results, None) or {}
-        allocated = {
-            result.get("request")
-            for result in (allocation.get("devices") or {}).get("results") or ()
-            if "/" in (result.get("request") or "")
-        }
-        for request in ((entry.claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
-            for index, sub in enumerate(request.get("firstAvailable") or ()):
-                if f"{request.get('name', '')}/{sub.get('name', '')}" in allocated:
-                    score += FIRST_AVAILABLE_MAX - index
-    return score
 
 
 async def _ignoring_result(call: Awaitable[Any]) -> None:

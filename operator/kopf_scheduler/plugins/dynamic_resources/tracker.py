@@ -11,9 +11,9 @@ Two things stand between the watched claims and what the allocator must treat as
   an assumed object stands while the informer's version is older than it).
 
 The devices the allocated claims hold are kept current claim by claim (:class:`AllocatedDevices`, upstream's
-``allocatedDevices`` fed by the claim informer): the storage tells the tracker of every stored or dropped claim,
+``allocatedDevices`` fed by the claim informer): the object store tells the tracker of every stored or dropped claim,
 and the tracker recounts a claim whenever its latest version changes (watched or assumed), so a cycle's
-``allocated_state`` copies that count instead of walking every claim (which was a third of a cycle's CPU at
+``allocated_state`` copies that count instead of walking every claim (a third of a cycle's CPU at
 2000 claims).
 
 Upstream's tracker is part of the scheduler, shared by every profile; here one :class:`ClaimTracker` lives in
@@ -63,17 +63,17 @@ def _resource_version(claim: Claim) -> int:
 class ClaimTracker:
     """In-flight allocations by claim UID and claims assumed after an API call, over the watched claims."""
 
-    __slots__ = ("_assumed", "_counted", "_held", "_in_flight", "_storage", "version")
+    __slots__ = ("_assumed", "_counted", "_held", "_in_flight", "_objects", "version")
 
-    def __init__(self, storage: Callable[[], ClusterObjects]) -> None:
-        self._storage = storage
+    def __init__(self, objects: Callable[[], ClusterObjects]) -> None:
+        self._objects = objects
         self._in_flight: dict[str, Claim] = {}
         self._assumed: dict[tuple[str, str], Claim] = {}
         #: The devices held by the latest versions of the known claims, and what each claim counted there;
-        #: built on first use, for the storage object it observes (``_counted``).
+        #: built on first use, for the object store it observes (``_counted``).
         self._held = AllocatedDevices()
         self._counted: tuple[ClusterObjects, dict[Key, ClaimDevices]] | None = None
-        #: Counts changes of the in-flight and assumed claims: with the storage's ResourceClaim change count it
+        #: Counts changes of the in-flight and assumed claims: with the object store's ResourceClaim change count it
         #: tells a caller whether ``allocated_claims`` could answer differently than last time.
         self.version = 0
 
@@ -81,7 +81,7 @@ class ClaimTracker:
     def get(self, namespace: str, name: str) -> Claim | None:
         """The latest version: an assumed claim while the watch has not delivered its version, else the
         watched one (None if the watch does not know the claim)."""
-        watched = self._storage().get(RESOURCE_CLAIM, name, namespace)
+        watched = self._objects().get(RESOURCE_CLAIM, name, namespace)
         if watched is None:
             if self._assumed.pop((namespace, name), None) is not None:
                 self.version += 1
@@ -91,7 +91,7 @@ class ClaimTracker:
 
     def claims(self) -> Iterator[Claim]:
         """Every known claim, latest versions (upstream ``List``)."""
-        for claim in self._storage().all(RESOURCE_CLAIM):
+        for claim in self._objects().all(RESOURCE_CLAIM):
             meta = claim.get("metadata") or {}
             yield self._latest((meta.get("namespace") or "", meta.get("name") or ""), claim)
 
@@ -137,7 +137,7 @@ class ClaimTracker:
         one (upstream ``Assume`` refuses an older version); whether it was assumed."""
         meta = claim.get("metadata") or {}
         key = (meta.get("namespace") or "", meta.get("name") or "")
-        watched = self._storage().get(RESOURCE_CLAIM, key[1], key[0])
+        watched = self._objects().get(RESOURCE_CLAIM, key[1], key[0])
         if watched is None or _resource_version(watched) >= _resource_version(claim):
             return False
         self._assumed[key] = claim
@@ -164,14 +164,14 @@ class ClaimTracker:
         return assumed
 
     def _count_held(self) -> None:
-        """Count every known claim once, and from then on follow the storage's claim events."""
-        storage = self._storage()
-        if self._counted is not None and self._counted[0] is storage:
+        """Count every known claim once, and from then on follow the object store's claim events."""
+        objects = self._objects()
+        if self._counted is not None and self._counted[0] is objects:
             return
         self._held = AllocatedDevices()
-        self._counted = (storage, {})
-        storage.observe(RESOURCE_CLAIM, self._claim_stored)
-        for claim in storage.all(RESOURCE_CLAIM):
+        self._counted = (objects, {})
+        objects.observe(RESOURCE_CLAIM, self._claim_stored)
+        for claim in objects.all(RESOURCE_CLAIM):
             self._recount(object_key(RESOURCE_CLAIM, claim))
 
     def _claim_stored(self, key: Key, old: Obj | None, new: Obj | None) -> None:
@@ -182,11 +182,11 @@ class ClaimTracker:
         """Count the devices of the claim's latest version instead of what it counted before."""
         if self._counted is None:
             return  # not counting yet: the first count reads every claim
-        storage, counted = self._counted
+        objects, counted = self._counted
         before = counted.pop(key, None)
         if before is not None:
             self._held.remove(before)
-        watched = storage.get(RESOURCE_CLAIM, key[1], key[0])
+        watched = objects.get(RESOURCE_CLAIM, key[1], key[0])
         if watched is None:
             return
         assumed = self._assumed.get(key)
