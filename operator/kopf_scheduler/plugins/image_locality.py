@@ -76,7 +76,8 @@ def calculate_priority(sums: np.ndarray, num_containers: int) -> np.ndarray:
     # Go's division truncates toward zero; numpy's // floors. They differ only for a negative quotient,
     # which needs a pod without containers (max below min) and so never happens for a valid pod.
     quotient = np.abs(numerator) // abs(denominator)
-    return np.where((numerator < 0) != (denominator < 0), -quotient, quotient).astype(np.int64)
+    scores: np.ndarray = np.where((numerator < 0) != (denominator < 0), -quotient, quotient).astype(np.int64)
+    return scores
 
 
 class ImageLocality(ScorePlugin):

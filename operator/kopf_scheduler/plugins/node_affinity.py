@@ -87,6 +87,7 @@ def pod_preferred_terms(pod: PodInfo) -> PreferredSchedulingTerms | None:
 
     An empty list counts as none: the API server's protobuf encoding does not tell ``[]`` from unset.
     """
+    found: PreferredSchedulingTerms | NodeSelectorParseError | None
     if _MEMO_PREFERRED in pod.memo:
         found = pod.memo[_MEMO_PREFERRED]
     else:

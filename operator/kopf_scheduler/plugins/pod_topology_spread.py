@@ -187,6 +187,7 @@ def _parse_group_version(text: str) -> tuple[str, str] | None:
 
 
 def _controller_of(pod: PodInfo) -> Mapping[str, Any] | None:
+    ref: Mapping[str, Any]
     for ref in (pod.obj.get("metadata") or {}).get("ownerReferences") or ():
         if ref.get("controller"):
             return ref
@@ -234,12 +235,14 @@ def _go_round(values: np.ndarray) -> np.ndarray:
     """Go ``math.Round`` (half away from zero), exactly: ``x - trunc(x)`` is exact in binary floating point."""
     whole = np.trunc(values)
     up = np.abs(values - whole) >= 0.5
-    return (whole + np.sign(values) * up).astype(np.int64)
+    rounded: np.ndarray = (whole + np.sign(values) * up).astype(np.int64)
+    return rounded
 
 
 def _go_div(numerator: np.ndarray, denominator: int) -> np.ndarray:
     """Go integer division (truncates toward zero) of an int64 array by a positive int."""
-    return np.sign(numerator) * (np.abs(numerator) // denominator)
+    quotient: np.ndarray = np.sign(numerator) * (np.abs(numerator) // denominator)
+    return quotient
 
 
 def _label_ids(table: NodeTable, key: str, slots: np.ndarray) -> np.ndarray:
@@ -247,7 +250,8 @@ def _label_ids(table: NodeTable, key: str, slots: np.ndarray) -> np.ndarray:
     column = table.label_column(key)
     if column is None:
         return np.full(len(slots), -1, dtype=np.int64)
-    return column.ids[slots].astype(np.int64)
+    ids: np.ndarray = column.ids[slots].astype(np.int64)
+    return ids
 
 
 def _num_values(table: NodeTable, key: str) -> int:
@@ -370,7 +374,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
     args_model = PodTopologySpreadArgs
     has_normalize: ClassVar[bool] = True
 
-    def __init__(self, *, handle: Handle, args: PodTopologySpreadArgs | None = None) -> None:  # type: ignore[override]
+    def __init__(self, *, handle: Handle, args: PodTopologySpreadArgs | None = None) -> None:
         # The args model validates itself (upstream ValidatePodTopologySpreadArgs) when it is built.
         args = args if args is not None else PodTopologySpreadArgs()
         super().__init__(handle=handle, args=args)

@@ -23,17 +23,6 @@ from kopf_scheduler.framework.interface import APIError, PostFilterResult
 from kopf_scheduler.framework.registry import default_registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.verdicts import NodeToStatusMap
-from kopf_scheduler.plugins._preemption import (
-    Budget,
-    DryRunRemoval,
-    NodesDryRun,
-    Victims,
-    calculate_num_candidates,
-    pick_one_node_for_preemption,
-    pod_terminating_by_preemption,
-    sort_by_importance,
-    split_by_pdb_violation,
-)
 from kopf_scheduler.plugins.default_preemption import (
     EXPLAIN_DROPPED_BY_EXTENDER,
     NO_VICTIMS,
@@ -45,6 +34,14 @@ from kopf_scheduler.plugins.default_preemption import (
     DefaultPreemption,
     potential_nodes,
 )
+from kopf_scheduler.plugins.default_preemption.dry_run import DryRunRemoval, NodesDryRun
+from kopf_scheduler.plugins.default_preemption.evaluator import Budget, pick_one_node_for_preemption
+from kopf_scheduler.plugins.default_preemption.plugin import (
+    calculate_num_candidates,
+    pod_terminating_by_preemption,
+    split_by_pdb_violation,
+)
+from kopf_scheduler.plugins.default_preemption.victims import Victims, sort_by_importance
 from kopf_scheduler.scheduler import FitError, Scheduler, run_post_filter, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.objects import POD_DISRUPTION_BUDGET

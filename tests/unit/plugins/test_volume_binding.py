@@ -16,7 +16,6 @@ from kopf_scheduler.framework import ExtensionPoint as E
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.events import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent
 from kopf_scheduler.framework.registry import in_tree_registry
-from kopf_scheduler.plugins._assume_cache import AssumeCacheError
 from kopf_scheduler.plugins.volume_binding import (
     ERR_REASON_BIND_CONFLICT,
     ERR_REASON_NODE_CONFLICT,
@@ -26,6 +25,7 @@ from kopf_scheduler.plugins.volume_binding import (
     STATE_KEY,
     VolumeBinding,
 )
+from kopf_scheduler.plugins.volume_binding.assume_cache import AssumeCacheError
 from kopf_scheduler.scheduler import assume_and_reserve, bind_pod, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.objects import (

@@ -68,7 +68,8 @@ def trunc_div(numerator: np.ndarray, denominator: np.ndarray | int) -> np.ndarra
     numerator = np.asarray(numerator, dtype=np.int64)
     denominator = np.asarray(denominator, dtype=np.int64)
     quotient = np.abs(numerator) // np.abs(denominator)
-    return np.where((numerator < 0) != (denominator < 0), -quotient, quotient)
+    truncated: np.ndarray = np.where((numerator < 0) != (denominator < 0), -quotient, quotient)
+    return truncated
 
 
 def round_half_away(values: np.ndarray) -> np.ndarray:
@@ -78,7 +79,8 @@ def round_half_away(values: np.ndarray) -> np.ndarray:
     whole = np.trunc(magnitude)
     # ``magnitude - whole`` is exact for doubles, so the comparison with 0.5 is too.
     rounded = whole + (magnitude - whole >= 0.5)
-    return (np.sign(values) * rounded).astype(np.int64)
+    signed: np.ndarray = (np.sign(values) * rounded).astype(np.int64)
+    return signed
 
 
 # -- gathering requested / allocated / allocatable ----------------------------------------------------------
@@ -319,9 +321,11 @@ def balanced_resource_score(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndar
     fractions = [np.minimum(requested / divisor, 1.0) for requested, divisor, _ in rows]
     if all(present is None for _, _, present in rows):
         # Every node includes every resource: the branch is the same for all of them.
+        if len(fractions) < 2:
+            return np.full(count, MAX_NODE_SCORE, dtype=np.int64)
         if len(fractions) == 2:
-            std: np.ndarray | float = np.abs((fractions[0] - fractions[1]) / 2)
-        elif len(fractions) > 2:
+            std = np.abs((fractions[0] - fractions[1]) / 2)
+        else:
             total = fractions[0].copy()
             for fraction in fractions[1:]:
                 total += fraction
@@ -331,11 +335,8 @@ def balanced_resource_score(rows: Sequence[tuple[np.ndarray, np.ndarray, np.ndar
                 deviation = fraction - mean
                 squares += deviation * deviation
             std = np.sqrt(squares / len(fractions))
-        else:
-            std = 0.0
-        if len(fractions) < 2:
-            return np.full(count, MAX_NODE_SCORE, dtype=np.int64)
-        return ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
+        scores: np.ndarray = ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
+        return scores
     included_count = np.zeros(count, dtype=np.int64)
     total = np.zeros(count, dtype=np.float64)
     first = np.zeros(count, dtype=np.float64)
@@ -382,7 +383,8 @@ def balanced_allocation(allocation: Allocation) -> np.ndarray:
     )
     half = MAX_NODE_SCORE // 2
     # 50 + with − without ≥ 0, so floor division is Go's truncation here.
-    return half + (half + with_pod - without_pod) // 2
+    scores: np.ndarray = half + (half + with_pod - without_pod) // 2
+    return scores
 
 
 # -- one node at a time: the strategies' scalar twins ---------------------------------------------------------
@@ -534,7 +536,8 @@ class RememberedScores:
             slots = nodes[changed]
             remembered.scores[slots] = self._score(table, slots, pod_requests)
             remembered.version[slots] = current[changed]
-        return remembered.scores[nodes]
+        scores: np.ndarray = remembered.scores[nodes]
+        return scores
 
     def _remembered(self, table: NodeTable, pod_requests: tuple[int, ...]) -> _SlotScores | None:
         if self.node_scorer is None:

@@ -73,7 +73,8 @@ def claim_class(pvc: Obj) -> str:
     """component-helpers ``GetPersistentVolumeClaimClass``: the beta annotation, else ``spec.storageClassName``."""
     annotations = (pvc.get("metadata") or {}).get("annotations") or {}
     if BETA_STORAGE_CLASS_ANNOTATION in annotations:
-        return annotations[BETA_STORAGE_CLASS_ANNOTATION]
+        named: str = annotations[BETA_STORAGE_CLASS_ANNOTATION]
+        return named
     return (pvc.get("spec") or {}).get("storageClassName") or ""
 
 

@@ -1,5 +1,5 @@
 """VolumeBinding's assume cache: assumed PVs and PVCs kept beside the watched ones (upstream
-``passive_assume_cache.go``, what 1.36's VolumeBinding uses).
+``plugins/volumebinding/passive_assume_cache.go``, what 1.36's VolumeBinding uses).
 
 Reserve makes an assumed version the *latest* one of its object (a PV pre-bound to a claim, a claim with the
 selected-node annotation) so that the next pods' cycles see it taken, while the API version stays what PreBind
@@ -16,7 +16,7 @@ expires them on the informer's events; reading lazily gives the same answers wit
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kopf_scheduler.go_format import go_quote
@@ -29,7 +29,8 @@ from kopf_scheduler.state.objects import (
     object_key,
 )
 
-Obj = dict[str, Any]
+#: An API object as the store holds it (assumed versions are copies the binder made; never mutated here).
+Obj = Mapping[str, Any]
 
 #: The resource upstream's NotFound errors name (``persistentvolumes "pv1" not found``).
 _RESOURCES = {PERSISTENT_VOLUME: "persistentvolumes", PERSISTENT_VOLUME_CLAIM: "persistentvolumeclaims"}

@@ -1,4 +1,4 @@
-"""PersistentVolume and PersistentVolumeClaim helpers the volume plugins share, as upstream's storage helpers.
+"""The PersistentVolume and PersistentVolumeClaim helpers VolumeBinding's binder uses, as upstream's storage helpers.
 
 Upstream keeps these outside the scheduler: ``component-helpers/storage/volume`` (``pv_helpers.go``:
 ``GetPersistentVolumeClaimClass``, ``GetPersistentVolumeClass``, ``IsDelayBindingMode``, ``FindMatchingVolume``,
@@ -57,7 +57,7 @@ def spec(obj: Obj) -> Mapping[str, Any]:
     return obj.get("spec") or {}
 
 
-def annotations(obj: Obj) -> Mapping[str, str]:
+def annotations_of(obj: Obj) -> Mapping[str, str]:
     return meta(obj).get("annotations") or {}
 
 
@@ -136,7 +136,7 @@ def _controlled_by(obj: Obj, uid: str) -> bool:
 # -- classes and binding modes -----------------------------------------------------------------------------
 def volume_class(volume: Obj) -> str:
     """Upstream ``GetPersistentVolumeClass``: the beta annotation, else ``spec.storageClassName``, else ""."""
-    ann = annotations(volume)
+    ann = annotations_of(volume)
     if BETA_STORAGE_CLASS_ANNOTATION in ann:
         return ann[BETA_STORAGE_CLASS_ANNOTATION]
     return spec(volume).get("storageClassName") or ""
@@ -151,7 +151,7 @@ def is_delay_binding_mode(claim: Obj, storage_class: Obj | None) -> bool:
     class_name = claim_class(claim)
     if not class_name or storage_class is None:
         return False
-    mode = storage_class.get("volumeBindingMode")
+    mode: str | None = storage_class.get("volumeBindingMode")
     if mode is None:
         raise VolumeError(f"VolumeBindingMode not set for StorageClass {go_quote(class_name)}")
     return mode == WAIT_FOR_FIRST_CONSUMER
@@ -159,7 +159,7 @@ def is_delay_binding_mode(claim: Obj, storage_class: Obj | None) -> bool:
 
 def is_claim_fully_bound(claim: Obj) -> bool:
     """Upstream ``isPVCFullyBound``: a volume name and the PV controller's bind-completed annotation."""
-    return bool(spec(claim).get("volumeName")) and ANN_BIND_COMPLETED in annotations(claim)
+    return bool(spec(claim).get("volumeName")) and ANN_BIND_COMPLETED in annotations_of(claim)
 
 
 # -- node affinity -----------------------------------------------------------------------------------------
