@@ -5,16 +5,17 @@ a fake client and the e2e tests drive the same code through the real process. Th
 wires each with the few collaborators it needs (upstream's ``scheduler.New`` plays this role):
 
 - one :class:`ClusterCache` (nodes, assigned pods, workload selectors, namespaces, storage objects), shared by
-  all profiles, and every unassigned pod, whatever its schedulerName, so a profile created later finds its
-  pods at once;
-- the profiles registry: one :class:`ProfileRuntime` per live SchedulerProfile, its built framework and its
-  scheduling queue (``profiles.py``). A profile change swaps the framework in place; the queue and its pods
-  stay. Building and swapping happens here, in :meth:`SchedulerApp.apply_profile`;
+  all profiles, and :class:`UnassignedPods` (``unassigned_pods.py``), every unassigned pod, whatever its
+  schedulerName, so a profile created later finds its pods at once;
+- the profiles registry: one :class:`ProfileRuntime` per live SchedulerProfile, its built framework, its
+  extenders and its scheduling queue (``live_profiles.py``). A profile change swaps the framework in place; the
+  queue and its pods stay. Building and swapping happens here, in :meth:`SchedulerApp.apply_profile`;
 - one :class:`PodNominator` shared by every profile's framework (upstream's one queue holds one nominator:
   a pod nominated by one profile's preemption holds its place against every profile's pods), and the
   plugins' :class:`BackgroundJobs` (asynchronous preemption), cancelled at :meth:`SchedulerApp.shutdown`;
 - :class:`EventHandlers` (``eventhandlers.py``): watch events and the reconciling LIST into the cache and queues;
-- :class:`ScheduleOne` (``schedule_one.py``): the scheduling and binding cycles of one pod, failure handling;
+- :class:`ScheduleOne` (``schedule_one.py``): the scheduling and binding cycles of one pod, failure handling,
+  around the algorithm of ``algorithm.py``;
 - :class:`Reporter` (``reporting.py``): events, the PodScheduled condition, ``/explain``;
 - the per-profile loop (:meth:`SchedulerApp.run_profile`, upstream's ``Scheduler.Run``) that ties them together.
 
@@ -46,16 +47,21 @@ from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.live_profiles import (
+    BackgroundJobs,
+    ProfileHandle,
+    ProfileOutcome,
+    ProfileRuntime,
+    pipeline_status,
+)
 from kopf_scheduler.metrics import SchedulerMetrics
-from kopf_scheduler.profiles import BackgroundJobs, ProfileHandle, ProfileOutcome, ProfileRuntime, pipeline_status
-from kopf_scheduler.queue import PodNominator, QueueClosedError, QueuedPodInfo, SchedulingQueue
+from kopf_scheduler.queue import PodNominator, QueueClosedError, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
 from kopf_scheduler.schedule_one import ScheduleOne
-from kopf_scheduler.scheduler import Scheduler
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.standby import PauseToggle, WarmStandby
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.unassigned_pods import UnassignedPods
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -133,7 +139,7 @@ class SchedulerApp:
         self.extender_transport = extender_transport
         self.cache = ClusterCache()
         self.profiles: dict[str, ProfileRuntime] = {}
-        self.unassigned: dict[str, PodInfo] = {}
+        self.unassigned = UnassignedPods()
         self._running_loops = 0
         #: When kopf last handed over a listed pod or node (event type None); see LISTING_QUIET_SECONDS.
         self._listed_at = -math.inf
@@ -171,6 +177,7 @@ class SchedulerApp:
             spawn=self.spawn,
             move_all=self.events.move_all_to_active_or_backoff,
             nominator=self.nominator,
+            rng=self.rng,
         )
 
     @property
@@ -197,6 +204,7 @@ class SchedulerApp:
             kept = " (the previous valid pipeline keeps serving)" if name in self.profiles else ""
             logger.warning("SchedulerProfile %s is invalid: %s%s", name, message, kept)
             return ProfileOutcome(False, "InvalidProfile", message + kept)
+        _attach_extenders(framework, extenders)
         runtime = self.profiles.get(name)
         if runtime is None:
             runtime = self._new_runtime(name, framework, resolved, extenders)
@@ -207,7 +215,7 @@ class SchedulerApp:
         else:
             runtime.framework = framework
             runtime.resolved = resolved
-            runtime.scheduler = Scheduler(framework, rng=self.rng, extenders=extenders)
+            runtime.extenders = extenders
             # New PreEnqueue and event registrations; and a new pipeline may accept pods the old one
             # rejected, so every parked pod gets another try.
             runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_framework(framework))
@@ -246,7 +254,7 @@ class SchedulerApp:
     def _new_runtime(
         self, name: str, framework: Framework, resolved: ResolvedProfile, extenders: tuple[Extender, ...] = ()
     ) -> ProfileRuntime:
-        runtime = ProfileRuntime(name, framework, resolved, Scheduler(framework, rng=self.rng, extenders=extenders))
+        runtime = ProfileRuntime(name, framework, resolved, extenders)
         runtime.queue = SchedulingQueue(
             less=runtime.less,
             pre_enqueue=runtime.pre_enqueue,
@@ -366,12 +374,6 @@ class SchedulerApp:
             # loop stopped for its profile's deletion leaves kopf's watches running and the cache whole.
             self._running_loops -= 1
 
-    def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> Awaitable[None] | None:
-        """One scheduling cycle for a popped pod (schedule_one.py); its binding cycle goes on as a task.
-
-        For a profile with extenders the cycle is returned as a coroutine to await (None otherwise)."""
-        return self.cycles.schedule_one(runtime, qpod)
-
     def _publish_pending(self) -> None:
         """scheduler_pending_pods has no profile label (as upstream): publish the sum over all queues."""
         totals: dict[str, int] = {}
@@ -402,3 +404,11 @@ class SchedulerApp:
             await asyncio.wait([self._standby_task])
         await self.jobs.cancel()
         await self.drain()
+
+
+def _attach_extenders(framework: Framework, extenders: tuple[Extender, ...]) -> None:
+    """Upstream's ``Handle.Extenders()``, for preemption: the PostFilter plugins that call extenders get them."""
+    for _, plugin in framework.post_filter_plugins:
+        attach = getattr(plugin, "attach_extenders", None)
+        if attach is not None:
+            attach(extenders)
