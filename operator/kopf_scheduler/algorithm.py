@@ -222,17 +222,6 @@ class ScheduleResult:
             return [(self.suggested_host, 0)]
         return [(str(names[int(self.scores.nodes[i])]), total) for i, total in self.scores.top(k)]
 
-    def explain(self, names: Sequence[str | None], k: int = 3) -> dict[str, Any]:
-        """A compact, loggable account of the decision: counts, who rejected how many nodes, why the winner won."""
-        return {
-            "node": self.suggested_host,
-            "evaluatedNodes": self.evaluated_nodes,
-            "feasibleNodes": self.feasible_nodes,
-            "rejectedByPlugin": self.diagnosis.statuses.counts_by_plugin(),
-            "pluginScores": self.plugin_scores(),
-            "topNodes": self.top_nodes(names, k) if self.scores is not None else [],
-        }
-
 
 # -- the cycle -----------------------------------------------------------------------------------------
 def schedule_pod(

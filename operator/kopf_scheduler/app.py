@@ -2,7 +2,7 @@
 
 ``handlers.py`` turns kopf callbacks into calls on one SchedulerApp, so the behaviour can be unit-tested with
 a fake client and the e2e tests drive the same code through the real process. The app builds the parts and
-wires each with the few collaborators it needs (upstream's ``scheduler.New`` plays this role):
+wires each with the few collaborators it needs (upstream's ``scheduler.New`` in ``pkg/scheduler/scheduler.go``):
 
 - one :class:`ClusterCache` (nodes, assigned pods, workload selectors, namespaces, storage objects), shared by
   all profiles, and :class:`UnassignedPods` (``unassigned_pods.py``), every unassigned pod, whatever its
@@ -70,8 +70,8 @@ PROFILE_CHANGED = ClusterEvent(EventResource.WILDCARD, ActionType.ALL, "Schedule
 
 #: kopf hands the objects of a LIST (its initial one, or a re-LIST after an expired watch) to the handlers with
 #: event type None, and while it lists it yields the event loop once per object it has not seen yet (a worker
-#: is spawned for each). Interleaved one to one with scheduling cycles, 50000 pods took longer to list than the
-#: API server keeps a paginated LIST's continue token (410 Gone, and kopf stopped the operator): while listed
+#: is spawned for each). Interleaved one to one with scheduling cycles, a LIST of 50000 pods outlasts the
+#: continue token of the API server's paginated LIST (410 Gone, and kopf stops the operator): while listed
 #: pods or nodes keep arriving (none for this long ends it), a loop runs one cycle per fifth of this, so that
 #: kopf has the event loop almost to itself and the first pods still bind before its LIST is in.
 LISTING_QUIET_SECONDS = 0.25
@@ -80,11 +80,8 @@ __all__ = [
     "GC_THRESHOLDS",
     "LISTING_QUIET_SECONDS",
     "PROFILE_CHANGED",
-    "Client",
     "ProfileOutcome",
-    "ProfileRuntime",
     "SchedulerApp",
-    "pipeline_status",
     "tune_garbage_collector",
 ]
 
@@ -93,11 +90,10 @@ __all__ = [
 #: collection, which walks every tracked object (the whole cache: 240 ms at 5000 nodes / 10000 pods), after
 #: every 10 collections of the middle generation once objects promoted since the last one exceed a quarter of
 #: the old ones; a scheduler promotes each pending pod's objects (they wait in the queue), so that quarter is
-#: always reached and the count of 10 decides: 30 full collections, 7.2 of 35.5 s of CPU in SchedulingBasic
-#: 5000/10000, a cost per pod that grows with the cache. The first was 2000 while kopf's per-event Body and
-#: Patch views of every pod event were most of the cyclic garbage; since pod and node events bypass kopf's
-#: processing, young collections find next to none (≈ 2500 objects over 10000 pods), and at 20000 they cost
-#: a third of the CPU for the same peak RSS (docs/benchmarks.md, "Per-pod cost (issue 15)").
+#: always reached and the count decides (at 10: 30 full collections, 7.2 of 35.5 s of CPU in SchedulingBasic
+#: 5000/10000, a cost per pod that grows with the cache). Pod and node events bypass kopf's per-event
+#: processing, so young collections find next to no cyclic garbage (≈ 2500 objects over 10000 pods): a first
+#: threshold of 20000 costs a third of the CPU for the same peak RSS (docs/benchmarks.md, "Per-pod cost").
 GC_THRESHOLDS = (20000, 10, 100)
 
 
@@ -105,14 +101,15 @@ def tune_garbage_collector() -> None:
     """Keep what start-up created (modules, classes, functions: everything imported) out of every later run of
     the cyclic garbage collector, and run the collections less often (``GC_THRESHOLDS``).
 
-    Start-up's objects live for ever, so walking them is wasted. A young generation of 10000 cost +100 MiB of
-    peak RSS while kopf made cyclic garbage of every pod event (it held that garbage longer); it no longer does.
+    Start-up's objects live for ever, so walking them is wasted.
     """
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
 
 
 class SchedulerApp:
+    """The operator without kopf: the shared state, the live profiles, the parts, and each profile's loop."""
+
     def __init__(
         self,
         *,
@@ -391,7 +388,7 @@ class SchedulerApp:
         task.add_done_callback(self._tasks.discard)
 
     async def drain(self) -> None:
-        """Wait for in-flight binds, reports and plugin jobs (tests)."""
+        """Wait for in-flight binds, reports and plugin jobs (shutdown; tests)."""
         while self._tasks or self.jobs.pending:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
             await self.jobs.wait()

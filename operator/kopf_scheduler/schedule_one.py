@@ -29,7 +29,7 @@
 - A failed binding cycle freed what the assumed pod held, so, as upstream's ``handleBindingCycleError``, it
   moves parked pods with an AssignedPodDelete event (``move_all``, the event handlers' broadcast), and clears
   the nomination with the failure's status patch.
-- :meth:`ScheduleOne.handle_scheduling_failure` requeues the pod (unschedulable pool or backoff), records its
+- :meth:`ScheduleOne._handle_scheduling_failure` requeues the pod (unschedulable pool or backoff), records its
   nomination in the nominator (upstream's ``AddNominatedPod`` there) and reports it.
 
 I/O is two collaborators away: the API calls are the framework's (Bind through the DefaultBinder plugin) and
@@ -226,7 +226,7 @@ class ScheduleOne:
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, fit: FitError, started: float, nominated_node: str | None
     ) -> None:
         plugins = fit.diagnosis.all_unschedulable_plugins()
-        self.handle_scheduling_failure(
+        self._handle_scheduling_failure(
             runtime,
             qpod,
             message=fit.message,
@@ -245,7 +245,7 @@ class ScheduleOne:
         else:
             logger.exception("scheduling %s failed", pod.key)
             message = str(e)
-        self.handle_scheduling_failure(
+        self._handle_scheduling_failure(
             runtime,
             qpod,
             message=message,
@@ -274,7 +274,7 @@ class ScheduleOne:
         self, framework: Framework, state: CycleState, pod: PodInfo, fit: FitError
     ) -> tuple[PostFilterResult | None, str | None]:
         """PostFilter after the algorithm's FitError (its message joins the FitError's); returns its result
-        and the nomination the failure applies (``nominated_node`` of :meth:`handle_scheduling_failure`).
+        and the nomination the failure applies (``nominated_node`` of :meth:`_handle_scheduling_failure`).
 
         As upstream's ``schedulingAlgorithm``: no node at all, or no PostFilter plugin, clears the nomination;
         otherwise the result decides (a node, clear, or no result: leave it).
@@ -365,7 +365,7 @@ class ScheduleOne:
             runtime.queue.done(pod.uid)
             return
         if status.is_rejected:  # Permit rejected while waiting: the message is already the FitError text
-            self.handle_scheduling_failure(
+            self._handle_scheduling_failure(
                 runtime,
                 qpod,
                 message=status.message,
@@ -375,7 +375,7 @@ class ScheduleOne:
                 nominated_node=CLEAR_NOMINATION,
             )
             return
-        self.handle_scheduling_failure(
+        self._handle_scheduling_failure(
             runtime,
             qpod,
             message=status.message,  # "running Bind plugin ...: ..." as upstream's, unprefixed
@@ -385,7 +385,7 @@ class ScheduleOne:
             nominated_node=CLEAR_NOMINATION,
         )
 
-    def handle_scheduling_failure(
+    def _handle_scheduling_failure(
         self,
         runtime: ProfileRuntime,
         qpod: QueuedPodInfo,

@@ -347,7 +347,7 @@ def test_pre_filter_error_is_a_scheduling_error() -> None:
         schedule(framework)
 
 
-def test_explain_summarises_the_decision() -> None:
+def test_the_result_accounts_for_the_decision() -> None:
     cache = cluster(6)
     framework = build(
         [
@@ -359,12 +359,8 @@ def test_explain_summarises_the_decision() -> None:
         cache=cache,
     )
     result = schedule(framework)
-    assert result.explain(cache.table.names, k=2) == {
-        "node": "n0004",
-        "evaluatedNodes": 6,
-        "feasibleNodes": 3,
-        "rejectedByPlugin": {"Cordon": 1, "Fit": 2},
-        "pluginScores": {"A": 180},
-        "topNodes": [("n0004", 180), ("n0005", 100)],
-    }
+    assert (result.suggested_host, result.evaluated_nodes, result.feasible_nodes) == ("n0004", 6, 3)
+    assert result.diagnosis.statuses.counts_by_plugin() == {"Cordon": 1, "Fit": 2}
+    assert result.plugin_scores() == {"A": 180}
+    assert result.top_nodes(cache.table.names, k=2) == [("n0004", 180), ("n0005", 100)]
     assert result.diagnosis.node_to_status["n0001"].plugin == "Fit"
