@@ -1,6 +1,6 @@
 """Algorithm benchmark: scheduling cycles per second on synthetic clusters, no API server (``make bench-algo``).
 
-What one measured cycle is: what :meth:`SchedulerApp.schedule_one` does synchronously for a popped pod —
+What one measured cycle is: what :meth:`ScheduleOne.schedule_one` does synchronously for a popped pod —
 a fresh CycleState, a cache snapshot, :func:`schedule_pod` (PreFilter, sampled Filter, PreScore/Score, host
 selection) and :func:`assume_and_reserve` (assume in the cache, Reserve, Permit). Binding is asynchronous in
 the operator and is not part of the cycle. Assuming every pod makes the cluster fill up as it would under the
@@ -41,13 +41,14 @@ from typing import Any
 import numpy as np
 
 from bench._synthetic import WORKLOADS, make_cluster
+from kopf_scheduler.algorithm import schedule_pod
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.explain import Explanations, capture_scores
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.registry import default_registry
 from kopf_scheduler.framework.runtime import Framework
-from kopf_scheduler.scheduler import Scheduler
+from kopf_scheduler.schedule_one import assume_and_reserve
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -92,12 +93,11 @@ class BenchHandle:
         return True
 
 
-def default_scheduler(cache: ClusterCache, seed: int) -> Scheduler:
+def default_framework(cache: ClusterCache) -> Framework:
     """The default profile, resolved and instantiated exactly as the operator does for a SchedulerProfile."""
     registry = default_registry()
     resolved = resolve_profile(PROFILE_NAME, SchedulerProfileSpec(), registry)
-    framework = Framework(resolved, registry=registry, handle=BenchHandle(cache))
-    return Scheduler(framework, rng=random.Random(seed))
+    return Framework(resolved, registry=registry, handle=BenchHandle(cache))
 
 
 @dataclass(slots=True)
@@ -152,7 +152,8 @@ def measure(
     """
     make_pod = WORKLOADS[workload]
     cache = make_cluster(nodes)
-    scheduler = default_scheduler(cache, seed)
+    framework = default_framework(cache)
+    rng = random.Random(seed)
     pods = [PodInfo.from_obj(make_pod(i)) for i in range(warmup + cycles)]
     durations = np.empty(cycles, dtype=np.int64)
     evaluated = feasible = 0
@@ -163,8 +164,8 @@ def measure(
     for i, pod in enumerate(pods):
         started = clock()
         state = CycleState()
-        result = scheduler.schedule_pod(state, pod, cache.snapshot())
-        scheduler.assume_and_reserve(state, pod, result, cache)
+        result = schedule_pod(framework, state, pod, cache.snapshot(), rng=rng)
+        assume_and_reserve(framework, state, pod, result, cache)
         if accounts is not None:
             accounts.record_success(pod.key, PROFILE_NAME, capture_scores(result, cache.table.names, at=time.time()))
         elapsed = clock() - started

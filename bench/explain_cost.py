@@ -11,28 +11,31 @@ adds time). On a shared machine that difference is noisy, so the capture is also
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from collections.abc import Sequence
 
 from bench._synthetic import WORKLOADS, make_cluster
-from bench.algo import CYCLES, SEED, default_scheduler, machine, measure
+from bench.algo import CYCLES, SEED, default_framework, machine, measure
+from kopf_scheduler.algorithm import ScheduleResult, schedule_pod
 from kopf_scheduler.explain import Explanations, capture_scores
 from kopf_scheduler.framework.cycle_state import CycleState
-from kopf_scheduler.scheduler import ScheduleResult
+from kopf_scheduler.schedule_one import assume_and_reserve
 from kopf_scheduler.state.pod_info import PodInfo
 
 
 def capture_alone_us(workload: str, nodes: int, *, cycles: int = 1000, passes: int = 7) -> float:
     """Microseconds per :func:`capture_scores` call over the results of ``cycles`` real cycles (fastest pass)."""
     cache = make_cluster(nodes)
-    scheduler = default_scheduler(cache, SEED)
+    framework = default_framework(cache)
+    rng = random.Random(SEED)
     results: list[ScheduleResult] = []
     for i in range(cycles):
         pod = PodInfo.from_obj(WORKLOADS[workload](i))
         state = CycleState()
-        result = scheduler.schedule_pod(state, pod, cache.snapshot())
-        scheduler.assume_and_reserve(state, pod, result, cache)
+        result = schedule_pod(framework, state, pod, cache.snapshot(), rng=rng)
+        assume_and_reserve(framework, state, pod, result, cache)
         results.append(result)
     names = cache.table.names
     best = float("inf")

@@ -2,19 +2,20 @@
 
 ``handlers.py`` turns kopf callbacks into calls on one SchedulerApp, so the behaviour can be unit-tested with
 a fake client and the e2e tests drive the same code through the real process. The app builds the parts and
-wires each with the few collaborators it needs (upstream's ``scheduler.New`` plays this role):
+wires each with the few collaborators it needs (upstream's ``scheduler.New`` in ``pkg/scheduler/scheduler.go``):
 
 - one :class:`ClusterCache` (nodes, assigned pods, workload selectors, namespaces, storage objects), shared by
-  all profiles, and every unassigned pod, whatever its schedulerName, so a profile created later finds its
-  pods at once;
-- the profiles registry: one :class:`ProfileRuntime` per live SchedulerProfile, its built framework and its
-  scheduling queue (``profiles.py``). A profile change swaps the framework in place; the queue and its pods
-  stay. Building and swapping happens here, in :meth:`SchedulerApp.apply_profile`;
+  all profiles, and :class:`UnassignedPods` (``unassigned_pods.py``), every unassigned pod, whatever its
+  schedulerName, so a profile created later finds its pods at once;
+- the profiles registry: one :class:`ProfileRuntime` per live SchedulerProfile, its built framework, its
+  extenders and its scheduling queue (``live_profiles.py``). A profile change swaps the framework in place; the
+  queue and its pods stay. Building and swapping happens here, in :meth:`SchedulerApp.apply_profile`;
 - one :class:`PodNominator` shared by every profile's framework (upstream's one queue holds one nominator:
   a pod nominated by one profile's preemption holds its place against every profile's pods), and the
   plugins' :class:`BackgroundJobs` (asynchronous preemption), cancelled at :meth:`SchedulerApp.shutdown`;
 - :class:`EventHandlers` (``eventhandlers.py``): watch events and the reconciling LIST into the cache and queues;
-- :class:`ScheduleOne` (``schedule_one.py``): the scheduling and binding cycles of one pod, failure handling;
+- :class:`ScheduleOne` (``schedule_one.py``): the scheduling and binding cycles of one pod, failure handling,
+  around the algorithm of ``algorithm.py``;
 - :class:`Reporter` (``reporting.py``): events, the PodScheduled condition, ``/explain``;
 - the per-profile loop (:meth:`SchedulerApp.run_profile`, upstream's ``Scheduler.Run``) that ties them together.
 
@@ -46,16 +47,21 @@ from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.live_profiles import (
+    BackgroundJobs,
+    ProfileHandle,
+    ProfileOutcome,
+    ProfileRuntime,
+    pipeline_status,
+)
 from kopf_scheduler.metrics import SchedulerMetrics
-from kopf_scheduler.profiles import BackgroundJobs, ProfileHandle, ProfileOutcome, ProfileRuntime, pipeline_status
-from kopf_scheduler.queue import PodNominator, QueueClosedError, QueuedPodInfo, SchedulingQueue
+from kopf_scheduler.queue import PodNominator, QueueClosedError, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
 from kopf_scheduler.schedule_one import ScheduleOne
-from kopf_scheduler.scheduler import Scheduler
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.standby import PauseToggle, WarmStandby
 from kopf_scheduler.state.cache import ClusterCache
-from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.unassigned_pods import UnassignedPods
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -64,8 +70,8 @@ PROFILE_CHANGED = ClusterEvent(EventResource.WILDCARD, ActionType.ALL, "Schedule
 
 #: kopf hands the objects of a LIST (its initial one, or a re-LIST after an expired watch) to the handlers with
 #: event type None, and while it lists it yields the event loop once per object it has not seen yet (a worker
-#: is spawned for each). Interleaved one to one with scheduling cycles, 50000 pods took longer to list than the
-#: API server keeps a paginated LIST's continue token (410 Gone, and kopf stopped the operator): while listed
+#: is spawned for each). Interleaved one to one with scheduling cycles, a LIST of 50000 pods outlasts the
+#: continue token of the API server's paginated LIST (410 Gone, and kopf stops the operator): while listed
 #: pods or nodes keep arriving (none for this long ends it), a loop runs one cycle per fifth of this, so that
 #: kopf has the event loop almost to itself and the first pods still bind before its LIST is in.
 LISTING_QUIET_SECONDS = 0.25
@@ -74,11 +80,8 @@ __all__ = [
     "GC_THRESHOLDS",
     "LISTING_QUIET_SECONDS",
     "PROFILE_CHANGED",
-    "Client",
     "ProfileOutcome",
-    "ProfileRuntime",
     "SchedulerApp",
-    "pipeline_status",
     "tune_garbage_collector",
 ]
 
@@ -87,11 +90,10 @@ __all__ = [
 #: collection, which walks every tracked object (the whole cache: 240 ms at 5000 nodes / 10000 pods), after
 #: every 10 collections of the middle generation once objects promoted since the last one exceed a quarter of
 #: the old ones; a scheduler promotes each pending pod's objects (they wait in the queue), so that quarter is
-#: always reached and the count of 10 decides: 30 full collections, 7.2 of 35.5 s of CPU in SchedulingBasic
-#: 5000/10000, a cost per pod that grows with the cache. The first was 2000 while kopf's per-event Body and
-#: Patch views of every pod event were most of the cyclic garbage; since pod and node events bypass kopf's
-#: processing, young collections find next to none (≈ 2500 objects over 10000 pods), and at 20000 they cost
-#: a third of the CPU for the same peak RSS (docs/benchmarks.md, "Per-pod cost (issue 15)").
+#: always reached and the count decides (at 10: 30 full collections, 7.2 of 35.5 s of CPU in SchedulingBasic
+#: 5000/10000, a cost per pod that grows with the cache). Pod and node events bypass kopf's per-event
+#: processing, so young collections find next to no cyclic garbage (≈ 2500 objects over 10000 pods): a first
+#: threshold of 20000 costs a third of the CPU for the same peak RSS (docs/benchmarks.md, "Per-pod cost").
 GC_THRESHOLDS = (20000, 10, 100)
 
 
@@ -99,14 +101,15 @@ def tune_garbage_collector() -> None:
     """Keep what start-up created (modules, classes, functions: everything imported) out of every later run of
     the cyclic garbage collector, and run the collections less often (``GC_THRESHOLDS``).
 
-    Start-up's objects live for ever, so walking them is wasted. A young generation of 10000 cost +100 MiB of
-    peak RSS while kopf made cyclic garbage of every pod event (it held that garbage longer); it no longer does.
+    Start-up's objects live for ever, so walking them is wasted.
     """
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
 
 
 class SchedulerApp:
+    """The operator without kopf: the shared state, the live profiles, the parts, and each profile's loop."""
+
     def __init__(
         self,
         *,
@@ -133,7 +136,7 @@ class SchedulerApp:
         self.extender_transport = extender_transport
         self.cache = ClusterCache()
         self.profiles: dict[str, ProfileRuntime] = {}
-        self.unassigned: dict[str, PodInfo] = {}
+        self.unassigned = UnassignedPods()
         self._running_loops = 0
         #: When kopf last handed over a listed pod or node (event type None); see LISTING_QUIET_SECONDS.
         self._listed_at = -math.inf
@@ -171,6 +174,7 @@ class SchedulerApp:
             spawn=self.spawn,
             move_all=self.events.move_all_to_active_or_backoff,
             nominator=self.nominator,
+            rng=self.rng,
         )
 
     @property
@@ -197,6 +201,7 @@ class SchedulerApp:
             kept = " (the previous valid pipeline keeps serving)" if name in self.profiles else ""
             logger.warning("SchedulerProfile %s is invalid: %s%s", name, message, kept)
             return ProfileOutcome(False, "InvalidProfile", message + kept)
+        _attach_extenders(framework, extenders)
         runtime = self.profiles.get(name)
         if runtime is None:
             runtime = self._new_runtime(name, framework, resolved, extenders)
@@ -207,7 +212,7 @@ class SchedulerApp:
         else:
             runtime.framework = framework
             runtime.resolved = resolved
-            runtime.scheduler = Scheduler(framework, rng=self.rng, extenders=extenders)
+            runtime.extenders = extenders
             # New PreEnqueue and event registrations; and a new pipeline may accept pods the old one
             # rejected, so every parked pod gets another try.
             runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_framework(framework))
@@ -246,7 +251,7 @@ class SchedulerApp:
     def _new_runtime(
         self, name: str, framework: Framework, resolved: ResolvedProfile, extenders: tuple[Extender, ...] = ()
     ) -> ProfileRuntime:
-        runtime = ProfileRuntime(name, framework, resolved, Scheduler(framework, rng=self.rng, extenders=extenders))
+        runtime = ProfileRuntime(name, framework, resolved, extenders)
         runtime.queue = SchedulingQueue(
             less=runtime.less,
             pre_enqueue=runtime.pre_enqueue,
@@ -366,12 +371,6 @@ class SchedulerApp:
             # loop stopped for its profile's deletion leaves kopf's watches running and the cache whole.
             self._running_loops -= 1
 
-    def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> Awaitable[None] | None:
-        """One scheduling cycle for a popped pod (schedule_one.py); its binding cycle goes on as a task.
-
-        For a profile with extenders the cycle is returned as a coroutine to await (None otherwise)."""
-        return self.cycles.schedule_one(runtime, qpod)
-
     def _publish_pending(self) -> None:
         """scheduler_pending_pods has no profile label (as upstream): publish the sum over all queues."""
         totals: dict[str, int] = {}
@@ -389,7 +388,7 @@ class SchedulerApp:
         task.add_done_callback(self._tasks.discard)
 
     async def drain(self) -> None:
-        """Wait for in-flight binds, reports and plugin jobs (tests)."""
+        """Wait for in-flight binds, reports and plugin jobs (shutdown; tests)."""
         while self._tasks or self.jobs.pending:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
             await self.jobs.wait()
@@ -402,3 +401,11 @@ class SchedulerApp:
             await asyncio.wait([self._standby_task])
         await self.jobs.cancel()
         await self.drain()
+
+
+def _attach_extenders(framework: Framework, extenders: tuple[Extender, ...]) -> None:
+    """Upstream's ``Handle.Extenders()``, for preemption: the PostFilter plugins that call extenders get them."""
+    for _, plugin in framework.post_filter_plugins:
+        attach = getattr(plugin, "attach_extenders", None)
+        if attach is not None:
+            attach(extenders)

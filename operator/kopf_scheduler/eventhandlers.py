@@ -41,13 +41,14 @@ from kopf_scheduler import json_codec
 from kopf_scheduler.client import Client, ClientRef
 from kopf_scheduler.framework import APIError
 from kopf_scheduler.framework.events import ClusterEvent, EventResource, node_events, object_events, pod_events
-from kopf_scheduler.profiles import ProfileRuntime
+from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.queue import GATED, PodNominator, SchedulingQueue
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache
 from kopf_scheduler.state.objects import KINDS as STORAGE_KINDS
 from kopf_scheduler.state.objects import Key, object_key
 from kopf_scheduler.state.pod_info import PodInfo, same_scheduling_inputs
 from kopf_scheduler.state.selectors import LabelSelector
+from kopf_scheduler.unassigned_pods import UnassignedPods
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -116,7 +117,7 @@ class EventHandlers:
         *,
         cache: ClusterCache,
         profiles: Mapping[str, ProfileRuntime],
-        unassigned: dict[str, PodInfo],
+        unassigned: UnassignedPods,
         client: ClientRef,
         namespaces: Iterable[str] = (),
         forget_pod: ForgetPod,
@@ -192,7 +193,7 @@ class EventHandlers:
     ) -> None:
         self._forget_pod(uid, _key(obj))
         if old_unassigned is not None:
-            del self._unassigned[uid]
+            self._unassigned.remove(uid)
             self._held.pop(uid, None)
             self._nominator.delete_nominated_pod_if_exists(old_unassigned)
             self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
@@ -204,7 +205,7 @@ class EventHandlers:
         self, uid: str, obj: dict[str, Any], old_unassigned: PodInfo | None, old_assigned: PodInfo | None
     ) -> None:
         if old_unassigned is not None:
-            del self._unassigned[uid]
+            self._unassigned.remove(uid)
             self._held.pop(uid, None)
             self._nominator.delete_nominated_pod_if_exists(old_unassigned)
             self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
@@ -218,7 +219,7 @@ class EventHandlers:
             pod = old_unassigned.with_obj(obj)  # e.g. our own PodScheduled=False patch coming back
         else:
             pod = PodInfo.from_obj(obj)
-        self._unassigned[uid] = pod
+        self._unassigned.add(pod)
         if self._cache.is_assumed(uid):
             return  # its Binding is in flight; the bound pod's own event settles it
         runtime = self._profiles.get(pod.scheduler_name)

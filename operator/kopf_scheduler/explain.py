@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from kopf_scheduler.algorithm import FitError, ScheduleResult
 from kopf_scheduler.framework import PostFilterResult
-from kopf_scheduler.scheduler import FitError, ScheduleResult
 
 #: Pending pods whose failed attempts are kept; beyond this the least recently failed are dropped.
 MAX_PODS = 1000

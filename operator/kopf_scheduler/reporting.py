@@ -28,11 +28,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kopf_scheduler.algorithm import FitError
 from kopf_scheduler.client import ClientRef
 from kopf_scheduler.explain import Explanations, ScoreCapture, explain_fit_error
 from kopf_scheduler.framework import APIError, PostFilterResult, nominated_node_name
 from kopf_scheduler.kube.events import event_body
-from kopf_scheduler.scheduler import FitError
 from kopf_scheduler.state.pod_info import PodInfo
 
 logger = logging.getLogger("kopf_scheduler")

@@ -1,14 +1,14 @@
-"""One pod through the scheduling cycle and the binding cycle (upstream ``schedule_one.go``).
-
-The shape is upstream's ``scheduleOne``:
+"""One pod through the scheduling cycle and the binding cycle: upstream's ``scheduleOne``, ``schedulingCycle``,
+``bindingCycle`` and their failure handling (``pkg/scheduler/schedule_one.go``); the algorithm they call,
+``schedulePod`` and the functions under it, is ``algorithm.py``.
 
 - :meth:`ScheduleOne.schedule_one` takes a popped pod, skips it if it was deleted, bound or assumed meanwhile,
   and runs the *scheduling cycle* synchronously (no await: the cache cannot change under it): the algorithm
-  (``scheduler.schedule_pod``), then assume, Reserve and Permit (``Scheduler.assume_and_reserve``). It ends on
-  an assumed pod, and the binding cycle goes on as an asyncio task per pod, so the loop pops the next pod
-  while Bindings are in flight.
+  (``algorithm.schedule_pod``), then assume, Reserve and Permit (:func:`assume_and_reserve`). It ends on an
+  assumed pod, and the binding cycle goes on as an asyncio task per pod, so the loop pops the next pod while
+  Bindings are in flight.
 - A profile with HTTP extenders (``framework/extender.py``) awaits them in the middle of its algorithm
-  (``scheduler.schedule_pod_with_extenders``): its :meth:`ScheduleOne.schedule_one` returns that cycle as a
+  (``algorithm.schedule_pod_with_extenders``): its :meth:`ScheduleOne.schedule_one` returns that cycle as a
   coroutine the profile's loop awaits; meanwhile the cache may change, so the pod is looked up again and the
   chosen node re-judged before it is assumed. Profiles without extenders never await here.
 - A FitError of the algorithm runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA
@@ -21,16 +21,16 @@ The shape is upstream's ``scheduleOne``:
   DefaultPreemption may call the extenders' preempt verb.
 - A profile with ``spec.explain.successes`` has the winner's and runners-up's scores captured right after
   Permit (:meth:`ScheduleOne._capture_scores`, ``explain.capture_scores``); they are kept once the pod is bound.
-- :meth:`ScheduleOne._binding_cycle` runs PreBindPreFlight, WaitOnPermit, PreBind, Bind and PostBind
-  (``Scheduler.bind_pod``, which on failure runs Unreserve in reverse order and forgets the pod in the cache),
-  then settles the pod: success is reported as Scheduled; failures go to :meth:`_handle_binding_cycle_error`.
-  When PreBind has work (or Permit makes the pod wait), the pod's ``status.nominatedNodeName`` is set to the
-  chosen node first (upstream's NominatedNodeNameForExpectation), through :meth:`Reporter.nominate`.
+- :meth:`ScheduleOne._binding_cycle` runs :func:`bind_pod` (PreBindPreFlight, WaitOnPermit, PreBind, Bind,
+  PostBind; on failure Unreserve in reverse order and the pod forgotten in the cache), then settles the pod:
+  success is reported as Scheduled; failures go to :meth:`ScheduleOne._handle_binding_cycle_error`. When
+  PreBind has work (or Permit makes the pod wait), the pod's ``status.nominatedNodeName`` is set to the chosen
+  node first (upstream's NominatedNodeNameForExpectation), through :meth:`Reporter.nominate`.
 - A failed binding cycle freed what the assumed pod held, so, as upstream's ``handleBindingCycleError``, it
   moves parked pods with an AssignedPodDelete event (``move_all``, the event handlers' broadcast), and clears
   the nomination with the failure's status patch.
-- :meth:`handle_scheduling_failure` requeues the pod (unschedulable pool or backoff), records its nomination
-  in the nominator (upstream's ``AddNominatedPod`` there) and reports it.
+- :meth:`ScheduleOne._handle_scheduling_failure` requeues the pod (unschedulable pool or backoff), records its
+  nomination in the nominator (upstream's ``AddNominatedPod`` there) and reports it.
 
 I/O is two collaborators away: the API calls are the framework's (Bind through the DefaultBinder plugin) and
 the :class:`Reporter`'s; this module only decides what happens to the pod.
@@ -39,29 +39,37 @@ the :class:`Reporter`'s; this module only decides what happens to the pod.
 from __future__ import annotations
 
 import logging
+import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kopf_scheduler.explain import ScoreCapture, capture_scores
-from kopf_scheduler.framework import ClusterEvent, CycleState, PostFilterResult, Status, nominated_node_name
-from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
-from kopf_scheduler.framework.nominator import Nominator, NoNominator
-from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics, sample_plugin_metrics
-from kopf_scheduler.profiles import ProfileRuntime
-from kopf_scheduler.queue import QueuedPodInfo
-from kopf_scheduler.reporting import Reporter, Spawn
-from kopf_scheduler.scheduler import (
+from kopf_scheduler.algorithm import (
     FitError,
     NoNodesAvailableError,
-    Scheduler,
     ScheduleResult,
     SchedulingError,
     recheck_after_extenders,
+    run_post_filter,
+    run_post_filter_with_extenders,
+    schedule_pod,
+    schedule_pod_with_extenders,
 )
+from kopf_scheduler.explain import ScoreCapture, capture_scores
+from kopf_scheduler.framework import ClusterEvent, CycleState, PostFilterResult, Status, nominated_node_name
+from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
+from kopf_scheduler.framework.extender import Extender, extenders_binding
+from kopf_scheduler.framework.nominator import Nominator, NoNominator
+from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.framework.status import SUCCESS, Code
+from kopf_scheduler.live_profiles import ProfileRuntime
+from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics, sample_plugin_metrics
+from kopf_scheduler.queue import QueuedPodInfo
+from kopf_scheduler.reporting import Reporter, Spawn
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
+from kopf_scheduler.unassigned_pods import UnassignedPods
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -71,8 +79,8 @@ class Found:
     """What the algorithm came to: a result, or the FitError or other exception it raised."""
 
     outcome: ScheduleResult | Exception
-    #: The pipeline the cycle ran with (a profile with extenders may have been swapped during the awaits).
-    scheduler: Scheduler
+    #: The framework the cycle ran with (a profile with extenders may have been swapped during the awaits).
+    framework: Framework
     #: With extenders, ``ClusterCache.generation`` when the cycle began: a change since means the chosen node
     #: is re-judged before it is assumed. None for a cycle that never awaited.
     generation: int | None = None
@@ -85,6 +93,9 @@ class Found:
 #: ``(event, old, new, pre_check)``, where ``pre_check`` (if not None) limits the candidates.
 MoveAll = Callable[[ClusterEvent, Any, Any, Callable[[PodInfo], bool] | None], None]
 
+#: Publishes that ``pod`` is about to be bound to ``node`` (its ``status.nominatedNodeName``); best effort.
+Nominate = Callable[[PodInfo, str], Awaitable[None]]
+
 #: Upstream's ``clearNominatedNode`` (a NominatingInfo of mode Override to ""), as ``nominated_node``.
 CLEAR_NOMINATION = ""
 
@@ -96,13 +107,14 @@ class ScheduleOne:
         self,
         *,
         cache: ClusterCache,
-        unassigned: dict[str, PodInfo],
+        unassigned: UnassignedPods,
         reporter: Reporter,
         metrics: SchedulerMetrics,
         clock: Callable[[], float],
         spawn: Spawn,
         move_all: MoveAll,
         nominator: Nominator | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._cache = cache
         #: Every pending pod by uid, as the event handlers keep it (its latest version is what is scheduled).
@@ -114,6 +126,8 @@ class ScheduleOne:
         self._move_all = move_all
         #: Every profile's nominated pods (the app's one PodNominator).
         self._nominator: Nominator = NoNominator() if nominator is None else nominator
+        #: Breaks score ties uniformly at random (seedable), for every profile.
+        self._rng = rng or random.Random()
 
     def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> Awaitable[None] | None:
         """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async.
@@ -124,17 +138,17 @@ class ScheduleOne:
         pod = self._latest(runtime, qpod)
         if pod is None:
             return None
-        if runtime.scheduler.extenders:
+        if runtime.extenders:
             return self._schedule_one_with_extenders(runtime, qpod, pod)
         started = time.perf_counter()
         state = _new_cycle_state()
-        scheduler = runtime.scheduler
+        framework = runtime.framework
         outcome: ScheduleResult | Exception
         try:
-            outcome = scheduler.schedule_pod(state, pod, self._cache.snapshot())
+            outcome = schedule_pod(framework, state, pod, self._cache.snapshot(), rng=self._rng)
         except Exception as e:  # handled in _cycle
             outcome = e
-        self._cycle(runtime, qpod, pod, started, state, Found(outcome, scheduler))
+        self._cycle(runtime, qpod, pod, started, state, Found(outcome, framework))
         return None
 
     async def _schedule_one_with_extenders(self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo) -> None:
@@ -143,20 +157,20 @@ class ScheduleOne:
         state = _new_cycle_state()
         generation = self._cache.generation
         # The pipeline may be swapped while we await (a profile edit): the rest of the cycle uses this one.
-        scheduler = runtime.scheduler
+        framework, extenders = runtime.framework, runtime.extenders
         outcome: ScheduleResult | Exception
         try:
-            outcome = await scheduler.schedule_pod_with_extenders(state, pod, self._cache)
+            outcome = await schedule_pod_with_extenders(framework, state, pod, self._cache, extenders, rng=self._rng)
         except Exception as e:  # handled in _cycle
             outcome = e
         if self._latest(runtime, qpod) is None:
             return  # deleted, bound or assumed elsewhere while the extenders were called
         post_filter = None
         if isinstance(outcome, FitError):  # PostFilter may await extenders too (their preempt verb)
-            post_filter = await self._post_filter_with_extenders(scheduler, state, pod, outcome)
+            post_filter = await self._post_filter_with_extenders(framework, state, pod, outcome)
             if self._latest(runtime, qpod) is None:
                 return
-        self._cycle(runtime, qpod, pod, started, state, Found(outcome, scheduler, generation, post_filter))
+        self._cycle(runtime, qpod, pod, started, state, Found(outcome, framework, generation, post_filter))
 
     def _cycle(
         self,
@@ -169,10 +183,10 @@ class ScheduleOne:
     ) -> None:
         """The rest of the scheduling cycle once the algorithm came to ``found``: PostFilter and failure handling,
         or assume, Reserve and Permit and the binding cycle's task."""
-        scheduler = found.scheduler
+        framework = found.framework
         outcome = found.outcome
         if isinstance(outcome, FitError):
-            post_filter, nominated_node = found.post_filter or self._post_filter(scheduler, state, pod, outcome)
+            post_filter, nominated_node = found.post_filter or self._post_filter(framework, state, pod, outcome)
             self._algorithm_done(started)
             self._reporter.explain(runtime.name, outcome, post_filter)
             self._fit_failure(runtime, qpod, outcome, started, nominated_node)
@@ -183,8 +197,8 @@ class ScheduleOne:
             return
         try:
             if found.generation is not None:
-                recheck_after_extenders(scheduler.framework, state, pod, outcome, self._cache, found.generation)
-            assumed = scheduler.assume_and_reserve(state, pod, outcome, self._cache)
+                recheck_after_extenders(framework, state, pod, outcome, self._cache, found.generation)
+            assumed = assume_and_reserve(framework, state, pod, outcome, self._cache)
         except FitError as fit:  # Reserve or Permit (or the re-check) rejected the chosen node: no PostFilter
             self._reporter.explain(runtime.name, fit)
             self._fit_failure(runtime, qpod, fit, started, CLEAR_NOMINATION)
@@ -212,7 +226,7 @@ class ScheduleOne:
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, fit: FitError, started: float, nominated_node: str | None
     ) -> None:
         plugins = fit.diagnosis.all_unschedulable_plugins()
-        self.handle_scheduling_failure(
+        self._handle_scheduling_failure(
             runtime,
             qpod,
             message=fit.message,
@@ -231,7 +245,7 @@ class ScheduleOne:
         else:
             logger.exception("scheduling %s failed", pod.key)
             message = str(e)
-        self.handle_scheduling_failure(
+        self._handle_scheduling_failure(
             runtime,
             qpod,
             message=message,
@@ -257,25 +271,25 @@ class ScheduleOne:
         self._metrics.scheduling_algorithm_duration.observe(time.perf_counter() - started)
 
     def _post_filter(
-        self, scheduler: Scheduler, state: CycleState, pod: PodInfo, fit: FitError
+        self, framework: Framework, state: CycleState, pod: PodInfo, fit: FitError
     ) -> tuple[PostFilterResult | None, str | None]:
         """PostFilter after the algorithm's FitError (its message joins the FitError's); returns its result
-        and the nomination the failure applies (``nominated_node`` of :meth:`handle_scheduling_failure`).
+        and the nomination the failure applies (``nominated_node`` of :meth:`_handle_scheduling_failure`).
 
         As upstream's ``schedulingAlgorithm``: no node at all, or no PostFilter plugin, clears the nomination;
         otherwise the result decides (a node, clear, or no result: leave it).
         """
-        if isinstance(fit, NoNodesAvailableError) or not scheduler.framework.has_post_filter_plugins:
+        if isinstance(fit, NoNodesAvailableError) or not framework.has_post_filter_plugins:
             return None, CLEAR_NOMINATION
-        return _nomination(scheduler.run_post_filter(state, pod, fit))
+        return _nomination(run_post_filter(framework, state, pod, fit))
 
     async def _post_filter_with_extenders(
-        self, scheduler: Scheduler, state: CycleState, pod: PodInfo, fit: FitError
+        self, framework: Framework, state: CycleState, pod: PodInfo, fit: FitError
     ) -> tuple[PostFilterResult | None, str | None]:
         """:meth:`_post_filter` in the extender cycle, awaiting what PostFilter left pending (preempt verbs)."""
-        if isinstance(fit, NoNodesAvailableError) or not scheduler.framework.has_post_filter_plugins:
+        if isinstance(fit, NoNodesAvailableError) or not framework.has_post_filter_plugins:
             return None, CLEAR_NOMINATION
-        return _nomination(await scheduler.run_post_filter_with_extenders(state, pod, fit))
+        return _nomination(await run_post_filter_with_extenders(framework, state, pod, fit))
 
     async def _binding_cycle(
         self,
@@ -287,14 +301,18 @@ class ScheduleOne:
         started: float,
         scores: ScoreCapture | None = None,
     ) -> None:
-        """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod``; then settle it either way."""
-        try:
-            await self._reporter.status_settled(pod.uid)  # an earlier failure's patch must not land after the bind
-            status = await runtime.scheduler.bind_pod(state, pod, result, self._cache, nominate=self._reporter.nominate)
-        except Exception as e:  # the bind task must always settle the pod (bind_pod itself does not raise)
-            runtime.scheduler.framework.run_reserve_plugins_unreserve(state, pod, result.suggested_host)
-            self._cache.forget(pod.uid)
-            status = Status.as_error(e)
+        """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod`` (:func:`bind_pod`, which never raises and
+        undoes the assumption on failure); then settle it either way."""
+        await self._reporter.status_settled(pod.uid)  # an earlier failure's patch must not land after the bind
+        status = await bind_pod(
+            runtime.framework,
+            state,
+            pod,
+            result,
+            self._cache,
+            nominate=self._reporter.nominate,
+            extenders=runtime.extenders,
+        )
         if status.is_success:
             await self._bound(runtime, qpod, pod, result.suggested_host, started, scores)
         else:
@@ -343,11 +361,11 @@ class ScheduleOne:
             return
         if http_status == 404:
             logger.info("pod %s disappeared before binding (404)", pod.key)
-            self._unassigned.pop(pod.uid, None)
+            self._unassigned.remove(pod.uid)
             runtime.queue.done(pod.uid)
             return
         if status.is_rejected:  # Permit rejected while waiting: the message is already the FitError text
-            self.handle_scheduling_failure(
+            self._handle_scheduling_failure(
                 runtime,
                 qpod,
                 message=status.message,
@@ -357,7 +375,7 @@ class ScheduleOne:
                 nominated_node=CLEAR_NOMINATION,
             )
             return
-        self.handle_scheduling_failure(
+        self._handle_scheduling_failure(
             runtime,
             qpod,
             message=status.message,  # "running Bind plugin ...: ..." as upstream's, unprefixed
@@ -367,7 +385,7 @@ class ScheduleOne:
             nominated_node=CLEAR_NOMINATION,
         )
 
-    def handle_scheduling_failure(
+    def _handle_scheduling_failure(
         self,
         runtime: ProfileRuntime,
         qpod: QueuedPodInfo,
@@ -427,3 +445,129 @@ def _new_cycle_state() -> CycleState:
     state = CycleState()
     state.record_plugin_metrics = sample_plugin_metrics()
     return state
+
+
+# -- the end of the scheduling cycle: assume, Reserve, Permit ---------------------------------------------
+def assume_and_reserve(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    result: ScheduleResult,
+    cache: ClusterCache,
+) -> PodInfo:
+    """Assume the pod on the chosen node, then run Reserve and Permit; returns the assumed PodInfo.
+
+    On a Reserve or Permit rejection the assumption is undone and a FitError over that one node is raised
+    (upstream reports such failures as ``0/1 nodes are available``); on errors a SchedulingError. A Permit
+    Wait is not a failure: the binding cycle waits for it.
+    """
+    host = result.suggested_host
+    try:
+        assumed = cache.assume(pod, host)
+    except Exception as exc:
+        raise SchedulingError(Status.as_error(exc)) from exc
+    framework.nominator.delete_nominated_pod_if_exists(pod)
+
+    status = framework.run_reserve_plugins_reserve(state, assumed, host)
+    if status.is_success:
+        status = framework.run_permit_plugins(state, assumed, host)
+        if status.code is Code.WAIT:
+            return assumed
+    if status.is_success:
+        return assumed
+    _unreserve_and_forget(framework, state, assumed, host, cache)
+    if status.is_rejected:
+        raise FitError.on_one_node(pod, result.slot, status, result.diagnosis.names)
+    raise SchedulingError(status)
+
+
+# -- the binding cycle ------------------------------------------------------------------------------------
+async def bind_pod(
+    framework: Framework,
+    state: CycleState,
+    assumed: PodInfo,
+    result: ScheduleResult,
+    cache: ClusterCache,
+    *,
+    nominate: Nominate | None = None,
+    extenders: Sequence[Extender] = (),
+) -> Status:
+    """The binding cycle: PreBindPreFlight → WaitOnPermit → PreBind → Bind → PostBind; on failure Unreserve, forget.
+
+    When PreBind has work (a PreBindPreFlight said Success) or the pod waits on Permit, ``nominate`` is awaited
+    first with the chosen node, so that others see where the pod is about to go while it is not bound yet
+    (upstream's NominatedNodeNameForExpectation, on by default); otherwise the Binding follows at once.
+
+    Returns SUCCESS, or the failing status (a Permit rejection comes back as Unschedulable with the
+    FitError text in its message, as upstream's failure handler would print it). It never raises (bar
+    cancellation): an exception on the way is an Error status, and the assumption and every Reserve plugin's
+    claim (VolumeBinding's assumed PVs and claims) are undone as for any other failure.
+    """
+    host = result.suggested_host
+    try:
+        status = await _wait_pre_bind_and_bind(framework, state, assumed, result, nominate, extenders)
+    except Exception as exc:
+        status = Status.as_error(exc)
+    if status.is_success:
+        framework.run_post_bind_plugins(state, assumed, host)
+        return SUCCESS
+    _unreserve_and_forget(framework, state, assumed, host, cache)
+    return status
+
+
+async def _wait_pre_bind_and_bind(
+    framework: Framework,
+    state: CycleState,
+    assumed: PodInfo,
+    result: ScheduleResult,
+    nominate: Nominate | None,
+    extenders: Sequence[Extender],
+) -> Status:
+    host = result.suggested_host
+    status = await _pre_flight(framework, state, assumed, host, nominate)
+    if not status.is_success:
+        return status
+    status = await framework.wait_on_permit(assumed)
+    if status.is_rejected:
+        fit_error = FitError.on_one_node(assumed, result.slot, status, result.diagnosis.names)
+        status = Status(status.code, (fit_error.message,), status.plugin)
+    if status.is_success:
+        status = await framework.run_pre_bind_plugins(state, assumed, host)
+    if status.is_success:
+        status = await _bind(framework, state, assumed, host, extenders)
+    return status
+
+
+async def _bind(
+    framework: Framework, state: CycleState, assumed: PodInfo, host: str, extenders: Sequence[Extender]
+) -> Status:
+    """Upstream ``bind``: an interested binder extender binds instead of the Bind plugins."""
+    if extenders:
+        status = await extenders_binding(extenders, assumed, host)
+        if status is not None:
+            return status
+    return await framework.run_bind_plugins(state, assumed, host)
+
+
+async def _pre_flight(
+    framework: Framework, state: CycleState, assumed: PodInfo, host: str, nominate: Nominate | None
+) -> Status:
+    """PreBindPreFlight; nominate ``host`` when PreBind or Permit will make the Binding wait. SUCCESS to go on."""
+    status = framework.run_pre_bind_pre_flights(state, assumed, host)
+    if not (status.is_success or status.is_skip):
+        # An Error (the framework turns any other answer into one). A parked pod is not waited for any more.
+        framework.waiting_pods.pop(assumed.uid, None)
+        return status
+    if nominate is not None and (status.is_success or framework.will_wait_on_permit(assumed)):
+        await nominate(assumed, host)
+    return SUCCESS
+
+
+def _unreserve_and_forget(
+    framework: Framework, state: CycleState, assumed: PodInfo, host: str, cache: ClusterCache
+) -> None:
+    """Undo the scheduling cycle's claims after any failure past assume: every Reserve plugin's Unreserve in
+    reverse order (VolumeBinding's assumed PVs and claims, DynamicResources' in-flight allocations), then the
+    assumed pod leaves the cache."""
+    framework.run_reserve_plugins_unreserve(state, assumed, host)
+    cache.forget(assumed.uid)

@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kopf_scheduler.algorithm import FitError, SchedulingError, run_post_filter, schedule_pod
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.explain import capture_scores, explain_fit_error, format_failure, format_success, success_account
 from kopf_scheduler.framework import CycleState
-from kopf_scheduler.scheduler import FitError, SchedulingError
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -189,7 +189,7 @@ class OfflineScheduler:
         verdict = Verdict(pod=pod.key, num_nodes=snapshot.num_nodes)
         state = CycleState()
         try:
-            result = runtime.scheduler.schedule_pod(state, pod, snapshot)
+            result = schedule_pod(runtime.framework, state, pod, snapshot, rng=self.app.rng)
         except FitError as fit:
             verdict.rejections = _rejections(fit.diagnosis, names)
             post_filter = self._post_filter(runtime, state, pod, body, fit, verdict)
@@ -228,7 +228,7 @@ class OfflineScheduler:
             executor.start = lambda candidate, _preemptor: chosen.append(candidate)
         self.app.on_pod_event("ADDED", body)
         try:
-            outcome = runtime.scheduler.run_post_filter(state, pod, fit)
+            outcome = run_post_filter(runtime.framework, state, pod, fit)
         finally:
             self.app.on_pod_event("DELETED", body)
             for executor, start in zip(executors, originals, strict=True):

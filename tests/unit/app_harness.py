@@ -200,7 +200,7 @@ def drive(app: SchedulerApp, profile: str = "sp") -> None:
     async def go() -> None:
         runtime = app.profiles[profile]
         while (qpod := runtime.queue.pop_nowait()) is not None:
-            app.schedule_one(runtime, qpod)
+            app.cycles.schedule_one(runtime, qpod)
         await app.drain()
 
     asyncio.run(go())

@@ -27,7 +27,7 @@ def _placed(cache: object, app: str) -> list[str]:
 
 def test_default_profile_runs_the_implemented_defaults() -> None:
     cache = make_cluster(3)
-    framework = algo.default_scheduler(cache, seed=1).framework
+    framework = algo.default_framework(cache)
     names = set(framework.plugins)
     assert {"NodeResourcesFit", "PodTopologySpread", "InterPodAffinity", "TaintToleration"} <= names
     assert framework.profile.omitted_defaults == ()  # upstream's whole default profile

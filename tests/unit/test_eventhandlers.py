@@ -34,6 +34,7 @@ from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.selectors import LabelSelector
+from kopf_scheduler.unassigned_pods import UnassignedPods
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending, until
 from tests.unit.factories import make_node, make_pod
 
@@ -523,7 +524,7 @@ def test_a_version_the_cache_holds_is_not_applied_again() -> None:
 
 def test_handlers_on_their_own_tell_reporting_when_a_pod_is_bound_or_gone() -> None:
     """EventHandlers needs only the cache, the profiles, the pending pods and a forget hook (no app, no client)."""
-    cache, unassigned = ClusterCache(), dict[str, PodInfo]()
+    cache, unassigned = ClusterCache(), UnassignedPods()
     forgotten: list[tuple[str, str]] = []
     handlers = EventHandlers(
         cache=cache, profiles={}, unassigned=unassigned, client=lambda: None, forget_pod=lambda *a: forgotten.append(a)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kopf_scheduler.algorithm import ScheduleResult
 from kopf_scheduler.explain import (
     MAX_CHANGED_NODES,
     Explanations,
@@ -24,7 +25,6 @@ from kopf_scheduler.explain import (
     success_account,
 )
 from kopf_scheduler.framework.verdicts import ScoreOutcome
-from kopf_scheduler.scheduler import ScheduleResult
 from tests.unit.app_harness import FakeClient, drive, new_app, pending
 from tests.unit.factories import make_node
 

@@ -332,7 +332,7 @@ def drive(app: SchedulerApp, profile: str = "sp") -> None:
     async def go() -> None:
         runtime = app.profiles[profile]
         while (qpod := runtime.queue.pop_nowait()) is not None:
-            cycle = app.schedule_one(runtime, qpod)
+            cycle = app.cycles.schedule_one(runtime, qpod)
             if cycle is not None:
                 await cycle
         await app.drain()
@@ -436,7 +436,7 @@ def test_profiles_without_extenders_never_await_nor_call() -> None:
     assert qpod is not None
 
     async def go() -> Any:
-        cycle = app.schedule_one(runtime, qpod)
+        cycle = app.cycles.schedule_one(runtime, qpod)
         await app.drain()
         return cycle
 
@@ -482,14 +482,14 @@ def test_the_chosen_node_is_judged_again_when_the_cache_changed_during_the_calls
 def test_an_invalid_extender_profile_keeps_the_previous_pipeline() -> None:
     transport = FakeTransport()
     app, _ = cluster(transport, [])
-    serving = app.profiles["sp"].scheduler
+    serving = app.profiles["sp"].framework
     outcome = app.apply_profile(
         name="sp", spec={"extenders": [{"urlPrefix": URL, "prioritizeVerb": "p"}]}, generation=2
     )
     assert not outcome.ready
     assert "must have a positive weight applied to it" in outcome.message
     assert "previous valid pipeline keeps serving" in outcome.message
-    assert app.profiles["sp"].scheduler is serving
+    assert app.profiles["sp"].framework is serving
 
 
 def test_an_app_without_transport_refuses_extenders() -> None:
@@ -531,10 +531,10 @@ def test_a_profile_edit_during_the_calls_does_not_change_the_running_cycle() -> 
     transport = FakeTransport({(URL, "filter"): filter_and_edit})
     app, client = cluster(transport, [ext], nodes=2)
     app_box.append(app)
-    before = app.profiles["sp"].scheduler
+    before = app.profiles["sp"].framework
     app.on_pod_event("ADDED", pending("p"))
     drive(app)
-    assert app.profiles["sp"].scheduler is not before
+    assert app.profiles["sp"].framework is not before
     assert len(client.bindings) == 1
 
 

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from kopf_scheduler.algorithm import Diagnosis, FitError, run_post_filter, schedule_pod
 from kopf_scheduler.framework import (
     Code,
     CycleState,
@@ -16,7 +17,6 @@ from kopf_scheduler.framework import (
 )
 from kopf_scheduler.plugins.node_name import NodeName
 from kopf_scheduler.plugins.node_unschedulable import NodeUnschedulable
-from kopf_scheduler.scheduler import Diagnosis, FitError, run_post_filter, schedule_pod
 from kopf_scheduler.state.pod_info import PodInfo
 from tests.unit.factories import make_cache, make_node, make_pod, pod_info
 from tests.unit.test_runtime import _reset_calls, build, node_filter, prefilter  # noqa: F401

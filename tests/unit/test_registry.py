@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from kopf_scheduler.algorithm import FitError, schedule_pod
 from kopf_scheduler.framework import (
     QUEUE,
     QUEUE_SKIP,
@@ -48,7 +49,6 @@ from kopf_scheduler.plugins.node_name import NodeName
 from kopf_scheduler.plugins.node_unschedulable import NodeUnschedulable
 from kopf_scheduler.plugins.queue_sort import PrioritySort
 from kopf_scheduler.plugins.scheduling_gates import SchedulingGates
-from kopf_scheduler.scheduler import FitError, schedule_pod
 from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, pod_info
 
 EXAMPLE_SRC = Path(__file__).resolve().parents[2] / "examples" / "plugins" / "src"

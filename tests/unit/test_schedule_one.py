@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 
 import pytest
 
+from kopf_scheduler import schedule_one
+from kopf_scheduler.algorithm import SchedulingError
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.framework import (
     APIError,
@@ -27,7 +29,6 @@ from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
 from kopf_scheduler.framework.interface import NodeToStatus
 from kopf_scheduler.framework.registry import Registry, default_registry
 from kopf_scheduler.schedule_one import ScheduleOne
-from kopf_scheduler.scheduler import SchedulingError
 from kopf_scheduler.state.objects import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from kopf_scheduler.state.pod_info import PodInfo
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending
@@ -97,7 +98,7 @@ def test_a_pod_deleted_or_bound_between_pop_and_cycle_is_dropped(meanwhile: str)
         app.on_pod_event("DELETED", pod)
     else:
         app.on_pod_event("MODIFIED", {**pod, "spec": {**pod["spec"], "nodeName": "n1"}})
-    app.schedule_one(runtime, qpod)
+    app.cycles.schedule_one(runtime, qpod)
     asyncio.run(app.drain())
     assert (client.bindings, client.events, client.status_patches) == ([], [], [])
     assert len(runtime.queue) == 0
@@ -122,7 +123,7 @@ def test_the_cycle_schedules_the_latest_version_of_the_pod() -> None:
     app.on_pod_event("MODIFIED", smaller)
 
     async def cycle() -> None:  # the binding cycle is a task on the running loop
-        app.schedule_one(runtime, qpod)
+        app.cycles.schedule_one(runtime, qpod)
         await app.drain()
 
     asyncio.run(cycle())
@@ -215,7 +216,7 @@ def test_a_failed_binding_frees_the_node_for_pods_parked_meanwhile() -> None:
         for _ in range(2):  # the first is assumed (its Binding in flight), the second finds no CPU and parks
             qpod = runtime.queue.pop_nowait()
             assert qpod is not None
-            app.schedule_one(runtime, qpod)
+            app.cycles.schedule_one(runtime, qpod)
         assert runtime.queue.pending_pods()["unschedulable"] == 1
         await app.drain()
 
@@ -248,7 +249,7 @@ def test_the_assigned_pod_delete_move_spares_a_rejected_pod_and_comes_after_its_
     async def failed_binding(*args: Any, **kwargs: Any) -> Status:
         return failure
 
-    monkeypatch.setattr(runtime.scheduler, "bind_pod", failed_binding)
+    monkeypatch.setattr(schedule_one, "bind_pod", failed_binding)
     cycles = ScheduleOne(
         cache=app.cache,
         unassigned=app.unassigned,
@@ -387,16 +388,17 @@ def test_a_reserve_or_permit_rejection_runs_no_postfilter_and_clears_the_nominat
 
 
 @pytest.mark.parametrize("error", [SchedulingError(Status.as_error(RuntimeError("snapshot"))), RuntimeError("bug")])
-def test_a_scheduling_error_clears_the_nomination_as_upstream(error: Exception) -> None:
+def test_a_scheduling_error_clears_the_nomination_as_upstream(
+    error: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client = FakeClient()
     app = preempting_app(client, PostFilterResult(nominated_node_name="n1"))
     app.on_pod_event("ADDED", nominated("p", "n1", requests={"cpu": "1"}))
-    runtime = app.profiles["sp"]
 
-    def broken(*_: Any) -> Any:
+    def broken(*_: Any, **__: Any) -> Any:
         raise error
 
-    runtime.scheduler.schedule_pod = broken  # type: ignore[method-assign]
+    monkeypatch.setattr(schedule_one, "schedule_pod", broken)
     drive(app)
     assert FakePreemption.calls == 0
     assert app.nominator.nominated_node(next(iter(app.unassigned))) is None

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
 
+from kopf_scheduler.algorithm import FitError, run_post_filter, run_post_filter_with_extenders, schedule_pod
 from kopf_scheduler.api.profile import Extender as ExtenderSpec
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework import ActionType, ClusterEvent, Code, CycleState, EventResource, Status
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.events import QUEUE, QUEUE_SKIP
-from kopf_scheduler.framework.extender import PendingPostFilterResult, build_extenders
+from kopf_scheduler.framework.extender import Extender, PendingPostFilterResult, build_extenders
 from kopf_scheduler.framework.interface import APIError, PostFilterResult
 from kopf_scheduler.framework.registry import default_registry
 from kopf_scheduler.framework.runtime import Framework
@@ -42,7 +43,6 @@ from kopf_scheduler.plugins.default_preemption.plugin import (
     split_by_pdb_violation,
 )
 from kopf_scheduler.plugins.default_preemption.victims import Victims, sort_by_importance
-from kopf_scheduler.scheduler import FitError, Scheduler, run_post_filter, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.objects import POD_DISRUPTION_BUDGET
 from kopf_scheduler.state.pod_info import PodInfo
@@ -955,9 +955,16 @@ def meta_answer(**nodes: tuple[list[str], int]) -> Any:
     return lambda _verb, _body: {"NodeNameToMetaVictims": victims}
 
 
+class Pipeline(NamedTuple):
+    """A profile's framework and its HTTP extenders."""
+
+    framework: Framework
+    extenders: tuple[Extender, ...]
+
+
 def preempt_setup(
     extenders: list[dict[str, Any]], handlers: dict[tuple[str, str], Any]
-) -> tuple[Scheduler, DefaultPreemption, PreemptionHandle, PodInfo, FakeTransport]:
+) -> tuple[Pipeline, DefaultPreemption, PreemptionHandle, PodInfo, FakeTransport]:
     """Two full nodes: n1 holds ``a`` (priority 1), n2 ``b1`` (1) and ``b2`` (2). Without extenders the dry run
     finds n1 (victim a) and n2 (victims b2, b1), and n1 wins (its highest victim priority is lower)."""
     pod = preemptor(cpu="2")
@@ -966,12 +973,14 @@ def preempt_setup(
     framework, plugin, handle = setup(nodes, pods, pod)
     transport = FakeTransport(handlers)
     specs = [ExtenderSpec.model_validate({"urlPrefix": EXT, **e}) for e in extenders]
-    return Scheduler(framework, extenders=build_extenders(specs, transport)), plugin, handle, pod, transport
+    extenders = build_extenders(specs, transport)
+    plugin.attach_extenders(extenders)  # as the app does when it builds the profile (upstream Handle.Extenders())
+    return Pipeline(framework, extenders), plugin, handle, pod, transport
 
 
-def post_filter_with_extenders(scheduler: Scheduler, pod: PodInfo) -> tuple[PostFilterResult | None, FitError]:
+def post_filter_with_extenders(scheduler: Pipeline, pod: PodInfo) -> tuple[PostFilterResult | None, FitError]:
     state, error = fail(scheduler.framework, pod)
-    return asyncio.run(scheduler.run_post_filter_with_extenders(state, pod, error)), error
+    return asyncio.run(run_post_filter_with_extenders(scheduler.framework, state, pod, error)), error
 
 
 def deleted(handle: PreemptionHandle) -> set[str]:
@@ -1090,7 +1099,7 @@ def test_the_candidates_are_sent_as_full_pods_or_uids_when_node_cache_capable() 
 
 def test_without_preempt_extenders_post_filter_stays_synchronous() -> None:
     scheduler, plugin, _handle, pod, _ = preempt_setup([{"filterVerb": "filter"}], {})
-    assert plugin.extenders == scheduler.extenders  # attached by the Scheduler (upstream Handle.Extenders())
+    assert plugin.extenders == scheduler.extenders
     state, error = fail(scheduler.framework, pod)
     result = run_post_filter(scheduler.framework, state, pod, error)
     assert type(result) is PostFilterResult

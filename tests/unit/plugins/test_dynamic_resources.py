@@ -24,9 +24,9 @@ from kopf_scheduler.framework import (
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.registry import default_registry
+from kopf_scheduler.live_profiles import pipeline_status
 from kopf_scheduler.plugins.dynamic_resources import DynamicResources, uses_resource_claims
 from kopf_scheduler.plugins.dynamic_resources.tracker import tracker_for
-from kopf_scheduler.profiles import pipeline_status
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.objects import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE
 from kopf_scheduler.state.pod_info import PodInfo
@@ -423,7 +423,7 @@ def test_a_pod_waits_for_its_claim_then_is_retried_when_the_claim_appears() -> N
 
 
 def test_only_a_pod_with_claims_to_allocate_marks_its_filter_costly() -> None:
-    """The node search then judges no node past need (scheduler.py); allocated claims and claim-less pods
+    """The node search then judges no node past need (algorithm.py); allocated claims and claim-less pods
     keep the ordinary window."""
     slices = (DEVICE_CLASS, device_class()), (RESOURCE_SLICE, resource_slice("n1", "a100"))
     status, state = _pre_filter(_cache(*slices, (RESOURCE_CLAIM, resource_claim())), make_pod("p", spec=CLAIMS))

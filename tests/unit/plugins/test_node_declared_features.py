@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kopf_scheduler.algorithm import FitError, schedule_pod
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework import (
     QUEUE,
@@ -33,7 +34,6 @@ from kopf_scheduler.plugins.node_declared_features import (
     infer_required_features,
     required_features,
 )
-from kopf_scheduler.scheduler import FitError, schedule_pod
 from kopf_scheduler.state.cache import ClusterCache
 from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info, slots
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kopf_scheduler.algorithm import schedule_pod
 from kopf_scheduler.api.args import VolumeBindingArgs
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework import SUCCESS, APIError, Code, CycleState, EventResource, Status
@@ -26,7 +27,7 @@ from kopf_scheduler.plugins.volume_binding import (
     VolumeBinding,
 )
 from kopf_scheduler.plugins.volume_binding.assume_cache import AssumeCacheError
-from kopf_scheduler.scheduler import assume_and_reserve, bind_pod, schedule_pod
+from kopf_scheduler.schedule_one import assume_and_reserve, bind_pod
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.objects import (
     CSI_DRIVER,

@@ -1,4 +1,4 @@
-"""ProfileHandle (profiles.py): what the framework Handle tells plugins about the pods the watches know, and the
+"""ProfileHandle (live_profiles.py): what the framework Handle tells plugins about the pods the watches know, and the
 services every profile shares (nominator, queues, waiting pods, events, background jobs, metrics)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.framework.status import Code
 from kopf_scheduler.framework.waiting_pods import WaitingPod
-from kopf_scheduler.profiles import BackgroundJobs, ProfileHandle
+from kopf_scheduler.live_profiles import BackgroundJobs, ProfileHandle
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 from tests.unit.app_harness import FakeClient, drive, new_app

@@ -1,11 +1,13 @@
-"""One live SchedulerProfile at run time: its pipeline, its queue, and what applying it reports.
+"""The live SchedulerProfiles at run time: each one's pipeline, queue and framework Handle, and what applying it
+reports. (``api/profile.py`` is the SchedulerProfile resource's pydantic models; ``framework/profile.py`` the
+profile resolved to plugin lists, which the runtime instantiates.)
 
-Upstream keeps a ``profile.Map`` of frameworks and one scheduling queue for all of them; here each profile has
-its own queue (a profile is a kopf object with its own daemon), so a :class:`ProfileRuntime` pairs the two.
-A valid profile change swaps the framework in place and keeps the queue with its pods; the queue reads the
-framework through :meth:`ProfileRuntime.less` and :meth:`ProfileRuntime.pre_enqueue`, so the swap takes
-effect at once. Building and swapping is the composition root's job (``app.py``); the event handlers and
-the scheduling cycle only read these.
+Upstream keeps a ``profile.Map`` of frameworks (``pkg/scheduler/profile/profile.go``) and one scheduling queue
+for all of them; here each profile has its own queue (a profile is a kopf object with its own daemon), so a
+:class:`ProfileRuntime` pairs the two. A valid profile change swaps the framework and the extenders in place
+and keeps the queue with its pods; the queue reads the framework through :meth:`ProfileRuntime.less` and
+:meth:`ProfileRuntime.pre_enqueue`, so the swap takes effect at once. Building and swapping is the composition
+root's job (``app.py``); the event handlers and the scheduling cycle only read these.
 
 :class:`ProfileHandle` is each profile's framework Handle (upstream ``frameworkImpl`` as ``framework.Handle``):
 what the watches know about pods, the one nominator of all profiles, ``activate`` and ``reject_waiting_pod``
@@ -24,12 +26,12 @@ from typing import Any
 from kopf_scheduler.client import Client, ClientRef
 from kopf_scheduler.framework import Status
 from kopf_scheduler.framework.builder import effective_plugins
+from kopf_scheduler.framework.extender import Extender
 from kopf_scheduler.framework.interface import PluginMetrics
 from kopf_scheduler.framework.nominator import Nominator, NoNominator
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.queue import QueuedPodInfo, SchedulingQueue
-from kopf_scheduler.scheduler import Scheduler
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -58,7 +60,8 @@ class ProfileRuntime:
     name: str
     framework: Framework
     resolved: ResolvedProfile
-    scheduler: Scheduler
+    #: The profile's HTTP extenders (ignorable ones last); empty for most profiles, whose cycles never await.
+    extenders: tuple[Extender, ...] = ()
     queue: SchedulingQueue = field(init=False)
     generation: int = 0
     #: ``spec.explain.successes``: each bound pod's scores are kept for ``/explain``.

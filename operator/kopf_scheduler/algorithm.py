@@ -1,11 +1,14 @@
-"""The scheduling cycle for one pod, as upstream's ``schedule_one.go`` (reference §4), minus the I/O.
+"""The scheduling algorithm for one pod: upstream's ``schedulePod`` and the functions it calls in
+``pkg/scheduler/schedule_one.go`` (``findNodesThatFitPod``, ``prioritizeNodes``, ``selectHost``,
+``numFeasibleNodesToFind``), with ``FitError`` and ``Diagnosis`` of ``framework/types.go``.
 
-:func:`schedule_pod` is the pure part: PreFilter, the nominated-node fast path, the sampled Filter search
-from a round-robin start, PreScore/Score and host selection, over one framework and one snapshot. It returns
-a :class:`ScheduleResult` or raises :class:`FitError` whose ``message`` is upstream's FailedScheduling text
-byte for byte. :func:`run_post_filter` adds PostFilter's verdict to a FitError. :func:`assume_and_reserve`
-and :func:`bind_pod` are the rest of scheduleOne: assume in the cache, Reserve, Permit, then the async
-binding cycle. The queue, events, status patches and kopf live elsewhere and call these.
+:func:`schedule_pod` is pure (no I/O, no await): PreFilter, the nominated-node fast path, the sampled Filter
+search from a round-robin start, PreScore/Score and host selection, over one framework and one snapshot. It
+returns a :class:`ScheduleResult` or raises :class:`FitError` whose ``message`` is upstream's FailedScheduling
+text byte for byte. :func:`schedule_pod_with_extenders` is the same algorithm with a profile's HTTP extenders
+awaited between the phases (their wire format and transport are ``framework/extender.py``'s).
+:func:`run_post_filter` adds PostFilter's verdict to a FitError. What happens to the pod around the algorithm
+(assume, Reserve, Permit, the binding cycle, failure handling) is ``schedule_one.py``'s.
 
 Sampling is upstream's with the race taken out. Upstream checks nodes in parallel from ``nextStartNodeIndex``
 and cancels once it has ``numFeasibleNodesToFind`` feasible nodes, so which nodes it saw is racy; here the
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,13 +36,12 @@ from kopf_scheduler.framework.extender import (
     Extender,
     ExtenderError,
     PendingPostFilterResult,
-    extenders_binding,
     find_nodes_that_pass_extenders,
     prioritize_with_extenders,
 )
 from kopf_scheduler.framework.interface import PostFilterResult, PreFilterResult
 from kopf_scheduler.framework.runtime import Framework
-from kopf_scheduler.framework.status import SUCCESS, Code, Status
+from kopf_scheduler.framework.status import Code, Status
 from kopf_scheduler.framework.verdicts import FilterOutcome, FilterStatuses, NodeToStatusMap, ScoreOutcome
 from kopf_scheduler.go_format import go_string_list
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
@@ -59,9 +61,6 @@ _WINDOW_SLACK_DIVISOR = 2
 _WINDOW_SLACK_MIN = 16
 
 _DEFAULT_RNG = random.Random()
-
-#: Publishes that ``pod`` is about to be bound to ``node`` (its ``status.nominatedNodeName``); best effort.
-Nominate = Callable[[PodInfo, str], Awaitable[None]]
 
 
 def num_feasible_nodes_to_find(percentage_of_nodes_to_score: int | None, num_all_nodes: int) -> int:
@@ -164,6 +163,15 @@ class FitError(Exception):
             text += " " + diagnosis.post_filter_msg
         return text
 
+    @classmethod
+    def on_one_node(cls, pod: PodInfo, slot: int, status: Status, names: Sequence[str | None]) -> FitError:
+        """The FitError of a rejection after the node search (Reserve, Permit, the re-check after extenders):
+        ``0/1 nodes are available: …`` with ``status`` on the chosen node, and no PostFilter."""
+        diagnosis = Diagnosis(names)
+        diagnosis.statuses.set(slot, status)
+        diagnosis.add_plugin_status(status)
+        return cls(pod, 1, diagnosis, from_node_search=False)
+
     def __str__(self) -> str:
         return self.message
 
@@ -213,17 +221,6 @@ class ScheduleResult:
         if self.scores is None:
             return [(self.suggested_host, 0)]
         return [(str(names[int(self.scores.nodes[i])]), total) for i, total in self.scores.top(k)]
-
-    def explain(self, names: Sequence[str | None], k: int = 3) -> dict[str, Any]:
-        """A compact, loggable account of the decision: counts, who rejected how many nodes, why the winner won."""
-        return {
-            "node": self.suggested_host,
-            "evaluatedNodes": self.evaluated_nodes,
-            "feasibleNodes": self.feasible_nodes,
-            "rejectedByPlugin": self.diagnosis.statuses.counts_by_plugin(),
-            "pluginScores": self.plugin_scores(),
-            "topNodes": self.top_nodes(names, k) if self.scores is not None else [],
-        }
 
 
 # -- the cycle -----------------------------------------------------------------------------------------
@@ -308,7 +305,7 @@ def recheck_after_extenders(
     slot = snapshot.slot_of(result.suggested_host)
     if slot is None:
         status = Status.unschedulable(f'node "{result.suggested_host}" was deleted while extenders were called')
-        raise _single_node_fit_error(pod, result.slot, status, snapshot.table.names)
+        raise FitError.on_one_node(pod, result.slot, status, snapshot.table.names)
     diagnosis = Diagnosis(snapshot.table.names)
     outcome = _filter_one_node(framework, state, pod, slot, snapshot, diagnosis)
     if outcome.error is not None:
@@ -620,182 +617,6 @@ def _post_filter_verdict(
     return result
 
 
-class Scheduler:
-    """One profile's scheduling algorithm: its framework and the random source that breaks score ties.
-
-    A thin object over the module functions, so the caller keeps one per profile (the round-robin start
-    index lives on the framework, as upstream keeps one per scheduler).
-    """
-
-    def __init__(
-        self, framework: Framework, *, rng: random.Random | None = None, extenders: Sequence[Extender] = ()
-    ) -> None:
-        self.framework = framework
-        self.rng = rng or random.Random()
-        #: The profile's HTTP extenders (ignorable ones last); empty for most profiles, which then never await.
-        self.extenders: tuple[Extender, ...] = tuple(extenders)
-        for _, plugin in framework.post_filter_plugins:  # upstream's Handle.Extenders(), for preemption
-            attach = getattr(plugin, "attach_extenders", None)
-            if attach is not None:
-                attach(self.extenders)
-
-    def schedule_pod(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> ScheduleResult:
-        return schedule_pod(self.framework, state, pod, snapshot, rng=self.rng)
-
-    async def schedule_pod_with_extenders(self, state: CycleState, pod: PodInfo, cache: ClusterCache) -> ScheduleResult:
-        return await schedule_pod_with_extenders(self.framework, state, pod, cache, self.extenders, rng=self.rng)
-
-    def run_post_filter(self, state: CycleState, pod: PodInfo, error: FitError) -> PostFilterResult | None:
-        return run_post_filter(self.framework, state, pod, error)
-
-    async def run_post_filter_with_extenders(
-        self, state: CycleState, pod: PodInfo, error: FitError
-    ) -> PostFilterResult | None:
-        return await run_post_filter_with_extenders(self.framework, state, pod, error)
-
-    def assume_and_reserve(
-        self, state: CycleState, pod: PodInfo, result: ScheduleResult, cache: ClusterCache
-    ) -> PodInfo:
-        return assume_and_reserve(self.framework, state, pod, result, cache)
-
-    async def bind_pod(
-        self,
-        state: CycleState,
-        assumed: PodInfo,
-        result: ScheduleResult,
-        cache: ClusterCache,
-        *,
-        nominate: Nominate | None = None,
-    ) -> Status:
-        return await bind_pod(
-            self.framework, state, assumed, result, cache, nominate=nominate, extenders=self.extenders
-        )
-
-
-# -- assume, reserve, permit ---------------------------------------------------------------------------
-def assume_and_reserve(
-    framework: Framework,
-    state: CycleState,
-    pod: PodInfo,
-    result: ScheduleResult,
-    cache: ClusterCache,
-) -> PodInfo:
-    """Assume the pod on the chosen node, then run Reserve and Permit; returns the assumed PodInfo.
-
-    On a Reserve or Permit rejection the assumption is undone and a FitError over that one node is raised
-    (upstream reports such failures as ``0/1 nodes are available``); on errors a SchedulingError. A Permit
-    Wait is not a failure: the binding cycle waits for it.
-    """
-    host = result.suggested_host
-    try:
-        assumed = cache.assume(pod, host)
-    except Exception as exc:
-        raise SchedulingError(Status.as_error(exc)) from exc
-    framework.nominator.delete_nominated_pod_if_exists(pod)
-
-    status = framework.run_reserve_plugins_reserve(state, assumed, host)
-    if status.is_success:
-        status = framework.run_permit_plugins(state, assumed, host)
-        if status.code is Code.WAIT:
-            return assumed
-    if status.is_success:
-        return assumed
-    framework.run_reserve_plugins_unreserve(state, assumed, host)
-    cache.forget(assumed.uid)
-    if status.is_rejected:
-        raise _single_node_fit_error(pod, result.slot, status, result.diagnosis.names)
-    raise SchedulingError(status)
-
-
-def _single_node_fit_error(pod: PodInfo, slot: int, status: Status, names: Sequence[str | None]) -> FitError:
-    diagnosis = Diagnosis(names)
-    diagnosis.statuses.set(slot, status)
-    diagnosis.add_plugin_status(status)
-    return FitError(pod, 1, diagnosis, from_node_search=False)
-
-
-async def bind_pod(
-    framework: Framework,
-    state: CycleState,
-    assumed: PodInfo,
-    result: ScheduleResult,
-    cache: ClusterCache,
-    *,
-    nominate: Nominate | None = None,
-    extenders: Sequence[Extender] = (),
-) -> Status:
-    """The binding cycle: PreBindPreFlight → WaitOnPermit → PreBind → Bind → PostBind; on failure Unreserve, forget.
-
-    When PreBind has work (a PreBindPreFlight said Success) or the pod waits on Permit, ``nominate`` is awaited
-    first with the chosen node, so that others see where the pod is about to go while it is not bound yet
-    (upstream's NominatedNodeNameForExpectation, on by default); otherwise the Binding follows at once.
-
-    Returns SUCCESS, or the failing status (a Permit rejection comes back as Unschedulable with the
-    FitError text in its message, as upstream's failure handler would print it). It never raises (bar
-    cancellation): an exception on the way is an Error status, and the assumption and every Reserve plugin's
-    claim (VolumeBinding's assumed PVs and claims) are undone as for any other failure.
-    """
-    host = result.suggested_host
-    try:
-        status = await _wait_pre_bind_and_bind(framework, state, assumed, result, nominate, extenders)
-    except Exception as exc:
-        status = Status.as_error(exc)
-    if status.is_success:
-        framework.run_post_bind_plugins(state, assumed, host)
-        return SUCCESS
-    framework.run_reserve_plugins_unreserve(state, assumed, host)
-    cache.forget(assumed.uid)
-    return status
-
-
-async def _wait_pre_bind_and_bind(
-    framework: Framework,
-    state: CycleState,
-    assumed: PodInfo,
-    result: ScheduleResult,
-    nominate: Nominate | None,
-    extenders: Sequence[Extender],
-) -> Status:
-    host = result.suggested_host
-    status = await _pre_flight(framework, state, assumed, host, nominate)
-    if not status.is_success:
-        return status
-    status = await framework.wait_on_permit(assumed)
-    if status.is_rejected:
-        fit_error = _single_node_fit_error(assumed, result.slot, status, result.diagnosis.names)
-        status = Status(status.code, (fit_error.message,), status.plugin)
-    if status.is_success:
-        status = await framework.run_pre_bind_plugins(state, assumed, host)
-    if status.is_success:
-        status = await _bind(framework, state, assumed, host, extenders)
-    return status
-
-
-async def _bind(
-    framework: Framework, state: CycleState, assumed: PodInfo, host: str, extenders: Sequence[Extender]
-) -> Status:
-    """Upstream ``bind``: an interested binder extender binds instead of the Bind plugins."""
-    if extenders:
-        status = await extenders_binding(extenders, assumed, host)
-        if status is not None:
-            return status
-    return await framework.run_bind_plugins(state, assumed, host)
-
-
-async def _pre_flight(
-    framework: Framework, state: CycleState, assumed: PodInfo, host: str, nominate: Nominate | None
-) -> Status:
-    """PreBindPreFlight; nominate ``host`` when PreBind or Permit will make the Binding wait. SUCCESS to go on."""
-    status = framework.run_pre_bind_pre_flights(state, assumed, host)
-    if not (status.is_success or status.is_skip):
-        # An Error (the framework turns any other answer into one). A parked pod is not waited for any more.
-        framework.waiting_pods.pop(assumed.uid, None)
-        return status
-    if nominate is not None and (status.is_success or framework.will_wait_on_permit(assumed)):
-        await nominate(assumed, host)
-    return SUCCESS
-
-
 __all__ = [
     "MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND",
     "MIN_FEASIBLE_NODES_TO_FIND",
@@ -803,15 +624,12 @@ __all__ = [
     "Diagnosis",
     "FitError",
     "NoNodesAvailableError",
-    "Nominate",
     "ScheduleResult",
-    "Scheduler",
     "SchedulingError",
-    "assume_and_reserve",
-    "bind_pod",
     "num_feasible_nodes_to_find",
     "recheck_after_extenders",
     "run_post_filter",
+    "run_post_filter_with_extenders",
     "schedule_pod",
     "schedule_pod_with_extenders",
     "select_host",
