@@ -44,9 +44,10 @@ from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource
 from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build_extenders
 from kopf_scheduler.framework.profile import ResolvedProfile
-from kopf_scheduler.framework.registry import Registry, default_registry
+from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.metrics import SchedulerMetrics
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.profiles import BackgroundJobs, ProfileHandle, ProfileOutcome, ProfileRuntime, pipeline_status
 from kopf_scheduler.queue import PodNominator, QueueClosedError, QueuedPodInfo, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
@@ -184,14 +185,15 @@ class SchedulerApp:
         try:
             model = SchedulerProfileSpec.model_validate(spec or {})
             resolved = resolve_profile(name, model, self.registry)
+            extenders = self._build_extenders(model)
             framework = Framework(
                 resolved,
                 registry=self.registry,
                 handle=self._handle(name),
                 nominator=self.nominator,
                 observe_plugin=self.metrics.observe_plugin,
+                extenders=extenders,
             )
-            extenders = self._build_extenders(model)
         except Exception as e:  # nothing a user applies may crash the operator
             message = str(e) or type(e).__name__
             kept = " (the previous valid pipeline keeps serving)" if name in self.profiles else ""

@@ -47,7 +47,7 @@ from typing import Any
 from kopf_scheduler.explain import ScoreCapture, capture_scores
 from kopf_scheduler.framework import ClusterEvent, CycleState, PostFilterResult, Status, nominated_node_name
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
-from kopf_scheduler.framework.nominator import Nominator, NoNominator
+from kopf_scheduler.framework.interface import Nominator, NoNominator
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics, sample_plugin_metrics
 from kopf_scheduler.profiles import ProfileRuntime
 from kopf_scheduler.queue import QueuedPodInfo

@@ -634,10 +634,6 @@ class Scheduler:
         self.rng = rng or random.Random()
         #: The profile's HTTP extenders (ignorable ones last); empty for most profiles, which then never await.
         self.extenders: tuple[Extender, ...] = tuple(extenders)
-        for _, plugin in framework.post_filter_plugins:  # upstream's Handle.Extenders(), for preemption
-            attach = getattr(plugin, "attach_extenders", None)
-            if attach is not None:
-                attach(self.extenders)
 
     def schedule_pod(self, state: CycleState, pod: PodInfo, snapshot: Snapshot) -> ScheduleResult:
         return schedule_pod(self.framework, state, pod, snapshot, rng=self.rng)

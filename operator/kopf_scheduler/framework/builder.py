@@ -152,7 +152,7 @@ class MergedPluginSet:
 
 def _type_name(point: ExtensionPoint) -> str:
     """Upstream's Go interface name, as its messages print it (``FilterPlugin``)."""
-    return f"{point.title}Plugin"
+    return f"{point.interface_name}Plugin"
 
 
 def merge_plugin_set(defaults: Sequence[MergedPlugin], custom: PluginSet, path: str) -> MergedPluginSet:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -66,6 +66,7 @@ from kopf_scheduler.framework.extender import (
     process_preemption_with_extenders,
 )
 from kopf_scheduler.framework.interface import APIError, NodeToStatus
+from kopf_scheduler.framework.verdicts import FilterOutcome
 from kopf_scheduler.plugins._preemption import (
     Budget,
     DryRunRemoval,
@@ -108,25 +109,6 @@ EXPLAIN_NOT_EXAMINED = "not examined: enough candidates were found on other node
 EXPLAIN_DROPPED_BY_EXTENDER = "not a candidate: dropped by an extender's preempt verb"
 
 
-class FilterRunner(Protocol):
-    """What the dry run needs of the profile's framework (upstream's Handle is the framework itself:
-    ``RunFilterPluginsWithNominatedPods``, ``RunPreFilterExtensionAddPod`` / ``RemovePod``)."""
-
-    def run_filter_plugins_with_nominated_pods(
-        self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
-    ) -> Any: ...
-
-    def pre_filter_extensions_idle(self, state: CycleState) -> bool: ...
-
-    def run_pre_filter_extension_add_pod(
-        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
-    ) -> Status: ...
-
-    def run_pre_filter_extension_remove_pod(
-        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
-    ) -> Status: ...
-
-
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A node where evicting ``victims`` would let the preemptor fit (upstream ``preemption.Candidate``)."""
@@ -160,17 +142,6 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         #: Start time of pods that have none yet (upstream ``time.Now()``); tests replace it.
         self.clock: Callable[[], float] = time.time
         self.executor = PreemptionExecutor(handle, NAME)
-        self._framework: FilterRunner | None = None
-        #: The profile's HTTP extenders (upstream ``Handle.Extenders()``); those with a preempt verb are consulted.
-        self.extenders: tuple[Extender, ...] = ()
-
-    def attach_framework(self, framework: FilterRunner) -> None:
-        """Called by the runtime before PostFilter: the framework that runs this profile's filters."""
-        self._framework = framework
-
-    def attach_extenders(self, extenders: Sequence[Extender]) -> None:
-        """Called by the profile's ``Scheduler`` when it is built: the extenders it awaits (ignorable ones last)."""
-        self.extenders = tuple(extenders)
 
     def preempting_extenders(self, pod: PodInfo) -> tuple[Extender, ...]:
         """The extenders :meth:`process_extenders` would call for ``pod``: a preempt verb and interested in it.
@@ -178,7 +149,7 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         Upstream rebuilds the candidate list from a map whenever any extender is configured; with none of these
         that is the same list (in Go's map order), so only a profile with one of these pays for an await.
         """
-        return tuple(e for e in self.extenders if e.supports_preemption and e.is_interested(pod))
+        return tuple(e for e in self.handle.extenders if e.supports_preemption and e.is_interested(pod))
 
     # -- PreEnqueue / events -------------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status:
@@ -338,7 +309,7 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         budgets = [Budget.from_obj(obj) for obj in snapshot.cache.objects.all(POD_DISRUPTION_BUDGET)]
         offset, wanted = self.offset_and_num_candidates(len(potential))
         order = potential[offset:] + potential[:offset]
-        batched = self._require_framework().pre_filter_extensions_idle(state)
+        batched = self.handle.plugins_runner.pre_filter_extensions_idle(state)
         non_violating: list[Candidate] = []
         violating: list[Candidate] = []
         start = 0
@@ -430,7 +401,7 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         when a Filter pass returned an Error (the caller then dry-runs the nodes one by one). The cache is as
         before on return.
         """
-        framework = self._require_framework()
+        framework = self.handle.plugins_runner
         with NodesDryRun(snapshot.cache, nodes) as dry_run:
             reprieves = [
                 _Reprieve(node, [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)])
@@ -479,7 +450,7 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         Works on the shared cache through :class:`DryRunRemoval` (so the node is exactly as before on return)
         and on ``state``, a clone the caller made, kept right by the PreFilter extensions.
         """
-        framework = self._require_framework()
+        framework = self.handle.plugins_runner
         potential = [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)]
         one = np.asarray([node.slot], dtype=np.int64)
         with DryRunRemoval(snapshot.cache, node) as dry_run:
@@ -554,11 +525,6 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin):
         by_node = {c.name: c for c in candidates}
         picked = pick_one_node_for_preemption({name: c.victims for name, c in by_node.items()}, now)
         return by_node.get(picked, candidates[0])
-
-    def _require_framework(self) -> FilterRunner:
-        if self._framework is None:
-            raise RuntimeError("DefaultPreemption needs its framework (attach_framework) before PostFilter")
-        return self._framework
 
 
 @dataclass(slots=True)
@@ -648,7 +614,7 @@ def _as_error(status: Status) -> Status:
     return status if status.code is Code.ERROR else Status(Code.ERROR, status.reasons, status.plugin, status.error)
 
 
-def _node_status(outcome: Any, node: NodeInfo) -> Status:
+def _node_status(outcome: FilterOutcome, node: NodeInfo) -> Status:
     """One node's verdict from a :class:`FilterOutcome` over just that node."""
     if outcome.error is not None:
         return outcome.error
