@@ -57,7 +57,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kopf_scheduler.api.args import (
-    ARGS_MODELS_BY_PLUGIN,
     FieldError,
     NodeResourcesFitArgs,
     aggregate_message,
@@ -251,11 +250,9 @@ def effective_plugins(profile: ResolvedProfile) -> EffectivePlugins:
 
 
 def _args_model(plugin: str, registry: Mapping[str, type[Plugin]]) -> type[BaseModel] | None:
-    """The args type of ``plugin``: the registered class's; else upstream's, so that args of upstream plugins we
-    lack (or whose class declares none) are still validated; else None (raw args)."""
+    """The args type of ``plugin``: the registered class's, else None (raw args)."""
     cls = registry.get(plugin)
-    model = cls.args_model if cls is not None else None
-    return model or ARGS_MODELS_BY_PLUGIN.get(plugin)
+    return cls.args_model if cls is not None else None
 
 
 def _removed(field: str, plugin: str) -> FieldError:
