@@ -292,19 +292,6 @@ class PreFilterResult:
 
     node_names: frozenset[str] | None = None
 
-    @property
-    def all_nodes(self) -> bool:
-        return self.node_names is None
-
-    def merge(self, other: PreFilterResult | None) -> PreFilterResult:
-        if other is None or other.all_nodes:
-            return self
-        if self.all_nodes:
-            return other
-        assert self.node_names is not None
-        assert other.node_names is not None
-        return PreFilterResult(self.node_names & other.node_names)
-
 
 #: Node name → the Status that rejected it; what PostFilter plugins read (upstream ``NodeToStatus``).
 NodeToStatus = Mapping[str, Status]
