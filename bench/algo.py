@@ -46,8 +46,8 @@ from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.explain import Explanations, capture_scores
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.cycle_state import CycleState
-from kopf_scheduler.framework.registry import default_registry
 from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.schedule_one import assume_and_reserve
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
@@ -77,6 +77,12 @@ class BenchHandle:
 
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
+        self.plugins_runner: object = None
+        self.extenders: tuple[object, ...] = ()
+
+    def attach_pipeline(self, runner: object, extenders: Sequence[object]) -> None:
+        self.plugins_runner = runner
+        self.extenders = tuple(extenders)
 
     @property
     def profile_name(self) -> str:

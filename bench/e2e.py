@@ -702,7 +702,7 @@ def proc_rss_mb(pid: int) -> float | None:
 def omitted_default_plugins() -> list[str]:
     """Upstream's default plugins kopf-scheduler does not implement: kube-scheduler's profile disables them."""
     from kopf_scheduler.framework.builder import DEFAULT_MULTI_POINT
-    from kopf_scheduler.framework.registry import default_registry
+    from kopf_scheduler.plugins.registry import default_registry
 
     registry = default_registry()
     return [name for name, _ in DEFAULT_MULTI_POINT if name not in registry]

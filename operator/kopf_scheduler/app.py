@@ -45,7 +45,7 @@ from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource
 from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build_extenders
 from kopf_scheduler.framework.profile import ResolvedProfile
-from kopf_scheduler.framework.registry import Registry, default_registry
+from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.live_profiles import (
     BackgroundJobs,
@@ -55,6 +55,7 @@ from kopf_scheduler.live_profiles import (
     pipeline_status,
 )
 from kopf_scheduler.metrics import SchedulerMetrics
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.queue import PodNominator, QueueClosedError, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
 from kopf_scheduler.schedule_one import ScheduleOne
@@ -188,20 +189,20 @@ class SchedulerApp:
         try:
             model = SchedulerProfileSpec.model_validate(spec or {})
             resolved = resolve_profile(name, model, self.registry)
+            extenders = self._build_extenders(model)
             framework = Framework(
                 resolved,
                 registry=self.registry,
                 handle=self._handle(name),
                 nominator=self.nominator,
                 observe_plugin=self.metrics.observe_plugin,
+                extenders=extenders,
             )
-            extenders = self._build_extenders(model)
         except Exception as e:  # nothing a user applies may crash the operator
             message = str(e) or type(e).__name__
             kept = " (the previous valid pipeline keeps serving)" if name in self.profiles else ""
             logger.warning("SchedulerProfile %s is invalid: %s%s", name, message, kept)
             return ProfileOutcome(False, "InvalidProfile", message + kept)
-        _attach_extenders(framework, extenders)
         runtime = self.profiles.get(name)
         if runtime is None:
             runtime = self._new_runtime(name, framework, resolved, extenders)
@@ -401,11 +402,3 @@ class SchedulerApp:
             await asyncio.wait([self._standby_task])
         await self.jobs.cancel()
         await self.drain()
-
-
-def _attach_extenders(framework: Framework, extenders: tuple[Extender, ...]) -> None:
-    """Upstream's ``Handle.Extenders()``, for preemption: the PostFilter plugins that call extenders get them."""
-    for _, plugin in framework.post_filter_plugins:
-        attach = getattr(plugin, "attach_extenders", None)
-        if attach is not None:
-            attach(extenders)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +27,7 @@ from kopf_scheduler.client import Client, ClientRef
 from kopf_scheduler.framework import Status
 from kopf_scheduler.framework.builder import effective_plugins
 from kopf_scheduler.framework.extender import Extender
-from kopf_scheduler.framework.interface import PluginMetrics
-from kopf_scheduler.framework.nominator import Nominator, NoNominator
+from kopf_scheduler.framework.interface import Nominator, NoNominator, PluginMetrics, PluginsRunner
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.queue import QueuedPodInfo, SchedulingQueue
@@ -153,6 +152,23 @@ class ProfileHandle:
         self._record_event = record_event
         self._jobs = BackgroundJobs() if jobs is None else jobs
         self._metrics: PluginMetrics = _NoMetrics() if metrics is None else metrics
+        self._runner: PluginsRunner | None = None
+        self._extenders: tuple[Extender, ...] = ()
+
+    def attach_pipeline(self, runner: PluginsRunner, extenders: Sequence[Extender]) -> None:
+        """The framework built on this handle, with its extenders (called once, by the framework)."""
+        self._runner = runner
+        self._extenders = tuple(extenders)
+
+    @property
+    def plugins_runner(self) -> PluginsRunner:
+        if self._runner is None:
+            raise RuntimeError(f"the handle of profile {self._name} has no framework yet")
+        return self._runner
+
+    @property
+    def extenders(self) -> Sequence[Extender]:
+        return self._extenders
 
     @property
     def profile_name(self) -> str:

@@ -60,7 +60,7 @@ from kopf_scheduler.explain import ScoreCapture, capture_scores
 from kopf_scheduler.framework import ClusterEvent, CycleState, PostFilterResult, Status, nominated_node_name
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
 from kopf_scheduler.framework.extender import Extender, extenders_binding
-from kopf_scheduler.framework.nominator import Nominator, NoNominator
+from kopf_scheduler.framework.interface import Nominator, NoNominator
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import SUCCESS, Code
 from kopf_scheduler.live_profiles import ProfileRuntime

@@ -48,7 +48,7 @@ import yaml
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.framework.builder import ProfileError, resolve_profile
-from kopf_scheduler.framework.registry import default_registry
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.settings import RunSettings
 from tests.conformance.oracle import parse_line, upstream_profile
 from tests.conformance.profile_specs import OMITTED_DEFAULTS, SpecCase, generate_spec

@@ -57,7 +57,7 @@ from kubernetes.client.rest import ApiException
 
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
-from kopf_scheduler.framework.registry import default_registry
+from kopf_scheduler.plugins.registry import default_registry
 from tests.conformance.devices import (
     CLAIMS_DENIED_MARKER,
     DEVICE_KINDS,

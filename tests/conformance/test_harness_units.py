@@ -18,7 +18,7 @@ import pytest
 
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
-from kopf_scheduler.framework.registry import default_registry
+from kopf_scheduler.plugins.registry import default_registry
 from tests.conformance import generator, oracle, preemption_harness, preemptions, volume_harness, volumes
 from tests.conformance.generator import GPU, HUGEPAGES, PLUGINS, SIZES, generate
 from tests.conformance.report import RunInfo, summary, write_markdown

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from kopf_scheduler.framework import ClusterEvent, ClusterEventWithHint, CycleState, Plugin, QueueingHintFn
 from kopf_scheduler.framework.enqueue import registrations_of
-from kopf_scheduler.framework.registry import in_tree_registry
+from kopf_scheduler.framework.extender import Extender
+from kopf_scheduler.framework.interface import PluginsRunner
+from kopf_scheduler.plugins.registry import in_tree_registry
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -99,6 +102,13 @@ class FakeHandle:
         self.client = None
         #: Uids of pods the test deleted: :meth:`pod_exists` says no for them.
         self.deleted: set[str] = set()
+        #: The framework built on this handle and its extenders (``attach_pipeline``).
+        self.plugins_runner: PluginsRunner | None = None
+        self.extenders: tuple[Extender, ...] = ()
+
+    def attach_pipeline(self, runner: PluginsRunner, extenders: Sequence[Extender]) -> None:
+        self.plugins_runner = runner
+        self.extenders = tuple(extenders)
 
     @property
     def profile_name(self) -> str:

@@ -12,7 +12,6 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from kopf_scheduler.api.args import (
-    ARGS_MODELS_BY_PLUGIN,
     DefaultPreemptionArgs,
     DynamicResourcesArgs,
     FieldError,
@@ -30,6 +29,7 @@ from kopf_scheduler.api.args import (
     label_key_errors,
     validation_field_errors,
 )
+from kopf_scheduler.plugins.registry import in_tree_registry
 
 P = "pluginConfig[0].args"
 CPU_MEMORY = [ResourceSpec(name="cpu", weight=1), ResourceSpec(name="memory", weight=1)]
@@ -94,8 +94,9 @@ def test_defaults_match_upstream_v1(model: type[BaseModel], expected: dict[str, 
 
 
 def test_every_upstream_args_kind_has_a_model() -> None:
-    # The upstream plugins with v1 args types.
-    assert set(ARGS_MODELS_BY_PLUGIN) == {
+    # The upstream plugins with v1 args types: their in-tree classes name the model.
+    registry = in_tree_registry()
+    assert {name for name, cls in registry.items() if cls.args_model is not None} == {
         "DefaultPreemption",
         "DynamicResources",
         "InterPodAffinity",

@@ -83,7 +83,11 @@ UPSTREAM = registry(
     fake("VolumeZone", E.PRE_FILTER, E.FILTER),
     fake("PodTopologySpread", E.PRE_FILTER, E.FILTER, E.PRE_SCORE, E.SCORE, args=A.PodTopologySpreadArgs),
     fake("InterPodAffinity", E.PRE_FILTER, E.FILTER, E.PRE_SCORE, E.SCORE, args=A.InterPodAffinityArgs),
-    fake("DynamicResources", E.PRE_ENQUEUE, E.PRE_FILTER, E.FILTER, E.POST_FILTER, E.SCORE, E.RESERVE, E.PRE_BIND),
+    fake(
+        "DynamicResources",
+        *(E.PRE_ENQUEUE, E.PRE_FILTER, E.FILTER, E.POST_FILTER, E.SCORE, E.RESERVE, E.PRE_BIND),
+        args=A.DynamicResourcesArgs,
+    ),
     fake("DefaultPreemption", E.PRE_ENQUEUE, E.POST_FILTER, args=A.DefaultPreemptionArgs),
     fake("NodeResourcesBalancedAllocation", E.PRE_SCORE, E.SCORE, args=A.NodeResourcesBalancedAllocationArgs),
     fake("ImageLocality", E.SCORE),

@@ -47,8 +47,9 @@ from kopf_scheduler.framework.events import (
 )
 from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.profile import PluginRef, ResolvedProfile
-from kopf_scheduler.framework.registry import Registry, in_tree_registry
+from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.plugins.registry import in_tree_registry
 from kopf_scheduler.queue import SchedulingQueue
 from kopf_scheduler.state.pod_info import PodInfo
 from tests.unit.factories import FakeHandle, make_node, make_pod

@@ -29,7 +29,8 @@ from kopf_scheduler.framework import (
     PreFilterResult,
     Status,
 )
-from kopf_scheduler.framework.registry import Registry, default_registry
+from kopf_scheduler.framework.registry import Registry
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo

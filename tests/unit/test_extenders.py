@@ -33,8 +33,8 @@ from kopf_scheduler.framework.extender import (
     process_preemption_with_extenders,
     scaled_score,
 )
-from kopf_scheduler.framework.registry import default_registry
 from kopf_scheduler.framework.status import Code
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.settings import RunSettings
 from tests.unit.app_harness import FakeClient, FakeClock, pending
 from tests.unit.factories import make_node, make_pod, pod_info

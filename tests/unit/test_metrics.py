@@ -14,9 +14,9 @@ from kopf_scheduler import cli
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.cycle_state import CycleState
-from kopf_scheduler.framework.registry import default_registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.metrics import KUBE_BEHAVIOUR_VERSION, SchedulerMetrics, sample_plugin_metrics
+from kopf_scheduler.plugins.registry import default_registry
 from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, pod_info, slots
 from tests.unit.test_queue import big_node, fail, new_queue, pod, pop, reject
 

@@ -1,4 +1,4 @@
-"""The plugin registry: in-tree discovery, entry-point plugins (through real importlib.metadata), errors.
+"""The plugin registry: the in-tree list, entry-point plugins (through real importlib.metadata), errors.
 
 Third-party plugins are installed for a test by writing a minimal ``*.dist-info`` (METADATA and
 ``entry_points.txt``) into a temporary directory on ``sys.path``: exactly what ``pip install`` leaves
@@ -9,7 +9,9 @@ package under ``examples/plugins`` is loaded that way (its sources put on ``sys.
 from __future__ import annotations
 
 import ast
-import types
+import importlib
+import inspect
+import pkgutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+import kopf_scheduler.plugins as plugins_package
 from kopf_scheduler.algorithm import FitError, schedule_pod
 from kopf_scheduler.framework import (
     QUEUE,
@@ -36,18 +39,15 @@ from kopf_scheduler.framework.registry import (
     ENTRY_POINT_GROUP,
     Registry,
     RegistryError,
-    default_registry,
-    discover,
     entry_point_registry,
-    in_tree_registry,
     plugin_name,
-    plugins_defined_in,
 )
 from kopf_scheduler.framework.runtime import Framework, FrameworkError
 from kopf_scheduler.plugins.default_binder import DefaultBinder
 from kopf_scheduler.plugins.node_name import NodeName
 from kopf_scheduler.plugins.node_unschedulable import NodeUnschedulable
 from kopf_scheduler.plugins.queue_sort import PrioritySort
+from kopf_scheduler.plugins.registry import IN_TREE_PLUGINS, default_registry, discover, in_tree_registry
 from kopf_scheduler.plugins.scheduling_gates import SchedulingGates
 from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, pod_info
 
@@ -98,40 +98,21 @@ def test_in_tree_discovery_finds_the_plugins_by_upstream_name() -> None:
         assert cls.name == name
 
 
-def test_only_classes_defined_in_a_module_are_collected() -> None:
-    module = types.ModuleType("kopf_scheduler.plugins.fake_module")
-
-    class Local(FilterPlugin):
-        name: ClassVar[str] = "Local"
-
-    class Helper:
-        name = "NotAPlugin"
-
-    class Unnamed(FilterPlugin):
-        pass
-
-    for cls in (Local, Helper, Unnamed):
-        cls.__module__ = module.__name__
-        setattr(module, cls.__name__, cls)
-    module.NodeName = NodeName  # re-exported from elsewhere: not this module's plugin
-    module.FilterPlugin = FilterPlugin  # a base without a name
-    assert plugins_defined_in(module) == [Local]
+def _plugin_classes_defined_under_plugins() -> set[type[Plugin]]:
+    """Every plugin class (a Plugin subclass with a ``name``) defined in a module under ``plugins/``."""
+    found: set[type[Plugin]] = set()
+    for info in pkgutil.walk_packages(plugins_package.__path__, prefix=f"{plugins_package.__name__}."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if inspect.isclass(value) and value.__module__ == module.__name__ and plugin_name(value) is not None:
+                found.add(value)
+    return found
 
 
-def test_a_plugin_package_owns_the_classes_its_submodules_define() -> None:
-    package = types.ModuleType("some.pkg")
-    package.__path__ = []  # a package
-
-    class Inner(FilterPlugin):
-        name: ClassVar[str] = "Inner"
-
-    Inner.__module__ = "some.pkg.plugin"
-    package.Inner = Inner
-    package.NodeName = NodeName  # from another package: not its own
-    assert plugins_defined_in(package) == [Inner]
-    plain = types.ModuleType("some.pkg")  # the same names in a plain module: Inner is an import there
-    plain.Inner = Inner
-    assert plugins_defined_in(plain) == []
+def test_the_written_in_tree_list_is_every_plugin_class_under_plugins() -> None:
+    """A new plugin module cannot be forgotten: IN_TREE_PLUGINS names every plugin class plugins/ defines."""
+    assert len(set(IN_TREE_PLUGINS)) == len(IN_TREE_PLUGINS)
+    assert set(IN_TREE_PLUGINS) == _plugin_classes_defined_under_plugins()
 
 
 @pytest.mark.parametrize(

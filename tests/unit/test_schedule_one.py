@@ -27,7 +27,8 @@ from kopf_scheduler.framework import (
 )
 from kopf_scheduler.framework.events import EVENT_ASSIGNED_POD_DELETE
 from kopf_scheduler.framework.interface import NodeToStatus
-from kopf_scheduler.framework.registry import Registry, default_registry
+from kopf_scheduler.framework.registry import Registry
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.schedule_one import ScheduleOne
 from kopf_scheduler.state.objects import PERSISTENT_VOLUME, PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from kopf_scheduler.state.pod_info import PodInfo

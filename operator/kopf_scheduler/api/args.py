@@ -617,17 +617,3 @@ class DynamicResourcesArgs(ArgsModel):
         if parse_go_duration(self.binding_timeout) < 1:
             errors.append(invalid("bindingTimeout", self.binding_timeout, "must be at least 1 second"))
         return errors
-
-
-#: Upstream plugin name → its args type: pluginConfig entries with these names are decoded and validated even
-#: when the plugin is not enabled (upstream validates them at config load), and even before we implement it.
-ARGS_MODELS_BY_PLUGIN: Mapping[str, type[ArgsModel]] = {
-    "DefaultPreemption": DefaultPreemptionArgs,
-    "DynamicResources": DynamicResourcesArgs,
-    "InterPodAffinity": InterPodAffinityArgs,
-    "NodeAffinity": NodeAffinityArgs,
-    "NodeResourcesBalancedAllocation": NodeResourcesBalancedAllocationArgs,
-    "NodeResourcesFit": NodeResourcesFitArgs,
-    "PodTopologySpread": PodTopologySpreadArgs,
-    "VolumeBinding": VolumeBindingArgs,
-}

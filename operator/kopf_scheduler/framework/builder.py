@@ -26,17 +26,15 @@ kube-scheduler turns a ``KubeSchedulerProfile`` into a running framework in thre
 Every error is a :class:`ProfileError` whose message starts with the offending field, relative to the spec
 (``plugins.filter.enabled[2]``, ``pluginConfig[0].args.scoringStrategy.type``), followed by upstream's text.
 
-**Defaults we do not implement yet.** Upstream's default profile includes plugins this project has not written
-(at the time of writing DynamicResources, which runs as a stand-in;
-``status.omittedDefaultPlugins`` of a live profile says it for certain). A
-default-list plugin that is missing from the registry is left out of the resolved profile and named in
-:attr:`ResolvedProfile.omitted_defaults`, so a profile without ``plugins`` still builds and reports honestly
-what does not run. A plugin the *user* names in an ``enabled`` list must
-exist: naming an unknown plugin is an error even when it is one of upstream's defaults.
+**Defaults missing from the registry.** A default-list plugin that is missing from the registry (every one of
+upstream's defaults is in-tree, but a registry may lack some) is left out of the resolved profile and named in
+:attr:`ResolvedProfile.omitted_defaults` (``status.omittedDefaultPlugins`` of a live profile), so a profile
+without ``plugins`` still builds and reports honestly what does not run. A plugin the *user* names in an
+``enabled`` list must exist: naming an unknown plugin is an error even when it is one of upstream's defaults.
 
 **Stand-ins.** Where leaving a default out would bind pods blind (a pod with ResourceClaims bound without its
-devices), an in-tree *stand-in* holds the name (``Plugin.stand_in``, e.g. ``plugins/dynamic_resources/plugin.py``): it
-runs like any plugin but only refuses the pods the real plugin would have to judge. It is named in
+devices), an in-tree *stand-in* may hold the name (``Plugin.stand_in``; none does today): it runs like any
+plugin but only refuses the pods the real plugin would have to judge. It is named in
 :attr:`ResolvedProfile.stand_ins` and, not being upstream's plugin, in ``omitted_defaults`` too. Users may
 enable or disable it like the real one; enabling it at an extension point the stand-in does not implement
 (upstream's has more) is refused with a note saying so.
@@ -59,7 +57,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kopf_scheduler.api.args import (
-    ARGS_MODELS_BY_PLUGIN,
     FieldError,
     NodeResourcesFitArgs,
     aggregate_message,
@@ -152,7 +149,7 @@ class MergedPluginSet:
 
 def _type_name(point: ExtensionPoint) -> str:
     """Upstream's Go interface name, as its messages print it (``FilterPlugin``)."""
-    return f"{point.title}Plugin"
+    return f"{point.interface_name}Plugin"
 
 
 def merge_plugin_set(defaults: Sequence[MergedPlugin], custom: PluginSet, path: str) -> MergedPluginSet:
@@ -253,11 +250,9 @@ def effective_plugins(profile: ResolvedProfile) -> EffectivePlugins:
 
 
 def _args_model(plugin: str, registry: Mapping[str, type[Plugin]]) -> type[BaseModel] | None:
-    """The args type of ``plugin``: the registered class's; else upstream's, so that args of upstream plugins we
-    lack (or whose class declares none) are still validated; else None (raw args)."""
+    """The args type of ``plugin``: the registered class's, else None (raw args)."""
     cls = registry.get(plugin)
-    model = cls.args_model if cls is not None else None
-    return model or ARGS_MODELS_BY_PLUGIN.get(plugin)
+    return cls.args_model if cls is not None else None
 
 
 def _removed(field: str, plugin: str) -> FieldError:

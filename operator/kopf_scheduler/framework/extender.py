@@ -45,8 +45,8 @@ from typing import Any, Protocol
 
 from kopf_scheduler.api.profile import Extender as ExtenderSpec
 from kopf_scheduler.api.profile import ExtenderTLSConfig
-from kopf_scheduler.framework.interface import PostFilterResult
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
+from kopf_scheduler.framework.verdicts import PostFilterResult
 from kopf_scheduler.go_format import parse_go_duration
 from kopf_scheduler.state.pod_info import PodInfo
 

@@ -22,7 +22,7 @@ class ExtensionPoint(StrEnum):
     POST_BIND = "postBind"
 
     @property
-    def title(self) -> str:
+    def interface_name(self) -> str:
         """The upstream Go interface name (``PreFilter``, ``Score`` …) used in error messages."""
         return self.value[0].upper() + self.value[1:]
 

@@ -13,7 +13,7 @@ with a :class:`FilterResult` (which nodes fail, with which Status); Score with a
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Collection, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -23,10 +23,11 @@ from pydantic import BaseModel
 from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.extension_points import ExtensionPoint
 from kopf_scheduler.framework.status import SUCCESS, Status
+from kopf_scheduler.framework.verdicts import FilterOutcome, PostFilterResult
 
 if TYPE_CHECKING:
     from kopf_scheduler.framework.events import ClusterEventWithHint
-    from kopf_scheduler.framework.nominator import Nominator
+    from kopf_scheduler.framework.extender import Extender
     from kopf_scheduler.state.cache import NodeInfo, Snapshot
     from kopf_scheduler.state.pod_info import PodInfo
 
@@ -160,6 +161,88 @@ class Handle(Protocol):
         """Where plugins record the metrics upstream's plugins record themselves."""
         ...
 
+    @property
+    def plugins_runner(self) -> PluginsRunner:
+        """The profile's framework as a runner of its plugins (upstream's Handle embeds ``PluginsRunner``):
+        preemption's dry run re-runs the profile's filters through it. Set when the pipeline is built."""
+        ...
+
+    @property
+    def extenders(self) -> Sequence[Extender]:
+        """The profile's HTTP extenders, ignorable ones last (upstream ``Handle.Extenders()``); set when the
+        pipeline is built."""
+        ...
+
+
+class PipelineHandle(Handle, Protocol):
+    """The Handle as the framework sees it: the framework completes it with its runners and extenders once, when
+    it builds the profile's pipeline, before it constructs the plugins (upstream's framework *is* the Handle)."""
+
+    def attach_pipeline(self, runner: PluginsRunner, extenders: Sequence[Extender]) -> None: ...
+
+
+class PluginsRunner(Protocol):
+    """What plugins may run of their profile's pipeline (upstream ``PluginsRunner``, which the Handle embeds):
+    the Filter step with nominated pods and the PreFilter extensions, for preemption's dry runs."""
+
+    def run_filter_plugins_with_nominated_pods(
+        self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
+    ) -> FilterOutcome:
+        """Filter ``nodes`` (slots) with the pods nominated onto them counted (upstream
+        ``RunFilterPluginsWithNominatedPods``)."""
+        ...
+
+    def pre_filter_extensions_idle(self, state: CycleState) -> bool:
+        """Whether no PreFilter extension (AddPod/RemovePod) runs in this cycle, so that pods added to or removed
+        from one node change only that node's Filter verdict."""
+        ...
+
+    def run_pre_filter_extension_add_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
+    ) -> Status: ...
+
+    def run_pre_filter_extension_remove_pod(
+        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
+    ) -> Status: ...
+
+
+class Nominator(Protocol):
+    """Pods nominated onto nodes by preemption (upstream ``PodNominator``), seen by Filter as if running there.
+
+    The scheduling queue implements it (:class:`kopf_scheduler.queue.nominator.PodNominator`, one for every
+    profile); :class:`NoNominator` answers that nothing is nominated, and the Filter step then takes its single
+    vectorised pass.
+    """
+
+    def nodes_with_nominated_pods(self) -> Collection[str]:
+        """Names of nodes with at least one nominated pod (cheap: checked every cycle)."""
+        ...
+
+    def nominated_pods_for_node(self, node_name: str) -> Sequence[PodInfo]: ...
+
+    def add_nominated_pod(self, pod: PodInfo, node_name: str) -> None:
+        """Record (or move) ``pod``'s nomination onto ``node_name`` (upstream ``AddNominatedPod`` with a
+        PostFilter's ``Override``); the pod's ``status.nominatedNodeName`` is written separately."""
+        ...
+
+    def delete_nominated_pod_if_exists(self, pod: PodInfo) -> None: ...
+
+
+class NoNominator:
+    """The empty nominator: no pod is nominated anywhere."""
+
+    def nodes_with_nominated_pods(self) -> Collection[str]:
+        return ()
+
+    def nominated_pods_for_node(self, node_name: str) -> Sequence[PodInfo]:
+        return ()
+
+    def add_nominated_pod(self, pod: PodInfo, node_name: str) -> None:
+        return None
+
+    def delete_nominated_pod_if_exists(self, pod: PodInfo) -> None:
+        return None
+
 
 class PluginMetrics(Protocol):
     """The metrics upstream's plugins observe directly (``pkg/scheduler/metrics``); ``kopf_scheduler.metrics``
@@ -208,36 +291,6 @@ class PreFilterResult:
     """Upstream ``PreFilterResult``: ``node_names`` None means all nodes; otherwise only these."""
 
     node_names: frozenset[str] | None = None
-
-    @property
-    def all_nodes(self) -> bool:
-        return self.node_names is None
-
-    def merge(self, other: PreFilterResult | None) -> PreFilterResult:
-        if other is None or other.all_nodes:
-            return self
-        if self.all_nodes:
-            return other
-        assert self.node_names is not None
-        assert other.node_names is not None
-        return PreFilterResult(self.node_names & other.node_names)
-
-
-@dataclass(frozen=True, slots=True)
-class PostFilterResult:
-    """What a PostFilter plugin (preemption) proposes: a node to nominate, or nothing.
-
-    Upstream's ``NominatingInfo`` with mode ``Override``: the scheduler records the nomination in the
-    nominator and writes it to the pod's ``status.nominatedNodeName`` when it handles the failure. A result
-    with ``nominated_node_name`` None (or no result) leaves an existing nomination as it is; upstream clears
-    it only when preemption is not helpful anywhere (``clear_nomination``).
-    """
-
-    nominated_node_name: str | None = None
-    #: Upstream ``ModeOverride`` with an empty name: remove the pod's nomination (preemption cannot help).
-    clear_nomination: bool = False
-    #: For ``kopf-scheduler explain``: per node, why preemption did or did not help there (not upstream's).
-    node_messages: Mapping[str, str] | None = None
 
 
 #: Node name → the Status that rejected it; what PostFilter plugins read (upstream ``NodeToStatus``).
@@ -445,11 +498,15 @@ __all__ = [
     "FilterPlugin",
     "FilterResult",
     "Handle",
+    "NoNominator",
     "NodeFilterPlugin",
     "NodeScorePlugin",
     "NodeToStatus",
+    "Nominator",
     "PermitPlugin",
+    "PipelineHandle",
     "Plugin",
+    "PluginsRunner",
     "PostBindPlugin",
     "PostFilterPlugin",
     "PostFilterResult",

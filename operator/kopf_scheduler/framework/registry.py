@@ -1,10 +1,10 @@
-"""The plugin registry: plugin name → plugin class, for in-tree and third-party plugins alike.
+"""The plugin registry: plugin name → plugin class, for in-tree and third-party plugins alike (upstream
+``framework/runtime/registry.go``).
 
-Upstream's registry is a hand-written map of factories. Ours is discovered, so that adding a plugin is
-adding a module: every module of :mod:`kopf_scheduler.plugins` is imported and the :class:`Plugin`
-subclasses it *defines* (not re-exports) that carry a ``name`` are registered. Third-party plugins come
-from installed distributions through the entry-point group ``kopf_scheduler.plugins``; an entry point's
-value is the plugin class (``MyPlugin = my_pkg.module:MyPlugin``) and its name must be the plugin's name.
+The framework knows no plugin: the in-tree ones are written down in :mod:`kopf_scheduler.plugins.registry`
+(upstream ``NewInTreeRegistry``), which the composition root merges with the third-party plugins read here.
+Those come from installed distributions through the entry-point group ``kopf_scheduler.plugins``; an entry
+point's value is the plugin class (``MyPlugin = my_pkg.module:MyPlugin``) and its name must be the plugin's name.
 
 Everything that can go wrong here is a deployment mistake (two plugins with one name, a broken package),
 so it fails loudly with :class:`RegistryError`, naming the module or entry point at fault.
@@ -12,21 +12,14 @@ so it fails loudly with :class:`RegistryError`, naming the module or entry point
 
 from __future__ import annotations
 
-import functools
-import importlib
 import importlib.metadata
 import inspect
-import pkgutil
 from collections.abc import Iterable, Iterator, Mapping
-from types import ModuleType
 
 from kopf_scheduler.framework.interface import Plugin
 
 #: The entry-point group third-party distributions register their plugin classes under.
 ENTRY_POINT_GROUP = "kopf_scheduler.plugins"
-
-#: The package whose modules hold the in-tree plugins.
-IN_TREE_PACKAGE = "kopf_scheduler.plugins"
 
 
 class RegistryError(Exception):
@@ -97,40 +90,6 @@ def _qualname(obj: object) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
 
 
-def plugins_defined_in(module: ModuleType) -> list[type[Plugin]]:
-    """Plugin classes defined in ``module`` itself (imported helpers and bases are not re-registered).
-
-    A plugin that is a package (``plugins/dynamic_resources/``) defines its class in a submodule and exports it
-    from the package: classes defined anywhere inside the package count as the package's own.
-    """
-    found = []
-    for value in vars(module).values():
-        if inspect.isclass(value) and _defined_inside(value, module) and plugin_name(value) is not None:
-            found.append(value)
-    return found
-
-
-def _defined_inside(cls: type, module: ModuleType) -> bool:
-    if cls.__module__ == module.__name__:
-        return True
-    return hasattr(module, "__path__") and cls.__module__.startswith(f"{module.__name__}.")
-
-
-def in_tree_registry(package: str = IN_TREE_PACKAGE) -> Registry:
-    """Import every module of ``package`` and register the plugin classes each one defines."""
-    registry = Registry()
-    root = importlib.import_module(package)
-    for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda m: m.name):
-        module_name = f"{package}.{info.name}"
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            raise RegistryError(f"in-tree plugin module {module_name} failed to import: {exc!r}") from exc
-        for cls in plugins_defined_in(module):
-            registry.register(cls, source=f"in-tree module {module_name}")
-    return registry
-
-
 def entry_point_registry(group: str = ENTRY_POINT_GROUP) -> Registry:
     """Load every entry point of ``group``; each must name a plugin class whose ``name`` is the entry's name."""
     registry = Registry()
@@ -157,28 +116,10 @@ def _describe(entry_point: importlib.metadata.EntryPoint) -> str:
     return f'entry point "{entry_point.name} = {entry_point.value}" (group {entry_point.group}){origin}'
 
 
-def discover(*, entry_points: bool = True) -> Registry:
-    """In-tree plugins plus, unless disabled, the installed third-party ones."""
-    registry = in_tree_registry()
-    if entry_points:
-        registry = registry.merged(entry_point_registry())
-    return registry
-
-
-@functools.cache
-def default_registry() -> Registry:
-    """The process-wide registry (discovered once; call ``default_registry.cache_clear()`` to rediscover)."""
-    return discover()
-
-
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Registry",
     "RegistryError",
-    "default_registry",
-    "discover",
     "entry_point_registry",
-    "in_tree_registry",
     "plugin_name",
-    "plugins_defined_in",
 ]

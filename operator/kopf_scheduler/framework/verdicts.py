@@ -1,23 +1,43 @@
-"""Filter and Score verdicts: which node each plugin rejected, and the weighted scores of the feasible ones.
+"""Filter, PostFilter and Score verdicts: which node each plugin rejected, what preemption proposes, and the
+weighted scores of the feasible ones.
 
 Upstream keeps a ``NodeToStatus`` map (``framework/types.go``: one ``*Status`` per rejected node, plus the
 status of nodes absent from the map) and ``NodePluginScores`` (``framework/interface.go``: per node, each
 plugin's weighted score and the total). Our Filter plugins judge arrays of node-table slots at once, so the
 rejections are kept as the arrays the plugins returned (:class:`FilterStatuses`) and only turned into per-node
 ``Status`` objects when someone asks (PostFilter, explanations); the FailedScheduling histogram is counted
-straight from the arrays. Scores are one int64 array per plugin (:class:`ScoreOutcome`).
+straight from the arrays. Scores are one int64 array per plugin (:class:`ScoreOutcome`). A PostFilter plugin
+answers a :class:`PostFilterResult` (upstream's ``PostFilterResult`` with its ``NominatingInfo``).
 
 The runtime (:mod:`kopf_scheduler.framework.runtime`) produces these; the scheduler and explanations read them.
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from kopf_scheduler.framework.status import Code, Status
+
+
+@dataclass(frozen=True, slots=True)
+class PostFilterResult:
+    """What a PostFilter plugin (preemption) proposes: a node to nominate, or nothing.
+
+    Upstream's ``NominatingInfo`` with mode ``Override``: the scheduler records the nomination in the
+    nominator and writes it to the pod's ``status.nominatedNodeName`` when it handles the failure. A result
+    with ``nominated_node_name`` None (or no result) leaves an existing nomination as it is; upstream clears
+    it only when preemption is not helpful anywhere (``clear_nomination``).
+    """
+
+    nominated_node_name: str | None = None
+    #: Upstream ``ModeOverride`` with an empty name: remove the pod's nomination (preemption cannot help).
+    clear_nomination: bool = False
+    #: For ``kopf-scheduler explain``: per node, why preemption did or did not help there (not upstream's).
+    node_messages: Mapping[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -134,7 +154,7 @@ class FilterStatuses:
     def slots(self) -> np.ndarray:
         return np.fromiter(self.as_dict(), dtype=np.int64)
 
-    def plugins(self) -> set[str]:
+    def plugins(self) -> builtins.set[str]:
         """Plugins that rejected at least one counted node (upstream ``Diagnosis.UnschedulablePlugins``)."""
         if self._may_overlap:
             return {status.plugin for status in self.as_dict().values() if status.plugin}
@@ -265,4 +285,4 @@ class ScoreOutcome:
         return [(int(i), int(self.totals[i])) for i in best]
 
 
-__all__ = ["FilterOutcome", "FilterStatuses", "NodeToStatusMap", "ScoreOutcome"]
+__all__ = ["FilterOutcome", "FilterStatuses", "NodeToStatusMap", "PostFilterResult", "ScoreOutcome"]

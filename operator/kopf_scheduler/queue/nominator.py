@@ -27,7 +27,7 @@ PendingLookup = Callable[[str], PodInfo | None]
 
 
 class PodNominator:
-    """Node name → the pods nominated there, in nomination order; implements ``framework.nominator.Nominator``."""
+    """Node name → the pods nominated there, in nomination order; implements ``framework.interface.Nominator``."""
 
     def __init__(self, pending: PendingLookup | None = None) -> None:
         self._pending = pending

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -25,6 +25,8 @@ from kopf_scheduler.state.quantity import resource_value
 from kopf_scheduler.state.selector_counts import SelectorPodCounts
 from kopf_scheduler.state.selectors import LabelSelector
 from kopf_scheduler.state.tolerations import Taint, parse_taints
+
+T = TypeVar("T")
 
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
 REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region")
@@ -143,9 +145,8 @@ class ClusterCache:
         self._selector_counts = SelectorPodCounts()
         #: PVs, PVCs, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities (the volume plugins' listers).
         self.objects = ClusterObjects()
-        #: Scheduler-wide state a plugin keeps for every profile, by a key the plugin owns (upstream passes such
-        #: state to all profiles through the framework handle, e.g. DynamicResources' SharedDRAManager).
-        self.shared: dict[str, Any] = {}
+        #: Scheduler-wide state a plugin keeps for every profile, one instance per type (:meth:`shared`).
+        self._shared: dict[type[Any], Any] = {}
         self.generation = 0
 
     # -- nodes ---------------------------------------------------------------------------------------
@@ -583,6 +584,21 @@ class ClusterCache:
             self.namespace_labels.pop(name, None)
         else:
             self.namespace_labels[name] = dict(labels)
+
+    def shared(self, kind: type[T], factory: Callable[[ClusterCache], T]) -> T:
+        """The one ``kind`` of this scheduler, every profile's, made by ``factory`` on first use.
+
+        Upstream passes such state to all profiles through the framework Handle (DynamicResources' claim tracker
+        is its ``SharedDRAManager``); here it lives beside the cluster state it follows, keyed by its type.
+        """
+        found: T | None = self._shared.get(kind)
+        if found is None:
+            found = self._shared[kind] = factory(self)
+        return found
+
+    def has_shared(self, kind: type[Any]) -> bool:
+        """Whether :meth:`shared` made a ``kind`` yet."""
+        return kind in self._shared
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self)

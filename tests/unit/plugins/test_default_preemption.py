@@ -7,7 +7,7 @@ executor runs its spawned coroutine against a recording API client.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -20,8 +20,7 @@ from kopf_scheduler.framework import ActionType, ClusterEvent, Code, CycleState,
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.events import QUEUE, QUEUE_SKIP
 from kopf_scheduler.framework.extender import Extender, PendingPostFilterResult, build_extenders
-from kopf_scheduler.framework.interface import APIError, PostFilterResult
-from kopf_scheduler.framework.registry import default_registry
+from kopf_scheduler.framework.interface import APIError, PluginsRunner, PostFilterResult
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.verdicts import NodeToStatusMap
 from kopf_scheduler.plugins.default_preemption import (
@@ -43,6 +42,7 @@ from kopf_scheduler.plugins.default_preemption.plugin import (
     split_by_pdb_violation,
 )
 from kopf_scheduler.plugins.default_preemption.victims import Victims, sort_by_importance
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.objects import POD_DISRUPTION_BUDGET
 from kopf_scheduler.state.pod_info import PodInfo
@@ -121,6 +121,12 @@ class PreemptionHandle:
         #: The ``related`` pod of each event, by name.
         self.related: list[str | None] = []
         self.jobs: list[Coroutine[Any, Any, None]] = []
+        self.plugins_runner: PluginsRunner | None = None
+        self.extenders: tuple[Extender, ...] = ()
+
+    def attach_pipeline(self, runner: PluginsRunner, extenders: Sequence[Extender]) -> None:
+        self.plugins_runner = runner
+        self.extenders = tuple(extenders)
 
     @property
     def profile_name(self) -> str:
@@ -186,7 +192,7 @@ def preemptor(name: str = "high", *, priority: int = 100, cpu: str = "2", **spec
 
 
 def setup(
-    nodes: list[dict], pods: list[dict], pod: PodInfo, **args: Any
+    nodes: list[dict], pods: list[dict], pod: PodInfo, *, extenders: Sequence[Extender] = (), **args: Any
 ) -> tuple[Framework, DefaultPreemption, PreemptionHandle]:
     cache = make_cache(nodes, pods)
     handle = PreemptionHandle(cache, [pod])
@@ -195,10 +201,16 @@ def setup(
         {"pluginConfig": [{"name": "DefaultPreemption", "args": args}]} if args else {}
     )
     profile = resolve_profile("default-scheduler", spec, registry)
-    framework = Framework(profile, registry, handle, nominator=handle.nominator)  # type: ignore[arg-type]
+    framework = Framework(
+        profile,
+        registry,
+        handle,  # type: ignore[arg-type]  # the recorded seams preemption uses, not the whole Handle
+        nominator=handle.nominator,
+        extenders=extenders,
+    )
     plugin = framework.plugins["DefaultPreemption"]
     assert isinstance(plugin, DefaultPreemption)
-    plugin.attach_framework(framework)
+    assert handle.plugins_runner is framework
     plugin.clock = lambda: NOW
     plugin.rng.seed(0)
     return framework, plugin, handle
@@ -643,8 +655,9 @@ def test_minimal_victims_on_the_best_node_and_the_cache_untouched() -> None:
 def select(plugin: DefaultPreemption, handle: PreemptionHandle, pod: PodInfo, node: str, budgets=()) -> Any:
     snapshot = handle.snapshot()
     state = CycleState()
-    framework = plugin._require_framework()
-    assert framework.run_pre_filter_plugins(state, pod, snapshot)[1].is_success  # type: ignore[attr-defined]
+    framework = handle.plugins_runner
+    assert isinstance(framework, Framework)
+    assert framework.run_pre_filter_plugins(state, pod, snapshot)[1].is_success
     victims, violations, status = plugin.select_victims_on_node(
         state, pod, handle.cache.node(node), snapshot, [Budget.from_obj(b) for b in budgets], NOW
     )
@@ -927,13 +940,12 @@ def test_the_default_profile_runs_it_after_dynamic_resources() -> None:
     assert [r.name for r in profile.enabled(ExtensionPoint.POST_FILTER)][-1] == "DefaultPreemption"
 
 
-def test_the_runtime_hands_the_plugin_its_framework_and_keeps_a_clearing_result() -> None:
+def test_the_plugin_reaches_its_framework_through_the_handle_and_a_clearing_result_is_kept() -> None:
     pod = preemptor(cpu="8")
     framework, plugin, _ = setup([make_node("n1", cpu="2")], [], pod)
-    plugin._framework = None
+    assert plugin.handle.plugins_runner is framework  # set when the framework was built
     state, error = fail(framework, pod)
     result, status = framework.run_post_filter_plugins(state, pod, error.diagnosis.node_to_status)
-    assert plugin._framework is framework
     assert status.code is Code.UNSCHEDULABLE
     assert status.plugin == "DynamicResources"  # upstream's rejector: the first PostFilter plugin that said no
     assert status.reasons == ("no new claims to deallocate", f"preemption: 0/1 nodes are available: 1 {NOT_HELPFUL}.")
@@ -970,12 +982,11 @@ def preempt_setup(
     pod = preemptor(cpu="2")
     nodes = [make_node("n1", cpu="2"), make_node("n2", cpu="2")]
     pods = [running("a", "n1", priority=1, cpu="2"), running("b1", "n2", priority=1), running("b2", "n2", priority=2)]
-    framework, plugin, handle = setup(nodes, pods, pod)
     transport = FakeTransport(handlers)
     specs = [ExtenderSpec.model_validate({"urlPrefix": EXT, **e}) for e in extenders]
-    extenders = build_extenders(specs, transport)
-    plugin.attach_extenders(extenders)  # as the app does when it builds the profile (upstream Handle.Extenders())
-    return Pipeline(framework, extenders), plugin, handle, pod, transport
+    built = build_extenders(specs, transport)
+    framework, plugin, handle = setup(nodes, pods, pod, extenders=built)
+    return Pipeline(framework, built), plugin, handle, pod, transport
 
 
 def post_filter_with_extenders(scheduler: Pipeline, pod: PodInfo) -> tuple[PostFilterResult | None, FitError]:
@@ -1099,7 +1110,9 @@ def test_the_candidates_are_sent_as_full_pods_or_uids_when_node_cache_capable() 
 
 def test_without_preempt_extenders_post_filter_stays_synchronous() -> None:
     scheduler, plugin, _handle, pod, _ = preempt_setup([{"filterVerb": "filter"}], {})
-    assert plugin.extenders == scheduler.extenders
+    assert (
+        plugin.handle.extenders == scheduler.extenders
+    )  # the framework's, on the handle (upstream Handle.Extenders())
     state, error = fail(scheduler.framework, pod)
     result = run_post_filter(scheduler.framework, state, pod, error)
     assert type(result) is PostFilterResult

@@ -23,10 +23,10 @@ from kopf_scheduler.framework import (
 )
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.extension_points import ExtensionPoint
-from kopf_scheduler.framework.registry import default_registry
 from kopf_scheduler.live_profiles import pipeline_status
 from kopf_scheduler.plugins.dynamic_resources import DynamicResources, uses_resource_claims
-from kopf_scheduler.plugins.dynamic_resources.tracker import tracker_for
+from kopf_scheduler.plugins.dynamic_resources.tracker import ClaimTracker, tracker_for
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.objects import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_SLICE
 from kopf_scheduler.state.pod_info import PodInfo
@@ -502,5 +502,5 @@ def test_pods_without_claims_are_not_slowed_by_the_allocator() -> None:
     _, status = plugin.pre_filter(state, pod_info(make_pod()), cache.snapshot())
     assert status.code is Code.SKIP
     assert state.read("DynamicResources").allocator is None
-    assert "DynamicResources.ClaimTracker" not in cache.shared
+    assert not cache.has_shared(ClaimTracker)
     assert asyncio.run(plugin.pre_bind(state, pod_info(make_pod()), "n1")).is_success

@@ -24,7 +24,6 @@ from kopf_scheduler.framework import (
 )
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.events import node_scheduling_properties_change
-from kopf_scheduler.framework.registry import default_registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.plugins.node_declared_features import (
     ERR_REASON,
@@ -34,6 +33,7 @@ from kopf_scheduler.plugins.node_declared_features import (
     infer_required_features,
     required_features,
 )
+from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.state.cache import ClusterCache
 from tests.unit.factories import FakeHandle, hint_for, make_cache, make_node, make_pod, pod_info, slots
 

@@ -16,7 +16,7 @@ from kopf_scheduler.framework import SUCCESS, APIError, Code, CycleState, EventR
 from kopf_scheduler.framework import ExtensionPoint as E
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.events import QUEUE, QUEUE_SKIP, ActionType, ClusterEvent
-from kopf_scheduler.framework.registry import in_tree_registry
+from kopf_scheduler.plugins.registry import in_tree_registry
 from kopf_scheduler.plugins.volume_binding import (
     ERR_REASON_BIND_CONFLICT,
     ERR_REASON_NODE_CONFLICT,

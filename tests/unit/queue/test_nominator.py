@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kopf_scheduler.framework.nominator import Nominator
+from kopf_scheduler.framework.interface import Nominator
 from kopf_scheduler.queue.nominator import PodNominator
 from kopf_scheduler.state.pod_info import PodInfo
 from tests.unit.factories import make_pod

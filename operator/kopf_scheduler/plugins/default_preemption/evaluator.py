@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from kopf_scheduler.framework import (
     SUCCESS,
@@ -72,25 +70,6 @@ EXPLAIN_DROPPED_BY_EXTENDER = "not a candidate: dropped by an extender's preempt
 
 #: Upstream's ``math.MaxInt32 + 1``: added to each victim priority so that sums compare as counts would.
 PRIORITY_OFFSET = 2**31
-
-
-class FilterRunner(Protocol):
-    """What the dry run needs of the profile's framework (upstream's Handle is the framework itself:
-    ``RunFilterPluginsWithNominatedPods``, ``RunPreFilterExtensionAddPod`` / ``RemovePod``)."""
-
-    def run_filter_plugins_with_nominated_pods(
-        self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
-    ) -> Any: ...
-
-    def pre_filter_extensions_idle(self, state: CycleState) -> bool: ...
-
-    def run_pre_filter_extension_add_pod(
-        self, state: CycleState, pod: PodInfo, pod_to_add: PodInfo, node: NodeInfo
-    ) -> Status: ...
-
-    def run_pre_filter_extension_remove_pod(
-        self, state: CycleState, pod: PodInfo, pod_to_remove: PodInfo, node: NodeInfo
-    ) -> Status: ...
 
 
 @dataclass(slots=True)
@@ -201,10 +180,6 @@ class Evaluator:
         """The extenders whose ``preempt`` verb :meth:`process_extenders` calls for ``pod``."""
         raise NotImplementedError
 
-    def _require_framework(self) -> FilterRunner:
-        """The framework that runs the profile's filters (upstream's Handle)."""
-        raise NotImplementedError
-
     # -- 1. the algorithm, PostFilter to the executor -------------------------------------------------
     def preempt(
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
@@ -301,7 +276,7 @@ class Evaluator:
         budgets = [Budget.from_obj(obj) for obj in snapshot.cache.objects.all(POD_DISRUPTION_BUDGET)]
         offset, wanted = self.offset_and_num_candidates(len(potential))
         order = potential[offset:] + potential[:offset]
-        batched = self._require_framework().pre_filter_extensions_idle(state)
+        batched = self.handle.plugins_runner.pre_filter_extensions_idle(state)
         non_violating: list[Candidate] = []
         violating: list[Candidate] = []
         start = 0

@@ -53,13 +53,13 @@ from kopf_scheduler.framework import (
 from kopf_scheduler.framework.events import as_pod
 from kopf_scheduler.framework.extender import Extender
 from kopf_scheduler.framework.interface import NodeToStatus
+from kopf_scheduler.framework.verdicts import FilterOutcome
 from kopf_scheduler.plugins.default_preemption.dry_run import DryRunRemoval, NodesDryRun
 from kopf_scheduler.plugins.default_preemption.evaluator import (
     NO_VICTIMS,
     Budget,
     DryRunVerdict,
     Evaluator,
-    FilterRunner,
     prefixed,
 )
 from kopf_scheduler.plugins.default_preemption.executor import PreemptionExecutor
@@ -87,17 +87,6 @@ class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin):
         #: Start time of pods that have none yet (upstream ``time.Now()``); tests replace it.
         self.clock: Callable[[], float] = time.time
         self.executor = PreemptionExecutor(handle, NAME)
-        self._framework: FilterRunner | None = None
-        #: The profile's HTTP extenders (upstream ``Handle.Extenders()``); those with a preempt verb are consulted.
-        self.extenders: tuple[Extender, ...] = ()
-
-    def attach_framework(self, framework: FilterRunner) -> None:
-        """Called by the runtime before PostFilter: the framework that runs this profile's filters."""
-        self._framework = framework
-
-    def attach_extenders(self, extenders: Sequence[Extender]) -> None:
-        """Called by the profile's ``Scheduler`` when it is built: the extenders it awaits (ignorable ones last)."""
-        self.extenders = tuple(extenders)
 
     def preempting_extenders(self, pod: PodInfo) -> tuple[Extender, ...]:
         """The extenders :meth:`process_extenders` would call for ``pod``: a preempt verb and interested in it.
@@ -105,7 +94,7 @@ class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin):
         Upstream rebuilds the candidate list from a map whenever any extender is configured; with none of these
         that is the same list (in Go's map order), so only a profile with one of these pays for an await.
         """
-        return tuple(e for e in self.extenders if e.supports_preemption and e.is_interested(pod))
+        return tuple(e for e in self.handle.extenders if e.supports_preemption and e.is_interested(pod))
 
     # -- PreEnqueue / events -------------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status:
@@ -192,7 +181,7 @@ class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin):
         when a Filter pass returned an Error (the caller then dry-runs the nodes one by one). The cache is as
         before on return.
         """
-        framework = self._require_framework()
+        framework = self.handle.plugins_runner
         with NodesDryRun(snapshot.cache, nodes) as dry_run:
             reprieves = [
                 _Reprieve(node, [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)])
@@ -241,7 +230,7 @@ class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin):
         Works on the shared cache through :class:`DryRunRemoval` (so the node is exactly as before on return)
         and on ``state``, a clone the caller made, kept right by the PreFilter extensions.
         """
-        framework = self._require_framework()
+        framework = self.handle.plugins_runner
         potential = [p for p in node.pods.values() if self.is_preemption_allowed(node, p, pod)]
         one = np.asarray([node.slot], dtype=np.int64)
         with DryRunRemoval(snapshot.cache, node) as dry_run:
@@ -284,11 +273,6 @@ class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin):
         if violating and non_violating:
             victims = sort_by_importance(victims, now)
         return victims, num_violating, SUCCESS
-
-    def _require_framework(self) -> FilterRunner:
-        if self._framework is None:
-            raise RuntimeError("DefaultPreemption needs its framework (attach_framework) before PostFilter")
-        return self._framework
 
 
 @dataclass(slots=True)
@@ -366,7 +350,7 @@ def _as_error(status: Status) -> Status:
     return status if status.code is Code.ERROR else Status(Code.ERROR, status.reasons, status.plugin, status.error)
 
 
-def _node_status(outcome: Any, node: NodeInfo) -> Status:
+def _node_status(outcome: FilterOutcome, node: NodeInfo) -> Status:
     """One node's verdict from a :class:`FilterOutcome` over just that node."""
     error: Status | None = outcome.error
     if error is not None:

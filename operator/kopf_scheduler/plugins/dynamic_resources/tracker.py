@@ -16,9 +16,10 @@ and the tracker recounts a claim whenever its latest version changes (watched or
 ``allocated_state`` copies that count instead of walking every claim (a third of a cycle's CPU at
 2000 claims).
 
-Upstream's tracker is part of the scheduler, shared by every profile; here one :class:`ClaimTracker` lives in
-``ClusterCache.shared`` (:func:`tracker_for`), so two SchedulerProfiles never hand out the same device, and a
-profile's pipeline rebuilt mid-allocation keeps the in-flight claims.
+Upstream's tracker is part of the scheduler, shared by every profile; here one :class:`ClaimTracker` is the
+cache's scheduler-wide instance of its type (``ClusterCache.shared``, :func:`tracker_for`), so two
+SchedulerProfiles never hand out the same device, and a profile's pipeline rebuilt mid-allocation keeps the
+in-flight claims.
 """
 
 from __future__ import annotations
@@ -37,15 +38,14 @@ from kopf_scheduler.state.objects import RESOURCE_CLAIM, ClusterObjects, Key, Ob
 
 Claim = dict[str, Any]
 
-_SHARED_KEY = "DynamicResources.ClaimTracker"
-
 
 def tracker_for(cache: ClusterCache) -> ClaimTracker:
     """The one tracker of this scheduler (created on first use)."""
-    tracker = cache.shared.get(_SHARED_KEY)
-    if tracker is None:
-        tracker = cache.shared[_SHARED_KEY] = ClaimTracker(lambda: cache.objects)
-    return tracker
+    return cache.shared(ClaimTracker, _new_tracker)
+
+
+def _new_tracker(cache: ClusterCache) -> ClaimTracker:
+    return ClaimTracker(lambda: cache.objects)
 
 
 def claim_uid(claim: Claim) -> str:
