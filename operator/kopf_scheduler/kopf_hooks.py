@@ -80,8 +80,8 @@ def decode_json_with_json_codec() -> None:
 
     kopf decodes each watch line with the module-level ``json.loads`` of ``kopf._cogs.clients.api`` and each
     LIST page with aiohttp's ``ClientResponse.json()``, whose decoder defaults to the standard library's: at
-    5000 nodes that was ≈ 4% of the operator's CPU per scheduled pod and most of kopf's LIST at start-up
-    (py-spy, docs/benchmarks.md). kopf has no setting for it, so both names are pointed at
+    5000 nodes those decoders cost ≈ 4% of the operator's CPU per scheduled pod and most of kopf's LIST at
+    start-up (py-spy, docs/benchmarks.md). kopf has no setting for it, so both names are pointed at
     ``json_codec.loads`` (the same values; what orjson refuses still goes through the standard library).
     Pinned by tests/unit/test_handlers.py, which fails when kopf or aiohttp stops decoding through these names.
     """
@@ -170,7 +170,7 @@ def deliver_on_event_straight(
     (``python -m bench.event_delivery``; a third of a scheduled pod's CPU at 5000 nodes, docs/benchmarks.md).
     None of it serves an on.event-only kind: nothing is kept per object, no patch is written, a handler's error
     is logged and ignored, and our handlers never await (they hand the event to the cache and the queues), so
-    per-object concurrency had nothing to overlap. For such a kind the watcher kopf spawns
+    per-object concurrency has nothing to overlap. For such a kind the watcher kopf spawns
     (``kopf._core.reactor.queueing.watcher``) is replaced by a loop over kopf's own watch stream
     (``infinite_watch``: its LISTs, pauses, bookmarks and 410 re-lists as they were) that awaits the kind's
     handlers on each event in stream order, with the keywords they read (``event``, ``type``, ``memo``,
