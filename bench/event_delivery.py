@@ -5,7 +5,7 @@
 a fresh interpreter per way and repetition, alternating:
 
 * ``kopf``: kopf's own watcher (a worker task per object) and processing (memory, body, causes, handler
-  invocation), as every pod event went before ``handlers._deliver_watch_events_straight_to_on_event_handlers``;
+  invocation), as every pod event goes without ``kopf_hooks.deliver_on_event_straight``;
 * ``direct``: the same watcher name after the start-up handler replaced it (events straight to ``pod_event``).
 
 Both get the events from a stand-in for kopf's ``infinite_watch``, so no API server or JSON decoding is involved:
@@ -53,7 +53,7 @@ async def replay(way: str, pods: int) -> float:
     from kopf._core.engines import indexing
     from kopf._core.reactor import inventory, processing, queueing
 
-    from kopf_scheduler import handlers
+    from kopf_scheduler import handlers, kopf_hooks
     from tests.unit.app_harness import new_app
 
     app = new_app()
@@ -95,7 +95,7 @@ async def replay(way: str, pods: int) -> float:
         event_queue=asyncio.Queue(),
     )
     if way == "direct":
-        handlers._deliver_watch_events_straight_to_on_event_handlers(registry, memo)
+        kopf_hooks.deliver_on_event_straight(registry, memo, module=handlers.__name__, logger=handlers.logger)
     resource = references.Resource(group="", version="v1", plural="pods", namespaced=True)
     gc.collect()
     gc.freeze()

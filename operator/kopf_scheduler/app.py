@@ -13,7 +13,8 @@ wires each with the few collaborators it needs (upstream's ``scheduler.New`` in 
 - one :class:`PodNominator` shared by every profile's framework (upstream's one queue holds one nominator:
   a pod nominated by one profile's preemption holds its place against every profile's pods), and the
   plugins' :class:`BackgroundJobs` (asynchronous preemption), cancelled at :meth:`SchedulerApp.shutdown`;
-- :class:`EventHandlers` (``eventhandlers.py``): watch events and the reconciling LIST into the cache and queues;
+- :class:`EventHandlers` (``eventhandlers.py``, ``app.watch``): watch events and the reconciling LIST into the cache
+  and queues;
 - :class:`ScheduleOne` (``schedule_one.py``): the scheduling and binding cycles of one pod, failure handling,
   around the algorithm of ``algorithm.py``;
 - :class:`Reporter` (``reporting.py``): events, the PodScheduled condition, ``/explain``;
@@ -63,6 +64,7 @@ from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.standby import PauseToggle, WarmStandby
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.unassigned_pods import UnassignedPods
+from kopf_scheduler.watched import WATCHED_KINDS, Feed
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -76,6 +78,8 @@ PROFILE_CHANGED = ClusterEvent(EventResource.WILDCARD, ActionType.ALL, "Schedule
 #: pods or nodes keep arriving (none for this long ends it), a loop runs one cycle per fifth of this, so that
 #: kopf has the event loop almost to itself and the first pods still bind before its LIST is in.
 LISTING_QUIET_SECONDS = 0.25
+#: The kinds whose listed objects count as kopf listing (see LISTING_QUIET_SECONDS).
+_LISTED_KINDS = frozenset(watched.kind for watched in WATCHED_KINDS if watched.feed in (Feed.POD, Feed.NODE))
 
 __all__ = [
     "GC_THRESHOLDS",
@@ -154,7 +158,8 @@ class SchedulerApp:
             spawn=self.spawn,
             explanations=Explanations(max_bound=settings.explain_bound_pods, history=settings.explain_history),
         )
-        self.events = EventHandlers(
+        #: The watch events' handlers: watch events and the reconciling LIST into the cache and the queues.
+        self.watch = EventHandlers(
             cache=self.cache,
             profiles=self.profiles,
             unassigned=self.unassigned,
@@ -164,7 +169,7 @@ class SchedulerApp:
             nominator=self.nominator,
         )
         #: A paused replica's cache follows the cluster (``standby.py``); started by :meth:`follow_pauses`.
-        self.standby = WarmStandby(self.events, follow=not settings.delay_cache_until_active)
+        self.standby = WarmStandby(self.watch, follow=not settings.delay_cache_until_active)
         self._standby_task: asyncio.Task[None] | None = None
         self.cycles = ScheduleOne(
             cache=self.cache,
@@ -173,7 +178,7 @@ class SchedulerApp:
             metrics=self.metrics,
             clock=clock,
             spawn=self.spawn,
-            move_all=self.events.move_all_to_active_or_backoff,
+            move_all=self.watch.move_all_to_active_or_backoff,
             nominator=self.nominator,
             rng=self.rng,
         )
@@ -209,7 +214,7 @@ class SchedulerApp:
             self.profiles[name] = runtime
             for pod in self.unassigned.values():
                 if pod.scheduler_name == name and not self.cache.is_assumed(pod.uid):
-                    self.events.enqueue(runtime, pod)
+                    self.watch.enqueue(runtime, pod)
         else:
             runtime.framework = framework
             runtime.resolved = resolved
@@ -280,28 +285,26 @@ class SchedulerApp:
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
         if event_type is None:
             self._listed_at = self.clock()
-        self.events.on_node_event(event_type, obj)
+        self.watch.on_node_event(event_type, obj)
 
     def on_pod_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
         if event_type is None:
             self._listed_at = self.clock()
-        self.events.on_pod_event(event_type, obj)
+        self.watch.on_pod_event(event_type, obj)
 
     def kopf_is_listing(self) -> bool:
         """kopf handed over a listed pod or node within the last LISTING_QUIET_SECONDS."""
         return self.clock() - self._listed_at < LISTING_QUIET_SECONDS
 
-    def on_workload_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
-        self.events.on_workload_event(kind, event_type, obj)
-
-    def on_namespace_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
-        self.events.on_namespace_event(event_type, obj)
-
-    def on_object_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
-        self.events.on_object_event(kind, event_type, obj)
+    def on_watch_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        """A watch event of any watched kind (``watched.py``), through the feed its row names. kopf's pod and node
+        events take :meth:`on_pod_event` and :meth:`on_node_event` (the hot path: no lookup by kind)."""
+        if event_type is None and kind in _LISTED_KINDS:
+            self._listed_at = self.clock()
+        self.watch.on_watch_event(kind, event_type, obj)
 
     async def ensure_reconciled(self) -> None:
-        await self.events.ensure_reconciled()
+        await self.watch.ensure_reconciled()
 
     # -- pauses and kopf's watches (standby.py) ------------------------------------------------------
     def follow_pauses(self, paused: PauseToggle) -> None:
@@ -314,14 +317,14 @@ class SchedulerApp:
         watch starts where the cache is, if our LIST or stream can stand in for kopf's LIST
         (``EventHandlers.version_for_watch``)."""
         await self.standby.hand_over()
-        return await self.events.version_for_watch(path)
+        return await self.watch.version_for_watch(path)
 
     # -- the scheduling loop -------------------------------------------------------------------------
     async def run_profile(self, name: str, *, stopped: Callable[[], bool], poll: float = 0.5) -> None:
         """One profile's loop; returns when ``stopped()`` (kopf pauses the daemon, or stops it as the profile goes)."""
         self._running_loops += 1
         try:
-            await self.events.ensure_reconciled()
+            await self.watch.ensure_reconciled()
             last_flush = last_leftover = self.clock()
             listing_turn = False
             while not stopped():

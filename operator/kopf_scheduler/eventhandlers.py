@@ -3,10 +3,11 @@
 Upstream's informer handlers add, update and delete nodes and assigned pods in the cache, add unassigned pods
 of its profiles to the queue, and turn every cluster change into a :class:`ClusterEvent` that moves parked
 pods whose rejecting plugins registered for it. :class:`EventHandlers` does the same for kopf's watch events,
-plus the workload selectors and namespace labels PodTopologySpread and InterPodAffinity read, and the storage
-objects the volume plugins read (PVs, PVCs, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities in
-``cache.objects``; upstream's plugins read them from the informer factory and register for their events). It also keeps
-every unassigned pod, whatever its schedulerName, so a profile created later finds its pods at once.
+plus the workload selectors and namespace labels PodTopologySpread and InterPodAffinity read, and the objects
+plugins read as upstream's listers (storage objects, PDBs, DynamicResources' objects in ``cache.objects``; upstream's
+plugins read them from the informer factory and register for their events). Which kinds are watched, and which part
+of the cache each feeds, is the table in ``watched.py`` (:meth:`EventHandlers.on_watch_event` dispatches by it). It
+also keeps every unassigned pod, whatever its schedulerName, so a profile created later finds its pods at once.
 
 The nominator (one for all profiles) follows the pending pods of our profiles as upstream's queue feeds it: a
 pod added with ``status.nominatedNodeName`` (unless PreEnqueue gates it) is nominated there, an update
@@ -25,7 +26,8 @@ lacks its ResourceClaims).
 kopf lists each kind too before it watches it; where our LIST can stand in for kopf's
 (:meth:`EventHandlers.version_for_watch`), kopf's watch starts from our LIST's resourceVersion instead, as
 client-go's reflector watches from its own LIST: every object is listed and decoded once, not twice, and
-kopf hands no listed object to the handlers (``handlers.py`` installs that into kopf).
+kopf hands no listed object to the handlers (``kopf_hooks.start_watches_from_our_lists``, installed by
+``handlers.py``).
 """
 
 from __future__ import annotations
@@ -44,50 +46,20 @@ from kopf_scheduler.framework.events import ClusterEvent, EventResource, node_ev
 from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.queue import GATED, PodNominator, SchedulingQueue
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache
-from kopf_scheduler.state.objects import KINDS as STORAGE_KINDS
 from kopf_scheduler.state.objects import Key, object_key
 from kopf_scheduler.state.pod_info import PodInfo, same_scheduling_inputs
 from kopf_scheduler.state.selectors import LabelSelector
 from kopf_scheduler.unassigned_pods import UnassignedPods
+from kopf_scheduler.watched import WATCHED_KINDS, Feed, WatchedKind, of_feed
 
 logger = logging.getLogger("kopf_scheduler")
 
-#: Kinds whose selectors feed PodTopologySpread's system default constraints.
-WORKLOAD_KINDS = ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")
-_LIST_PATHS = {
-    "Service": "/api/v1/services",
-    "ReplicationController": "/api/v1/replicationcontrollers",
-    "ReplicaSet": "/apis/apps/v1/replicasets",
-    "StatefulSet": "/apis/apps/v1/statefulsets",
+#: The storage objects' cluster events, by kind (upstream's ``EventResource``): the kinds whose row says so.
+_OBJECT_RESOURCES = {
+    watched.kind: EventResource(watched.event_resource) for watched in of_feed(Feed.OBJECTS) if watched.cluster_event
 }
-
-#: Storage kind → (API path prefix, plural) for the reconciling LIST, and the event resource it broadcasts.
-_STORAGE_PATHS = {
-    "PersistentVolume": ("/api/v1", "persistentvolumes"),
-    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
-    "StorageClass": ("/apis/storage.k8s.io/v1", "storageclasses"),
-    "CSINode": ("/apis/storage.k8s.io/v1", "csinodes"),
-    "CSIDriver": ("/apis/storage.k8s.io/v1", "csidrivers"),
-    "CSIStorageCapacity": ("/apis/storage.k8s.io/v1", "csistoragecapacities"),
-    "VolumeAttachment": ("/apis/storage.k8s.io/v1", "volumeattachments"),
-    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
-    "ResourceClaim": ("/apis/resource.k8s.io/v1", "resourceclaims"),
-    "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
-    "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices"),
-    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses"),
-}
-_STORAGE_RESOURCES = {
-    "PersistentVolume": EventResource.PERSISTENT_VOLUME,
-    "PersistentVolumeClaim": EventResource.PERSISTENT_VOLUME_CLAIM,
-    "StorageClass": EventResource.STORAGE_CLASS,
-    "CSINode": EventResource.CSI_NODE,
-    "CSIDriver": EventResource.CSI_DRIVER,
-    "CSIStorageCapacity": EventResource.CSI_STORAGE_CAPACITY,
-    "VolumeAttachment": EventResource.VOLUME_ATTACHMENT,
-    "ResourceClaim": EventResource.RESOURCE_CLAIM,
-    "ResourceSlice": EventResource.RESOURCE_SLICE,
-    "DeviceClass": EventResource.DEVICE_CLASS,
-}
+#: Workload kinds that select by a plain label map (the core group's); the apps kinds select by a LabelSelector.
+_MAP_SELECTORS = frozenset(watched.kind for watched in of_feed(Feed.WORKLOAD) if not watched.group)
 
 #: Called when a pod is bound or gone, with its uid and ``namespace/name`` key (reports about it are void).
 ForgetPod = Callable[[str, str], None]
@@ -145,8 +117,25 @@ class EventHandlers:
         #: standby follows it); paths whose watch kopf has streamed since the last pause (:meth:`version_for_watch`).
         self._versions: dict[str, str] = {}
         self._handed: set[str] = set()
+        #: Kind → how its watch events are applied: the feed its row in ``watched.py`` names.
+        self._appliers: dict[str, EventApplier] = {watched.kind: self._applier(watched) for watched in WATCHED_KINDS}
+
+    def _applier(self, watched: WatchedKind) -> EventApplier:
+        if watched.feed is Feed.NODE:
+            return self.on_node_event
+        if watched.feed is Feed.POD:
+            return self.on_pod_event
+        if watched.feed is Feed.NAMESPACE:
+            return self.on_namespace_event
+        if watched.feed is Feed.WORKLOAD:
+            return functools.partial(self.on_workload_event, watched.kind)
+        return functools.partial(self.on_object_event, watched.kind)
 
     # -- watch events --------------------------------------------------------------------------------
+    def on_watch_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        """A watch event of any watched kind (``watched.py``), applied by the feed its row names."""
+        self._appliers[kind](event_type, obj)
+
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
         old = self._cache.node(name)
@@ -278,7 +267,7 @@ class EventHandlers:
             raw = (obj.get("spec") or {}).get("selector")
             if raw:
                 # Services and ReplicationControllers select by a plain label map; the apps kinds by LabelSelector.
-                as_selector = {"matchLabels": raw} if kind in ("Service", "ReplicationController") else raw
+                as_selector = {"matchLabels": raw} if kind in _MAP_SELECTORS else raw
                 selector = LabelSelector.parse(as_selector)
         self._cache.set_workload_selector(kind, namespace, name, selector)
 
@@ -296,7 +285,7 @@ class EventHandlers:
         if event_type != "DELETED" and (_same_version(old, obj) or (old is not None and 0 < _rv(obj) < _rv(old))):
             return  # a version we hold already, or an older one (a LIST that raced a watch event)
         old, new = storage.apply(kind, event_type, json_codec.without_managed_fields(obj))
-        resource = _STORAGE_RESOURCES.get(kind)
+        resource = _OBJECT_RESOURCES.get(kind)
         if resource is not None:  # PDBs move no pod: upstream registers no cluster event for them
             self._broadcast(object_events(resource, old, new), old, new)
 
@@ -381,34 +370,25 @@ class EventHandlers:
         return version if self._reconciled and version else None
 
     def _lists(self) -> list[_ListedKind]:
-        """What a reconciling LIST lists, kind by kind. The pods come second (:meth:`_reconcile_every_kind`
-        returns their uids)."""
-        lists = [
-            _ListedKind(
-                ["/api/v1/nodes"],
-                self._apply_node_page,
-                self._purge_unlisted_nodes,
-                self.on_node_event,
-                slim_items=True,
-            ),
-            _ListedKind(
-                self._pod_paths(), self._apply_pod_page, self._purge_unlisted_pods, self.on_pod_event, slim_items=True
-            ),
-        ]
-        for kind, path in _LIST_PATHS.items():
+        """What a reconciling LIST lists, kind by kind (every row of ``watched.py``): the nodes, then the pods
+        (:meth:`_reconcile_every_kind` returns their uids), then the others in the table's order."""
+        first = (*of_feed(Feed.NODE), *of_feed(Feed.POD))
+        rest = [watched for watched in WATCHED_KINDS if watched not in first]
+        return [self._listed_kind(watched) for watched in (*first, *rest)]
+
+    def _listed_kind(self, watched: WatchedKind) -> _ListedKind:
+        kind, paths, apply_event = watched.kind, self._paths(watched), self._appliers[watched.kind]
+        if watched.feed is Feed.NODE:
+            return _ListedKind(paths, self._apply_node_page, self._purge_unlisted_nodes, apply_event, slim_items=True)
+        if watched.feed is Feed.POD:
+            return _ListedKind(paths, self._apply_pod_page, self._purge_unlisted_pods, apply_event, slim_items=True)
+        if watched.feed is Feed.NAMESPACE:
+            return _ListedKind(paths, self._apply_namespace_page, self._purge_unlisted_namespaces, apply_event)
+        if watched.feed is Feed.WORKLOAD:
             apply_page = functools.partial(self._apply_workload_page, kind)
-            purge = functools.partial(self._purge_unlisted_workloads, kind)
-            lists.append(_ListedKind([path], apply_page, purge, functools.partial(self.on_workload_event, kind)))
-        namespaces = _ListedKind(
-            ["/api/v1/namespaces"], self._apply_namespace_page, self._purge_unlisted_namespaces, self.on_namespace_event
-        )
-        lists.append(namespaces)
-        for kind in STORAGE_KINDS:
-            apply_page = functools.partial(self._apply_storage_page, kind)
-            purge = functools.partial(self._purge_unlisted_objects, kind)
-            apply_event = functools.partial(self.on_object_event, kind)
-            lists.append(_ListedKind(self._storage_paths(kind), apply_page, purge, apply_event))
-        return lists
+            return _ListedKind(paths, apply_page, functools.partial(self._purge_unlisted_workloads, kind), apply_event)
+        apply_page = functools.partial(self._apply_storage_page, kind)
+        return _ListedKind(paths, apply_page, functools.partial(self._purge_unlisted_objects, kind), apply_event)
 
     def _listed_paths(self) -> set[str]:
         return {path for kind in self._lists() for path in kind.paths}
@@ -423,7 +403,7 @@ class EventHandlers:
                 tasks = [group.create_task(self._reconcile_kind(kind)) for kind in self._lists()]
         except BaseExceptionGroup as errors:
             raise errors.exceptions[0] from None
-        return tasks[1].result()
+        return tasks[1].result()  # the pods (second in :meth:`_lists`)
 
     async def _reconcile_kind(self, kind: _ListedKind) -> set[Any]:
         """LIST one kind, then drop what the cache holds of it and the LIST no longer returned; the listed keys."""
@@ -431,17 +411,13 @@ class EventHandlers:
         kind.purge_unlisted(listed)
         return listed
 
-    def _pod_paths(self) -> list[str]:
-        if not self._namespaces:
-            return ["/api/v1/pods"]
-        return [f"/api/v1/namespaces/{namespace}/pods" for namespace in self._namespaces]
-
-    def _storage_paths(self, kind: str) -> list[str]:
-        """Namespaced kinds are listed where kopf watches them: every namespace, or the ``--namespace`` ones."""
-        prefix, plural = _STORAGE_PATHS[kind]
-        if not STORAGE_KINDS[kind] or not self._namespaces:
-            return [f"{prefix}/{plural}"]
-        return [f"{prefix}/namespaces/{namespace}/{plural}" for namespace in self._namespaces]
+    def _paths(self, watched: WatchedKind) -> list[str]:
+        """Where a kind is listed. Pods and ``cache.objects``' namespaced kinds are listed where kopf watches them:
+        every namespace, or the ``--namespace`` ones; every other kind (the workloads too) in every namespace."""
+        per_namespace = watched.namespaced and watched.feed in (Feed.POD, Feed.OBJECTS)
+        if not per_namespace or not self._namespaces:
+            return [watched.path]
+        return [watched.namespace_path(namespace) for namespace in self._namespaces]
 
     async def _relist(self, paths: list[str], apply_page: PageApplier, *, slim_items: bool = False) -> set[Any]:
         """LIST every path page by page; ``apply_page`` applies one page and returns the keys it listed.

@@ -3,9 +3,9 @@
 The operator's answer comes from one cycle over its cache: ``Scheduler.schedule_pod`` on a snapshot, then
 PostFilter after a FitError. What-if makes that very cycle on a :class:`SchedulerApp` with no API client (as
 ``kopf-scheduler validate`` builds profiles): the profile goes through ``apply_profile``, every object the
-operator watches goes through the same event handlers its kopf watches call (``on_node_event``,
-``on_pod_event``, ...), and :meth:`OfflineScheduler.decide` runs the algorithm without assuming or binding,
-and PostFilter with preemption recorded instead of executed (its victims are named, nobody is evicted). So
+operator watches (``watched.py``, in the table's order) goes through the same event handlers its kopf watches
+call (``SchedulerApp.on_watch_event``), and :meth:`OfflineScheduler.decide` runs the algorithm without assuming
+or binding, and PostFilter with preemption recorded instead of executed (its victims are named, nobody is evicted). So
 the node, the scores and the ``0/N nodes are available: ...`` text are the operator's own for the same state.
 Upstream has no such command; kube-scheduler-simulator needs its own copy of the cluster.
 
@@ -32,41 +32,7 @@ from kopf_scheduler.explain import capture_scores, explain_fit_error, format_fai
 from kopf_scheduler.framework import CycleState
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.pod_info import PodInfo
-
-
-@dataclass(frozen=True, slots=True)
-class WatchedKind:
-    """A kind the operator watches (handlers.py), where its collection is, and which app handler it feeds."""
-
-    kind: str
-    path: str
-    #: "node", "pod", "namespace", "workload" (on_workload_event) or "storage" (on_object_event).
-    feed: str
-
-
-#: Everything handlers.py watches, in an order that lets each object find what it refers to.
-WATCHED_KINDS: tuple[WatchedKind, ...] = (
-    WatchedKind("Namespace", "/api/v1/namespaces", "namespace"),
-    WatchedKind("Node", "/api/v1/nodes", "node"),
-    WatchedKind("Service", "/api/v1/services", "workload"),
-    WatchedKind("ReplicationController", "/api/v1/replicationcontrollers", "workload"),
-    WatchedKind("ReplicaSet", "/apis/apps/v1/replicasets", "workload"),
-    WatchedKind("StatefulSet", "/apis/apps/v1/statefulsets", "workload"),
-    WatchedKind("StorageClass", "/apis/storage.k8s.io/v1/storageclasses", "storage"),
-    WatchedKind("PersistentVolume", "/api/v1/persistentvolumes", "storage"),
-    WatchedKind("PersistentVolumeClaim", "/api/v1/persistentvolumeclaims", "storage"),
-    WatchedKind("CSINode", "/apis/storage.k8s.io/v1/csinodes", "storage"),
-    WatchedKind("CSIDriver", "/apis/storage.k8s.io/v1/csidrivers", "storage"),
-    WatchedKind("CSIStorageCapacity", "/apis/storage.k8s.io/v1/csistoragecapacities", "storage"),
-    WatchedKind("VolumeAttachment", "/apis/storage.k8s.io/v1/volumeattachments", "storage"),
-    WatchedKind("PodDisruptionBudget", "/apis/policy/v1/poddisruptionbudgets", "storage"),
-    WatchedKind("DeviceClass", "/apis/resource.k8s.io/v1/deviceclasses", "storage"),
-    WatchedKind("ResourceSlice", "/apis/resource.k8s.io/v1/resourceslices", "storage"),
-    WatchedKind("ResourceClaim", "/apis/resource.k8s.io/v1/resourceclaims", "storage"),
-    WatchedKind("ResourceClaimTemplate", "/apis/resource.k8s.io/v1/resourceclaimtemplates", "storage"),
-    WatchedKind("Pod", "/api/v1/pods", "pod"),
-)
-_FEEDS = {watched.kind: watched.feed for watched in WATCHED_KINDS}
+from kopf_scheduler.watched import BY_KIND, WATCHED_KINDS
 
 #: kind → its objects, as the API server listed them (items carry no ``kind``).
 ClusterObjects = Mapping[str, list[dict[str, Any]]]
@@ -151,21 +117,10 @@ class OfflineScheduler:
                 raise WhatIfError(f"profile {name} does not build: {outcome.message}")
 
     def feed(self, kind: str, obj: Mapping[str, Any], event_type: str = "ADDED") -> None:
-        """One watch event for an object of ``kind`` (one of :data:`WATCHED_KINDS`)."""
-        feed = _FEEDS.get(kind)
-        body = dict(obj)
-        if feed == "node":
-            self.app.on_node_event(event_type, body)
-        elif feed == "pod":
-            self.app.on_pod_event(event_type, body)
-        elif feed == "namespace":
-            self.app.on_namespace_event(event_type, body)
-        elif feed == "workload":
-            self.app.on_workload_event(kind, event_type, body)
-        elif feed == "storage":
-            self.app.on_object_event(kind, event_type, body)
-        else:
+        """One watch event for an object of ``kind`` (one of :data:`WATCHED_KINDS`, ``watched.py``)."""
+        if kind not in BY_KIND:
             raise ValueError(f"the operator does not watch {kind} objects")
+        self.app.on_watch_event(kind, event_type, dict(obj))
 
     def pre_enqueue(self, profile: str, pod_obj: Mapping[str, Any]) -> Verdict | None:
         """The queue's gate (PreEnqueue: SchedulingGates): a verdict when the operator would not try the pod yet."""

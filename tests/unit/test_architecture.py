@@ -1,5 +1,8 @@
 """Rules of the code's shape that import-linter cannot express.
 
+kopf's private modules (``kopf._cogs``, ``kopf._core``) and the private fields the hooks reach into are named in
+one module only, the seam ``kopf_hooks.py`` (import-linter sees ``kopf`` as one package, private or not).
+
 The framework dispatches to plugins through their hooks (``events_to_register``, the extension-point
 interfaces); it must not know in-tree plugins by name, or adding a plugin would mean editing the framework.
 The one list allowed to name them is upstream's default profile (``builder.DEFAULT_MULTI_POINT``).
@@ -8,6 +11,7 @@ The one list allowed to name them is upstream's default profile (``builder.DEFAU
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import kopf_scheduler.framework as framework_package
@@ -56,3 +60,44 @@ def test_no_framework_module_names_an_in_tree_plugin_outside_the_default_profile
 def test_the_check_sees_a_plugin_name_in_code() -> None:
     tree = ast.parse('"""Mentions NodePorts."""\nTABLE = {"NodePorts": 1}\n')
     assert _code_strings(tree) == [(2, "NodePorts")]
+
+
+# -- kopf's internals behind one seam ---------------------------------------------------------------------------
+PACKAGE_DIR = FRAMEWORK_DIR.parent
+SEAM = PACKAGE_DIR / "kopf_hooks.py"
+#: A private kopf module, in code, a string or a comment: ``kopf._cogs...``, ``kopf._core...``.
+PRIVATE_KOPF = re.compile(r"\bkopf\._")
+#: What the hooks reach into besides kopf's private modules: the registry's per-purpose sub-registries, and
+#: aiohttp's keyword defaults.
+PRIVATE_ATTRIBUTES = {"_changing", "_spawning", "_indexing", "_webhooks", "_watching", "_activities", "__kwdefaults__"}
+
+
+def _private_kopf_uses(path: Path) -> list[str]:
+    source = path.read_text()
+    found = [f"{line}: {text.strip()}" for line, text in enumerate(source.splitlines(), 1) if PRIVATE_KOPF.search(text)]
+    tree = ast.parse(source, filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE_ATTRIBUTES:
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kopf._"):
+            found.append(f"{node.lineno}: from {node.module} import")
+    return found
+
+
+def test_no_module_but_the_seam_imports_or_names_a_private_kopf_module() -> None:
+    offenders = {
+        str(path.relative_to(PACKAGE_DIR)): uses
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        if path != SEAM and (uses := _private_kopf_uses(path))
+    }
+    assert offenders == {}
+    assert _private_kopf_uses(SEAM), "the seam itself holds the hooks"
+
+
+def test_the_check_sees_private_kopf_in_code_strings_and_registry_fields(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'import kopf._cogs.clients.api\nNAME = "kopf._core.engines.peering"\nx = registry._changing\n'
+        "y = f.__kwdefaults__\nfrom kopf._core import reactor\n"
+    )
+    assert sorted(use.split(":")[0] for use in _private_kopf_uses(sample)) == ["1", "2", "3", "4", "5", "5"]

@@ -257,7 +257,7 @@ def test_pods_seen_before_the_reconcile_ends_wait_outside_the_queue_and_enter_it
 
     app = new_app()
     app.apply_profile(name="sp", spec={}, generation=1)
-    app.events.hold_pods_until_reconciled()
+    app.watch.hold_pods_until_reconciled()
     pod = claiming("with-claim")
     uid = pod["metadata"]["uid"]
     app.on_pod_event(None, pod)  # kopf's LIST, before ours
@@ -284,7 +284,7 @@ def test_without_the_hold_a_pod_before_its_claim_is_gated_until_the_claim_comes(
 def test_held_pods_enter_in_their_latest_version_and_deleted_or_bound_ones_not_at_all() -> None:
     app = new_app()
     app.apply_profile(name="sp", spec={}, generation=1)
-    app.events.hold_pods_until_reconciled()
+    app.watch.hold_pods_until_reconciled()
     updated, deleted, bound = pending("updated"), pending("deleted"), pending("bound")
     for pod in (updated, deleted, bound):
         app.on_pod_event(None, pod)
@@ -314,7 +314,7 @@ def test_a_pause_holds_new_pods_until_the_next_reconcile() -> None:
     early = pending("before-the-pause")
     app.on_pod_event("ADDED", early)
     assert early["metadata"]["uid"] in app.profiles["sp"].queue
-    app.events.invalidate()  # every loop paused
+    app.watch.invalidate()  # every loop paused
     late = pending("after-the-resume")
     app.on_pod_event("ADDED", late)
     assert late["metadata"]["uid"] not in app.profiles["sp"].queue
@@ -352,7 +352,7 @@ def test_reconcile_lists_every_kind_at_once_and_a_failed_list_fails_it() -> None
     app = new_app(failing)
     with pytest.raises(RuntimeError, match="LIST failed"):  # itself, not an exception group
         asyncio.run(app.ensure_reconciled())
-    assert not app.events._reconciled
+    assert not app.watch._reconciled
 
 
 def _versioned_client() -> FakeClient:
@@ -371,29 +371,29 @@ def test_kopf_watches_a_kind_from_our_list_at_start_and_lists_itself_after_a_410
     app = new_app(client)
 
     async def requests() -> list[str | None]:
-        first = await app.events.version_for_watch("/api/v1/pods")
-        assert app.events._reconciled
+        first = await app.watch.version_for_watch("/api/v1/pods")
+        assert app.watch._reconciled
         assert len(app.unassigned) == 1  # our LIST is in the cache
         return [
             first,
-            await app.events.version_for_watch("/api/v1/nodes"),
-            await app.events.version_for_watch("/api/v1/pods"),  # a re-list: kopf's stream ran since ours
-            await app.events.version_for_watch("/apis/kopf-scheduler.io/v1alpha1/schedulerprofiles"),
-            await app.events.version_for_watch("/apis/apps/v1/replicasets"),  # listed, no resourceVersion
+            await app.watch.version_for_watch("/api/v1/nodes"),
+            await app.watch.version_for_watch("/api/v1/pods"),  # a re-list: kopf's stream ran since ours
+            await app.watch.version_for_watch("/apis/kopf-scheduler.io/v1alpha1/schedulerprofiles"),
+            await app.watch.version_for_watch("/apis/apps/v1/replicasets"),  # listed, no resourceVersion
         ]
 
     assert asyncio.run(requests()) == ["11", "10", None, None, None]
     logged_out = new_app()
     logged_out.client = None  # before kopf's login
-    assert asyncio.run(logged_out.events.version_for_watch("/api/v1/pods")) is None
+    assert asyncio.run(logged_out.watch.version_for_watch("/api/v1/pods")) is None
 
     class FailingClient(FakeClient):
         async def list_all(self, path: str) -> list[dict[str, Any]]:
             raise RuntimeError("LIST failed")
 
     failing = new_app(FailingClient())
-    assert asyncio.run(failing.events.version_for_watch("/api/v1/pods")) is None
-    assert not failing.events._reconciled
+    assert asyncio.run(failing.watch.version_for_watch("/api/v1/pods")) is None
+    assert not failing.watch._reconciled
 
 
 def test_after_a_pause_kopf_watches_from_our_latest_list_whichever_came_first() -> None:
@@ -407,15 +407,15 @@ def test_after_a_pause_kopf_watches_from_our_latest_list_whichever_came_first() 
     pods = "/api/v1/pods"
 
     async def pauses() -> list[str | None]:
-        answers = [await app.events.version_for_watch(pods)]  # start: the request triggers our LIST
-        app.events.invalidate()  # paused
+        answers = [await app.watch.version_for_watch(pods)]  # start: the request triggers our LIST
+        app.watch.invalidate()  # paused
         client.versions[pods] = "21"
-        answers.append(await app.events.version_for_watch(pods))  # the request first, our LIST follows
-        app.events.invalidate()
+        answers.append(await app.watch.version_for_watch(pods))  # the request first, our LIST follows
+        app.watch.invalidate()
         client.versions[pods] = "31"
         await app.ensure_reconciled()  # our LIST first (the standby's, or a loop's)
-        answers.append(await app.events.version_for_watch(pods))
-        answers.append(await app.events.version_for_watch(pods))  # kopf re-lists after a 410
+        answers.append(await app.watch.version_for_watch(pods))
+        answers.append(await app.watch.version_for_watch(pods))  # kopf re-lists after a 410
         return answers
 
     assert asyncio.run(pauses()) == ["11", "21", "31", None]
@@ -433,9 +433,9 @@ def test_after_a_pause_kopf_watches_from_our_latest_list_whichever_came_first() 
     flaky.client.versions[pods] = "11"  # type: ignore[union-attr]
 
     async def failed_then_listed() -> list[str | None]:
-        answers = [await flaky.events.version_for_watch(pods)]  # kopf lists and streams pods itself
+        answers = [await flaky.watch.version_for_watch(pods)]  # kopf lists and streams pods itself
         await flaky.ensure_reconciled()  # a loop's retry succeeds while kopf streams
-        answers.append(await flaky.events.version_for_watch(pods))
+        answers.append(await flaky.watch.version_for_watch(pods))
         return answers
 
     assert asyncio.run(failed_then_listed()) == [None, None]
@@ -459,14 +459,14 @@ def test_following_applies_watch_events_and_kopf_watches_from_where_they_stopped
 
     async def follow_then_resume() -> str | None:
         await app.ensure_reconciled()
-        following = asyncio.ensure_future(app.events.follow())
+        following = asyncio.ensure_future(app.watch.follow())
         await until(lambda: "arrived-while-paused" in {p.name for p in app.unassigned.values()})
-        await until(lambda: app.events._versions["/api/v1/pods"] == "19")
+        await until(lambda: app.watch._versions["/api/v1/pods"] == "19")
         following.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await following
         assert sorted(client.closed_watches) == sorted(path for path, _ in client.watches)  # connections released
-        return await app.events.version_for_watch("/api/v1/pods")
+        return await app.watch.version_for_watch("/api/v1/pods")
 
     assert asyncio.run(follow_then_resume()) == "19"
     assert ("/api/v1/nodes", "10") in client.watches
@@ -573,9 +573,9 @@ def test_storage_events_keep_slim_objects_by_kind_and_key() -> None:
     pv["metadata"]["managedFields"] = [{"manager": "kubectl"}]
     claim = _storage_obj("PersistentVolumeClaim", "data", "ns1")
     capacity = _storage_obj("CSIStorageCapacity", "cap", "kube-system")
-    app.on_object_event("PersistentVolume", "ADDED", pv)
-    app.on_object_event("PersistentVolumeClaim", "ADDED", claim)
-    app.on_object_event("CSIStorageCapacity", None, capacity)
+    app.on_watch_event("PersistentVolume", "ADDED", pv)
+    app.on_watch_event("PersistentVolumeClaim", "ADDED", claim)
+    app.on_watch_event("CSIStorageCapacity", None, capacity)
     storage = app.cache.objects
     assert storage.pv("pv1") is not None
     assert "managedFields" not in storage.pv("pv1")["metadata"]
@@ -583,14 +583,14 @@ def test_storage_events_keep_slim_objects_by_kind_and_key() -> None:
     assert storage.pvc("ns1", "data") == claim
     assert storage.pvc("other", "data") is None
     assert storage.keys("CSIStorageCapacity") == {("kube-system", "cap")}
-    app.on_object_event("PersistentVolumeClaim", "DELETED", claim)
+    app.on_watch_event("PersistentVolumeClaim", "DELETED", claim)
     assert storage.pvc("ns1", "data") is None
 
 
 def test_an_older_storage_version_does_not_replace_a_newer_one() -> None:
     app = new_app()
-    app.on_object_event("StorageClass", "MODIFIED", _storage_obj("StorageClass", "fast", rv="7", mode="new"))
-    app.on_object_event("StorageClass", None, _storage_obj("StorageClass", "fast", rv="5", mode="old"))
+    app.on_watch_event("StorageClass", "MODIFIED", _storage_obj("StorageClass", "fast", rv="7", mode="new"))
+    app.on_watch_event("StorageClass", None, _storage_obj("StorageClass", "fast", rv="5", mode="old"))
     assert app.cache.objects.storage_class("fast")["spec"] == {"mode": "new"}
 
 
@@ -611,9 +611,9 @@ def test_a_storage_event_moves_pods_whose_rejecting_plugin_registered_for_it() -
     drive(app)
     queue = app.profiles["sp"].queue
     assert queue.pending_pods()["unschedulable"] == 1
-    app.on_object_event("StorageClass", "ADDED", _storage_obj("StorageClass", "fast"))
+    app.on_watch_event("StorageClass", "ADDED", _storage_obj("StorageClass", "fast"))
     assert queue.pending_pods()["unschedulable"] == 1  # NeedsPV did not register StorageClass events
-    app.on_object_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", "pv1"))
+    app.on_watch_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", "pv1"))
     assert queue.pending_pods()["unschedulable"] == 0
     clock.now += 60
     queue.flush_backoff_completed()
@@ -625,8 +625,8 @@ def test_reconcile_lists_the_storage_kinds_and_purges_what_is_gone() -> None:
     client = FakeClient()
     app = new_app(client)
     for name in ("kept", "gone"):
-        app.on_object_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", name))
-    app.on_object_event("CSINode", "ADDED", _storage_obj("CSINode", "n1"))
+        app.on_watch_event("PersistentVolume", "ADDED", _storage_obj("PersistentVolume", name))
+    app.on_watch_event("CSINode", "ADDED", _storage_obj("CSINode", "n1"))
     client.lists["/api/v1/persistentvolumes"] = [_storage_obj("PersistentVolume", "kept")]
     client.lists["/api/v1/persistentvolumeclaims"] = [
         _storage_obj("PersistentVolumeClaim", "a", "ns1"),
@@ -674,7 +674,7 @@ def test_reconcile_keeps_storage_objects_watched_while_the_list_was_in_flight() 
     class RacingClient(FakeClient):
         async def list_all(self, path: str) -> list[dict[str, Any]]:
             if path == "/api/v1/persistentvolumes":
-                app.on_object_event("PersistentVolume", "ADDED", fresh)  # newer than the LIST's snapshot
+                app.on_watch_event("PersistentVolume", "ADDED", fresh)  # newer than the LIST's snapshot
             return []
 
     app.client = RacingClient()
@@ -799,7 +799,7 @@ def test_a_repeated_version_and_the_release_of_held_pods_leave_them_compact() ->
     client = FakeClient()
     app = new_app(client)
     app.apply_profile(name="sp", spec={}, generation=1)
-    app.events.hold_pods_until_reconciled()
+    app.watch.hold_pods_until_reconciled()
     nominated = pending("nominated")
     nominated["status"]["nominatedNodeName"] = "n1"
     plain = pending("plain")
@@ -824,12 +824,12 @@ def test_a_version_from_before_a_pause_is_never_handed_to_kopf() -> None:
 
     async def pause() -> list[str | None]:
         await app.ensure_reconciled()
-        app.events.invalidate()
+        app.watch.invalidate()
         del client.versions["/api/v1/pods"]
         await app.ensure_reconciled()
         return [
-            await app.events.version_for_watch("/api/v1/pods"),
-            await app.events.version_for_watch("/api/v1/nodes"),
+            await app.watch.version_for_watch("/api/v1/pods"),
+            await app.watch.version_for_watch("/api/v1/nodes"),
         ]
 
     assert asyncio.run(pause()) == [None, "10"]

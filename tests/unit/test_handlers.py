@@ -1,4 +1,8 @@
-"""kopf handler rules that keep the operator correct and invisible on pods."""
+"""kopf handler rules that keep the operator correct and invisible on pods, and the hooks into kopf's internals.
+
+Each hook of ``kopf_hooks.py`` is driven through kopf's real code here: a test fails when a kopf (or aiohttp)
+upgrade changes the shape the hook relies on.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ from aiohttp import web
 from kopf._cogs.structs import credentials
 
 import kopf_scheduler.handlers as handlers
-from kopf_scheduler import json_codec
+from kopf_scheduler import json_codec, kopf_hooks
+from kopf_scheduler.watched import WATCHED_KINDS, WatchedKind
 
 
 def test_every_handler_runs_on_the_event_loop() -> None:
@@ -28,17 +33,65 @@ def test_every_handler_runs_on_the_event_loop() -> None:
         for name, fn in vars(handlers).items()
         if inspect.isfunction(fn) and fn.__module__ == handlers.__name__ and not name.startswith("_")
     }
-    assert public, "no handlers found"
+    public |= {fn.__name__: fn for fn in handlers.WATCH_HANDLERS.values()}
+    assert len(public) > len(WATCHED_KINDS), "no handlers found"
     assert [name for name, fn in public.items() if not inspect.iscoroutinefunction(fn)] == []
 
 
-def test_pods_and_nodes_are_only_watched_with_on_event() -> None:
-    """Change handlers, daemons or timers on pods would write annotations and finalizers onto every pod."""
+def _resource(watched: WatchedKind) -> Any:
+    from kopf._cogs.structs import references
+
+    return references.Resource(
+        group=watched.group, version=watched.version, plural=watched.plural, namespaced=watched.namespaced
+    )
+
+
+def test_every_watched_kind_is_watched_with_one_on_event_handler_and_nothing_else() -> None:
+    """One ``@kopf.on.event`` handler per row of ``watched.py``, and no change handler, daemon or timer on any
+    watched kind: those would write annotations and finalizers onto every pod."""
+    registry = kopf.get_default_registry()
+    for watched in WATCHED_KINDS:
+        only = kopf_hooks.on_event_handlers_only(registry, _resource(watched), module=handlers.__name__)
+        assert [(h.id, h.fn) for h in only] == [(watched.handler_name, handlers.WATCH_HANDLERS[watched.kind])]
+    watching = registry._watching.get_all_handlers()
+    assert sorted(h.id for h in watching) == sorted(watched.handler_name for watched in WATCHED_KINDS)
     source = inspect.getsource(handlers)
-    for forbidden in ('on.create("", "v1", "pods"', 'on.update("", "v1", "pods"', 'daemon("", "v1", "pods"'):
-        assert forbidden not in source
-    assert '@kopf.on.event("", "v1", "pods")' in source
-    assert '@kopf.on.event("", "v1", "nodes")' in source
+    for forbidden in ("on.create(", "on.update(", "daemon(", "timer("):
+        assert all(line.count(forbidden) == 0 or "GROUP, VERSION, PLURAL" in line for line in source.splitlines())
+
+
+def test_the_handler_ids_are_the_kinds_in_snake_case() -> None:
+    ids = {watched.kind: watched.handler_name for watched in WATCHED_KINDS}
+    assert (ids["Pod"], ids["CSIStorageCapacity"], ids["ReplicationController"]) == (
+        "pod_event",
+        "csi_storage_capacity_event",
+        "replication_controller_event",
+    )
+
+
+def test_the_process_refuses_an_untested_kopf() -> None:
+    """The installed kopf is in the tested range, which is the one pyproject.toml requires; others are refused."""
+    from importlib.metadata import version
+    from pathlib import Path
+
+    kopf_hooks.check_kopf_version()
+    root = Path(__file__).parents[2]
+    assert f'"kopf{kopf_hooks.TESTED_KOPF}"' in (root / "pyproject.toml").read_text()
+    assert f"kopf=={version('kopf')}" in (root / "constraints.txt").read_text().splitlines()
+    for untested in ("1.45.1", "1.45.2rc1", "1.46.0", "1.46.0rc1", "2.0"):
+        with pytest.raises(
+            kopf_hooks.KopfVersionError, match=rf"kopf {untested} is installed, .*kopf>=1\.45\.2,<1\.46"
+        ):
+            kopf_hooks.check_kopf_version(untested)
+    for tested in ("1.45.2", "1.45.9", "1.45.2.post1"):
+        kopf_hooks.check_kopf_version(tested)
+
+
+def test_the_peering_logger_is_kopfs() -> None:
+    """The CLI keeps kopf's peering lines ("Pausing operations in favour of ...") at the operator's level."""
+    import kopf._core.engines.peering as peering
+
+    assert kopf_hooks.peering_logger() is peering.logger
 
 
 @contextlib.asynccontextmanager
@@ -80,8 +133,8 @@ def test_kopf_decodes_its_watch_streams_and_lists_through_json_codec(monkeypatch
     monkeypatch.setitem(
         aiohttp.ClientResponse.json.__kwdefaults__, "loads", aiohttp.ClientResponse.json.__kwdefaults__["loads"]
     )
-    monkeypatch.setattr(handlers.json_codec, "loads", spy)
-    handlers._decode_kopf_json_with_json_codec()
+    monkeypatch.setattr(kopf_hooks.json_codec, "loads", spy)
+    kopf_hooks.decode_json_with_json_codec()
 
     async def serve_and_call() -> tuple[Any, list[Any]]:
         async def pods(request: web.Request) -> web.StreamResponse:
@@ -125,7 +178,7 @@ def test_kopf_watches_reconciled_kinds_from_our_list_and_lists_the_others_itself
     app = new_app()
     app.client.lists["/api/v1/pods"] = [pending("listed-by-us")]  # type: ignore[union-attr]
     app.client.versions["/api/v1/pods"] = "41"  # type: ignore[union-attr]
-    handlers._start_kopf_watches_from_our_lists(app)
+    kopf_hooks.start_watches_from_our_lists(app.version_for_watch)
     requests: list[tuple[str, dict[str, str]]] = []
 
     async def serve(request: web.Request) -> web.StreamResponse:
@@ -199,8 +252,8 @@ def test_a_paused_replica_follows_the_cluster_and_kopf_resumes_from_where_it_sto
     created = pending("created-while-paused")
     created["metadata"]["resourceVersion"] = "45"
     fake.watch_events["/api/v1/pods"] = [{"type": "ADDED", "object": created}]  # type: ignore[union-attr]
-    handlers._start_kopf_watches_from_our_lists(app)
-    handlers._follow_the_cluster_while_paused(app)
+    kopf_hooks.start_watches_from_our_lists(app.version_for_watch)
+    kopf_hooks.tell_pauses_to(app.follow_pauses)
     requests: list[dict[str, str]] = []
 
     async def serve(request: web.Request) -> web.StreamResponse:
@@ -303,8 +356,8 @@ def test_on_event_only_kinds_get_their_events_straight_from_kopfs_stream(
     async def processor(*, resource: Any, raw_event: Any, **_: Any) -> None:
         processed.append((resource.plural, raw_event["type"]))
 
-    handlers._deliver_watch_events_straight_to_on_event_handlers(
-        kopf.get_default_registry(), types.SimpleNamespace(app=app)
+    kopf_hooks.deliver_on_event_straight(
+        kopf.get_default_registry(), types.SimpleNamespace(app=app), module=handlers.__name__, logger=handlers.logger
     )
 
     async def spawn_and_watch() -> None:
@@ -334,7 +387,7 @@ def test_on_event_only_kinds_get_their_events_straight_from_kopfs_stream(
     assert [r.exc_info[1].args for r in caplog.records if r.exc_info] == [("boom",)]
 
 
-def test_only_unfiltered_on_event_handlers_of_this_module_skip_kopfs_machinery() -> None:
+def test_only_unfiltered_on_event_handlers_of_handlers_py_skip_kopfs_machinery() -> None:
     """A kind with a change handler, a filter, or a handler from elsewhere stays with kopf's processing."""
     from kopf._cogs.structs import references
 
@@ -344,9 +397,14 @@ def test_only_unfiltered_on_event_handlers_of_this_module_skip_kopfs_machinery()
     profiles = references.Resource(
         group=handlers.GROUP, version=handlers.VERSION, plural=handlers.PLURAL, namespaced=False
     )
-    assert [h.fn for h in handlers._on_event_handlers_only(registry, pods)] == [handlers.pod_event]
-    assert [h.fn for h in handlers._on_event_handlers_only(registry, nodes)] == [handlers.node_event]
-    assert handlers._on_event_handlers_only(registry, profiles) == []
+    module = handlers.__name__
+    assert [h.fn for h in kopf_hooks.on_event_handlers_only(registry, pods, module=module)] == [
+        handlers.WATCH_HANDLERS["Pod"]
+    ]
+    assert [h.fn for h in kopf_hooks.on_event_handlers_only(registry, nodes, module=module)] == [
+        handlers.WATCH_HANDLERS["Node"]
+    ]
+    assert kopf_hooks.on_event_handlers_only(registry, profiles, module=module) == []
 
     other = kopf.OperatorRegistry()
 
@@ -356,5 +414,5 @@ def test_only_unfiltered_on_event_handlers_of_this_module_skip_kopfs_machinery()
     @kopf.on.event("", "v1", "nodes", registry=other)
     async def foreign(**_: Any) -> None: ...
 
-    assert handlers._on_event_handlers_only(other, pods) == []
-    assert handlers._on_event_handlers_only(other, nodes) == []
+    assert kopf_hooks.on_event_handlers_only(other, pods, module=module) == []
+    assert kopf_hooks.on_event_handlers_only(other, nodes, module=module) == []

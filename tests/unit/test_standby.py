@@ -63,7 +63,7 @@ def test_a_paused_replica_lists_then_follows_and_kopf_resumes_where_it_stopped()
         app.follow_pauses(toggle)
         await until(lambda: "created-while-paused" in _names(app))
         assert app.standby.following
-        assert app.events.reconciled
+        assert app.watch.reconciled
         toggle.turn_to(False)
         version = await app.version_for_watch(PODS)  # what kopf's watcher asks at the resume
         assert not app.standby.following
@@ -167,7 +167,7 @@ def test_delay_cache_until_active_lists_only_at_the_resume() -> None:
     async def run() -> str | None:
         await app.ensure_reconciled()  # what the cache held while active
         app.follow_pauses(toggle)
-        await until(lambda: not app.events.reconciled)
+        await until(lambda: not app.watch.reconciled)
         await asyncio.sleep(0.05)
         assert not app.standby.following
         assert client.list_counts[PODS] == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,11 +11,19 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from kopf_scheduler import cli, handlers
+from kopf_scheduler import cli
 from kopf_scheduler.kube import reader
 from kopf_scheduler.kube.kubeconfig import Credentials
 from kopf_scheduler.kube.reader import ReadError, get_object, list_objects
-from kopf_scheduler.whatif import WATCHED_KINDS, WhatIfError, format_replay, format_verdict, what_if
+from kopf_scheduler.state.objects import KINDS
+from kopf_scheduler.whatif import (
+    WATCHED_KINDS,
+    OfflineScheduler,
+    WhatIfError,
+    format_replay,
+    format_verdict,
+    what_if,
+)
 from tests.unit.factories import make_node, make_pod
 
 PROFILE = "p"
@@ -281,10 +288,14 @@ def test_reader_module_has_no_writing_verb() -> None:
     assert all(verb not in source for verb in ('"POST"', '"PUT"', '"PATCH"', '"DELETE"'))
 
 
-def test_what_if_lists_every_kind_the_operator_watches() -> None:
-    """handlers.py's ``@kopf.on.event`` resources and :data:`WATCHED_KINDS`' collections are the same set."""
-    watched = set(re.findall(r'@kopf\.on\.event\("([^"]*)", "(v1)", "([a-z]+)"\)', Path(handlers.__file__).read_text()))
-    paths = {
-        f"/api/v1/{plural}" if not group else f"/apis/{group}/{version}/{plural}" for group, version, plural in watched
-    }
-    assert paths == {kind.path for kind in WATCHED_KINDS}
+def test_what_if_feeds_every_kind_the_operator_watches_and_no_other() -> None:
+    """Every row of ``watched.py`` goes into the model through the app's watch feed; an unwatched kind is refused."""
+    model = OfflineScheduler({})
+    for watched in WATCHED_KINDS:
+        meta = {"name": "x", "uid": f"u-{watched.kind}", "resourceVersion": "1"}
+        model.feed(watched.kind, {"metadata": {**meta, "namespace": "default"} if watched.namespaced else meta})
+    assert model.app.cache.node("x") is not None
+    assert model.app.cache.namespace_labels == {"x": {}}
+    assert {kind for kind in KINDS if model.app.cache.objects.count(kind)} == set(KINDS)
+    with pytest.raises(ValueError, match="does not watch Secret objects"):
+        model.feed("Secret", {"metadata": {"name": "s"}})

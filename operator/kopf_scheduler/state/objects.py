@@ -9,7 +9,8 @@ current, and plugins read it through ``snapshot.cache.objects``. Objects are the
 scheduler never mutates them: VolumeBinding keeps its assumed versions beside them, as upstream's
 AssumeCache does beside the informer).
 
-Keys: cluster-scoped kinds by name, namespaced kinds (PVCs, CSIStorageCapacities) by ``(namespace, name)``.
+The kinds are the watched kinds that feed this store (``watched.py``). Keys: cluster-scoped kinds by name,
+namespaced kinds (PVCs, CSIStorageCapacities, PDBs, ResourceClaims and their templates) by ``(namespace, name)``.
 VolumeAttachments are also indexed by ``spec.nodeName`` (:meth:`ClusterObjects.by_node`), as upstream's
 NodeVolumeLimits lists them through an informer indexer on that field instead of walking them all per node;
 ResourceSlices likewise (``spec.nodeName``; slices without one, for node selectors or all nodes, sit under "").
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
+
+from kopf_scheduler.watched import Feed, of_feed
 
 PERSISTENT_VOLUME = "PersistentVolume"
 PERSISTENT_VOLUME_CLAIM = "PersistentVolumeClaim"
@@ -37,21 +40,8 @@ RESOURCE_CLAIM_TEMPLATE = "ResourceClaimTemplate"
 RESOURCE_SLICE = "ResourceSlice"
 DEVICE_CLASS = "DeviceClass"
 
-#: Every kind this store holds → whether it is namespaced.
-KINDS: Mapping[str, bool] = {
-    PERSISTENT_VOLUME: False,
-    PERSISTENT_VOLUME_CLAIM: True,
-    STORAGE_CLASS: False,
-    CSI_NODE: False,
-    CSI_DRIVER: False,
-    CSI_STORAGE_CAPACITY: True,
-    VOLUME_ATTACHMENT: False,
-    POD_DISRUPTION_BUDGET: True,
-    RESOURCE_CLAIM: True,
-    RESOURCE_CLAIM_TEMPLATE: True,
-    RESOURCE_SLICE: False,
-    DEVICE_CLASS: False,
-}
+#: Every kind this store holds → whether it is namespaced: the watched kinds that feed it (``watched.py``).
+KINDS: Mapping[str, bool] = {watched.kind: watched.namespaced for watched in of_feed(Feed.OBJECTS)}
 
 Key = tuple[str, str]
 Obj = dict[str, Any]

@@ -275,11 +275,11 @@ def test_pre_filter_gives_a_pod_with_backed_resources_a_claim(
 def _app(*objects: tuple[str, dict[str, Any]], nodes: tuple[Any, ...] = ("n1", "n2")) -> tuple[Any, FakeClient]:
     client = FakeClient()
     app = new_app(client)
-    client.on_claim_created = lambda claim: app.on_object_event(RESOURCE_CLAIM, "ADDED", claim)
+    client.on_claim_created = lambda claim: app.on_watch_event(RESOURCE_CLAIM, "ADDED", claim)
     for node in nodes:
         app.on_node_event(None, make_node(node) if isinstance(node, str) else node)
     for kind, obj in objects:
-        app.on_object_event(kind, "ADDED", obj)
+        app.on_watch_event(kind, "ADDED", obj)
         if kind == RESOURCE_CLAIM:
             client.claims[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
     app.apply_profile(name="sp", spec={}, generation=1)

@@ -298,7 +298,7 @@ def _app(*objects: tuple[str, dict[str, Any]], nodes: tuple[str, ...] = ("n1", "
     for node in nodes:
         app.on_node_event(None, make_node(node))
     for kind, obj in objects:
-        app.on_object_event(kind, "ADDED", obj)
+        app.on_watch_event(kind, "ADDED", obj)
         if kind == RESOURCE_CLAIM:
             client.claims[obj["metadata"]["namespace"], obj["metadata"]["name"]] = obj
     app.apply_profile(name="sp", spec={}, generation=1)
@@ -417,7 +417,7 @@ def test_a_pod_waits_for_its_claim_then_is_retried_when_the_claim_appears() -> N
     assert client.events == []  # parked at PreEnqueue: no attempt, no event
     claim = resource_claim(model="a100")
     client.claims["default", "my-gpu"] = claim
-    app.on_object_event(RESOURCE_CLAIM, "ADDED", claim)
+    app.on_watch_event(RESOURCE_CLAIM, "ADDED", claim)
     drive(app)
     assert client.bindings == [("default", "gpu-pod", "n1")]
 
@@ -480,12 +480,12 @@ def test_the_kept_slice_index_follows_resource_slice_changes() -> None:
     app.on_pod_event("ADDED", claiming("p2", "second"))
     drive(app)
     assert client.bindings == [("default", "p1", "n1")]  # n1's only a100 is taken, n2 has no slice
-    app.on_object_event(RESOURCE_SLICE, "ADDED", resource_slice("n2", "t4", "a100"))
+    app.on_watch_event(RESOURCE_SLICE, "ADDED", resource_slice("n2", "t4", "a100"))
     drive(app)
     assert client.bindings[1:] == [("default", "p2", "n2")]
     replaced = resource_slice("n2", "a100", "t4")
     replaced["spec"]["pool"]["generation"] = 2
-    app.on_object_event(RESOURCE_SLICE, "MODIFIED", replaced)
+    app.on_watch_event(RESOURCE_SLICE, "MODIFIED", replaced)
     app.on_pod_event("ADDED", claiming("p3", "third"))
     drive(app)
     # gpu-1 of n2 is allocated to p2, but the new generation's gpu-0 is the a100 now (and free by name).
