@@ -79,8 +79,12 @@ class Found:
     """What the algorithm came to: a result, or the FitError or other exception it raised."""
 
     outcome: ScheduleResult | Exception
-    #: The framework the cycle ran with (a profile with extenders may have been swapped during the awaits).
+    #: The pipeline the cycle ran with: its binding cycle runs with it too, as upstream's ``bindingCycle`` gets
+    #: the cycle's framework, whatever the profile became meanwhile (a pod waiting at this framework's Permit
+    #: is waited for here, and this framework's Reserve plugins are the ones that unreserve).
     framework: Framework
+    #: The HTTP extenders of that pipeline (a binder extender binds instead of the Bind plugins).
+    extenders: tuple[Extender, ...] = ()
     #: With extenders, ``ClusterCache.generation`` when the cycle began: a change since means the chosen node
     #: is re-judged before it is assumed. None for a cycle that never awaited.
     generation: int | None = None
@@ -170,7 +174,7 @@ class ScheduleOne:
             post_filter = await self._post_filter_with_extenders(framework, state, pod, outcome)
             if self._latest(runtime, qpod) is None:
                 return
-        self._cycle(runtime, qpod, pod, started, state, Found(outcome, framework, generation, post_filter))
+        self._cycle(runtime, qpod, pod, started, state, Found(outcome, framework, extenders, generation, post_filter))
 
     def _cycle(
         self,
@@ -207,7 +211,7 @@ class ScheduleOne:
             self._error_failure(runtime, qpod, pod, e, started)
             return
         scores = self._capture_scores(runtime, outcome)
-        self._spawn(self._binding_cycle(runtime, qpod, state, assumed, outcome, started, scores))
+        self._spawn(self._binding_cycle(runtime, qpod, found, state, assumed, outcome, started, scores))
 
     def _capture_scores(self, runtime: ProfileRuntime, result: ScheduleResult) -> ScoreCapture | None:
         """The winner's and runners-up's scores, if the profile keeps success accounts (``spec.explain``); taken
@@ -295,6 +299,7 @@ class ScheduleOne:
         self,
         runtime: ProfileRuntime,
         qpod: QueuedPodInfo,
+        found: Found,
         state: CycleState,
         pod: PodInfo,
         result: ScheduleResult,
@@ -305,13 +310,13 @@ class ScheduleOne:
         undoes the assumption on failure); then settle it either way."""
         await self._reporter.status_settled(pod.uid)  # an earlier failure's patch must not land after the bind
         status = await bind_pod(
-            runtime.framework,
+            found.framework,
             state,
             pod,
             result,
             self._cache,
             nominate=self._reporter.nominate,
-            extenders=runtime.extenders,
+            extenders=found.extenders,
         )
         if status.is_success:
             await self._bound(runtime, qpod, pod, result.suggested_host, started, scores)

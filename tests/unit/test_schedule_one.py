@@ -21,6 +21,7 @@ from kopf_scheduler.framework import (
     ClusterEvent,
     Code,
     CycleState,
+    PermitPlugin,
     PostFilterPlugin,
     PostFilterResult,
     Status,
@@ -438,3 +439,41 @@ def test_default_preemption_end_to_end_through_the_app() -> None:
     drive(app)
     assert client.bindings == [("default", "vip", "n1")]
     assert app.nominator.count == 0  # assumed: the nomination went
+
+
+class HoldAtPermit(PermitPlugin):
+    """Parks every pod at Permit until the test allows it."""
+
+    name: ClassVar[str] = "HoldAtPermit"
+
+    def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
+        return Status(Code.WAIT), 30.0
+
+
+def test_the_binding_cycle_runs_with_the_framework_that_reserved_the_pod() -> None:
+    """A profile edited while a pod waits at Permit: the binding cycle still waits on the pipeline that reserved
+    the pod (upstream's bindingCycle gets the cycle's framework), so the pod binds only once that Permit allows."""
+    client = FakeClient()
+    app = new_app(client, registry=default_registry().merged(Registry([HoldAtPermit])))
+    app.on_node_event(None, make_node("n1", cpu="1"))
+    spec: dict[str, Any] = {"plugins": {"permit": {"enabled": [{"name": "HoldAtPermit"}]}}}
+    assert app.apply_profile(name="sp", spec=spec, generation=1).ready
+    app.on_pod_event("ADDED", pending("p"))
+
+    async def go() -> None:
+        runtime = app.profiles["sp"]
+        qpod = runtime.queue.pop_nowait()
+        assert qpod is not None
+        assert app.cycles.schedule_one(runtime, qpod) is None
+        reserving = runtime.framework
+        [uid] = reserving.waiting_pods
+        assert app.apply_profile(name="sp", spec={**spec, "percentageOfNodesToScore": 50}, generation=2).ready
+        assert runtime.framework is not reserving
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert client.bindings == []  # still parked at the reserving pipeline's Permit
+        reserving.waiting_pods[uid].allow("HoldAtPermit")
+        await app.drain()
+        assert client.bindings == [("default", "p", "n1")]
+
+    asyncio.run(go())
