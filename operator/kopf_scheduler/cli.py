@@ -540,7 +540,7 @@ def _keep_unused_kube_clients_out() -> None:
     """
     for name in _UNUSED_KUBE_CLIENTS:
         if name not in sys.modules:
-            sys.modules[name] = None  # type: ignore[assignment]
+            sys.modules[name] = None  # type: ignore[assignment]  # None: the documented "cannot import" entry
 
 
 def _start_self_signed_certificate(settings: RunSettings) -> CertificateInChild | None:

@@ -28,11 +28,11 @@ from typing import Any
 try:
     import orjson
 except ImportError:  # pragma: no cover - a dependency on every platform we ship; kept working without it
-    orjson = None  # type: ignore[assignment]
+    orjson = None  # type: ignore[assignment]  # None: fall back to the standard library
 try:
     import msgspec
 except ImportError:  # pragma: no cover - a dependency on every platform we ship; kept working without it
-    msgspec = None  # type: ignore[assignment]
+    msgspec = None  # type: ignore[assignment]  # None: fall back to the standard library
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False, ensure_ascii=False)
 
@@ -82,7 +82,7 @@ def loads_object_list(data: bytes | str) -> dict[str, Any]:
     items = value.get("items") if isinstance(value, dict) else None
     if isinstance(items, list):
         value["items"] = [without_managed_fields(item) for item in items]
-    return value  # type: ignore[no-any-return]
+    return value  # type: ignore[no-any-return]  # decoded JSON: the caller checks what it reads
 
 
 def without_managed_fields(item: Any) -> Any:

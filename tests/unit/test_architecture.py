@@ -6,6 +6,9 @@ one module only, the seam ``kopf_hooks.py`` (import-linter sees ``kopf`` as one 
 The framework dispatches to plugins through their hooks (``events_to_register``, the extension-point
 interfaces); it must not know in-tree plugins by name, or adding a plugin would mean editing the framework.
 The one list allowed to name them is upstream's default profile (``builder.DEFAULT_MULTI_POINT``).
+
+Every module stays under 800 lines (a longer one bundles several concerns), and every ``type: ignore`` the
+type checker is told names its error code and says why.
 """
 
 from __future__ import annotations
@@ -101,3 +104,50 @@ def test_the_check_sees_private_kopf_in_code_strings_and_registry_fields(tmp_pat
         "y = f.__kwdefaults__\nfrom kopf._core import reactor\n"
     )
     assert sorted(use.split(":")[0] for use in _private_kopf_uses(sample)) == ["1", "2", "3", "4", "5", "5"]
+
+
+#: The size a module may reach: beyond it, it bundles several concerns (split it by cohesion, as upstream's files).
+MAX_MODULE_LINES = 800
+
+
+def _oversized_modules(root: Path) -> list[str]:
+    return sorted(
+        f"{path.relative_to(root)}: {lines} lines"
+        for path in root.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) >= MAX_MODULE_LINES
+    )
+
+
+def test_every_module_is_under_the_size_limit() -> None:
+    assert _oversized_modules(PACKAGE_DIR) == []
+
+
+def test_the_size_check_sees_a_long_module(tmp_path: Path) -> None:
+    (tmp_path / "small.py").write_text("x = 1\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert _oversized_modules(tmp_path) == [f"pkg/long.py: {MAX_MODULE_LINES} lines"]
+
+
+#: ``# type: ignore[code]`` followed by ``# why``.
+EXPLAINED_IGNORE = re.compile(r"# type: ignore\[[\w, -]+\]\s+#\s*\S")
+
+
+def _unexplained_ignores(root: Path) -> list[str]:
+    return [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "# type: ignore" in line and not EXPLAINED_IGNORE.search(line)
+    ]
+
+
+def test_every_type_ignore_names_its_code_and_says_why() -> None:
+    assert _unexplained_ignores(PACKAGE_DIR) == []
+
+
+def test_the_ignore_check_sees_a_bare_or_unexplained_ignore(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "a = 1  # type: ignore\nb = 2  # type: ignore[assignment]\nc = 3  # type: ignore[assignment]  # the reason\n"
+    )
+    assert _unexplained_ignores(tmp_path) == ["m.py:1", "m.py:2"]
