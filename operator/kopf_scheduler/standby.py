@@ -31,9 +31,7 @@ RETRY_SECONDS = 1.0
 
 
 class PauseToggle(Protocol):
-    """Whether the replica is paused (kopf's ``operator_paused`` ToggleSet has this shape)."""
-
-    def is_on(self) -> bool: ...
+    """What the standby awaits of the replica's pause state (kopf's ``operator_paused`` ToggleSet has it)."""
 
     async def wait_for(self, state: bool, /) -> None: ...
 

@@ -38,7 +38,6 @@ from kopf_scheduler.framework.events import (
     ClusterEvent,
     EventResource,
     QueueingHint,
-    match_any_cluster_event,
     node_events,
     node_scheduling_properties_change,
     object_events,
@@ -137,7 +136,6 @@ def test_event_labels(event: ClusterEvent, label: str) -> None:
 )
 def test_match_cluster_events(registered: ClusterEvent, incoming: ClusterEvent, expected: bool) -> None:
     assert registered.matches(incoming) is expected
-    assert match_any_cluster_event(incoming, [ev(R.PERSISTENT_VOLUME, A.ADD), registered]) is expected
 
 
 def test_wildcard_events() -> None:
