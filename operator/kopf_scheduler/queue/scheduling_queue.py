@@ -311,7 +311,6 @@ class SchedulingQueue:
             qpod.consecutive_errors_count = 0
         qpod.timestamp = self._clock()
         qpod.backoff_expiration = None
-        qpod.was_flushed_from_unschedulable = False
 
     # -- cluster events ------------------------------------------------------------------------------------
     def move_all_to_active_or_backoff(
@@ -351,8 +350,6 @@ class SchedulingQueue:
         """
         now = self._clock()
         stale = [q for q in self._unschedulable.values() if now - q.timestamp > self._max_in_unschedulable]
-        for qpod in stale:
-            qpod.was_flushed_from_unschedulable = True
         if stale:
             self._move_pods(stale, EVENT_UNSCHEDULABLE_TIMEOUT, None, None)
 
@@ -445,11 +442,11 @@ class SchedulingQueue:
             log.exception("PreEnqueue failed for pod %s", qpod.pod.key)
             status = Status.as_error(exc)
         if status.is_success:
-            qpod.gating_plugin, qpod.gated, qpod.gating_message = "", False, ""
+            qpod.gating_plugin, qpod.gated = "", False
             return
         plugin = status.plugin or UNKNOWN_PRE_ENQUEUE_PLUGIN
         qpod.unschedulable_plugins.add(plugin)
-        qpod.gating_plugin, qpod.gated, qpod.gating_message = plugin, True, status.message
+        qpod.gating_plugin, qpod.gated = plugin, True
 
     def _move_to_active(self, qpod: QueuedPodInfo, event: str, *, from_backoff: bool) -> bool:
         # With PopFromBackoffQ, PreEnqueue already ran when the pod entered backoffQ.
