@@ -225,10 +225,8 @@ class SchedulerApp:
             runtime.queue.move_all_to_active_or_backoff(PROFILE_CHANGED)
         runtime.generation = generation
         runtime.explain_successes = model.explain.successes
-        left_out = [n for n in resolved.omitted_defaults if n not in resolved.stand_ins]
+        left_out = resolved.omitted_defaults
         note = f"; default plugins not implemented yet, left out: {', '.join(left_out)}" if left_out else ""
-        if resolved.stand_ins:
-            note += f"; stand-ins that keep the pods needing them pending: {', '.join(resolved.stand_ins)}"
         return ProfileOutcome(
             True, "PipelineBuilt", f"pipeline built from generation {generation}{note}", pipeline_status(resolved)
         )

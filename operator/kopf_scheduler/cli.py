@@ -119,7 +119,7 @@ def _prog_name() -> str:
     return "kubectl kopf-scheduler" if os.path.basename(sys.argv[0]) == KUBECTL_PLUGIN else "kopf-scheduler"
 
 
-# -- convert and validate (issue 14): a KubeSchedulerConfiguration in, SchedulerProfiles out; offline checks --
+# -- convert and validate: a KubeSchedulerConfiguration in, SchedulerProfiles out; offline checks --
 def _add_convert_and_validate(commands: Any) -> None:
     convert = commands.add_parser(
         "convert",
@@ -179,7 +179,7 @@ def validate_command(paths: Sequence[str], output: str) -> int:
     return 0 if all(v.ready for v in verdicts) else 1
 
 
-# -- what-if (issue 14): where a pod would go on the live cluster, computed offline; reads only ------------
+# -- what-if: where a pod would go on the live cluster, computed offline; reads only ------------
 def _add_what_if_command(commands: Any) -> None:
     what_if = commands.add_parser(
         "what-if",

@@ -89,7 +89,7 @@ def explain_fit_error(
 
 class _Verdicts:
     """One verdict dict per distinct verdict of an account, shared by every node that has it: at 5000 nodes a
-    dict and a list per node were 1.4 MB per failed attempt (built and kept for up to :data:`MAX_PODS` pods), and
+    dict and a list per node would be 1.4 MB per failed attempt (built and kept for up to :data:`MAX_PODS` pods), and
     a cluster's nodes mostly fail for a handful of reasons. Shared, so never changed once made."""
 
     def __init__(self) -> None:

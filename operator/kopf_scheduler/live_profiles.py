@@ -47,8 +47,7 @@ class ProfileOutcome:
     ready: bool
     reason: str
     message: str
-    #: Status fields describing the serving pipeline (effectivePlugins, scorePlugins, omittedDefaultPlugins,
-    #: standInPlugins).
+    #: Status fields describing the serving pipeline (effectivePlugins, scorePlugins, omittedDefaultPlugins).
     pipeline_status: dict[str, Any] = field(default_factory=dict)
 
 
@@ -244,5 +243,4 @@ def pipeline_status(resolved: ResolvedProfile) -> dict[str, Any]:
         "effectivePlugins": plugins.model_dump(by_alias=True, exclude_none=True),
         "scorePlugins": score or "(none)",
         "omittedDefaultPlugins": list(resolved.omitted_defaults),
-        "standInPlugins": list(resolved.stand_ins),
     }

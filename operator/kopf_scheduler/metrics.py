@@ -161,7 +161,7 @@ class SchedulerMetrics:
         for queue in ("active", "backoff", "unschedulable", "gated"):
             self.pending_pods.labels(queue=queue).set(counts.get(queue, 0))
 
-    # -- queue, plugin, process and peering metrics (issue 13) ----------------------------------------------------
+    # -- queue, plugin, process and peering metrics ----------------------------------------------------
     def _init_monitoring(self) -> None:
         r = self.registry
         self.queue_incoming_pods = Counter(

@@ -2,9 +2,9 @@
 
 Upstream's standby kube-scheduler runs its informers all along; leader election gates only the scheduling
 loop, so a new leader schedules from a cache that is already whole. kopf instead stops every watch of a
-paused replica and lists each kind again at the resume, so our standby used to take over cold: at 5000 nodes
-and 50000 pending pods, ≈ 5 s from the resume to the first bind went to the reconciling LIST alone
-(docs/benchmarks.md).
+paused replica and lists each kind again at the resume, so a standby that only waited would take over cold: at
+5000 nodes and 50000 pending pods, ≈ 5 s from the resume to the first bind would go to the reconciling LIST
+alone (docs/benchmarks.md).
 
 :class:`WarmStandby` follows kopf's pause (the replica's ``operator_paused`` toggles, which ``handlers.py``
 hands over). Whenever kopf pauses the replica it invalidates the cache, rebuilds it from the reconciling LIST
@@ -31,9 +31,7 @@ RETRY_SECONDS = 1.0
 
 
 class PauseToggle(Protocol):
-    """Whether the replica is paused (kopf's ``operator_paused`` ToggleSet has this shape)."""
-
-    def is_on(self) -> bool: ...
+    """What the standby awaits of the replica's pause state (kopf's ``operator_paused`` ToggleSet has it)."""
 
     async def wait_for(self, state: bool, /) -> None: ...
 

@@ -4,7 +4,7 @@ Each manifest goes through :meth:`kopf_scheduler.app.SchedulerApp.apply_profile`
 create/update handler makes (spec model, :func:`~kopf_scheduler.framework.builder.resolve_profile`, the plugins'
 construction with their args, the extenders), on an app with no API client. So the answer is what the
 profile's status would say: either the effective pipeline (``status.effectivePlugins``, ``scorePlugins``,
-``omittedDefaultPlugins``, ``standInPlugins``, the Ready=True message) or the ``Ready=False, InvalidProfile``
+``omittedDefaultPlugins``, the Ready=True message) or the ``Ready=False, InvalidProfile``
 message, word for word. Upstream has no such command; the nearest is starting kube-scheduler with the config
 and reading its log.
 
@@ -169,7 +169,6 @@ def format_verdict(verdict: ProfileVerdict) -> str:
         entries = plugins.at(point.value)
         shown = ", ".join(f"{p.name}:{p.weight}" if p.weight is not None else p.name for p in entries)
         lines.append(f"  {point.value + ':':<{width}} {shown or '-'}")
-    for key, title in (("omittedDefaultPlugins", "omitted defaults"), ("standInPlugins", "stand-ins")):
-        if verdict.pipeline_status.get(key):
-            lines.append(f"  {title}: {', '.join(verdict.pipeline_status[key])}")
+    if omitted := verdict.pipeline_status.get("omittedDefaultPlugins"):
+        lines.append(f"  omitted defaults: {', '.join(omitted)}")
     return "\n".join(lines)

@@ -49,7 +49,6 @@ def test_a_pod_with_resource_claims_is_refused_unless_the_profile_disables_dynam
     default = profiles({}, suffix="default")
     disabled = profiles({"plugins": {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}}, suffix="nodra")
     status = wait_profile_status(cluster.api, default, ready=True)["status"]
-    assert not status.get("standInPlugins")
     assert not status.get("omittedDefaultPlugins")
     assert "DynamicResources" not in wait_profile_status(cluster.api, disabled, ready=True)["status"].get(
         "omittedDefaultPlugins", []

@@ -10,9 +10,11 @@ import numpy as np
 
 from kopf_scheduler.framework import ClusterEvent, ClusterEventWithHint, CycleState, Plugin, QueueingHintFn
 from kopf_scheduler.framework.enqueue import registrations_of
+from kopf_scheduler.framework.events import node_events, pod_events
 from kopf_scheduler.framework.extender import Extender
 from kopf_scheduler.framework.interface import PluginsRunner
 from kopf_scheduler.plugins.registry import in_tree_registry
+from kopf_scheduler.queue import SchedulingQueue
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -139,3 +141,16 @@ def events_to_register(names: list[str]) -> dict[str, list[ClusterEventWithHint]
     plugins not implemented yet (DefaultPreemption)."""
     registry = in_tree_registry()
     return {name: registrations_of(registry[name](handle=FakeHandle())) for name in names if name in registry}
+
+
+def node_event(queue: SchedulingQueue, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+    """A node watch event (add: ``old`` None; delete: ``new`` None) told to ``queue`` as EventHandlers tells
+    every profile's queue: its cluster events (``node_events``), one move each."""
+    for event in node_events(old, new):
+        queue.move_all_to_active_or_backoff(event, old, new)
+
+
+def pod_event(queue: SchedulingQueue, old: PodInfo | None, new: PodInfo | None) -> None:
+    """A bound pod's watch event told to ``queue`` as EventHandlers tells it (``pod_events``, one move each)."""
+    for event in pod_events(old, new):
+        queue.move_all_to_active_or_backoff(event, old, new)

@@ -157,8 +157,9 @@ def test_the_binding_cycle_nominates_the_node_before_a_binding_that_will_wait(
     async def go() -> Status:
         task = asyncio.ensure_future(bind_pod(framework, state, assumed, result, cache, nominate=nominate))
         await asyncio.sleep(0)
-        if framework.get_waiting_pod(pod.uid) is not None:
-            framework.get_waiting_pod(pod.uid).allow("V")  # type: ignore[union-attr]
+        waiting = framework.waiting_pods.get(pod.uid)
+        if waiting is not None:
+            waiting.allow("V")
         return await task
 
     assert asyncio.run(go()).is_success

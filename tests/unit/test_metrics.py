@@ -17,7 +17,7 @@ from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.metrics import KUBE_BEHAVIOUR_VERSION, SchedulerMetrics, sample_plugin_metrics
 from kopf_scheduler.plugins.registry import default_registry
-from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, pod_info, slots
+from tests.unit.factories import FakeHandle, make_cache, make_node, make_pod, node_event, pod_info, slots
 from tests.unit.test_queue import big_node, fail, new_queue, pod, pop, reject
 
 
@@ -42,7 +42,7 @@ def test_queue_incoming_pods_counts_each_entry_by_queue_and_event() -> None:
     fail(queue, qpod, "NodeResourcesFit")  # no event since: parked
     assert events == [("unschedulable", "ScheduleAttemptFailure")]
     events.clear()
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     assert events == [("backoff", "NodeAdd")]  # still backing off
     events.clear()
     clock.advance(30)
@@ -54,7 +54,7 @@ def test_pop_from_backoff_counts_as_an_entry_to_active() -> None:
     events: list[tuple[str, str]] = []
     queue, _ = new_queue(on_incoming=lambda q, e: events.append((q, e)))
     qpod = reject(queue, pod("a"), "NodeResourcesFit")
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     events.clear()
     assert pop(queue).uid == qpod.uid  # activeQ empty: taken from backoffQ early
     assert events == [("active", "PopFromBackoffQ")]
@@ -65,7 +65,7 @@ def test_unschedulable_plugins_counts_queued_pods_until_they_are_popped() -> Non
     reject(queue, pod("a"), "NodeResourcesFit", "TaintToleration")
     queue.add(pod("gated", gates=["g"]))
     assert queue.unschedulable_plugins() == {"NodeResourcesFit": 1, "TaintToleration": 1, "SchedulingGates": 1}
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     assert queue.unschedulable_plugins()["NodeResourcesFit"] == 1  # moved to backoffQ, still counted
     pop(queue)  # in flight: no longer counted, as upstream's Dec on pop
     assert queue.unschedulable_plugins() == {"SchedulingGates": 1}

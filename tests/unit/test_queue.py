@@ -24,10 +24,10 @@ from kopf_scheduler.framework.events import (
     QueueingHint,
 )
 from kopf_scheduler.framework.status import SUCCESS, Status
-from kopf_scheduler.queue import QueueClosedError, QueuedPodInfo, SchedulingQueue
+from kopf_scheduler.queue import IN_FLIGHT, QueueClosedError, QueuedPodInfo, SchedulingQueue
 from kopf_scheduler.queue import hints as hints_module
 from kopf_scheduler.state.pod_info import PodInfo
-from tests.unit.factories import events_to_register, make_node, make_pod
+from tests.unit.factories import events_to_register, make_node, make_pod, node_event, pod_event
 
 START = 1000.25
 
@@ -228,7 +228,7 @@ def test_backoff_counts_rejections_and_error_streaks(
     failed_at = clock.now
     # The backoff actually served: still backing off just before failed_at + backoff, done just after.
     clock.at(failed_at + backoff - 0.01)
-    queue.node_added(big_node())  # moves a rejected pod (unknown plugin: every event) into backoffQ
+    node_event(queue, None, big_node())  # moves a rejected pod (unknown plugin: every event) into backoffQ
     queue.flush_backoff_completed()
     assert queue.location(qpod.uid) == "backoff"
     clock.at(failed_at + backoff + 0.01)
@@ -241,7 +241,7 @@ def test_backoff_expiry_is_timestamp_plus_duration_without_window() -> None:
     p = pod("p", requests=NEEDS_CPU)
     reject(queue, p, "NodeResourcesFit")  # at START: backoff 1 s → expires START + 1
     clock.advance(0.5)
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     assert queue.location(p.uid) == "backoff"
     for now, where in [(START + 0.999, "backoff"), (START + 1.0, "backoff"), (START + 1.001, "active")]:
         clock.at(now)
@@ -255,7 +255,7 @@ def test_backoff_expiry_is_aligned_to_one_second_windows() -> None:
     p = pod("p", requests=NEEDS_CPU)
     reject(queue, p, "NodeResourcesFit")
     queue.add(pod("busy"))  # keep activeQ non-empty so the flush, not an early pop, is observed
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     assert queue.location(p.uid) == "backoff"
     for now, where in [(1001.5, "backoff"), (1001.999, "backoff"), (1002.0, "active")]:
         clock.at(now)
@@ -268,7 +268,7 @@ def test_event_after_backoff_expired_goes_straight_to_active() -> None:
     p = pod("p", requests=NEEDS_CPU)
     reject(queue, p, "NodeResourcesFit")
     clock.advance(30)
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     assert queue.location(p.uid) == "active"
 
 
@@ -283,7 +283,7 @@ def test_backoff_order_within_a_window(pop_from_backoff_q: bool, expected: list[
     reject(queue, pod("low", requests=NEEDS_CPU), "NodeResourcesFit")
     clock.at(1000.6)
     reject(queue, pod("high", priority=10, requests=NEEDS_CPU), "NodeResourcesFit")
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     assert queue.pending_pods()["backoff"] == 2
     clock.at(1010)
     queue.flush_backoff_completed()
@@ -296,7 +296,7 @@ def test_backoff_order_within_a_window(pop_from_backoff_q: bool, expected: list[
     reject(queue2, pod("low", requests=NEEDS_CPU), "NodeResourcesFit")
     clock2.at(1000.6)
     reject(queue2, pod("high", priority=10, requests=NEEDS_CPU), "NodeResourcesFit")
-    queue2.node_added(big_node())
+    node_event(queue2, None, big_node())
     if pop_from_backoff_q:
         assert [pop(queue2).pod.name, pop(queue2).pod.name] == expected
     else:
@@ -312,7 +312,7 @@ def test_idle_pop_takes_backoff_head_early_but_never_error_backoff() -> None:
     reject(queue, p, "NodeResourcesFit")
     err = reject(queue, pod("err"))  # error: no rejecting plugin
     assert queue.location(err.uid) == "backoff"
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     assert queue.location(p.uid) == "backoff"
     again = pop(queue, p)  # activeQ empty: the rejected pod is retried before its backoff ends
     assert again.attempts == 2
@@ -326,7 +326,7 @@ def test_plain_mode_pop_waits_for_backoff() -> None:
     queue, clock = new_queue(pop_from_backoff_q=False)
     p = pod("p", requests=NEEDS_CPU)
     reject(queue, p, "NodeResourcesFit")
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     assert queue.pop_nowait() is None
     clock.advance(1.5)
     queue.flush_backoff_completed()
@@ -366,14 +366,14 @@ def test_gated_pod_is_parked_never_popped_and_released_by_its_update() -> None:
     entry = queue.get(gated.uid)
     assert entry is not None
     assert entry.gated
-    assert entry.gating_message == "waiting for scheduling gates: [a b]"
+    assert entry.gating_plugin == "SchedulingGates"
     assert queue.location(gated.uid) == "gated"
     assert queue.pending_pods() == {"active": 0, "backoff": 0, "unschedulable": 0, "gated": 1}
     assert queue.pop_nowait() is None
 
     # Cluster events and the leftover flush do not touch it.
-    queue.node_added(big_node())
-    queue.assigned_pod_deleted(pod("x", node_name="n1"))
+    node_event(queue, None, big_node())
+    pod_event(queue, pod("x", node_name="n1"), None)
     clock.advance(3600)
     queue.flush_unschedulable_leftover()
     queue.flush_backoff_completed()
@@ -413,7 +413,7 @@ def test_gate_without_plugin_name_reruns_pre_enqueue_on_any_update() -> None:
     assert queue.location(p.uid) == "gated"
     entry = queue.get(p.uid)
     assert entry is not None
-    assert entry.gating_message == "not yet"
+    assert entry.gated
     queue.update(p, changed(p, lambda o: o["metadata"]["labels"].update(ok="yes")))
     assert queue.location(p.uid) == "active"
 
@@ -531,9 +531,9 @@ def test_cluster_event_moves(plugins: list[str], trigger: tuple[Any, ...], expec
     clock.advance(0.25)  # still backing off
     kind = trigger[0]
     if kind == "node-add":
-        queue.node_added(trigger[1])
+        node_event(queue, None, trigger[1])
     elif kind == "node-update":
-        queue.node_updated(*trigger[1])
+        node_event(queue, *trigger[1])
     else:
         queue.move_all_to_active_or_backoff(trigger[1], trigger[2], trigger[3])
     assert queue.location(p.uid) == expected
@@ -556,7 +556,7 @@ def test_hint_error_counts_as_queue() -> None:
     boom, quiet = pod("boom"), pod("quiet")
     reject(queue, boom, "Boom")
     reject(queue, quiet, "Never")
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     assert queue.location(boom.uid) == "backoff"
     assert queue.location(quiet.uid) == "unschedulable"
 
@@ -585,7 +585,7 @@ def test_without_plugin_events_every_watched_event_moves() -> None:
     reject(queue, p, "Whatever")
     queue.move_all_to_active_or_backoff(ClusterEvent(EventResource.SERVICE, ActionType.ADD), None, {})
     assert queue.location(p.uid) == "unschedulable"  # Service is not a watched event kind
-    queue.node_updated(big_node(), big_node(labels={"a": "b"}))
+    node_event(queue, big_node(), big_node(labels={"a": "b"}))
     assert queue.location(p.uid) == "backoff"
 
 
@@ -612,14 +612,14 @@ def test_assigned_pod_wrappers() -> None:
     reject(queue, follower, "InterPodAffinity")
     reject(queue, hungry, "NodeResourcesFit")
 
-    queue.assigned_pod_added(pod("web", node_name="n1", labels={"app": "web"}))
+    pod_event(queue, None, pod("web", node_name="n1", labels={"app": "web"}))
     assert (queue.location(follower.uid), queue.location(hungry.uid)) == ("unschedulable", "unschedulable")
 
     web = pod("web", node_name="n1", labels={"app": "web"})
-    queue.assigned_pod_updated(web, changed(web, lambda o: o["metadata"]["labels"].update(app="db")))
+    pod_event(queue, web, changed(web, lambda o: o["metadata"]["labels"].update(app="db")))
     assert (queue.location(follower.uid), queue.location(hungry.uid)) == ("backoff", "unschedulable")
 
-    queue.assigned_pod_deleted(web)
+    pod_event(queue, web, None)
     assert queue.location(hungry.uid) == "backoff"
 
 
@@ -629,11 +629,11 @@ def test_relevant_event_during_flight_requeues_to_backoff() -> None:
     p = pod("p", requests=NEEDS_CPU)
     queue.add(p)
     qpod = pop(queue, p)
-    assert queue.in_flight(p.uid)
-    queue.node_added(big_node())  # lands while the cycle runs
+    assert queue.location(p.uid) == IN_FLIGHT
+    node_event(queue, None, big_node())  # lands while the cycle runs
     fail(queue, qpod, "NodeResourcesFit")
     assert queue.location(p.uid) == "backoff"
-    assert not queue.in_flight(p.uid)
+    assert queue.location(p.uid) != IN_FLIGHT
 
 
 @pytest.mark.parametrize(
@@ -654,11 +654,11 @@ def test_in_flight_event_replay(when: str, event: str, expected: str) -> None:
             old = big_node()
             new = copy.deepcopy(old)
             new["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-            queue.node_updated(old, new)
+            node_event(queue, old, new)
         elif event == "small-node":
-            queue.node_added(make_node("small", cpu="1"))
+            node_event(queue, None, make_node("small", cpu="1"))
         else:
-            queue.node_added(big_node())
+            node_event(queue, None, big_node())
 
     queue.add(p)
     if when == "before-pop":
@@ -676,7 +676,7 @@ def test_in_flight_pending_plugin_goes_to_active() -> None:
     p = pod("p")
     queue.add(p)
     qpod = pop(queue, p)
-    queue.node_added(big_node())
+    node_event(queue, None, big_node())
     fail(queue, qpod, pending=["Waiter"])
     assert queue.location(p.uid) == "active"
 
@@ -687,7 +687,7 @@ def test_each_in_flight_pod_sees_only_events_after_its_pop() -> None:
     queue.add(a)
     queue.add(b)
     qa = pop(queue, a)
-    queue.node_added(big_node("n1"))  # a is in flight, b is not yet
+    node_event(queue, None, big_node("n1"))  # a is in flight, b is not yet
     qb = pop(queue, b)
     fail(queue, qa, "NodeResourcesFit")
     fail(queue, qb, "NodeResourcesFit")
@@ -703,7 +703,7 @@ def test_a_pod_done_before_an_older_one_leaves_the_older_ones_events() -> None:
     for p in (a, b, c):
         queue.add(p)
     qa = pop(queue, a)
-    queue.node_added(big_node("n1"))  # after a's pop, before b's and c's
+    node_event(queue, None, big_node("n1"))  # after a's pop, before b's and c's
     pop(queue, b)
     pop(queue, c)
     queue.done(b.uid)
@@ -730,29 +730,28 @@ def test_own_update_during_flight_is_replayed_and_latest_copy_requeued() -> None
 def test_events_are_not_recorded_when_nothing_is_in_flight() -> None:
     queue, _ = new_queue()
     for i in range(50):
-        queue.node_added(big_node(f"n{i}"))
-    assert queue._event_log == []
+        node_event(queue, None, big_node(f"n{i}"))
+    assert queue._in_flight.events == []
     p = pod("p")
     queue.add(p)
     qpod = pop(queue, p)
-    queue.node_added(big_node("x"))
-    assert len(queue._event_log) == 1
+    node_event(queue, None, big_node("x"))
+    assert len(queue._in_flight.events) == 1
     queue.done(qpod.uid)
-    assert queue._event_log == []
+    assert queue._in_flight.events == []
 
 
 # -- leftover flush ---------------------------------------------------------------------------------------------
 def test_unschedulable_leftover_flush_after_max_duration() -> None:
     queue, clock = new_queue(max_in_unschedulable=300)
     p = pod("p")
-    qpod = reject(queue, p, "NodeAffinity")
+    reject(queue, p, "NodeAffinity")
     clock.advance(300)
     queue.flush_unschedulable_leftover()
     assert queue.location(p.uid) == "unschedulable"  # strictly longer than the maximum
     clock.advance(0.5)
     queue.flush_unschedulable_leftover()
     assert queue.location(p.uid) == "active"  # its 1 s backoff is long over
-    assert qpod.was_flushed_from_unschedulable
 
 
 def test_leftover_flush_respects_backoff() -> None:
@@ -845,7 +844,7 @@ def _place(queue: SchedulingQueue, where: str) -> PodInfo:
         reject(queue, p, "NodeResourcesFit")
     elif where == "backoff":
         reject(queue, p, "NodeResourcesFit")
-        queue.node_added(big_node())
+        node_event(queue, None, big_node())
     elif where == "error-backoff":
         reject(queue, p)
     assert queue.location(p.uid) == ("backoff" if where == "error-backoff" else where)
@@ -864,7 +863,7 @@ def test_delete_removes_from_anywhere(where: str) -> None:
     clock.advance(3600)
     queue.flush_backoff_completed()
     queue.flush_unschedulable_leftover()
-    queue.node_added(big_node("late"))
+    node_event(queue, None, big_node("late"))
     assert queue.pop_nowait() is None
 
 
@@ -876,7 +875,7 @@ def test_pod_deleted_in_flight_is_not_requeued() -> None:
     queue.delete(p.uid)
     fail(queue, qpod, "NodeResourcesFit")
     assert len(queue) == 0
-    assert not queue.in_flight(p.uid)
+    assert queue.location(p.uid) != IN_FLIGHT
 
 
 def test_pod_bound_elsewhere_in_flight_is_not_requeued() -> None:
@@ -949,7 +948,7 @@ def test_pending_pods_counts() -> None:
     reject(queue, pod("unsched1", requests=NEEDS_CPU), "NodeResourcesFit")
     reject(queue, pod("unsched2", spec={"nodeSelector": {"disk": "ssd"}}), "NodeAffinity")
     reject(queue, pod("backoff", requests=NEEDS_CPU), "TaintToleration")
-    queue.node_added(big_node())  # moves the TaintToleration pod (clean node) and unsched1 (fits)
+    node_event(queue, None, big_node())  # moves the TaintToleration pod (clean node) and unsched1 (fits)
     reject(queue, pod("err"))
     queue.add(pod("gated", gates=["x"]))
     queue.add(pod("active1"))
@@ -962,7 +961,7 @@ def test_pending_pods_counts() -> None:
     assert "uid-active1" in queue
     assert "uid-gated" in queue
     assert "uid-inflight" not in queue
-    assert queue.in_flight("uid-inflight")
+    assert queue.location("uid-inflight") == IN_FLIGHT
     assert queue.location("uid-inflight") == "in-flight"
 
 
@@ -979,8 +978,7 @@ def test_pop_blocks_until_a_pod_arrives() -> None:
         got = await asyncio.wait_for(waiter, 1)
         assert got.uid == p.uid
         assert got.attempts == 1
-        assert queue.in_flight(p.uid)
-        assert queue.scheduling_cycle == 1
+        assert queue.location(p.uid) == IN_FLIGHT
 
     asyncio.run(scenario())
 
@@ -993,11 +991,11 @@ def test_pop_wakes_when_an_event_moves_a_pod() -> None:
         waiter = asyncio.create_task(queue.pop())
         await asyncio.sleep(0)
         assert not waiter.done()
-        queue.node_added(make_node("small", cpu="1"))  # irrelevant: stays asleep
+        node_event(queue, None, make_node("small", cpu="1"))  # irrelevant: stays asleep
         await asyncio.sleep(0)
         assert not waiter.done()
         clock.advance(10)
-        queue.node_added(big_node())
+        node_event(queue, None, big_node())
         got = await asyncio.wait_for(waiter, 1)
         assert got.uid == p.uid
         assert got.attempts == 2
@@ -1030,7 +1028,7 @@ def test_cancelled_pop_leaves_no_waiter() -> None:
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        assert queue._waiters == []
+        assert queue._wakers.pending == []
         queue.add(pod("p"))
         assert (await queue.pop()).pod.name == "p"
 
@@ -1106,18 +1104,18 @@ def test_ten_thousand_unschedulable_pods_and_events(monkeypatch: pytest.MonkeyPa
     assert queue.pending_pods()["unschedulable"] == 10_000
     for i in range(20):
         # label changes: only the NodeAffinity pods are asked, and their selector does not match
-        queue.node_updated(big_node(f"n{i}"), big_node(f"n{i}", labels={"x": str(i)}))
+        node_event(queue, big_node(f"n{i}"), big_node(f"n{i}", labels={"x": str(i)}))
     assert set(asked) == {"NodeAffinity"}
     assert len(asked) == 20 * 5_000
     asked.clear()
     ready = big_node("cond")
     not_ready = copy.deepcopy(ready)
     not_ready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    queue.node_updated(ready, not_ready)  # no plugin registered condition changes: nobody is asked
+    node_event(queue, ready, not_ready)  # no plugin registered condition changes: nobody is asked
     assert asked == []
     assert queue.pending_pods()["unschedulable"] == 10_000
     clock.advance(30)
-    queue.node_added(big_node("big"))  # fits every NodeResourcesFit pod; the NodeAffinity ones need ssd
+    node_event(queue, None, big_node("big"))  # fits every NodeResourcesFit pod; the NodeAffinity ones need ssd
     assert queue.pending_pods() == {"active": 5_000, "backoff": 0, "unschedulable": 5_000, "gated": 0}
 
 
@@ -1130,7 +1128,7 @@ def test_reconfigure_keeps_pods_and_applies_new_plugins() -> None:
     reject(queue, hungry, "NodeResourcesFit")
     queue.add(pod("active"))
     relabel = (big_node(), big_node(labels={"a": "b"}))
-    queue.node_updated(*relabel)
+    node_event(queue, *relabel)
     assert queue.location(hungry.uid) == "unschedulable"
 
     # The new profile has no SchedulingGates and does not know NodeResourcesFit any more.
@@ -1138,7 +1136,7 @@ def test_reconfigure_keeps_pods_and_applies_new_plugins() -> None:
     assert queue.location(gated.uid) == "active"
     assert queue.location("uid-active") == "active"
     assert queue.location(hungry.uid) == "unschedulable"
-    queue.node_updated(*relabel)  # an unregistered rejector reacts to every event now
+    node_event(queue, *relabel)  # an unregistered rejector reacts to every event now
     assert queue.location(hungry.uid) == "backoff"
     assert len(queue) == 3
 
@@ -1154,4 +1152,4 @@ def test_reconfigure_can_gate_pods_already_gated_by_another_plugin() -> None:
     queue.reconfigure(pre_enqueue=hold, plugin_events=None)
     entry = queue.get(p.uid)
     assert entry is not None
-    assert (queue.location(p.uid), entry.gating_plugin, entry.gating_message) == ("gated", "Hold", "held")
+    assert (queue.location(p.uid), entry.gating_plugin) == ("gated", "Hold")

@@ -307,7 +307,7 @@ def test_example_plugin_through_the_profile_builder(install: Install) -> None:
     framework = Framework(profile, registry, FakeHandle())
     plugin = framework.plugins["RequireNodeLabel"]
     assert (plugin.key, plugin.values) == ("pool", ("gpu",))
-    assert "RequireNodeLabel" in framework.list_plugins()[ExtensionPoint.FILTER]
+    assert "RequireNodeLabel" in [name for name, _ in framework.filter_plugins]
 
 
 def test_example_filter_declares_its_own_queueing_hint(install: Install) -> None:

@@ -231,8 +231,8 @@ def test_one_instance_per_plugin_across_extension_points() -> None:
     both = scorer("Both", {n: 0 for n in NODES}, pre_score=Status())
     framework = build([both], {E.PRE_SCORE: ("Both",), E.SCORE: ("Both",)})
     assert framework.pre_score_plugins[0][1] is framework.score_plugins[0][1] is framework.plugins["Both"]
-    assert framework.list_plugins()[E.SCORE] == ["Both"]
-    assert framework.list_plugins()[E.QUEUE_SORT] == ["PrioritySort"]
+    assert [name for name, _ in framework.score_plugins] == ["Both"]
+    assert framework.queue_sort_plugin.name == "PrioritySort"
 
 
 class FakeArgs(BaseModel):
@@ -858,7 +858,7 @@ def test_permit_wait_then_allow() -> None:
     assert status.code is Code.WAIT
     assert status.message == 'one or more plugins asked to wait and no plugin rejected pod "waiter"'
     assert framework.will_wait_on_permit(pod)
-    waiting = framework.get_waiting_pod(pod.uid)
+    waiting = framework.waiting_pods.get(pod.uid)
     assert waiting is not None
     assert sorted(waiting.pending_plugins) == ["P1", "P2"]
 

@@ -149,12 +149,6 @@ def scheduler_profile_crd() -> dict[str, Any]:
                             "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
                             "priority": 1,
                         },
-                        {
-                            "name": "Stand-Ins",
-                            "type": "string",
-                            "jsonPath": ".status.standInPlugins",
-                            "priority": 1,
-                        },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {

@@ -378,16 +378,7 @@ class SchedulerProfileStatus(ApiModel):
     omitted_default_plugins: list[str] = Field(
         default_factory=list,
         description=(
-            "Plugins of kube-scheduler's default profile that this scheduler does not implement (yet) and that "
-            "therefore do not run, or run only as a stand-in (see standInPlugins)."
-        ),
-    )
-    stand_in_plugins: list[str] = Field(
-        default_factory=list,
-        description=(
-            "Enabled plugins that are stand-ins for kube-scheduler plugins not implemented yet: they keep the pods "
-            "that plugin would have to judge Pending with a FailedScheduling event saying why, instead of binding "
-            "them blind (DynamicResources: pods with spec.resourceClaims). Disable the plugin in the profile to "
-            "bind such pods anyway."
+            "Plugins of kube-scheduler's default profile that this scheduler does not implement and that "
+            "therefore do not run."
         ),
     )

@@ -32,13 +32,6 @@ upstream's defaults is in-tree, but a registry may lack some) is left out of the
 without ``plugins`` still builds and reports honestly what does not run. A plugin the *user* names in an
 ``enabled`` list must exist: naming an unknown plugin is an error even when it is one of upstream's defaults.
 
-**Stand-ins.** Where leaving a default out would bind pods blind (a pod with ResourceClaims bound without its
-devices), an in-tree *stand-in* may hold the name (``Plugin.stand_in``; none does today): it runs like any
-plugin but only refuses the pods the real plugin would have to judge. It is named in
-:attr:`ResolvedProfile.stand_ins` and, not being upstream's plugin, in ``omitted_defaults`` too. Users may
-enable or disable it like the real one; enabling it at an extension point the stand-in does not implement
-(upstream's has more) is refused with a note saying so.
-
 Where we deliberately differ from upstream, for a profile-per-object operator:
 - the cross-profile rules (unique schedulerName, the same queueSort everywhere) do not apply: each
   SchedulerProfile has its own queue;
@@ -214,8 +207,7 @@ def resolve_profile(
             resolved[point] = tuple(PluginRef(n, weights[n] if point is ExtensionPoint.SCORE else 1) for n in names)
 
     enabled_names = dict.fromkeys(n for point in ExtensionPoint for n in plugins.get(point, []))
-    stand_ins = tuple(n for n in enabled_names if registry[n].stand_in)
-    omitted = tuple(d for d, _ in default_plugins if d in left_out or d in stand_ins)
+    omitted = tuple(d for d, _ in default_plugins if d in left_out)
     plugin_args: dict[str, BaseModel | dict[str, Any]] = {}
     for plugin in enabled_names:
         if plugin in decoded_args:
@@ -231,7 +223,6 @@ def resolve_profile(
         plugins=resolved,
         plugin_args=plugin_args,
         omitted_defaults=omitted,
-        stand_ins=stand_ins,
     )
 
 
@@ -409,8 +400,6 @@ def _build_extension_points(
                 raise _not_found(point, entry)
             if point not in cls.extension_points():
                 text = f"plugin {go_value(entry.name)} does not extend {_type_name(point)} plugin"
-                if cls.stand_in:
-                    text += " (kopf-scheduler's plugin of that name is a stand-in that does not implement it yet)"
                 raise ProfileError([FieldError(entry.field or "", text)])
             if entry.name in names:
                 raise _already_registered(point, entry)

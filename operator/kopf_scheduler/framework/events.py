@@ -21,7 +21,7 @@ other kind as raw API dicts. The helpers for writing QueueingHints (:func:`node_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag, StrEnum
 from fractions import Fraction
@@ -164,11 +164,6 @@ def _resource_matches(registered: EventResource, incoming: EventResource) -> boo
     )
 
 
-def match_any_cluster_event(incoming: ClusterEvent, registered: Iterable[ClusterEvent]) -> bool:
-    """Upstream ``MatchAnyClusterEvent``: does any of ``registered`` react to ``incoming``?"""
-    return any(event.matches(incoming) for event in registered)
-
-
 class QueueingHint(IntEnum):
     """A plugin's verdict on one event for one pod it rejected."""
 
@@ -200,7 +195,6 @@ FORCE_ACTIVATE = "ForceActivate"
 UNSCHEDULABLE_TIMEOUT = "UnschedulableTimeout"
 
 EVENT_ASSIGNED_POD_ADD = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.ADD)
-EVENT_ASSIGNED_POD_UPDATE = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.UPDATE)
 EVENT_ASSIGNED_POD_DELETE = ClusterEvent(EventResource.ASSIGNED_POD, ActionType.DELETE)
 EVENT_UNSCHEDULED_POD_ADD = ClusterEvent(EventResource.UNSCHEDULED_POD, ActionType.ADD)
 EVENT_UNSCHEDULED_POD_UPDATE = ClusterEvent(EventResource.UNSCHEDULED_POD, ActionType.UPDATE)

@@ -303,9 +303,6 @@ class Plugin:
 
     name: ClassVar[str]
     args_model: ClassVar[type[BaseModel] | None] = None
-    #: True for an in-tree stand-in: it holds the name of an upstream plugin not implemented yet and only
-    #: refuses the pods that plugin would have to judge (the builder reports it as ``stand_ins``).
-    stand_in: ClassVar[bool] = False
 
     def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:
         self.handle = handle

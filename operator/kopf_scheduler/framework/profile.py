@@ -32,13 +32,9 @@ class ResolvedProfile:
     plugins: Mapping[ExtensionPoint, tuple[PluginRef, ...]] = field(default_factory=dict)
     #: Plugin name → typed args (the plugin's ``args_model``) or the raw dict for plugins without one.
     plugin_args: Mapping[str, BaseModel | dict[str, Any]] = field(default_factory=dict)
-    #: Plugins of upstream's default profile that do not run as upstream's: those the registry lacks (not
-    #: implemented yet), left out of ``plugins``, and those served by a stand-in (below); reported so status
-    #: can say what of the default profile does not run.
+    #: Plugins of upstream's default profile that the registry lacks, left out of ``plugins``; reported so
+    #: status can say what of the default profile does not run.
     omitted_defaults: tuple[str, ...] = ()
-    #: Enabled plugins that are stand-ins (``Plugin.stand_in``): they only refuse the pods the real plugin would
-    #: have to judge, so such pods stay pending instead of being bound blind.
-    stand_ins: tuple[str, ...] = ()
 
     def enabled(self, point: ExtensionPoint) -> tuple[PluginRef, ...]:
         return tuple(self.plugins.get(point, ()))

@@ -220,9 +220,6 @@ class KubeClient:
         """Create an events.k8s.io/v1 Event."""
         await self.send("POST", f"/apis/events.k8s.io/v1/namespaces/{quote(namespace)}/events", body=body)
 
-    async def patch_merge(self, path: str, patch: JSON) -> JSON:
-        return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
-
     async def ensure_cluster_peering(self, name: str) -> bool:
         """Create the ClusterKopfPeering object if it is missing; True if this call created it.
 
@@ -336,12 +333,6 @@ class KubeClient:
     @staticmethod
     def _decode_slim(raw: bytes) -> JSON:
         return json_codec.loads_object_list(raw) if raw else {}
-
-    async def list_all(
-        self, path: str, *, params: Mapping[str, str] | None = None, limit: int = LIST_PAGE_SIZE
-    ) -> list[JSON]:
-        """A paginated LIST collected into one list (for small kinds and tools)."""
-        return [item async for page in self.list_pages(path, params=params, limit=limit) for item in page]
 
 
 #: How many pages of a LIST may be requested and not yet handed over (the one arriving and the next): a page's

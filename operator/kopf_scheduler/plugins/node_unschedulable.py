@@ -34,8 +34,6 @@ from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.state.tolerations import Taint, tolerates
 
 ERR_REASON_UNSCHEDULABLE = "node(s) were unschedulable"
-#: Only for a node object that is missing, which the node table cannot hold; kept for completeness.
-ERR_REASON_UNKNOWN_CONDITION = "node(s) had unknown conditions"
 
 TAINT_NODE_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 #: The taint a pod must tolerate to land on a cordoned node (empty value, as upstream builds it).

@@ -57,9 +57,7 @@ class QueuedPodInfo:
     pending_plugins: set[str] = field(default_factory=set)
     #: Rejected by PreEnqueue: parked in unschedulablePods, never popped, no FailedScheduling event.
     gated: bool = False
-    #: The PreEnqueue Status message (``waiting for scheduling gates: [g1 g2]``).
-    gating_message: str = ""
-    #: Kept for the operator (it dedupes FailedScheduling events on it); the queue never reads it.
+    #: The message of the pod's last failed attempt, as the scheduling cycle records it; the queue never reads it.
     last_failure_message: str = ""
     # -- beyond the contract --------------------------------------------------------------------------------
     #: Failures with a rejecting plugin; drives the backoff (1.35+).
@@ -70,8 +68,6 @@ class QueuedPodInfo:
     gating_plugin: str = ""
     #: Cached backoff expiry (cleared whenever timestamp or the counters change).
     backoff_expiration: float | None = None
-    #: Moved out of unschedulablePods by the leftover flush since its last attempt (for logs/metrics).
-    was_flushed_from_unschedulable: bool = False
 
     @property
     def uid(self) -> str:
@@ -93,4 +89,3 @@ class QueuedPodInfo:
         self.pending_plugins.clear()
         self.gating_plugin = ""
         self.gated = False
-        self.gating_message = ""

@@ -51,11 +51,7 @@ from typing import Any
 
 from kopf_scheduler.framework.events import (
     BACKOFF_COMPLETE,
-    EVENT_ASSIGNED_POD_ADD,
-    EVENT_ASSIGNED_POD_DELETE,
     EVENT_FORCE_ACTIVATE,
-    EVENT_NODE_ADD,
-    EVENT_NODE_DELETE,
     EVENT_UNSCHEDULABLE_TIMEOUT,
     EVENT_UNSCHEDULED_POD_ADD,
     EVENT_UNSCHEDULED_POD_UPDATE,
@@ -64,14 +60,13 @@ from kopf_scheduler.framework.events import (
     SCHEDULE_ATTEMPT_FAILURE,
     ClusterEvent,
     ClusterEventWithHint,
-    node_scheduling_properties_change,
     pod_scheduling_properties_change,
 )
 from kopf_scheduler.framework.status import Status
 from kopf_scheduler.queue.active_queue import ActiveQueue
 from kopf_scheduler.queue.backoff_queue import BackoffQueue
 from kopf_scheduler.queue.hints import QueueingHints, Strategy
-from kopf_scheduler.queue.in_flight import InFlightPods, LoggedEvent
+from kopf_scheduler.queue.in_flight import InFlightPods
 from kopf_scheduler.queue.queued_pod import (
     ACTIVE_Q,
     BACKOFF_Q,
@@ -140,7 +135,6 @@ class SchedulingQueue:
         )
         self._unschedulable = UnschedulablePods(seq)
         self._in_flight = InFlightPods(seq)
-        self._scheduling_cycle = 0
         self._closed = False
         self._wakers = Waiters()
 
@@ -190,14 +184,6 @@ class SchedulingQueue:
             return IN_FLIGHT
         return where
 
-    def in_flight(self, uid: str) -> bool:
-        return uid in self._in_flight
-
-    @property
-    def scheduling_cycle(self) -> int:
-        """Upstream ``SchedulingCycle()``: incremented by every pop."""
-        return self._scheduling_cycle
-
     @property
     def closed(self) -> bool:
         return self._closed
@@ -205,16 +191,6 @@ class SchedulingQueue:
     def backoff_duration(self, count: int) -> float:
         """``initial · 2^(count−1)``, capped at ``max``; 0 for a pod never rejected."""
         return self._backoff.duration(count)
-
-    @property
-    def _event_log(self) -> list[LoggedEvent]:
-        """The events recorded for in-flight pods (read by tests/unit/test_queue.py)."""
-        return self._in_flight.events
-
-    @property
-    def _waiters(self) -> list[asyncio.Future[None]]:
-        """The futures of pending pops (read by tests/unit/test_queue.py)."""
-        return self._wakers.pending
 
     # -- pods entering and changing ------------------------------------------------------------------------
     def add(self, pod: PodInfo) -> None:
@@ -295,14 +271,13 @@ class SchedulingQueue:
         """The pod's cycle finished (bound, or handed back): stop tracking it as in flight."""
         self._in_flight.end(uid)
 
-    def add_unschedulable_if_not_present(self, qpod: QueuedPodInfo, *, scheduling_cycle: int | None = None) -> None:
+    def add_unschedulable_if_not_present(self, qpod: QueuedPodInfo) -> None:
         """Hand a pod back after a failed cycle (upstream ``AddUnschedulableIfNotPresent``); also ends its flight.
 
         Counts the failure (rejection or error), refreshes its timestamp, then replays the events recorded
         while it was in flight through its rejecting plugins' hints: none says Queue → unschedulablePods;
         a Pending plugin's Queue → activeQ at once; otherwise backoffQ, or activeQ if its backoff has already
         passed. A pod with no rejecting plugin (an error) always goes to the error backoffQ.
-        ``scheduling_cycle`` is accepted for upstream parity; the in-flight event replay supersedes it.
         """
         uid = qpod.uid
         try:
@@ -336,7 +311,6 @@ class SchedulingQueue:
             qpod.consecutive_errors_count = 0
         qpod.timestamp = self._clock()
         qpod.backoff_expiration = None
-        qpod.was_flushed_from_unschedulable = False
 
     # -- cluster events ------------------------------------------------------------------------------------
     def move_all_to_active_or_backoff(
@@ -360,30 +334,6 @@ class SchedulingQueue:
             return
         self._move_pods(self._candidates(event, pre_check), event, old, new)
 
-    def node_added(self, node: Any) -> None:
-        self.move_all_to_active_or_backoff(EVENT_NODE_ADD, None, node)
-
-    def node_updated(self, old: Any, new: Any) -> None:
-        """A node changed: one move per update sub-event (labels, taints, allocatable …)."""
-        for event in node_scheduling_properties_change(new, old):
-            self.move_all_to_active_or_backoff(event, old, new)
-
-    def node_deleted(self, node: Any) -> None:
-        self.move_all_to_active_or_backoff(EVENT_NODE_DELETE, node, None)
-
-    def assigned_pod_added(self, pod: PodInfo) -> None:
-        """A bound pod appeared (upstream, QueueingHints on: ``MoveAll(AssignedPodAdd)``)."""
-        self.move_all_to_active_or_backoff(EVENT_ASSIGNED_POD_ADD, None, pod)
-
-    def assigned_pod_updated(self, old: PodInfo, new: PodInfo) -> None:
-        """A bound pod changed: one move per update sub-event (labels, scale-down …)."""
-        for event in pod_scheduling_properties_change(new, old):
-            self.move_all_to_active_or_backoff(event, old, new)
-
-    def assigned_pod_deleted(self, pod: PodInfo) -> None:
-        """A bound pod went away (or an assumed pod was forgotten)."""
-        self.move_all_to_active_or_backoff(EVENT_ASSIGNED_POD_DELETE, pod, None)
-
     # -- periodic work -------------------------------------------------------------------------------------
     def flush_backoff_completed(self) -> None:
         """Move pods whose backoff is over from backoffQ to activeQ (upstream runs this every second)."""
@@ -400,8 +350,6 @@ class SchedulingQueue:
         """
         now = self._clock()
         stale = [q for q in self._unschedulable.values() if now - q.timestamp > self._max_in_unschedulable]
-        for qpod in stale:
-            qpod.was_flushed_from_unschedulable = True
         if stale:
             self._move_pods(stale, EVENT_UNSCHEDULABLE_TIMEOUT, None, None)
 
@@ -494,11 +442,11 @@ class SchedulingQueue:
             log.exception("PreEnqueue failed for pod %s", qpod.pod.key)
             status = Status.as_error(exc)
         if status.is_success:
-            qpod.gating_plugin, qpod.gated, qpod.gating_message = "", False, ""
+            qpod.gating_plugin, qpod.gated = "", False
             return
         plugin = status.plugin or UNKNOWN_PRE_ENQUEUE_PLUGIN
         qpod.unschedulable_plugins.add(plugin)
-        qpod.gating_plugin, qpod.gated, qpod.gating_message = plugin, True, status.message
+        qpod.gating_plugin, qpod.gated = plugin, True
 
     def _move_to_active(self, qpod: QueuedPodInfo, event: str, *, from_backoff: bool) -> bool:
         # With PopFromBackoffQ, PreEnqueue already ran when the pod entered backoffQ.
@@ -554,7 +502,6 @@ class SchedulingQueue:
                 log.error("pod %s popped while already in flight; discarding", qpod.pod.key)
                 continue
             qpod.attempts += 1
-            self._scheduling_cycle += 1
             if qpod.initial_attempt_timestamp is None:
                 qpod.initial_attempt_timestamp = self._clock()
             self._in_flight.start(qpod)

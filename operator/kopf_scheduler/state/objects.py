@@ -36,7 +36,6 @@ VOLUME_ATTACHMENT = "VolumeAttachment"
 POD_DISRUPTION_BUDGET = "PodDisruptionBudget"
 #: DynamicResources' objects (resource.k8s.io/v1), read the same way as upstream's DRA manager reads its listers.
 RESOURCE_CLAIM = "ResourceClaim"
-RESOURCE_CLAIM_TEMPLATE = "ResourceClaimTemplate"
 RESOURCE_SLICE = "ResourceSlice"
 DEVICE_CLASS = "DeviceClass"
 

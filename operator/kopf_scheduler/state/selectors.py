@@ -6,7 +6,7 @@ selectors, with their own parsing rules, live in :mod:`kopf_scheduler.state.node
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,11 +69,6 @@ class LabelSelector:
         if self.matches_nothing:
             return False
         return all(r.matches(labels) for r in self.requirements)
-
-    def and_requirements(self, extra: Sequence[Requirement]) -> LabelSelector:
-        if self.matches_nothing or not extra:
-            return self
-        return LabelSelector((*self.requirements, *extra))
 
 
 #: The selector that matches no object (a nil selector in upstream terms).

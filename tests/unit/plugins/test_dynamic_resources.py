@@ -183,14 +183,12 @@ def test_a_deallocated_claim_requeues_any_waiting_pod_a_status_change_of_its_own
 # -- the profile ---------------------------------------------------------------------------------------------
 def test_the_default_profile_runs_upstreams_plugin_and_omits_nothing() -> None:
     resolved = resolve_profile("sp", SchedulerProfileSpec(), default_registry())
-    assert resolved.stand_ins == ()
     assert resolved.omitted_defaults == ()
     for point in (ExtensionPoint.PRE_FILTER, ExtensionPoint.FILTER, ExtensionPoint.POST_FILTER, ExtensionPoint.RESERVE):
         assert "DynamicResources" in [p.name for p in resolved.enabled(point)], point
     assert [p.name for p in resolved.enabled(ExtensionPoint.POST_FILTER)] == ["DynamicResources", "DefaultPreemption"]
     assert ("DynamicResources", 2) in [(p.name, p.weight) for p in resolved.enabled(ExtensionPoint.SCORE)]
     status = pipeline_status(resolved)
-    assert status["standInPlugins"] == []
     assert status["omittedDefaultPlugins"] == []
 
 

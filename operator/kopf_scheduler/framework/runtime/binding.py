@@ -87,9 +87,6 @@ class BindingRunner(PluginTimer):
     def will_wait_on_permit(self, pod: PodInfo) -> bool:
         return pod.uid in self.waiting_pods
 
-    def get_waiting_pod(self, uid: str) -> WaitingPod | None:
-        return self.waiting_pods.get(uid)
-
     def reject_waiting_pod(self, uid: str) -> bool:
         waiting = self.waiting_pods.get(uid)
         if waiting is None:

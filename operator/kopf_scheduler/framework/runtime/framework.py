@@ -138,25 +138,6 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner):
     def has_score_plugins(self) -> bool:
         return bool(self.score_plugins)
 
-    def list_plugins(self) -> dict[ExtensionPoint, list[str]]:
-        """Effective plugin names per extension point, in run order (for the profile's status)."""
-        lists = {
-            ExtensionPoint.PRE_ENQUEUE: self.pre_enqueue_plugins,
-            ExtensionPoint.QUEUE_SORT: (("", self.queue_sort_plugin),),
-            ExtensionPoint.PRE_FILTER: self.pre_filter_plugins,
-            ExtensionPoint.FILTER: self.filter_plugins,
-            ExtensionPoint.POST_FILTER: self.post_filter_plugins,
-            ExtensionPoint.PRE_SCORE: self.pre_score_plugins,
-            ExtensionPoint.SCORE: self.score_plugins,
-            ExtensionPoint.RESERVE: self.reserve_plugins,
-            ExtensionPoint.PERMIT: self.permit_plugins,
-            ExtensionPoint.PRE_BIND: self.pre_bind_plugins,
-            ExtensionPoint.BIND: self.bind_plugins,
-            ExtensionPoint.POST_BIND: self.post_bind_plugins,
-        }
-        result = {point: [name or plugin.name for name, plugin in entries] for point, entries in lists.items()}
-        return {point: names for point, names in result.items() if names}
-
     # -- queue -----------------------------------------------------------------------------------------
     def run_pre_enqueue_plugins(self, pod: PodInfo) -> Status:
         """First non-success verdict (stamped with its plugin) keeps the pod out of the active queue."""

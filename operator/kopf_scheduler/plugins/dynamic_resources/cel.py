@@ -27,8 +27,8 @@ Differences from upstream, on purpose or for want of a type checker (celpy has n
   "operation interrupted".
 
 Errors: :class:`CelError` (:class:`CelCompileError` from ``compile``) carries cel-go's text; upstream's allocator
-wraps it as "claim ns/name: selector #0: CEL runtime error: no such key: model" (``selector_error_message``) and
-stops the allocation. Errors inside ``||``/``&&`` are absorbed as in cel-go (``x.missing || true`` is true).
+wraps it as "claim ns/name: selector #0: CEL runtime error: no such key: model" and stops the allocation.
+Errors inside ``||``/``&&`` are absorbed as in cel-go (``x.missing || true`` is true).
 
 Libraries, as upstream's base environment has them: quantity, semver, regex (``find``/``findAll``), lists
 (``isSorted``/``sum``/``min``/``max``/``indexOf``/``lastIndexOf``), strings v2 (``charAt``, ``indexOf``,
@@ -73,16 +73,6 @@ _INTERRUPTED = "operation interrupted: context deadline exceeded"
 
 class CelCompileError(CelError):
     """The expression does not compile (``SelectorCache.compile``); other :class:`CelError` are runtime errors."""
-
-
-def selector_error_message(owner: str, index: int, error: CelError) -> str:
-    """Upstream allocator's ``selectorsMatch`` wording for a selector that failed (allocation stops there).
-
-    ``owner`` is ``"class <DeviceClass name>"`` or ``"claim <namespace>/<name>"``; ``index`` counts the selectors
-    of that class or request from 0: "claim default/c: selector #0: CEL runtime error: no such key: model".
-    """
-    kind = "compile" if isinstance(error, CelCompileError) else "runtime"
-    return f"{owner}: selector #{index}: CEL {kind} error: {error}"
 
 
 # ---------------------------------------------------------------------------------------------------------------

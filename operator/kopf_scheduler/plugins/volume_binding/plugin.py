@@ -292,7 +292,7 @@ class VolumeBinding(PreFilterPlugin, NodeFilterPlugin, PreScorePlugin, ScorePlug
             ClusterEventWithHint(ClusterEvent(EventResource.STORAGE_CLASS, add_or_update), storage_class_hint),
             ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME_CLAIM, add_or_update), claim_hint),
             ClusterEventWithHint(ClusterEvent(EventResource.PERSISTENT_VOLUME, add_or_update)),
-            # With QueueingHints on (1.36) upstream no longer registers UpdateNodeTaint here.
+            # With QueueingHints on (1.36) upstream registers no UpdateNodeTaint here.
             ClusterEventWithHint(ClusterEvent(EventResource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL)),
             ClusterEventWithHint(ClusterEvent(EventResource.CSI_NODE, add_or_update), csi_node_hint),
             ClusterEventWithHint(ClusterEvent(EventResource.CSI_DRIVER, ActionType.UPDATE), csi_driver_hint),

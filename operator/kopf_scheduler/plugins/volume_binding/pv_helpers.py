@@ -194,26 +194,6 @@ def check_node_affinity(volume: Obj, node_labels: Mapping[str, str], memo: Selec
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
-def local_volume_node_names(volume: Obj) -> set[str]:
-    """Upstream ``GetLocalPersistentVolumeNodeNames``: the hostnames the PV's terms pin with ``hostname In``.
-
-    Within a term the ``In`` lists are intersected; terms are unioned; a term without such an expression adds
-    nothing (upstream's behaviour, kept).
-    """
-    required = (spec(volume).get("nodeAffinity") or {}).get("required")
-    if not required:
-        return set()
-    result: set[str] = set()
-    for term in required.get("nodeSelectorTerms") or ():
-        names: set[str] | None = None
-        for expr in term.get("matchExpressions") or ():
-            if expr.get("key") == HOSTNAME_LABEL and expr.get("operator") == "In":
-                values = set(expr.get("values") or ())
-                names = values if names is None else names & values
-        result |= names or set()
-    return result
-
-
 def match_topology_selector_terms(terms: Iterable[Mapping[str, Any]] | None, labels: Mapping[str, str]) -> bool:
     """Upstream ``MatchTopologySelectorTerms``: no terms match everything; else any term whose every
     ``matchLabelExpressions`` entry finds the label with one of its values (a term without entries, or an
