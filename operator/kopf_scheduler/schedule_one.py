@@ -415,7 +415,6 @@ class ScheduleOne:
         qpod.clear_rejector_plugins()
         if reason == "Unschedulable":
             qpod.unschedulable_plugins.update(plugins)
-        qpod.last_failure_message = message
         if uid in self._unassigned:
             runtime.queue.add_unschedulable_if_not_present(qpod)
         runtime.queue.done(uid)

@@ -57,8 +57,6 @@ class QueuedPodInfo:
     pending_plugins: set[str] = field(default_factory=set)
     #: Rejected by PreEnqueue: parked in unschedulablePods, never popped, no FailedScheduling event.
     gated: bool = False
-    #: The message of the pod's last failed attempt, as the scheduling cycle records it; the queue never reads it.
-    last_failure_message: str = ""
     # -- beyond the contract --------------------------------------------------------------------------------
     #: Failures with a rejecting plugin; drives the backoff (1.35+).
     unschedulable_count: int = 0
