@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -141,11 +141,6 @@ class NodeTable:
             self.requested = np.hstack([self.requested, zeros.copy()])
         return index
 
-    def _resource_column_made(self, name: str) -> int:
-        column = self.resource_column(name, create=True)
-        assert column is not None  # create=True always answers a column
-        return column
-
     def _add_requests(self, slot: int, requests: Mapping[str, int], sign: int) -> None:
         index = self.resource_index
         for name, value in requests.items():
@@ -185,7 +180,8 @@ class NodeTable:
                 if value:
                     column = index.get(name)
                     if column is None:  # a new column (before ``requested`` is indexed below: it is re-made)
-                        column = self._resource_column_made(name)
+                        column = self.resource_column(name, create=True)
+                        assert column is not None  # create=True always answers a column
                     rows.append(row)
                     columns.append(column)
                     values.append(value)
@@ -201,7 +197,8 @@ class NodeTable:
 
     def set_allocatable(self, slot: int, allocatable: dict[str, int]) -> None:
         """The node's allocatable; a new :attr:`version` only when it changed (most node updates are status)."""
-        columns = [self._resource_column_made(name) for name in allocatable]
+        # create=True answers a column for every name
+        columns = cast(list[int], [self.resource_column(name, create=True) for name in allocatable])
         row = np.zeros(len(self.resources), dtype=np.int64)
         row[columns] = list(allocatable.values())
         if not np.array_equal(row, self.allocatable[slot]):
