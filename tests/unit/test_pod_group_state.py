@@ -5,6 +5,7 @@ that re-copies only the groups whose generation moved."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
@@ -73,7 +74,7 @@ def test_pod_counts() -> None:
         pgs.add_pod(pod)
     assert (pgs.all_pods_count(), pgs.scheduled_pods_count()) == (3, 1)
 
-    steps = [
+    steps: list[tuple[Callable[[], None], int]] = [
         (lambda: pgs.assume_pod(pod1), 2),  # unscheduled → assumed
         (lambda: pgs.assume_pod(pod3), 2),  # already assigned: no change
         (lambda: pgs.assume_pod(pod4), 2),  # not in the group: ignored
@@ -143,9 +144,11 @@ def test_assume_of_a_pod_held_with_a_node_makes_it_assigned_and_forget_keeps_it_
     assigned = member("p1", node="n1")
     pgs.add_pod(assigned)
     pgs.assume_pod(assigned)
-    assert (pgs.assumed_pod_uids(), pgs.assigned_pod_uids()) == (frozenset(), {"p1"})
+    assert pgs.assumed_pod_uids() == frozenset()
+    assert pgs.assigned_pod_uids() == {"p1"}
     pgs.forget_pod("p1")
-    assert (pgs.assumed_pod_uids(), pgs.assigned_pod_uids()) == (frozenset(), {"p1"})
+    assert pgs.assumed_pod_uids() == frozenset()
+    assert pgs.assigned_pod_uids() == {"p1"}
 
 
 def test_delete_takes_the_pod_out_of_every_set() -> None:

@@ -51,4 +51,5 @@ def test_the_group_survives_the_copies_the_cache_makes() -> None:
     assert newer.scheduling_group_key == ("ns", "pg")
     assert cache.add_or_update_pod(_member(uid="u2", node_name="n1")) is not None
     bound = cache.pod("u2")
-    assert bound is not None and bound.scheduling_group == "pg"
+    assert bound is not None
+    assert bound.scheduling_group == "pg"
