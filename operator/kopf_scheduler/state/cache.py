@@ -3,8 +3,10 @@
 Upstream's scheduler cache, restated: NodeInfo per node (its pods, used host ports, images), pods that
 are *assumed* on a node the moment a cycle picks it (so the next cycle already sees the resources gone)
 and *forgotten* if binding fails, plus the node tree that interleaves zones. Unlike upstream there is no
-copying snapshot: the scheduling cycle runs synchronously between events, so :meth:`snapshot` is a cheap
-view that only caches the node order. Numbers the plugins compare live in :class:`NodeTable` columns.
+copying snapshot of the nodes: the scheduling cycle runs synchronously between events, so :meth:`snapshot` is
+a cheap view that only caches the node order. Numbers the plugins compare live in :class:`NodeTable` columns.
+Pod groups (workload-aware scheduling) are kept as upstream's cache keeps them (``pod_group_state.py``), with
+the copy a pod-group cycle changes as it tries placements.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from kopf_scheduler.state.node_table import NodeTable
 from kopf_scheduler.state.objects import ClusterObjects
+from kopf_scheduler.state.pod_group_state import PodGroupSnapshot, PodGroupStates
 from kopf_scheduler.state.pod_info import HostPort, PodInfo, pod_uid, same_scheduling_inputs
 from kopf_scheduler.state.quantity import resource_value
 from kopf_scheduler.state.selector_counts import SelectorPodCounts
@@ -147,6 +150,10 @@ class ClusterCache:
         self.objects = ClusterObjects()
         #: Scheduler-wide state a plugin keeps for every profile, one instance per type (:meth:`shared`).
         self._shared: dict[type[Any], Any] = {}
+        #: Every known pod group's members, unscheduled, assumed and assigned (upstream ``podGroupStates``).
+        self.pod_groups = PodGroupStates()
+        #: The copy of :attr:`pod_groups` a cycle reads, brought up to date by :meth:`update_pod_group_snapshot`.
+        self.pod_group_snapshot = PodGroupSnapshot()
         self.generation = 0
 
     # -- nodes ---------------------------------------------------------------------------------------
@@ -266,6 +273,9 @@ class ClusterCache:
         server adds; a kubelet's status update) keeps the parsed PodInfo and takes only the new object and
         labels: parsing a pod again (quantities, tolerations, ports) was most of what a bound pod's watch event
         cost us.
+
+        A member of a pod group leaves its group and joins it again as the new version (upstream's cache
+        updates a pod as remove and add): the watch event that confirms an assumed member makes it assigned.
         """
         old = self._pods.get(pod_uid(obj))
         if old is None or not same_scheduling_inputs(old.obj, obj, but_labels=True):
@@ -274,37 +284,54 @@ class ClusterCache:
             pod = old.with_obj(obj)
             if self._replace(old, pod):
                 self._assumed.discard(pod.uid)
+                if pod.scheduling_group is not None:  # the same spec: the same group as ``old``'s
+                    self.pod_groups.remove_member(old)
+                    self.pod_groups.add_member(pod)
                 return pod
         if old is not None:
             self._detach(old)
             self._assumed.discard(pod.uid)
+            if old.scheduling_group is not None:
+                self.pod_groups.remove_member(old)
         if not pod.node_name or pod.phase in TERMINAL_PHASES:
             return None
         self._add(pod)
+        if pod.scheduling_group is not None:
+            self.pod_groups.add_member(pod)
         return pod
 
-    def remove_pod(self, uid: str) -> None:
+    def remove_pod(self, uid: str, *, dry_run: bool = False) -> None:
+        """Drop the pod (its delete event; upstream ``RemovePod``): a member leaves its pod group, and a group
+        whose last member left is dropped. A ``dry_run`` (preemption's victims, put back by :meth:`restore_pod`)
+        leaves the pod groups alone: upstream dry-runs on copies of NodeInfos."""
         pod = self._pods.get(uid)
         if pod is not None:
             self._detach(pod)
             self._assumed.discard(uid)
+            if pod.scheduling_group is not None and not dry_run:
+                self.pod_groups.remove_member(pod)
 
     def restore_pod(self, pod: PodInfo, *, assumed: bool) -> None:
-        """Put back the very pod object :meth:`remove_pod` took off (a dry run, e.g. preemption's), with its
-        assumed mark; unlike :meth:`assume` or :meth:`add_or_update_pod` nothing is copied or re-parsed."""
+        """Put back the very pod object :meth:`remove_pod` took off in a dry run (e.g. preemption's), with its
+        assumed mark; unlike :meth:`assume` or :meth:`add_or_update_pod` nothing is copied or re-parsed, and the
+        pod groups (which the dry run left alone) are not touched."""
         if pod.uid in self._pods:
             raise ValueError(f"pod {pod.key} is already in the cache")
         self._add(pod)
         if assumed:
             self._assumed.add(pod.uid)
 
-    def assume(self, pod: PodInfo, node_name: str) -> PodInfo:
-        """Account ``pod`` on ``node_name`` before the Binding lands (upstream ``AssumePod``)."""
+    def assume(self, pod: PodInfo, node_name: str, *, dry_run: bool = False) -> PodInfo:
+        """Account ``pod`` on ``node_name`` before the Binding lands (upstream ``AssumePod``); a member of a pod
+        group becomes assumed there. A ``dry_run`` (a Filter pass with nominated pods accounted, undone by
+        :meth:`forget` with ``dry_run``) leaves the pod groups alone: upstream adds those pods to a NodeInfo copy."""
         if pod.uid in self._pods:
             raise ValueError(f"pod {pod.key} is already in the cache")
         assumed = self.placed_copy(pod, node_name)
         self._add(assumed)
         self._assumed.add(assumed.uid)
+        if assumed.scheduling_group is not None and not dry_run:
+            self.pod_groups.assume_member(assumed)
         return assumed
 
     @staticmethod
@@ -314,10 +341,39 @@ class ClusterCache:
         # The pending pod's parsed requests hold for the copy: only where it runs changes.
         return dataclasses.replace(pod, raw=obj, node_name=node_name, memo=dict(pod.memo))
 
-    def forget(self, uid: str) -> None:
-        """Undo :meth:`assume` after a failed bind; a pod already confirmed by a watch event stays."""
+    def forget(self, uid: str, *, dry_run: bool = False) -> None:
+        """Undo :meth:`assume` after a failed bind (upstream ``ForgetPod``); a pod already confirmed by a watch
+        event stays. A member of a pod group returns to unscheduled there (unless ``dry_run``, as :meth:`assume`)."""
         if uid in self._assumed:
-            self.remove_pod(uid)
+            pod = self._pods[uid]
+            self._detach(pod)
+            self._assumed.discard(uid)
+            if pod.scheduling_group is not None and not dry_run:
+                self.pod_groups.forget_member(pod)
+
+    # -- pending members of pod groups (upstream ``AddPodGroupMember`` and its siblings) -------------
+    def add_pod_group_member(self, pod: PodInfo) -> None:
+        """A new pending pod of our profiles joins its pod group as unscheduled (the event handlers' add of an
+        unscheduled pod); pods of no group are ignored."""
+        if pod.scheduling_group is not None:
+            self.pod_groups.add_member(pod)
+
+    def update_pod_group_member(self, old: PodInfo, new: PodInfo) -> None:
+        """A newer version of a pending member (the event handlers' update of an unscheduled pod)."""
+        if new.scheduling_group is not None:
+            self.pod_groups.update_member(old, new)
+
+    def remove_pod_group_member(self, pod: PodInfo) -> None:
+        """A pending member deleted from the cluster leaves its group (not one that got bound: the cache's own
+        path moves that one)."""
+        if pod.scheduling_group is not None:
+            self.pod_groups.remove_member(pod)
+
+    def update_pod_group_snapshot(self) -> PodGroupSnapshot:
+        """Bring :attr:`pod_group_snapshot` up to date for a cycle (upstream ``UpdateSnapshot``'s pod-group part):
+        only the groups changed since the last update are copied again."""
+        self.pod_groups.update_snapshot(self.pod_group_snapshot)
+        return self.pod_group_snapshot
 
     def is_assumed(self, uid: str) -> bool:
         return uid in self._assumed
@@ -618,6 +674,12 @@ class Snapshot:
     @property
     def num_nodes(self) -> int:
         return len(self.order)
+
+    @property
+    def pod_group_states(self) -> PodGroupSnapshot:
+        """The cycle's copy of the pod groups (upstream ``Snapshot.PodGroupStates``), as last brought up to date
+        by :meth:`ClusterCache.update_pod_group_snapshot`."""
+        return self.cache.pod_group_snapshot
 
     def node_info(self, slot: int) -> NodeInfo:
         return self.cache.node_at(slot)

@@ -32,6 +32,8 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 _POD_LEVEL_RESOURCES = ("cpu", "memory")
 
 Resources = dict[str, int]
+#: A pod group as upstream keys its state: (namespace, podGroupName).
+PodGroupKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,15 @@ class PodInfo:
     nominated_node: str = ""
     #: ``status.startTime`` as written (preemption orders victims by it: read without decoding a compact object).
     start_time: str = ""
+    #: ``spec.schedulingGroup.podGroupName``: the pod group of workload-aware scheduling the pod belongs to, None
+    #: for the pods of no group (nearly all). Parsed with the spec, so a compact pod is never decoded to ask.
+    scheduling_group: str | None = None
+
+    @property
+    def scheduling_group_key(self) -> PodGroupKey | None:
+        """(namespace, podGroupName), the key upstream keeps the group's state by; None without a group."""
+        group = self.scheduling_group
+        return None if group is None else (self.namespace, group)
 
     @property
     def obj(self) -> dict[str, Any]:
@@ -174,7 +185,16 @@ class PodInfo:
             resource_version=_resource_version(obj),
             nominated_node=_nominated_node(obj),
             start_time=_start_time(obj),
+            scheduling_group=_scheduling_group(spec),
         )
+
+
+def _scheduling_group(spec: Mapping[str, Any]) -> str | None:
+    """``spec.schedulingGroup.podGroupName`` (interned: a group's pods share it). The API requires the name
+    whenever the field is set; a group without one counts as none (upstream would dereference a nil name)."""
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return intern(name) if isinstance(name, str) else None
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:

@@ -367,7 +367,7 @@ class FilterRunner(PluginTimer):
             for nominated_pod in nominated:
                 if cache.pod(nominated_pod.uid) is not None:
                     continue
-                assumed = cache.assume(nominated_pod, node.name)
+                assumed = cache.assume(nominated_pod, node.name, dry_run=True)
                 added.append(assumed)
                 status = self.run_pre_filter_extension_add_pod(state_with, pod, assumed, node)
                 if not status.is_success:
@@ -375,7 +375,7 @@ class FilterRunner(PluginTimer):
             first = self.run_filter_plugins(state_with, pod, one, snapshot, positions=at, statuses=scratch)
         finally:
             for assumed in added:
-                cache.forget(assumed.uid)
+                cache.forget(assumed.uid, dry_run=True)
         if first.error is not None or not len(first.feasible_positions) or not added:
             statuses.extend(scratch)
             return FilterOutcome(first.feasible, first.feasible_positions, statuses, first.error)

@@ -39,7 +39,7 @@ class DryRunRemoval:
 
     def remove(self, pod: PodInfo) -> None:
         assumed = self.cache.is_assumed(pod.uid)
-        self.cache.remove_pod(pod.uid)
+        self.cache.remove_pod(pod.uid, dry_run=True)
         self._removed[pod.uid] = (pod, assumed)
 
     def restore(self, uid: str) -> None:
