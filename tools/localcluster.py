@@ -75,6 +75,21 @@ KWOK_STAGES_FILE = "kwok-stages.yaml"
 #: The bearer token of the cluster admin (user ``admin`` in ``system:masters``). Local and throwaway.
 ADMIN_USER = "admin"
 
+#: The alpha feature gates the control plane runs with, and the API versions that must be enabled for them. Upstream
+#: 1.36's workload-aware scheduling: kube-apiserver serves Workload and PodGroup (scheduling.k8s.io/v1alpha2) and
+#: keeps ``pod.spec.schedulingGroup`` only with GenericWorkload on; kube-controller-manager's
+#: podgroup-protection controller (GenericWorkload too) lifts the finalizer the PodGroupProtection admission plugin
+#: puts on every PodGroup, or no PodGroup (nor its namespace) could ever be deleted. kube-scheduler, the oracle,
+#: keeps its defaults: its gates decide which plugins the default profile has.
+FEATURE_GATES: tuple[str, ...] = ("GenericWorkload",)
+RUNTIME_CONFIG: tuple[str, ...] = ("scheduling.k8s.io/v1alpha2",)
+
+
+def feature_gates_flag() -> str:
+    """``--feature-gates=A=true,B=true`` from :data:`FEATURE_GATES`."""
+    return "--feature-gates=" + ",".join(f"{gate}=true" for gate in FEATURE_GATES)
+
+
 #: Prefix of every directory a cluster creates, followed by the owner's pid, so stale ones can be swept.
 _DIR_PREFIX = "kopf-scheduler-cluster-"
 
@@ -556,6 +571,8 @@ class LocalCluster:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",  # no kubernetes Service endpoints pointing at 127.0.0.1
+            feature_gates_flag(),
+            "--runtime-config=" + ",".join(f"{version}=true" for version in RUNTIME_CONFIG),
         ]
         if self.mode == "light":
             # No controller-manager: nobody creates default ServiceAccounts or lifts the not-ready taint.
@@ -616,6 +633,7 @@ class LocalCluster:
             # React to kwok's heartbeats quickly (kwok renews leases every ~10 s with a 40 s lease).
             "--node-monitor-period=1s",
             "--node-monitor-grace-period=60s",
+            feature_gates_flag(),
         ]
         args += self.extra_args["kube-controller-manager"]
         self._spawn("kube-controller-manager", args, ports={"secure": port})

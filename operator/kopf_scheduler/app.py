@@ -64,7 +64,7 @@ from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.standby import PauseToggle, WarmStandby
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.unassigned_pods import UnassignedPods
-from kopf_scheduler.watched import WATCHED_KINDS, Feed
+from kopf_scheduler.watched import WATCHED_KINDS, WORKLOAD_API_KINDS, Feed
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -303,6 +303,14 @@ class SchedulerApp:
 
     async def ensure_reconciled(self) -> None:
         await self.watch.ensure_reconciled()
+
+    @property
+    def workload_api_served(self) -> bool:
+        """The API server serves upstream's workload-aware scheduling API (scheduling.k8s.io/v1alpha2 Workload and
+        PodGroup), as the discovery before the first reconciling LIST found (``EventHandlers.discover``); False
+        until then."""
+        served = self.watch.served_optional or frozenset()
+        return all(kind in served for kind in WORKLOAD_API_KINDS)
 
     # -- pauses and kopf's watches (standby.py) ------------------------------------------------------
     def follow_pauses(self, paused: PauseToggle) -> None:

@@ -276,10 +276,10 @@ def _what_if_pod(api: Any, pod: str, namespace: str) -> dict[str, Any]:
 
 
 def _read_cluster(api: Any) -> dict[str, list[dict[str, Any]]]:
-    from kopf_scheduler.kube.reader import list_objects
+    from kopf_scheduler.kube.reader import api_resources, list_objects
     from kopf_scheduler.whatif import read_cluster
 
-    return read_cluster(lambda path: list_objects(api, path))
+    return read_cluster(lambda path: list_objects(api, path), lambda prefix: api_resources(api, prefix))
 
 
 def _add_serving_flags(run: argparse.ArgumentParser) -> None:

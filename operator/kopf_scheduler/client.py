@@ -1,10 +1,10 @@
 """The one I/O seam between the operator's parts and the API server.
 
-:class:`Client` lists the calls the event handlers (the reconciling LIST), the binding cycle (Bind through the
-DefaultBinder plugin, PUT of PVs and claims through VolumeBinding's PreBind) and reporting (events, the
-PodScheduled condition) make. ``kube.KubeClient`` implements it over HTTP; unit tests pass a fake of the same
-shape. It lives in its own module so that every part can name it without importing the composition root
-(``app.py``), and there stays exactly one such seam.
+:class:`Client` lists the calls the event handlers (the reconciling LIST, the discovery of optional APIs), the
+binding cycle (Bind through the DefaultBinder plugin, PUT of PVs and claims through VolumeBinding's PreBind) and
+reporting (events, the PodScheduled condition) make. ``kube.KubeClient`` implements it over HTTP; unit tests pass a
+fake of the same shape. It lives in its own module so that every part can name it without importing the
+composition root (``app.py``), and there stays exactly one such seam.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ class Client(Protocol):
     async def delete_resource_claim(self, *, namespace: str, name: str) -> None: ...
 
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> None: ...
+
+    async def api_resources(self, api_prefix: str) -> set[str] | None:
+        """Discovery: the resources (plurals, and subresources as ``plural/sub``) the API server serves under
+        ``api_prefix`` (``/apis/<group>/<version>``); None when it does not serve that group version (404)."""
+        ...
 
     def list_pages(
         self, path: str, *, on_version: Callable[[str], None] | None = None, slim_items: bool = False

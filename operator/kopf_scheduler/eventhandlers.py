@@ -28,6 +28,12 @@ kopf lists each kind too before it watches it; where our LIST can stand in for k
 client-go's reflector watches from its own LIST: every object is listed and decoded once, not twice, and
 kopf hands no listed object to the handlers (``kopf_hooks.start_watches_from_our_lists``, installed by
 ``handlers.py``).
+
+The optional kinds of ``watched.py`` (an alpha API a cluster may not serve: Workload and PodGroup) are listed and
+followed only where the API server serves them: :meth:`EventHandlers.discover` asks once, before the first
+reconciling LIST, with one discovery GET per API group version (upstream's informers for them start only with
+their feature gate on). kopf finds the same by its own scan and watches none of them that is not served; a
+watch event of one that arrives anyway still lands in ``cache.objects``.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from kopf_scheduler.state.objects import Key, object_key
 from kopf_scheduler.state.pod_info import PodInfo, same_scheduling_inputs
 from kopf_scheduler.state.selectors import LabelSelector
 from kopf_scheduler.unassigned_pods import UnassignedPods
-from kopf_scheduler.watched import WATCHED_KINDS, Feed, WatchedKind, of_feed
+from kopf_scheduler.watched import WATCHED_KINDS, Feed, WatchedKind, of_feed, optional_by_api
 
 logger = logging.getLogger("kopf_scheduler")
 
@@ -117,6 +123,9 @@ class EventHandlers:
         #: standby follows it); paths whose watch kopf has streamed since the last pause (:meth:`version_for_watch`).
         self._versions: dict[str, str] = {}
         self._handed: set[str] = set()
+        #: The optional kinds (``watched.py``) the API server serves: None until :meth:`discover` has asked.
+        self._served_optional: frozenset[str] | None = None
+        self._discovery_lock = asyncio.Lock()
         #: Kind → how its watch events are applied: the feed its row in ``watched.py`` names.
         self._appliers: dict[str, EventApplier] = {watched.kind: self._applier(watched) for watched in WATCHED_KINDS}
 
@@ -309,6 +318,41 @@ class EventHandlers:
         for runtime in self._profiles.values():
             runtime.queue.move_all_to_active_or_backoff(event, old, new, pre_check=pre_check)
 
+    # -- which optional kinds are served (discovery) ----------------------------------------------------
+    @property
+    def served_optional(self) -> frozenset[str] | None:
+        """The optional kinds the API server serves (:meth:`discover`); None before it has asked."""
+        return self._served_optional
+
+    async def discover(self) -> frozenset[str]:
+        """Which optional kinds (``watched.py``) the API server serves: asked once (one discovery GET per API group
+        version), then remembered for the process's life. A group version it does not serve is logged at INFO,
+        one line naming it; a failed GET is logged as a warning and its kinds count as not served. Without a
+        client (before kopf's login) nothing is asked and nothing is served."""
+        async with self._discovery_lock:
+            if self._served_optional is not None:
+                return self._served_optional
+            client = self._client()
+            if client is None:
+                return frozenset()
+            served: set[str] = set()
+            for prefix, rows in optional_by_api().items():
+                api = prefix.removeprefix("/apis/")
+                try:
+                    resources = await client.api_resources(prefix)
+                except Exception as error:  # the app runs on without the optional API
+                    logger.warning("discovery of %s failed (%s): %s not watched", api, error, _kinds(rows))
+                    continue
+                missing = [watched for watched in rows if watched.plural not in (resources or ())]
+                if missing:
+                    logger.info("the API server does not serve %s %s: not watched", api, _kinds(missing))
+                served.update(watched.kind for watched in rows if watched not in missing)
+            self._served_optional = frozenset(served)
+            return self._served_optional
+
+    def _is_listed(self, watched: WatchedKind) -> bool:
+        return not watched.optional or watched.kind in (self._served_optional or ())
+
     # -- authoritative re-list -----------------------------------------------------------------------
     def invalidate(self) -> None:
         """kopf has paused the replica and stopped its watches: they may miss deletions from now on, so the cache
@@ -334,6 +378,7 @@ class EventHandlers:
         async with self._reconcile_lock:
             if self._reconciled or self._client() is None:
                 return
+            await self.discover()
             self._listing = True
             try:
                 pods = await self._reconcile_every_kind()
@@ -358,6 +403,7 @@ class EventHandlers:
         per-object work took longer than ours (docs/benchmarks.md). A second request before the next pause
         (kopf re-lists after a 410 Gone, or its watch restarted) gets None.
         """
+        await self.discover()
         if path not in self._listed_paths() or path in self._handed:
             return None
         self._handed.add(path)  # from here on kopf streams the path (from our version, or from its own LIST)
@@ -370,10 +416,11 @@ class EventHandlers:
         return version if self._reconciled and version else None
 
     def _lists(self) -> list[_ListedKind]:
-        """What a reconciling LIST lists, kind by kind (every row of ``watched.py``): the nodes, then the pods
-        (:meth:`_reconcile_every_kind` returns their uids), then the others in the table's order."""
+        """What a reconciling LIST lists, kind by kind (every row of ``watched.py`` but the optional ones the API
+        server does not serve): the nodes, then the pods (:meth:`_reconcile_every_kind` returns their uids), then the
+        others in the table's order."""
         first = (*of_feed(Feed.NODE), *of_feed(Feed.POD))
-        rest = [watched for watched in WATCHED_KINDS if watched not in first]
+        rest = [watched for watched in WATCHED_KINDS if watched not in first and self._is_listed(watched)]
         return [self._listed_kind(watched) for watched in (*first, *rest)]
 
     def _listed_kind(self, watched: WatchedKind) -> _ListedKind:
@@ -535,6 +582,11 @@ class EventHandlers:
             obj = storage.get(kind, name, namespace)
             if obj is not None and not self._watched_meanwhile(obj):
                 self.on_object_event(kind, "DELETED", obj)
+
+
+def _kinds(rows: Iterable[WatchedKind]) -> str:
+    """The rows' plurals, for a log line."""
+    return ", ".join(watched.plural for watched in rows)
 
 
 # -- raw objects ---------------------------------------------------------------------------------------

@@ -8,6 +8,12 @@ what-if`` reads (``whatif.py``); ``tests/unit/test_watched.py`` checks the chart
 Adding a watched kind is one row here plus its store (for :attr:`Feed.OBJECTS`, nothing more: ``cache.objects``
 holds any kind of this table).
 
+An *optional* row is an API a cluster may not serve: upstream 1.36's workload-aware scheduling API
+(scheduling.k8s.io/v1alpha2 Workload and PodGroup) is alpha, served only with kube-apiserver's GenericWorkload
+feature gate and ``--runtime-config=scheduling.k8s.io/v1alpha2=true``. The operator finds at start-up which
+optional rows are served (one discovery GET per API group version, ``EventHandlers.discover``) and lists and
+follows only those; kopf skips the resources a cluster does not serve on its own; what-if does the same discovery.
+
 The order is one in which each object finds what it refers to (namespaces and nodes first, pods last): what-if
 feeds its model in this order.
 """
@@ -50,6 +56,8 @@ class WatchedKind:
     cluster_event: bool = False
     #: The chart's ClusterRole grants ``get`` besides ``list`` and ``watch`` (as upstream's system:kube-scheduler).
     get: bool = False
+    #: The API server may not serve it (an alpha API): watched only where discovery finds it served.
+    optional: bool = False
 
     @property
     def api_prefix(self) -> str:
@@ -79,6 +87,7 @@ class WatchedKind:
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 _CORE, _APPS, _STORAGE, _POLICY, _RESOURCE = "", "apps", "storage.k8s.io", "policy", "resource.k8s.io"
+_SCHEDULING = "scheduling.k8s.io"
 _OBJECTS = Feed.OBJECTS
 
 #: Every kind the operator watches, in an order that lets each object find what it refers to.
@@ -108,6 +117,10 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     WatchedKind("ResourceSlice", _RESOURCE, "v1", "resourceslices", False, _OBJECTS, cluster_event=True, get=True),
     WatchedKind("ResourceClaim", _RESOURCE, "v1", "resourceclaims", True, _OBJECTS, cluster_event=True, get=True),
     WatchedKind("ResourceClaimTemplate", _RESOURCE, "v1", "resourceclaimtemplates", True, _OBJECTS, get=True),
+    # Workload-aware scheduling's API (alpha, optional): pods name their PodGroup in spec.schedulingGroup, a
+    # PodGroup may name its Workload's template. Upstream's system:kube-scheduler reads PodGroups (get, list, watch).
+    WatchedKind("Workload", _SCHEDULING, "v1alpha2", "workloads", True, _OBJECTS, optional=True),
+    WatchedKind("PodGroup", _SCHEDULING, "v1alpha2", "podgroups", True, _OBJECTS, get=True, optional=True),
     WatchedKind("Pod", _CORE, "v1", "pods", True, Feed.POD, get=True),
 )
 
@@ -120,4 +133,16 @@ def of_feed(feed: Feed) -> tuple[WatchedKind, ...]:
     return tuple(watched for watched in WATCHED_KINDS if watched.feed is feed)
 
 
-__all__ = ["BY_KIND", "WATCHED_KINDS", "Feed", "WatchedKind", "of_feed"]
+def optional_by_api() -> dict[str, tuple[WatchedKind, ...]]:
+    """The optional rows by the API group version that serves them (``api_prefix``: one discovery GET each)."""
+    by_api: dict[str, tuple[WatchedKind, ...]] = {}
+    for watched in WATCHED_KINDS:
+        if watched.optional:
+            by_api[watched.api_prefix] = (*by_api.get(watched.api_prefix, ()), watched)
+    return by_api
+
+
+#: The kinds of upstream's workload-aware scheduling API (what ``SchedulerApp.workload_api_served`` asks about).
+WORKLOAD_API_KINDS = ("Workload", "PodGroup")
+
+__all__ = ["BY_KIND", "WATCHED_KINDS", "WORKLOAD_API_KINDS", "Feed", "WatchedKind", "of_feed", "optional_by_api"]

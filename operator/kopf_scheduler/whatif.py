@@ -1,12 +1,13 @@
 """``kopf-scheduler what-if``: where a pod would go now, and why, computed offline on the live cluster's objects.
 
-The operator's answer comes from one cycle over its cache: ``Scheduler.schedule_pod`` on a snapshot, then
-PostFilter after a FitError. What-if makes that very cycle on a :class:`SchedulerApp` with no API client (as
-``kopf-scheduler validate`` builds profiles): the profile goes through ``apply_profile``, every object the
-operator watches (``watched.py``, in the table's order) goes through the same event handlers its kopf watches
-call (``SchedulerApp.on_watch_event``), and :meth:`OfflineScheduler.decide` runs the algorithm without assuming
-or binding, and PostFilter with preemption recorded instead of executed (its victims are named, nobody is evicted). So
-the node, the scores and the ``0/N nodes are available: ...`` text are the operator's own for the same state.
+The operator's answer comes from one cycle over its cache: ``Scheduler.schedule_pod`` on a snapshot, then PostFilter
+after a FitError. What-if makes that very cycle on a :class:`SchedulerApp` with no API client (as ``kopf-scheduler
+validate`` builds profiles): the profile goes through ``apply_profile``, every object the operator watches
+(``watched.py``, in the table's order; an optional kind only where the cluster serves it) goes through the same
+event handlers its kopf watches call (``SchedulerApp.on_watch_event``), and :meth:`OfflineScheduler.decide` runs the
+algorithm without assuming or binding, and PostFilter with preemption recorded instead of executed (its victims are
+named, nobody is evicted). So the node, the scores and the ``0/N nodes are available: ...`` text are the operator's
+own for the same state.
 Upstream has no such command; kube-scheduler-simulator needs its own copy of the cluster.
 
 Where it can differ from the operator's next real decision: the cluster changes in between; ties are broken
@@ -32,7 +33,7 @@ from kopf_scheduler.explain import capture_scores, explain_fit_error, format_fai
 from kopf_scheduler.framework import CycleState
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.pod_info import PodInfo
-from kopf_scheduler.watched import BY_KIND, WATCHED_KINDS
+from kopf_scheduler.watched import BY_KIND, WATCHED_KINDS, optional_by_api
 
 #: kind → its objects, as the API server listed them (items carry no ``kind``).
 ClusterObjects = Mapping[str, list[dict[str, Any]]]
@@ -259,9 +260,23 @@ def what_if(
     return verdicts
 
 
-def read_cluster(list_objects: Callable[[str], list[dict[str, Any]] | None]) -> dict[str, list[dict[str, Any]]]:
-    """Every watched kind's objects, by kind (a kind the API server does not serve is empty)."""
-    return {watched.kind: list(list_objects(watched.path) or ()) for watched in WATCHED_KINDS}
+def read_cluster(
+    list_objects: Callable[[str], list[dict[str, Any]] | None],
+    api_resources: Callable[[str], set[str] | None],
+) -> dict[str, list[dict[str, Any]]]:
+    """Every watched kind's objects, by kind (a kind the API server does not serve is empty).
+
+    An optional kind (``watched.py``) is listed only where discovery finds it served, as the operator does:
+    ``api_resources`` (one call per API group version) names the resources served there, None for none.
+    """
+    unserved: set[str] = set()
+    for prefix, rows in optional_by_api().items():
+        served = api_resources(prefix) or set()
+        unserved.update(watched.kind for watched in rows if watched.plural not in served)
+    return {
+        watched.kind: [] if watched.kind in unserved else list(list_objects(watched.path) or ())
+        for watched in WATCHED_KINDS
+    }
 
 
 # -- output ------------------------------------------------------------------------------------------------

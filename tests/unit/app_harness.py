@@ -52,6 +52,9 @@ class FakeClient:
         self.slim_lists: dict[str, bool] = {}
         #: Paths whose watch stream was closed (the connection released), in order.
         self.closed_watches: list[str] = []
+        #: Discovery: API group version path → the resources served there (absent: not served); the paths asked.
+        self.discovery: dict[str, set[str]] = {}
+        self.discovered: list[str] = []
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
         if name in self.bind_errors:
@@ -129,6 +132,10 @@ class FakeClient:
 
     async def write_room(self) -> None:
         return None
+
+    async def api_resources(self, api_prefix: str) -> set[str] | None:
+        self.discovered.append(api_prefix)
+        return self.discovery.get(api_prefix)
 
     async def list_all(self, path: str) -> list[dict[str, Any]]:
         return self.lists.get(path, [])

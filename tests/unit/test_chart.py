@@ -84,6 +84,9 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     allow("resource.k8s.io", ["resourceclaims"], ["get", "list", "watch", "update", "patch", "create", "delete"])
     allow("resource.k8s.io", ["resourceclaims/status"], ["get", "update", "patch"])
     allow("resource.k8s.io", ["resourceclaims/binding"], ["update", "patch"])  # 1.36 granular status authz
+    # Workload-aware scheduling's API (optional: watched where served); PodGroups as system:kube-scheduler.
+    allow("scheduling.k8s.io", ["workloads"], ["list", "watch"])
+    allow("scheduling.k8s.io", ["podgroups"], ["get", "list", "watch"])
     allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles/status"], ["patch"])
     allow("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])

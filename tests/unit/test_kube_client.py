@@ -288,6 +288,30 @@ def test_ensure_cluster_peering_reports_that_it_created_the_object() -> None:
     assert serve(routes, lambda c: c.ensure_cluster_peering("x")) is True
 
 
+def test_api_resources_reads_the_discovery_document_and_none_for_an_unserved_group_version() -> None:
+    async def served(request: web.Request) -> web.StreamResponse:
+        document = {"kind": "APIResourceList", "resources": [{"name": "podgroups"}, {"name": "podgroups/status"}]}
+        return web.Response(body=json.dumps(document), content_type="application/json")
+
+    async def forbidden(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPForbidden(text='{"message": "no discovery for you"}')
+
+    routes = {("GET", "/apis/scheduling.k8s.io/v1alpha2"): served, ("GET", "/apis/x.example/v1"): forbidden}
+
+    async def scenario(client: KubeClient) -> tuple[Any, Any, str]:
+        with pytest.raises(APIError) as refused:
+            await client.api_resources("/apis/x.example/v1")
+        return (
+            await client.api_resources("/apis/scheduling.k8s.io/v1alpha2"),
+            await client.api_resources("/apis/nope.example/v1"),
+            f"{refused.value.status} {refused.value}",
+        )
+
+    found, missing, refused = serve(routes, scenario)
+    assert (found, missing) == ({"podgroups", "podgroups/status"}, None)
+    assert refused.startswith("403")
+
+
 def test_claim_status_writes_put_and_patch_the_status_subresource_and_return_the_claim() -> None:
     seen: list[tuple[str, str]] = []
     path = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/status"

@@ -14,7 +14,7 @@ import yaml
 from kopf_scheduler import cli
 from kopf_scheduler.kube import reader
 from kopf_scheduler.kube.kubeconfig import Credentials
-from kopf_scheduler.kube.reader import ReadError, get_object, list_objects
+from kopf_scheduler.kube.reader import ReadError, api_resources, get_object, list_objects
 from kopf_scheduler.state.objects import KINDS
 from kopf_scheduler.whatif import (
     WATCHED_KINDS,
@@ -22,6 +22,7 @@ from kopf_scheduler.whatif import (
     WhatIfError,
     format_replay,
     format_verdict,
+    read_cluster,
     what_if,
 )
 from tests.unit.factories import make_node, make_pod
@@ -233,7 +234,8 @@ def test_the_command_reads_the_profile_by_name_and_the_pod_from_the_cluster(
     assert (pod["pod"], pod["result"], pod["node"], pod["topNodes"]) == ("default/w", "Schedulable", "n-big", ["n-big"])
     assert PROFILE_PATH in api.requests
     assert all(not urlsplit(path).path.endswith(("/binding", "/status", "/eviction")) for path in api.requests)
-    assert {urlsplit(path).path for path in api.requests} >= {w.path for w in WATCHED_KINDS}
+    required = {w.path for w in WATCHED_KINDS if not w.optional}
+    assert {urlsplit(path).path for path in api.requests} >= required
 
 
 def test_the_command_takes_profile_and_pod_files_and_replays_without_pod(
@@ -281,6 +283,50 @@ def test_a_refused_list_names_the_resource(use_api: Any, capsys: pytest.CaptureF
     use_api(api)
     assert cli.main(["what-if", "--profile", "p"]) == 1
     assert "list /apis/policy/v1/poddisruptionbudgets: HTTP 403" in capsys.readouterr().err
+
+
+WORKLOAD_API = "/apis/scheduling.k8s.io/v1alpha2"
+
+
+def test_what_if_skips_the_workload_api_where_the_cluster_does_not_serve_it(
+    use_api: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One discovery GET of scheduling.k8s.io/v1alpha2 (404: not served), and no LIST of its kinds."""
+    api = use_api(fake_cluster_api([profile_pod("w", "3")]))
+    assert cli.main(["what-if", "--profile", "p", "--pod", "default/w", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pods"][0]["node"] == "n-big"
+    paths = [urlsplit(path).path for path in api.requests]
+    assert paths.count(WORKLOAD_API) == 1
+    assert not [path for path in paths if path.startswith(WORKLOAD_API + "/")]
+
+
+def test_what_if_lists_the_workload_api_where_the_cluster_serves_it() -> None:
+    """Served (discovery names the resource): listed and fed; a served group without one of them skips only it."""
+    podgroup = {"metadata": {"name": "g", "namespace": "default", "uid": "g1", "resourceVersion": "1"}}
+    api = FakeAPI(
+        {
+            WORKLOAD_API: {
+                "kind": "APIResourceList",
+                "resources": [{"name": "podgroups"}, {"name": "podgroups/status"}],
+            },
+            f"{WORKLOAD_API}/podgroups": [podgroup],
+            f"{WORKLOAD_API}/workloads": [{"metadata": {"name": "never-listed"}}],
+        }
+    )
+    found = read_cluster(lambda path: list_objects(api, path), lambda prefix: api_resources(api, prefix))
+    assert (found["PodGroup"], found["Workload"]) == ([podgroup], [])
+    assert f"{WORKLOAD_API}/workloads" not in {urlsplit(path).path for path in api.requests}
+    model = OfflineScheduler({})
+    model.feed("PodGroup", podgroup)
+    assert model.app.cache.objects.get("PodGroup", "g", "default") == podgroup
+
+
+def test_discovery_reads_the_resource_names_and_none_for_an_unserved_api() -> None:
+    api = FakeAPI({WORKLOAD_API: {"resources": [{"name": "workloads"}, {"name": "podgroups"}]}})
+    assert api_resources(api, WORKLOAD_API) == {"workloads", "podgroups"}
+    assert api_resources(api, "/apis/nope.example/v1") is None
+    with pytest.raises(ReadError, match="HTTP 403"):
+        api_resources(FakeAPI({}, refuse=WORKLOAD_API), WORKLOAD_API)
 
 
 def test_reader_module_has_no_writing_verb() -> None:

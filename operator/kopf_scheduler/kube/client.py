@@ -235,6 +235,18 @@ class KubeClient:
             raise
         return True
 
+    async def api_resources(self, api_prefix: str) -> set[str] | None:
+        """The resource names of the API group version's discovery document (``GET /apis/<group>/<version>``);
+        None when the API server does not serve it (404)."""
+        try:
+            document = await self.request("GET", api_prefix)
+        except APIError as e:
+            if e.status == 404:
+                return None
+            raise
+        resources = document.get("resources") if isinstance(document, dict) else None
+        return {str(item.get("name")) for item in resources or () if isinstance(item, dict)}
+
     async def list_pages(
         self,
         path: str,

@@ -47,6 +47,15 @@ def get_object(api: Transport, path: str) -> dict[str, Any] | None:
     return _decoded(status, body, f"get {path}")
 
 
+def api_resources(api: Transport, api_prefix: str) -> set[str] | None:
+    """Discovery: the resource names the API server serves under ``api_prefix`` (``/apis/<group>/<version>``);
+    None when it does not serve that group version."""
+    document = get_object(api, api_prefix)
+    if document is None:
+        return None
+    return {str(item.get("name")) for item in document.get("resources") or () if isinstance(item, dict)}
+
+
 def _decoded(status: int, body: bytes, what: str) -> dict[str, Any]:
     try:
         decoded = json.loads(body or b"{}")
