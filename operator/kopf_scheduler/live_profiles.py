@@ -211,6 +211,9 @@ class ProfileHandle:
     def reject_waiting_pod(self, uid: str) -> bool:
         return any(runtime.framework.reject_waiting_pod(uid) for runtime in list(self._profiles.values()))
 
+    def allow_waiting_pod(self, uid: str, plugin: str) -> bool:
+        return any(runtime.framework.allow_waiting_pod(uid, plugin) for runtime in list(self._profiles.values()))
+
     def preempt_waiting_pod(self, uid: str, plugin: str) -> bool:
         return any(runtime.framework.preempt_waiting_pod(uid, plugin) for runtime in list(self._profiles.values()))
 

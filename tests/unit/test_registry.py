@@ -336,3 +336,15 @@ def test_example_package_imports_only_the_plugin_facing_api() -> None:
             elif isinstance(node, ast.Import):
                 imported.update(alias.name for alias in node.names)
     assert {name for name in imported if name.startswith("kopf_scheduler")} == {"kopf_scheduler.framework"}
+
+
+def test_no_in_tree_plugin_of_the_default_profile_is_workload_aware() -> None:
+    """A profile with ``spec: {}`` ignores ``spec.schedulingGroup``, as upstream with its workload gates off."""
+    from kopf_scheduler.api.profile import SchedulerProfileSpec
+    from kopf_scheduler.framework.builder import resolve_profile
+
+    registry = in_tree_registry()
+    framework = Framework(
+        resolve_profile("default-scheduler", SchedulerProfileSpec(), registry), registry, FakeHandle(make_cache([]))
+    )
+    assert framework.workload_aware is False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from kopf_scheduler.framework import Code
+from kopf_scheduler.framework.runtime.binding import BindingRunner
 from kopf_scheduler.framework.waiting_pods import WaitingPod
 from tests.unit.factories import make_pod, pod_info
 
@@ -39,3 +40,20 @@ def test_timeout_rejects_with_upstream_text_at_the_first_deadline() -> None:
     status = asyncio.run(waiting.wait())
     assert (status.code, status.plugin) == (Code.UNSCHEDULABLE, "Slow")
     assert status.message == "rejected due to timeout after waiting 10ms at plugin Slow"
+
+
+def test_allow_waiting_pod_releases_the_plugins_hold_through_the_handle() -> None:
+    """Upstream ``GetWaitingPod(uid).Allow``: the pod binds once no plugin holds it; an unknown pod is no-op."""
+
+    class Runner(BindingRunner):
+        def __init__(self) -> None:
+            self.waiting_pods: dict[str, WaitingPod] = {}
+
+    runner = Runner()
+    waiting = WaitingPod(pod_info(make_pod("p")), {"A": 30.0, "B": 30.0})
+    runner.waiting_pods[waiting.pod.uid] = waiting
+    assert runner.allow_waiting_pod(waiting.pod.uid, "A")
+    assert waiting.pending_plugins == ["B"]
+    assert runner.allow_waiting_pod(waiting.pod.uid, "B")
+    assert waiting.pending_plugins == []
+    assert not runner.allow_waiting_pod("nobody", "A")

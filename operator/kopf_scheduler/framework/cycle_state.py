@@ -17,7 +17,14 @@ COSTLY_FILTER = "kopf-scheduler/CostlyFilter"
 class CycleState:
     """A dict keyed by plugin-chosen strings; values should implement ``clone()`` if they are mutable."""
 
-    __slots__ = ("_data", "record_plugin_metrics", "skip_filter_plugins", "skip_pre_bind_plugins", "skip_score_plugins")
+    __slots__ = (
+        "_data",
+        "pod_group_cycle",
+        "record_plugin_metrics",
+        "skip_filter_plugins",
+        "skip_pre_bind_plugins",
+        "skip_score_plugins",
+    )
 
     def __init__(self) -> None:
         self._data: dict[str, Any] = {}
@@ -29,6 +36,9 @@ class CycleState:
         self.skip_pre_bind_plugins: set[str] = set()
         #: Upstream ``SetRecordPluginMetrics``: this cycle is one of the sampled 10% (plugin durations).
         self.record_plugin_metrics = False
+        #: Upstream ``IsPodGroupSchedulingCycle``: this cycle places a pod of a PodGroup inside the group's cycle,
+        #: so plugins read the group's state from the cycle's snapshot rather than the live cache.
+        self.pod_group_cycle = False
 
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value
@@ -52,4 +62,5 @@ class CycleState:
         other.skip_score_plugins = set(self.skip_score_plugins)
         other.skip_pre_bind_plugins = set(self.skip_pre_bind_plugins)
         other.record_plugin_metrics = self.record_plugin_metrics
+        other.pod_group_cycle = self.pod_group_cycle
         return other

@@ -132,6 +132,11 @@ class Handle(Protocol):
         """Reject a pod waiting at Permit in any profile (upstream ``RejectWaitingPod``); True if one waited."""
         ...
 
+    def allow_waiting_pod(self, uid: str, plugin: str) -> bool:
+        """Let ``plugin`` release a pod waiting at Permit in any profile (upstream ``GetWaitingPod(uid).Allow``):
+        it binds once no plugin holds it any more; True if one waited."""
+        ...
+
     def preempt_waiting_pod(self, uid: str, plugin: str) -> bool:
         """Preempt a pod waiting at Permit in any profile (upstream ``GetWaitingPod(uid).Preempt``): it fails with
         an Error and is retried after backoff, without an API call; True if one waited."""
@@ -303,6 +308,10 @@ class Plugin:
 
     name: ClassVar[str]
     args_model: ClassVar[type[BaseModel] | None] = None
+    #: A workload-aware plugin (upstream's gated GangScheduling & co.): a profile that enables one schedules the
+    #: pods of a PodGroup (``spec.schedulingGroup``) in pod-group cycles; any other profile ignores the field,
+    #: as upstream does with its workload gates off.
+    workload_aware: ClassVar[bool] = False
 
     def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:
         self.handle = handle

@@ -94,6 +94,15 @@ class BindingRunner(PluginTimer):
         waiting.reject("", "removed")
         return True
 
+    def allow_waiting_pod(self, uid: str, plugin: str) -> bool:
+        """Upstream ``GetWaitingPod(uid).Allow(plugin)``: ``plugin`` no longer holds the pod at Permit; its
+        binding cycle goes on once no plugin holds it. True if it was waiting."""
+        waiting = self.waiting_pods.get(uid)
+        if waiting is None:
+            return False
+        waiting.allow(plugin)
+        return True
+
     def preempt_waiting_pod(self, uid: str, plugin: str) -> bool:
         """Upstream's preemption of a pod waiting at Permit (``GetWaitingPod(uid).Preempt(plugin, "preempted")``):
         its binding cycle fails with an Error (``waiting on permit for pod: preempted``). True if it was waiting."""

@@ -106,6 +106,8 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner):
         by_point: dict[ExtensionPoint, list[tuple[str, Any]]] = {
             point: [(ref.name, self.plugins[ref.name]) for ref in profile.enabled(point)] for point in ExtensionPoint
         }
+        #: Whether this profile schedules PodGroups in pod-group cycles (a workload-aware plugin is enabled).
+        self.workload_aware = any(plugin.workload_aware for plugin in self.plugins.values())
         scores = profile.enabled(ExtensionPoint.SCORE)
         self.score_weights: dict[str, int] = {ref.name: ref.weight or 1 for ref in scores}  # 0 (unset) means 1
 
