@@ -120,7 +120,10 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     # Workload-aware scheduling's API (alpha, optional): pods name their PodGroup in spec.schedulingGroup, a
     # PodGroup may name its Workload's template. Upstream's system:kube-scheduler reads PodGroups (get, list, watch).
     WatchedKind("Workload", _SCHEDULING, "v1alpha2", "workloads", True, _OBJECTS, optional=True),
-    WatchedKind("PodGroup", _SCHEDULING, "v1alpha2", "podgroups", True, _OBJECTS, get=True, optional=True),
+    # A PodGroup's add moves the pods GangScheduling parked waiting for it (upstream's PodGroup event resource).
+    WatchedKind(
+        "PodGroup", _SCHEDULING, "v1alpha2", "podgroups", True, _OBJECTS, cluster_event=True, get=True, optional=True
+    ),
     WatchedKind("Pod", _CORE, "v1", "pods", True, Feed.POD, get=True),
 )
 

@@ -18,6 +18,7 @@ from kopf_scheduler.framework.registry import Registry, entry_point_registry
 from kopf_scheduler.plugins.default_binder import DefaultBinder
 from kopf_scheduler.plugins.default_preemption import DefaultPreemption
 from kopf_scheduler.plugins.dynamic_resources import DynamicResources
+from kopf_scheduler.plugins.gang_scheduling import GangScheduling
 from kopf_scheduler.plugins.image_locality import ImageLocality
 from kopf_scheduler.plugins.inter_pod_affinity import InterPodAffinity
 from kopf_scheduler.plugins.node_affinity import NodeAffinity
@@ -41,6 +42,7 @@ IN_TREE_PLUGINS: tuple[type[Plugin], ...] = (
     DefaultBinder,
     DefaultPreemption,
     DynamicResources,
+    GangScheduling,
     ImageLocality,
     InterPodAffinity,
     NodeAffinity,
