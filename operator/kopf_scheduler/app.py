@@ -71,6 +71,13 @@ logger = logging.getLogger("kopf_scheduler")
 #: A profile's pipeline changed: every parked pod of it deserves another try.
 PROFILE_CHANGED = ClusterEvent(EventResource.WILDCARD, ActionType.ALL, "SchedulerProfileChanged")
 
+#: The Ready message's note for a profile with a workload-aware plugin (GangScheduling) on an API server without
+#: upstream's workload API: no PodGroup is ever seen, so the pods of a group wait at PreEnqueue.
+WORKLOAD_API_NOT_SERVED = (
+    "; the API server does not serve scheduling.k8s.io/v1alpha2 (Workload, PodGroup): pods with "
+    "spec.schedulingGroup wait at PreEnqueue for their PodGroup"
+)
+
 #: kopf hands the objects of a LIST (its initial one, or a re-LIST after an expired watch) to the handlers with
 #: event type None, and while it lists it yields the event loop once per object it has not seen yet (a worker
 #: is spawned for each). Interleaved one to one with scheduling cycles, a LIST of 50000 pods outlasts the
@@ -85,6 +92,7 @@ __all__ = [
     "GC_THRESHOLDS",
     "LISTING_QUIET_SECONDS",
     "PROFILE_CHANGED",
+    "WORKLOAD_API_NOT_SERVED",
     "ProfileOutcome",
     "SchedulerApp",
     "tune_garbage_collector",
@@ -212,9 +220,7 @@ class SchedulerApp:
         if runtime is None:
             runtime = self._new_runtime(name, framework, resolved, extenders)
             self.profiles[name] = runtime
-            for pod in self.unassigned.values():
-                if pod.scheduler_name == name and not self.cache.is_assumed(pod.uid):
-                    self.watch.enqueue(runtime, pod)
+            self.watch.adopt_pending_pods(runtime)
         else:
             runtime.framework = framework
             runtime.resolved = resolved
@@ -227,9 +233,17 @@ class SchedulerApp:
         runtime.explain_successes = model.explain.successes
         left_out = resolved.omitted_defaults
         note = f"; default plugins not implemented yet, left out: {', '.join(left_out)}" if left_out else ""
+        if framework.workload_aware and not self.workload_api_served:
+            note += WORKLOAD_API_NOT_SERVED
         return ProfileOutcome(
             True, "PipelineBuilt", f"pipeline built from generation {generation}{note}", pipeline_status(resolved)
         )
+
+    async def profile_changed(self, *, name: str, spec: dict[str, Any] | None, generation: int = 0) -> ProfileOutcome:
+        """A SchedulerProfile created, changed or resumed: :meth:`apply_profile`, once the discovery of the optional
+        APIs has run (its Ready message says whether a workload-aware profile finds the workload API served)."""
+        await self.watch.discover()
+        return self.apply_profile(name=name, spec=spec, generation=generation)
 
     def _handle(self, name: str) -> ProfileHandle:
         return ProfileHandle(
@@ -271,13 +285,11 @@ class SchedulerApp:
     def remove_profile(self, name: str) -> None:
         """The pipeline goes; its pending pods stay pending (and stay known, should it come back), but hold no
         nominated place any more: nothing will schedule them there (a profile that comes back re-reads their
-        ``status.nominatedNodeName``)."""
+        ``status.nominatedNodeName``); nor are they their pod groups' members (one that comes back adds them)."""
         runtime = self.profiles.pop(name, None)
         if runtime is not None:
             runtime.queue.close()
-            for pod in self.unassigned.values():
-                if pod.scheduler_name == name:
-                    self.nominator.delete_nominated_pod_if_exists(pod)
+            self.watch.disown_pending_pods(name)
 
     # -- watch events and the reconciling LIST (eventhandlers.py) -------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:

@@ -13,6 +13,12 @@ The nominator (one for all profiles) follows the pending pods of our profiles as
 pod added with ``status.nominatedNodeName`` (unless PreEnqueue gates it) is nominated there, an update
 follows the new status (``UpdateNominatedPod``), and a pod bound or deleted leaves it.
 
+The pending pods of our live profiles are their pod groups' members (``spec.schedulingGroup``; upstream's
+Add/Update/RemovePodGroupMember for the pods of its profiles): added, updated and removed with their watch events,
+adopted when their profile goes live (before any of them enters its queue, so that PreEnqueue counts them all)
+and dropped when it goes; bound ones move by the cache's own path. A new member also moves the parked pods of
+the workload-aware profiles (upstream's ``EventUnscheduledPodAdd``, which GangScheduling's hint judges).
+
 Why the authoritative LIST (:meth:`EventHandlers.ensure_reconciled`): kopf stops the watches while a replica
 is paused by peering and re-lists on resume, but never purges objects deleted meanwhile (client-go's
 reflector would). So the cache is rebuilt from a fresh LIST at the start and at every pause, with watch
@@ -48,7 +54,14 @@ from typing import Any, NamedTuple
 from kopf_scheduler import json_codec
 from kopf_scheduler.client import Client, ClientRef
 from kopf_scheduler.framework import APIError
-from kopf_scheduler.framework.events import ClusterEvent, EventResource, node_events, object_events, pod_events
+from kopf_scheduler.framework.events import (
+    EVENT_UNSCHEDULED_POD_ADD,
+    ClusterEvent,
+    EventResource,
+    node_events,
+    object_events,
+    pod_events,
+)
 from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.queue import GATED, PodNominator, SchedulingQueue
 from kopf_scheduler.state.cache import TERMINAL_PHASES, ClusterCache
@@ -195,6 +208,8 @@ class EventHandlers:
             self._held.pop(uid, None)
             self._nominator.delete_nominated_pod_if_exists(old_unassigned)
             self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
+            if old_unassigned.scheduling_group is not None and old_unassigned.scheduler_name in self._profiles:
+                self._cache.remove_pod_group_member(old_unassigned)  # upstream RemovePodGroupMember
         if old_assigned is not None:
             self._cache.remove_pod(uid)
             self._broadcast(pod_events(old_assigned, None), old_assigned, None)
@@ -218,9 +233,16 @@ class EventHandlers:
         else:
             pod = PodInfo.from_obj(obj)
         self._unassigned.add(pod)
+        runtime = self._profiles.get(pod.scheduler_name)
+        if pod.scheduling_group is not None and runtime is not None:
+            # Upstream Add/UpdatePodGroupMember, for an assumed member too: the pending pods of a live profile
+            # are their groups' members (a profile created or removed later adopts or drops them).
+            if old_unassigned is None:
+                self._cache.add_pod_group_member(pod)
+            else:
+                self._cache.update_pod_group_member(old_unassigned, pod)
         if self._cache.is_assumed(uid):
             return  # its Binding is in flight; the bound pod's own event settles it
-        runtime = self._profiles.get(pod.scheduler_name)
         if runtime is None:
             return
         if old_unassigned is None or uid in self._held:
@@ -244,7 +266,42 @@ class EventHandlers:
         runtime.queue.add(pod)
         if runtime.queue.location(pod.uid) != GATED:
             self._nominator.add_pod(pod)
+        if pod.scheduling_group is not None:
+            self._nudge_gangs(pod)
         pod.compact()  # PreEnqueue plugins may have read (decoded) the object
+
+    def _nudge_gangs(self, pod: PodInfo) -> None:
+        """A new pending pod of a pod group may complete a gang parked at PreEnqueue: upstream moves every parked
+        pod on it when GangScheduling is on (``EventUnscheduledPodAdd`` in ``addPodToSchedulingQueue``); here the
+        queues of the workload-aware profiles hear it, and only for pods of a group (ordinary pods move nothing)."""
+        for runtime in self._profiles.values():
+            if runtime.framework.workload_aware:
+                runtime.queue.move_all_to_active_or_backoff(EVENT_UNSCHEDULED_POD_ADD, None, pod)
+
+    def adopt_pending_pods(self, runtime: ProfileRuntime) -> None:
+        """A profile just went live: its pending pods join their pod groups (all of them first, so that PreEnqueue
+        counts every member), then enter its queue. Assumed pods (a binding of a removed profile still in
+        flight) are left to their binding cycle."""
+        name = runtime.name
+        mine = [
+            pod
+            for pod in self._unassigned.values()
+            if pod.scheduler_name == name and not self._cache.is_assumed(pod.uid)
+        ]
+        for pod in mine:
+            if pod.scheduling_group is not None:
+                self._cache.add_pod_group_member(pod)
+        for pod in mine:
+            self.enqueue(runtime, pod)
+
+    def disown_pending_pods(self, name: str) -> None:
+        """Profile ``name`` is gone: its pending pods hold no nominated place any more (nothing will schedule them
+        there) and leave their pod groups, as the pods of no profile of ours (assumed ones excepted, as above)."""
+        for pod in self._unassigned.values():
+            if pod.scheduler_name == name:
+                self._nominator.delete_nominated_pod_if_exists(pod)
+                if pod.scheduling_group is not None and not self._cache.is_assumed(pod.uid):
+                    self._cache.remove_pod_group_member(pod)
 
     def hold_pods_until_reconciled(self) -> None:
         """From now until the next reconciling LIST has made the cache whole, new pending pods wait outside the

@@ -191,7 +191,7 @@ WATCH_HANDLERS: dict[str, WatchHandler] = {watched.kind: _watch_handler(watched)
 async def profile_changed(name: str, spec: Any, meta: Any, body: Any, patch: kopf.Patch, memo: Any, **_: Any) -> None:
     app = _app(memo)
     generation = int(meta.get("generation") or 0)
-    outcome = app.apply_profile(name=name, spec=dict(spec), generation=generation)
+    outcome = await app.profile_changed(name=name, spec=dict(spec), generation=generation)
     _write_status(patch, outcome, generation)
     if not outcome.ready:
         await _profile_event(app, body, "Warning", outcome.reason, outcome.message)
