@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from kopf_scheduler.app import WORKLOAD_API_NOT_SERVED, SchedulerApp
 from kopf_scheduler.live_profiles import ProfileRuntime
@@ -18,6 +21,7 @@ from tests.unit.factories import make_node
 
 GANG = {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}
 API = "/apis/scheduling.k8s.io/v1alpha2"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gang-scheduling.yaml"
 TO_APPEAR = "waiting for minCount pods from a gang to appear in scheduling queue"
 
 
@@ -247,3 +251,28 @@ def test_a_plain_profile_ignores_scheduling_groups() -> None:
 
     run(scenario)
     assert client.bindings == [("default", "lonely", "n1")]
+
+
+def test_the_example_binds_its_gang() -> None:
+    """``examples/gang-scheduling.yaml`` as the operator would see it applied: every pod binds, together."""
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    assert [doc["kind"] for doc in docs] == ["SchedulerProfile", "PodGroup", "Pod", "Pod", "Pod"]
+    app, client = gang_app()
+    app.on_node_event(None, make_node("n1"))
+    for doc in docs:
+        meta = doc["metadata"]
+        meta.update(uid=f"uid-{meta['name']}", resourceVersion="1")
+        if doc["kind"] == "SchedulerProfile":
+            assert app.apply_profile(name=meta["name"], spec=doc["spec"], generation=1).ready
+        elif doc["kind"] == "PodGroup":
+            app.on_watch_event("PodGroup", "ADDED", doc)
+        else:
+            app.on_pod_event("ADDED", doc)
+    runtime = app.profiles["gang-scheduling"]
+
+    async def scenario() -> None:
+        schedule_all(app, runtime)
+        await app.drain()
+
+    run(scenario)
+    assert sorted(name for _, name, _ in client.bindings) == ["training-0", "training-1", "training-2"]
