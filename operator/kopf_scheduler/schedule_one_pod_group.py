@@ -78,11 +78,6 @@ def pod_group_unschedulable(*reasons: str) -> Status:
     return Status(Code.UNSCHEDULABLE, (POD_GROUP_UNSCHEDULABLE, *reasons))
 
 
-def error_text(status: Status) -> str:
-    """Upstream ``status.AsError().Error()``: the wrapped error's text, or the message."""
-    return str(status.error) if status.error is not None else status.message
-
-
 @dataclass(slots=True, eq=False)
 class QueuedPodGroupInfo:
     """Upstream ``QueuedPodGroupInfo`` (with its ``PodGroupInfo``): a pod group and its members popped together,
@@ -244,7 +239,8 @@ class PodGroupCycle:
                 if not pod_result.status.is_success and not pod_result.requires_preemption:
                     if pod_result.status.is_rejected:
                         continue  # the group may still be feasible, as long as a Permit says Success
-                    text = error_text(pod_result.status)
+                    # Upstream wraps ``status.AsError()``, whose text is the status's message (``running … : …``).
+                    text = pod_result.status.message
                     result.status = Status(Code.ERROR, (f"failed to schedule other pod from a pod group: {text}",))
                     result.waiting_on_preemption = False
                     break
@@ -472,9 +468,12 @@ class PodGroupCycle:
                 result = UNSCHEDULABLE
             self._metrics.observe_pod_group_attempt(result=result, profile=runtime.name, seconds=seconds)
         else:
-            condition = _condition("False", REASON_SCHEDULER_ERROR, error_text(status))
+            condition = _condition("False", REASON_SCHEDULER_ERROR, status.message)
             logger.error(
-                "Error scheduling pod group %s: errorPods=%d: %s", group.key, len(group.queued_pod_infos), status
+                "Error scheduling pod group %s: errorPods=%d: %s",
+                group.key,
+                len(group.queued_pod_infos),
+                status.message,
             )
             self._metrics.observe_pod_group_attempt(result=ERROR, profile=runtime.name, seconds=seconds)
         self._update_pod_group_condition(group, condition)
