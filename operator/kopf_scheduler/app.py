@@ -60,6 +60,7 @@ from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.queue import PodNominator, QueueClosedError, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
 from kopf_scheduler.schedule_one import ScheduleOne
+from kopf_scheduler.schedule_one_pod_group import PodGroupCycle
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.standby import PauseToggle, WarmStandby
 from kopf_scheduler.state.cache import ClusterCache
@@ -190,6 +191,16 @@ class SchedulerApp:
             nominator=self.nominator,
             rng=self.rng,
         )
+        #: The pod-group cycle, where ScheduleOne sends the pods of a pod group of a workload-aware profile.
+        self.pod_group_cycles = PodGroupCycle(
+            cycles=self.cycles,
+            cache=self.cache,
+            reporter=self.reporter,
+            metrics=self.metrics,
+            spawn=self.spawn,
+            rng=self.rng,
+        )
+        self.cycles.pod_group_cycle = self.pod_group_cycles.schedule
 
     @property
     def explanations(self) -> Explanations:

@@ -2,9 +2,10 @@
 
 :class:`Client` lists the calls the event handlers (the reconciling LIST, the discovery of optional APIs), the
 binding cycle (Bind through the DefaultBinder plugin, PUT of PVs and claims through VolumeBinding's PreBind) and
-reporting (events, the PodScheduled condition) make. ``kube.KubeClient`` implements it over HTTP; unit tests pass a
-fake of the same shape. It lives in its own module so that every part can name it without importing the
-composition root (``app.py``), and there stays exactly one such seam.
+reporting (events, the PodScheduled condition, a PodGroup's PodGroupScheduled condition) make.
+``kube.KubeClient`` implements it over HTTP; unit tests pass a fake of the same shape. It lives in its own module
+so that every part can name it without importing the composition root (``app.py``), and there stays exactly one
+such seam.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ class Client(Protocol):
     async def replace_persistent_volume_claim(self, *, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
     async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+
+    async def patch_pod_group_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """Strategic-merge patch of a PodGroup's ``status`` (scheduling.k8s.io/v1alpha2 ``podgroups/status``)."""
+        ...
 
     async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None: ...
 

@@ -37,6 +37,8 @@ def _exponential(start: float, factor: float, count: int) -> list[float]:
 
 #: Upstream's result label for an attempt: bound → scheduled; U/UUR → unschedulable; anything else → error.
 SCHEDULED, UNSCHEDULABLE, ERROR = "scheduled", "unschedulable", "error"
+#: The pod-group attempt's fourth result: feasible once preemption completes (upstream ``WaitingOnPreemptionResult``).
+WAITING_ON_PREEMPTION = "waiting_on_preemption"
 
 
 class SchedulerMetrics:
@@ -114,6 +116,27 @@ class SchedulerMetrics:
             ["type"],
             registry=r,
         )
+        # The pod-group cycle's (upstream: with the GenericWorkload gate; here: workload-aware profiles).
+        self.podgroup_schedule_attempts = Counter(
+            "scheduler_podgroup_schedule_attempts",
+            "Number of attempts to schedule pod group, by the result. 'unschedulable' means a pod group could not be "
+            "scheduled, while 'error' means an internal scheduler problem.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.podgroup_scheduling_attempt_duration = Histogram(
+            "scheduler_podgroup_scheduling_attempt_duration_seconds",
+            "Pod group scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            ["result", "profile"],
+            buckets=_exponential(0.001, 2, 15),
+            registry=r,
+        )
+        self.podgroup_scheduling_algorithm_duration = Histogram(
+            "scheduler_podgroup_scheduling_algorithm_duration_seconds",
+            "Pod group scheduling algorithm latency in seconds",
+            buckets=_exponential(0.001, 2, 15),
+            registry=r,
+        )
         # Ours, not upstream's (kube-scheduler has no extender error metric): failed calls per extender and verb
         # (unreachable, timeout, non-200, undecodable answer, or an Error in the answer), ignorable or not.
         self.extender_errors = Counter(
@@ -138,6 +161,12 @@ class SchedulerMetrics:
     def observe_attempt(self, *, result: str, profile: str, seconds: float) -> None:
         self._child(self.schedule_attempts, result, profile).inc()
         self._child(self.scheduling_attempt_duration, result, profile).observe(seconds)
+
+    def observe_pod_group_attempt(self, *, result: str, profile: str, seconds: float) -> None:
+        """``scheduler_podgroup_schedule_attempts_total`` and ``…_scheduling_attempt_duration_seconds`` (upstream
+        ``observePodGroupScheduleAttemptAndLatency``)."""
+        self._child(self.podgroup_schedule_attempts, result, profile).inc()
+        self._child(self.podgroup_scheduling_attempt_duration, result, profile).observe(seconds)
 
     def observe_scheduled(self, *, attempts: int, seconds_since_first_enqueue: float) -> None:
         label = str(attempts) if attempts < 15 else "15+"

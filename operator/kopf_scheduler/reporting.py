@@ -146,6 +146,20 @@ class Reporter:
         """A plugin's event about a pod (the Handle's ``record_event``), posted in the background."""
         self._spawn(self.post_event(pod, profile, event_type, reason, action, note, related))
 
+    def pod_group_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """Patch a PodGroup's status (its PodGroupScheduled condition, upstream ``updatePodGroupCondition``), in
+        the background and best effort: a failure is logged, as upstream's."""
+        self._spawn(self._patch_pod_group_status(namespace, name, patch))
+
+    async def _patch_pod_group_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        client = self._client()
+        if client is None:
+            return
+        try:
+            await client.patch_pod_group_status(namespace=namespace, name=name, patch=patch)
+        except Exception as e:
+            logger.warning("Failed to update PodGroup status: podGroup=%s/%s: %s", namespace, name, e)
+
     def explain(self, profile: str, fit: FitError, post_filter: PostFilterResult | None = None) -> None:
         """Keep the per-node account of this failure (read within the cycle: node names are live), with
         what PostFilter (preemption) found on each node; :meth:`failed` follows for the same attempt."""

@@ -11,7 +11,7 @@
   (``algorithm.schedule_pod_with_extenders``): its :meth:`ScheduleOne.schedule_one` returns that cycle as a
   coroutine the profile's loop awaits; meanwhile the cache may change, so the pod is looked up again and the
   chosen node re-judged before it is assumed. Profiles without extenders never await here.
-- A FitError of the algorithm runs PostFilter (:meth:`ScheduleOne._post_filter`: preemption, DRA
+- A FitError of the algorithm runs PostFilter (:meth:`ScheduleOne.post_filter`: preemption, DRA
   deallocation) before the failure is explained and handled. What PostFilter proposes is upstream's
   NominatingInfo: a node (the pod is added to the shared nominator and the failure's status patch sets
   ``status.nominatedNodeName``), "clear" (both go), or nothing (the status stands). Every other
@@ -20,8 +20,8 @@
   In the extender cycle PostFilter is awaited (:meth:`ScheduleOne._post_filter_with_extenders`):
   DefaultPreemption may call the extenders' preempt verb.
 - A profile with ``spec.explain.successes`` has the winner's and runners-up's scores captured right after
-  Permit (:meth:`ScheduleOne._capture_scores`, ``explain.capture_scores``); they are kept once the pod is bound.
-- :meth:`ScheduleOne._binding_cycle` runs :func:`bind_pod` (PreBindPreFlight, WaitOnPermit, PreBind, Bind,
+  Permit (:meth:`ScheduleOne.capture_success_scores`, ``explain.capture_scores``); they are kept once the pod is bound.
+- :meth:`ScheduleOne.binding_cycle` runs :func:`bind_pod` (PreBindPreFlight, WaitOnPermit, PreBind, Bind,
   PostBind; on failure Unreserve in reverse order and the pod forgotten in the cache), then settles the pod:
   success is reported as Scheduled; failures go to :meth:`ScheduleOne._handle_binding_cycle_error`. When
   PreBind has work (or Permit makes the pod wait), the pod's ``status.nominatedNodeName`` is set to the chosen
@@ -29,7 +29,7 @@
 - A failed binding cycle freed what the assumed pod held, so, as upstream's ``handleBindingCycleError``, it
   moves parked pods with an AssignedPodDelete event (``move_all``, the event handlers' broadcast), and clears
   the nomination with the failure's status patch.
-- :meth:`ScheduleOne._handle_scheduling_failure` requeues the pod (unschedulable pool or backoff), records its
+- :meth:`ScheduleOne.handle_scheduling_failure` requeues the pod (unschedulable pool or backoff), records its
   nomination in the nominator (upstream's ``AddNominatedPod`` there) and reports it.
 
 I/O is two collaborators away: the API calls are the framework's (Bind through the DefaultBinder plugin) and
@@ -88,7 +88,7 @@ class Found:
     #: With extenders, ``ClusterCache.generation`` when the cycle began: a change since means the chosen node
     #: is re-judged before it is assumed. None for a cycle that never awaited.
     generation: int | None = None
-    #: With extenders, PostFilter's outcome after a FitError, awaited already (:meth:`ScheduleOne._post_filter`'s
+    #: With extenders, PostFilter's outcome after a FitError, awaited already (:meth:`ScheduleOne.post_filter`'s
     #: pair); None: PostFilter runs in :meth:`ScheduleOne._cycle`.
     post_filter: tuple[PostFilterResult | None, str | None] | None = None
 
@@ -132,20 +132,29 @@ class ScheduleOne:
         self._nominator: Nominator = NoNominator() if nominator is None else nominator
         #: Breaks score ties uniformly at random (seedable), for every profile.
         self._rng = rng or random.Random()
+        #: Upstream's pod-group cycle (``schedule_one_pod_group.PodGroupCycle.schedule``, set by the app): where a
+        #: popped pod with a scheduling group goes when its profile is workload-aware.
+        self.pod_group_cycle: Callable[[ProfileRuntime, QueuedPodInfo], None] | None = None
 
     def schedule_one(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> Awaitable[None] | None:
         """One scheduling cycle (synchronous): filter, score, assume, reserve, permit; binding goes async.
 
         A profile with HTTP extenders cannot decide without awaiting them: its cycle comes back as a coroutine
         the caller awaits before it pops the next pod. Every other profile's cycle runs here and returns None.
+
+        As upstream's ``ScheduleOne``, a pod with a scheduling group goes to the pod-group cycle instead, where
+        its profile is workload-aware (``Framework.workload_aware``: upstream's GenericWorkload gate, per
+        profile) and has no extenders (their awaited calls are the per-pod cycle's alone).
         """
-        pod = self._latest(runtime, qpod)
+        if runtime.framework.workload_aware and self._to_pod_group_cycle(runtime, qpod):
+            return None
+        pod = self.latest(runtime, qpod)
         if pod is None:
             return None
         if runtime.extenders:
             return self._schedule_one_with_extenders(runtime, qpod, pod)
         started = time.perf_counter()
-        state = _new_cycle_state()
+        state = new_cycle_state()
         framework = runtime.framework
         outcome: ScheduleResult | Exception
         try:
@@ -155,10 +164,17 @@ class ScheduleOne:
         self._cycle(runtime, qpod, pod, started, state, Found(outcome, framework))
         return None
 
+    def _to_pod_group_cycle(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> bool:
+        """Hand ``qpod`` to the pod-group cycle if it belongs there; whether it did."""
+        if qpod.pod.scheduling_group is None or runtime.extenders or self.pod_group_cycle is None:
+            return False
+        self.pod_group_cycle(runtime, qpod)
+        return True
+
     async def _schedule_one_with_extenders(self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo) -> None:
         """The algorithm with the extender calls awaited; then the same synchronous rest as any cycle."""
         started = time.perf_counter()
-        state = _new_cycle_state()
+        state = new_cycle_state()
         generation = self._cache.generation
         # The pipeline may be swapped while we await (a profile edit): the rest of the cycle uses this one.
         framework, extenders = runtime.framework, runtime.extenders
@@ -167,12 +183,12 @@ class ScheduleOne:
             outcome = await schedule_pod_with_extenders(framework, state, pod, self._cache, extenders, rng=self._rng)
         except Exception as e:  # handled in _cycle
             outcome = e
-        if self._latest(runtime, qpod) is None:
+        if self.latest(runtime, qpod) is None:
             return  # deleted, bound or assumed elsewhere while the extenders were called
         post_filter = None
         if isinstance(outcome, FitError):  # PostFilter may await extenders too (their preempt verb)
             post_filter = await self._post_filter_with_extenders(framework, state, pod, outcome)
-            if self._latest(runtime, qpod) is None:
+            if self.latest(runtime, qpod) is None:
                 return
         self._cycle(runtime, qpod, pod, started, state, Found(outcome, framework, extenders, generation, post_filter))
 
@@ -190,14 +206,14 @@ class ScheduleOne:
         framework = found.framework
         outcome = found.outcome
         if isinstance(outcome, FitError):
-            post_filter, nominated_node = found.post_filter or self._post_filter(framework, state, pod, outcome)
-            self._algorithm_done(started)
+            post_filter, nominated_node = found.post_filter or self.post_filter(framework, state, pod, outcome)
+            self.algorithm_done(started)
             self._reporter.explain(runtime.name, outcome, post_filter)
-            self._fit_failure(runtime, qpod, outcome, started, nominated_node)
+            self.fit_failure(runtime, qpod, outcome, started, nominated_node)
             return
-        self._algorithm_done(started)
+        self.algorithm_done(started)
         if isinstance(outcome, Exception):
-            self._error_failure(runtime, qpod, pod, outcome, started)
+            self.error_failure(runtime, qpod, pod, outcome, started)
             return
         try:
             if found.generation is not None:
@@ -205,15 +221,15 @@ class ScheduleOne:
             assumed = assume_and_reserve(framework, state, pod, outcome, self._cache)
         except FitError as fit:  # Reserve or Permit (or the re-check) rejected the chosen node: no PostFilter
             self._reporter.explain(runtime.name, fit)
-            self._fit_failure(runtime, qpod, fit, started, CLEAR_NOMINATION)
+            self.fit_failure(runtime, qpod, fit, started, CLEAR_NOMINATION)
             return
         except Exception as e:
-            self._error_failure(runtime, qpod, pod, e, started)
+            self.error_failure(runtime, qpod, pod, e, started)
             return
-        scores = self._capture_scores(runtime, outcome)
-        self._spawn(self._binding_cycle(runtime, qpod, found, state, assumed, outcome, started, scores))
+        scores = self.capture_success_scores(runtime, outcome)
+        self._spawn(self.binding_cycle(runtime, qpod, found, state, assumed, outcome, started, scores))
 
-    def _capture_scores(self, runtime: ProfileRuntime, result: ScheduleResult) -> ScoreCapture | None:
+    def capture_success_scores(self, runtime: ProfileRuntime, result: ScheduleResult) -> ScoreCapture | None:
         """The winner's and runners-up's scores, if the profile keeps success accounts (``spec.explain``); taken
         now, while the node table's slots still name the nodes that were scored."""
         if not runtime.explain_successes:
@@ -226,11 +242,11 @@ class ScheduleOne:
         # With extenders the slots were read before the awaits: a node table that changed meanwhile is not trusted.
         return scores if not scores.nodes or scores.nodes[0] == result.suggested_host else None
 
-    def _fit_failure(
+    def fit_failure(
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, fit: FitError, started: float, nominated_node: str | None
     ) -> None:
         plugins = fit.diagnosis.all_unschedulable_plugins()
-        self._handle_scheduling_failure(
+        self.handle_scheduling_failure(
             runtime,
             qpod,
             message=fit.message,
@@ -240,7 +256,7 @@ class ScheduleOne:
             nominated_node=nominated_node,
         )
 
-    def _error_failure(
+    def error_failure(
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, e: Exception, started: float
     ) -> None:
         """A SchedulingError, or a plugin bug (which must not stop the loop): SchedulerError, nomination cleared."""
@@ -249,7 +265,7 @@ class ScheduleOne:
         else:
             logger.exception("scheduling %s failed", pod.key)
             message = str(e)
-        self._handle_scheduling_failure(
+        self.handle_scheduling_failure(
             runtime,
             qpod,
             message=message,
@@ -259,7 +275,7 @@ class ScheduleOne:
             nominated_node=CLEAR_NOMINATION,
         )
 
-    def _latest(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> PodInfo | None:
+    def latest(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> PodInfo | None:
         """The pod's latest version, or None (and done with it) if it was deleted, bound or is being bound."""
         uid = qpod.pod.uid
         latest = self._unassigned.get(uid)
@@ -269,16 +285,16 @@ class ScheduleOne:
         qpod.pod = latest
         return latest
 
-    def _algorithm_done(self, started: float) -> None:
+    def algorithm_done(self, started: float) -> None:
         """``scheduler_scheduling_algorithm_duration_seconds``: Filter, Score and PostFilter, as upstream's
         ``schedulingAlgorithm`` observes it whatever the outcome."""
         self._metrics.scheduling_algorithm_duration.observe(time.perf_counter() - started)
 
-    def _post_filter(
+    def post_filter(
         self, framework: Framework, state: CycleState, pod: PodInfo, fit: FitError
     ) -> tuple[PostFilterResult | None, str | None]:
         """PostFilter after the algorithm's FitError (its message joins the FitError's); returns its result
-        and the nomination the failure applies (``nominated_node`` of :meth:`_handle_scheduling_failure`).
+        and the nomination the failure applies (``nominated_node`` of :meth:`handle_scheduling_failure`).
 
         As upstream's ``schedulingAlgorithm``: no node at all, or no PostFilter plugin, clears the nomination;
         otherwise the result decides (a node, clear, or no result: leave it).
@@ -290,12 +306,12 @@ class ScheduleOne:
     async def _post_filter_with_extenders(
         self, framework: Framework, state: CycleState, pod: PodInfo, fit: FitError
     ) -> tuple[PostFilterResult | None, str | None]:
-        """:meth:`_post_filter` in the extender cycle, awaiting what PostFilter left pending (preempt verbs)."""
+        """:meth:`post_filter` in the extender cycle, awaiting what PostFilter left pending (preempt verbs)."""
         if isinstance(fit, NoNodesAvailableError) or not framework.has_post_filter_plugins:
             return None, CLEAR_NOMINATION
         return _nomination(await run_post_filter_with_extenders(framework, state, pod, fit))
 
-    async def _binding_cycle(
+    async def binding_cycle(
         self,
         runtime: ProfileRuntime,
         qpod: QueuedPodInfo,
@@ -370,7 +386,7 @@ class ScheduleOne:
             runtime.queue.done(pod.uid)
             return
         if status.is_rejected:  # Permit rejected while waiting: the message is already the FitError text
-            self._handle_scheduling_failure(
+            self.handle_scheduling_failure(
                 runtime,
                 qpod,
                 message=status.message,
@@ -380,7 +396,7 @@ class ScheduleOne:
                 nominated_node=CLEAR_NOMINATION,
             )
             return
-        self._handle_scheduling_failure(
+        self.handle_scheduling_failure(
             runtime,
             qpod,
             message=status.message,  # "running Bind plugin ...: ..." as upstream's, unprefixed
@@ -390,7 +406,7 @@ class ScheduleOne:
             nominated_node=CLEAR_NOMINATION,
         )
 
-    def _handle_scheduling_failure(
+    def handle_scheduling_failure(
         self,
         runtime: ProfileRuntime,
         qpod: QueuedPodInfo,
@@ -444,7 +460,7 @@ def _nomination(result: PostFilterResult | None) -> tuple[PostFilterResult | Non
     return result, CLEAR_NOMINATION if result.clear_nomination else None
 
 
-def _new_cycle_state() -> CycleState:
+def new_cycle_state() -> CycleState:
     """A fresh cycle state; one cycle in ten records per-plugin durations (upstream's sampling)."""
     state = CycleState()
     state.record_plugin_metrics = sample_plugin_metrics()
@@ -459,27 +475,48 @@ def assume_and_reserve(
     result: ScheduleResult,
     cache: ClusterCache,
 ) -> PodInfo:
-    """Assume the pod on the chosen node, then run Reserve and Permit; returns the assumed PodInfo.
+    """Assume the pod on the chosen node, then run Reserve and Permit; returns the assumed PodInfo (upstream
+    ``prepareForBindingCycle``).
 
     On a Reserve or Permit rejection the assumption is undone and a FitError over that one node is raised
     (upstream reports such failures as ``0/1 nodes are available``); on errors a SchedulingError. A Permit
     Wait is not a failure: the binding cycle waits for it.
     """
     host = result.suggested_host
+    assumed = assume_and_run_reserve(framework, state, pod, result, cache)
+    status = framework.run_permit_plugins(state, assumed, host)
+    if status.is_success or status.code is Code.WAIT:
+        return assumed
+    unreserve_and_forget(framework, state, assumed, host, cache)
+    if status.is_rejected:
+        raise FitError.on_one_node(pod, result.slot, status, result.diagnosis.names)
+    raise SchedulingError(status)
+
+
+def assume_and_run_reserve(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    result: ScheduleResult,
+    cache: ClusterCache,
+) -> PodInfo:
+    """Assume the pod on the chosen node and run Reserve (upstream ``assumeAndReserve``); the assumed PodInfo.
+
+    In a pod-group cycle (``state.pod_group_cycle``) the pod is assumed for that cycle only
+    (:meth:`ClusterCache.assume_in_snapshot`, upstream's snapshot), otherwise in the cache. A Reserve rejection
+    undoes it and raises a FitError over that one node; an error, a SchedulingError.
+    """
+    host = result.suggested_host
     try:
-        assumed = cache.assume(pod, host)
+        assumed = cache.assume_in_snapshot(pod, host) if state.pod_group_cycle else cache.assume(pod, host)
     except Exception as exc:
         raise SchedulingError(Status.as_error(exc)) from exc
     framework.nominator.delete_nominated_pod_if_exists(pod)
 
     status = framework.run_reserve_plugins_reserve(state, assumed, host)
     if status.is_success:
-        status = framework.run_permit_plugins(state, assumed, host)
-        if status.code is Code.WAIT:
-            return assumed
-    if status.is_success:
         return assumed
-    _unreserve_and_forget(framework, state, assumed, host, cache)
+    unreserve_and_forget(framework, state, assumed, host, cache)
     if status.is_rejected:
         raise FitError.on_one_node(pod, result.slot, status, result.diagnosis.names)
     raise SchedulingError(status)
@@ -515,7 +552,7 @@ async def bind_pod(
     if status.is_success:
         framework.run_post_bind_plugins(state, assumed, host)
         return SUCCESS
-    _unreserve_and_forget(framework, state, assumed, host, cache)
+    unreserve_and_forget(framework, state, assumed, host, cache)
     return status
 
 
@@ -567,11 +604,25 @@ async def _pre_flight(
     return SUCCESS
 
 
-def _unreserve_and_forget(
+def unreserve_and_forget(
     framework: Framework, state: CycleState, assumed: PodInfo, host: str, cache: ClusterCache
 ) -> None:
-    """Undo the scheduling cycle's claims after any failure past assume: every Reserve plugin's Unreserve in
-    reverse order (VolumeBinding's assumed PVs and claims, DynamicResources' in-flight allocations), then the
-    assumed pod leaves the cache."""
+    """Undo the scheduling cycle's claims after any failure past assume (upstream ``unreserveAndForget``):
+    every Reserve plugin's Unreserve in reverse order (VolumeBinding's assumed PVs and claims, DynamicResources'
+    in-flight allocations), then the assumed pod leaves the cache.
+
+    In a pod-group cycle the pod leaves the cycle's snapshot instead, and the nomination its assume dropped
+    from the nominator comes back (the pod's ``status.nominatedNodeName``), as upstream's.
+    """
     framework.run_reserve_plugins_unreserve(state, assumed, host)
-    cache.forget(assumed.uid)
+    if not state.pod_group_cycle:
+        cache.forget(assumed.uid)
+        return
+    try:
+        cache.forget_in_snapshot(assumed)
+    except LookupError:
+        logger.exception("ForgetPod failed")
+        return
+    nominated = nominated_node_name(assumed)
+    if nominated:
+        framework.nominator.add_nominated_pod(assumed, nominated)

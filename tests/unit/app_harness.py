@@ -26,6 +26,8 @@ class FakeClient:
         self.bindings: list[tuple[str, str, str]] = []
         self.events: list[dict[str, Any]] = []
         self.status_patches: list[tuple[str, dict[str, Any]]] = []
+        #: PodGroup status patches (the pod-group cycle's PodGroupScheduled condition), as (namespace, name, patch).
+        self.pod_group_patches: list[tuple[str, str, dict[str, Any]]] = []
         self.bind_errors: dict[str, APIError] = {}
         self.lists: dict[str, list[dict[str, Any]]] = {}
         #: Path → the resourceVersion its LIST reports (none when absent).
@@ -72,6 +74,9 @@ class FakeClient:
     async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> Any:
         self.status_patches.append((name, patch))
         return {}
+
+    async def patch_pod_group_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.pod_group_patches.append((namespace, name, patch))
 
     async def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
         self.deleted.append((namespace, name, uid))

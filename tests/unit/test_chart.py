@@ -87,6 +87,7 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     # Workload-aware scheduling's API (optional: watched where served); PodGroups as system:kube-scheduler.
     allow("scheduling.k8s.io", ["workloads"], ["list", "watch"])
     allow("scheduling.k8s.io", ["podgroups"], ["get", "list", "watch"])
+    allow("scheduling.k8s.io", ["podgroups/status"], ["patch"])  # the pod-group cycle's PodGroupScheduled
     allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles/status"], ["patch"])
     allow("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])

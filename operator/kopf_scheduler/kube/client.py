@@ -180,6 +180,16 @@ class KubeClient:
             content_type="application/strategic-merge-patch+json",
         )
 
+    async def patch_pod_group_status(self, *, namespace: str, name: str, patch: JSON) -> None:
+        """Strategic-merge patch of ``podgroups/status`` (the pod-group cycle's PodGroupScheduled condition; its
+        conditions merge by type, as upstream's ``PatchPodGroupStatus`` sends them)."""
+        await self.send(
+            "PATCH",
+            f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{quote(namespace)}/podgroups/{quote(name)}/status",
+            body=patch,
+            content_type="application/strategic-merge-patch+json",
+        )
+
     async def get_resource_claim(self, *, namespace: str, name: str) -> JSON:
         """GET of a ResourceClaim (DynamicResources' PreBind after a conflict)."""
         return await self.request("GET", _claim_path(namespace, name))

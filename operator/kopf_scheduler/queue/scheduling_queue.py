@@ -232,17 +232,44 @@ class SchedulingQueue:
         still applies). An in-flight pod gets a ForceActivate event recorded so it requeues on failure."""
         woke = False
         for uid in uids:
-            qpod = self._unschedulable.get(uid)
-            from_backoff = False
-            if qpod is None:
-                qpod = self._backoff.remove(uid)
-                from_backoff = qpod is not None
-            if qpod is not None:
-                woke |= self._move_to_active(qpod, FORCE_ACTIVATE, from_backoff=from_backoff)
+            activated = self._activate(uid)
+            if activated is not None:
+                woke |= activated
             elif (flying := self._in_flight.get(uid)) is not None:
                 self._in_flight.record(EVENT_FORCE_ACTIVATE, None, flying.pod)
         if woke:
             self._wakers.wake_all()
+
+    def _activate(self, uid: str) -> bool | None:
+        """Upstream's private ``activate``: a pod of unschedulablePods or backoffQ goes to activeQ (PreEnqueue
+        still applies); whether it got there, or None when neither held it."""
+        qpod = self._unschedulable.get(uid)
+        from_backoff = False
+        if qpod is None:
+            qpod = self._backoff.remove(uid)
+            from_backoff = qpod is not None
+        if qpod is None:
+            return None
+        return self._move_to_active(qpod, FORCE_ACTIVATE, from_backoff=from_backoff)
+
+    def pop_specific_pod(self, uid: str) -> QueuedPodInfo | None:
+        """Upstream ``PopSpecificPod``: take this pod out of the queue as :meth:`pop` takes the head (in flight,
+        one more attempt), for the pod-group cycle that pops a group's members together.
+
+        The pod is activated first (from unschedulablePods or backoffQ, PreEnqueue deciding), so it behaves as
+        if an event had moved it to activeQ and it was popped from there; None when it is not in activeQ then
+        (gated, in flight, or unknown to this queue).
+        """
+        self._activate(uid)
+        qpod = self._active.remove(uid)
+        if qpod is None:
+            return None
+        if uid in self._in_flight:  # cannot happen through this API; upstream discards such pods
+            log.error("pod %s popped while already in flight; discarding", qpod.pod.key)
+            return None
+        qpod.attempts += 1
+        self._in_flight.start(qpod)
+        return qpod
 
     # -- the scheduling loop side --------------------------------------------------------------------------
     async def pop(self) -> QueuedPodInfo:

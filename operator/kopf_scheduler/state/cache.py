@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.state.node_table import NodeTable
 from kopf_scheduler.state.objects import ClusterObjects
 from kopf_scheduler.state.pod_group_state import PodGroupSnapshot, PodGroupStates
@@ -374,6 +375,31 @@ class ClusterCache:
         only the groups changed since the last update are copied again."""
         self.pod_groups.update_snapshot(self.pod_group_snapshot)
         return self.pod_group_snapshot
+
+    # -- the pod-group cycle's trial placements (upstream ``Snapshot.AssumePod`` / ``Snapshot.ForgetPod``) ----
+    def assume_in_snapshot(self, pod: PodInfo, node_name: str) -> PodInfo:
+        """Account ``pod`` on ``node_name`` for the rest of a pod-group cycle only: on the nodes (the cycle's
+        view of them is this cache) and, for a member of a pod group, in the cycle's copy of its group
+        (:attr:`pod_group_snapshot`), while the live pod groups stay as they are. Undone by
+        :meth:`forget_in_snapshot`."""
+        assumed = self.assume(pod, node_name, dry_run=True)
+        key = assumed.scheduling_group_key
+        if key is not None:
+            copy = self.pod_group_snapshot.states.get(key)
+            if copy is not None:
+                copy.assume_pod(assumed)
+        return assumed
+
+    def forget_in_snapshot(self, pod: PodInfo) -> None:
+        """Undo :meth:`assume_in_snapshot`; a pod it did not assume is upstream's error."""
+        if pod.uid not in self._assumed:
+            raise LookupError(f"assumed pod {go_quote(pod.key)} not found in the snapshot")
+        self.forget(pod.uid, dry_run=True)
+        key = pod.scheduling_group_key
+        if key is not None:
+            copy = self.pod_group_snapshot.states.get(key)
+            if copy is not None:
+                copy.forget_pod(pod.uid)
 
     def is_assumed(self, uid: str) -> bool:
         return uid in self._assumed
