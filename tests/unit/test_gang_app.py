@@ -1,8 +1,7 @@
 """GangScheduling end to end in the app: a profile enables it, the event handlers keep the pod groups' members
 (upstream ``eventhandlers.go``'s Add/Update/RemovePodGroupMember) and nudge the workload-aware queues on each
-new member (``EventUnscheduledPodAdd``), the pods wait at PreEnqueue, then at Permit, and bind together; a gang
-that cannot fit binds nothing and is released by the five-minute Permit timeout (the event loop's clock is
-moved on, so the test does not wait)."""
+new member (``EventUnscheduledPodAdd``), the pods wait at PreEnqueue, then the pod-group cycle places the whole
+gang at once; a gang that cannot fit binds and holds nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ import yaml
 from kopf_scheduler.app import WORKLOAD_API_NOT_SERVED, SchedulerApp
 from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.queue import GATED
-from tests.unit.app_harness import FakeClient, FakeClock, new_app, pending, until
+from tests.unit.app_harness import FakeClient, FakeClock, new_app, pending
 from tests.unit.factories import make_node
 
 GANG = {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}
@@ -76,7 +75,7 @@ def pre_enqueue_message(app: SchedulerApp, runtime: ProfileRuntime, uid: str) ->
     return runtime.pre_enqueue(pod).message
 
 
-def test_a_gang_of_three_waits_at_pre_enqueue_then_at_permit_and_binds_together() -> None:
+def test_a_gang_of_three_waits_at_pre_enqueue_then_binds_together_in_one_pod_group_cycle() -> None:
     app, client = gang_app()
     app.on_node_event(None, make_node("n1", cpu="8"))
     outcome = app.apply_profile(name="sp", spec=GANG, generation=1)
@@ -94,28 +93,25 @@ def test_a_gang_of_three_waits_at_pre_enqueue_then_at_permit_and_binds_together(
         app.on_pod_event("ADDED", member("p3", requests={"cpu": "1"}))  # the third: the nudge moves the first two
         assert [runtime.queue.location(uid) for uid in ("p1", "p2", "p3")] == ["active"] * 3
 
-        for _ in range(2):  # two cycles: both assumed, both waiting at Permit for the quorum
-            qpod = runtime.queue.pop_nowait()
-            assert qpod is not None
-            app.cycles.schedule_one(runtime, qpod)
-        await until(lambda: len(runtime.framework.waiting_pods) == 2)
-        waiting = sorted(runtime.framework.waiting_pods)
-        assert len(waiting) == 2
-        assert all(app.cache.is_assumed(uid) for uid in waiting)
-        assert app.cache.pod_groups.get("default", "pg").scheduled_pods_count() == 2
-        assert client.bindings == []
-        schedule_all(app, runtime)  # the third completes the quorum: every member goes on to bind
+        qpod = runtime.queue.pop_nowait()  # one pop: the pod-group cycle takes the other two members with it
+        assert qpod is not None
+        app.cycles.schedule_one(runtime, qpod)
+        assert runtime.queue.pop_nowait() is None
         await app.drain()
 
     run(scenario)
     assert sorted(name for _, name, _ in client.bindings) == ["p1", "p2", "p3"]
     assert not app.profiles["sp"].framework.waiting_pods
     assert [e["reason"] for e in client.events] == ["Scheduled"] * 3  # nothing reported while they waited
+    [(_, name, patch)] = client.pod_group_patches
+    [condition] = patch["status"]["conditions"]
+    assert (name, condition["type"], condition["status"]) == ("pg", "PodGroupScheduled", "True")
 
 
-def test_a_gang_that_cannot_fit_binds_nothing_and_the_permit_timeout_releases_it() -> None:
-    clock = FakeClock()
-    app, client = gang_app(clock=clock)
+def test_a_gang_that_cannot_fit_holds_nothing_and_is_requeued_whole() -> None:
+    """Two of three fit: the pod-group cycle places none (upstream 1.36), so nothing is assumed, reserved or held
+    at Permit, and all three go back to the queue with their own verdicts."""
+    app, client = gang_app()
     app.on_node_event(None, make_node("n1", cpu="2"))
     app.apply_profile(name="sp", spec=GANG, generation=1)
     runtime = app.profiles["sp"]
@@ -123,37 +119,27 @@ def test_a_gang_that_cannot_fit_binds_nothing_and_the_permit_timeout_releases_it
     for name in ("p1", "p2", "p3"):
         app.on_pod_event("ADDED", member(name, requests={"cpu": "1"}))
 
-    waited: list[str] = []
-
     async def scenario() -> None:
-        schedule_all(app, runtime)  # two fit and wait at Permit; the third does not fit
-        await until(lambda: len(runtime.framework.waiting_pods) == 2)
-        waited.extend(sorted(runtime.framework.waiting_pods))
-        assert len(waited) == 2
-        assert int(app.cache.table.pod_count.sum()) == 2
-        await asyncio.sleep(0.05)
-        assert client.bindings == []
-        # Five minutes later (the event loop's clock and the queue's): Permit's timeout rejects both.
-        loop = asyncio.get_running_loop()
-        assert isinstance(loop, TimeTravelLoop)
-        loop.offset += 301.0
-        clock.now += 301.0
-        await until(lambda: not runtime.framework.waiting_pods)
+        qpod = runtime.queue.pop_nowait()  # one pod-group cycle for the three
+        assert qpod is not None
+        app.cycles.schedule_one(runtime, qpod)
         await app.drain()
 
     run(scenario)
     assert client.bindings == []
-    # What they held is free again: the node, and the group's count.
     assert int(app.cache.table.pod_count.sum()) == 0
+    assert not runtime.framework.waiting_pods
     assert all(app.cache.pod(uid) is None and not app.cache.is_assumed(uid) for uid in ("p1", "p2", "p3"))
     assert app.cache.pod_groups.get("default", "pg").scheduled_pods_count() == 0
-    # Requeued, and reported with upstream's timeout text.
     assert all(runtime.queue.location(uid) is not None for uid in ("p1", "p2", "p3"))
-    timeouts = [e for e in client.events if "rejected due to timeout" in e["note"]]
-    assert sorted(e["regarding"]["name"] for e in timeouts) == waited
-    assert timeouts[0]["note"] == (
-        "0/1 nodes are available: 1 rejected due to timeout after waiting 5m0s at plugin GangScheduling."
-    )
+    assert sorted(e["regarding"]["name"] for e in client.events if e["reason"] == "FailedScheduling") == [
+        "p1",
+        "p2",
+        "p3",
+    ]
+    [(_, _, patch)] = client.pod_group_patches
+    [condition] = patch["status"]["conditions"]
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
 
 
 def test_pods_wait_for_their_pod_group_which_moves_them_when_added() -> None:
