@@ -193,6 +193,8 @@ def _scheduling_group(spec: Mapping[str, Any]) -> str | None:
     """``spec.schedulingGroup.podGroupName`` (interned: a group's pods share it). The API requires the name
     whenever the field is set; a group without one counts as none (upstream would dereference a nil name)."""
     group = spec.get("schedulingGroup")
+    if group is None:  # nearly every pod: no ABC isinstance on the pod-event path
+        return None
     name = group.get("podGroupName") if isinstance(group, Mapping) else None
     return intern(name) if isinstance(name, str) else None
 
