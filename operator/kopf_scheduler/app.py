@@ -40,7 +40,7 @@ from typing import Any
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.client import Client
 from kopf_scheduler.eventhandlers import EventHandlers
-from kopf_scheduler.explain import Explanations
+from kopf_scheduler.explain import Explanations, pod_group_section
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource
@@ -48,6 +48,8 @@ from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.framework.status import Status
+from kopf_scheduler.framework.waiting_pods import WaitingPod
 from kopf_scheduler.live_profiles import (
     BackgroundJobs,
     ProfileHandle,
@@ -56,6 +58,7 @@ from kopf_scheduler.live_profiles import (
     pipeline_status,
 )
 from kopf_scheduler.metrics import SchedulerMetrics
+from kopf_scheduler.plugins.gang_scheduling import POD_GROUP
 from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.queue import PodNominator, QueueClosedError, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
@@ -64,6 +67,8 @@ from kopf_scheduler.schedule_one_pod_group import PodGroupCycle
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.standby import PauseToggle, WarmStandby
 from kopf_scheduler.state.cache import ClusterCache
+from kopf_scheduler.state.pod_group_state import PodGroupState, PodGroupStateNotFound
+from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.unassigned_pods import UnassignedPods
 from kopf_scheduler.watched import WATCHED_KINDS, WORKLOAD_API_KINDS, Feed
 
@@ -206,6 +211,57 @@ class SchedulerApp:
     def explanations(self) -> Explanations:
         """The latest failed attempt of each pending pod, node by node (``/explain``)."""
         return self.reporter.explanations
+
+    def explain(self, key: str) -> dict[str, Any] | None:
+        """What ``/explain/<namespace>/<pod>`` answers: the pod's stored account (:class:`Explanations`), and for a
+        pod of a pod group the group's live state (``podGroup``, :func:`pod_group_section`), computed now. A pod
+        of a group that no cycle has tried (held at PreEnqueue) gets an answer with the group section alone."""
+        account = self.explanations.get(key)
+        pod = self._group_member(key)
+        if pod is None:
+            return account
+        group = pod.scheduling_group
+        if group is None:
+            return account
+        section = self._pod_group_section(pod, group)
+        return {**(account if account is not None else {"pod": key}), "podGroup": section}
+
+    def _group_member(self, key: str) -> PodInfo | None:
+        """The pod ``namespace/name`` if it names a pod group: a pending pod, or a member the cache holds."""
+        namespace, _, name = key.partition("/")
+        for pod in self.unassigned.values():
+            if pod.name == name and pod.namespace == namespace:
+                return pod if pod.scheduling_group is not None else None
+        for group_namespace, group in self.cache.pod_groups:
+            if group_namespace != namespace:
+                continue
+            for pod in self.cache.pod_groups.get(group_namespace, group).all_pods.values():
+                if pod.name == name:
+                    return pod
+        return None
+
+    def _pod_group_section(self, pod: PodInfo, group: str) -> dict[str, Any]:
+        state: PodGroupState | None
+        try:
+            state = self.cache.pod_groups.get(pod.namespace, group)
+        except PodGroupStateNotFound:
+            state = None
+        waiting: list[WaitingPod] = []
+        if state is not None:
+            for each in self.profiles.values():
+                waiting_pods = each.framework.waiting_pods
+                waiting += [waiting_pods[uid] for uid in state.all_pods if uid in waiting_pods]
+        verdict: Status | None = None
+        runtime = self.profiles.get(pod.scheduler_name)
+        if runtime is not None and pod.uid in self.unassigned and not self.cache.is_assumed(pod.uid):
+            verdict = runtime.pre_enqueue(pod)  # what keeps the pod out of the queue, if anything
+        return pod_group_section(
+            group,
+            self.cache.objects.get(POD_GROUP, group, pod.namespace),
+            state,
+            waiting=waiting,
+            pre_enqueue=verdict,
+        )
 
     # -- profiles ------------------------------------------------------------------------------------
     def apply_profile(self, *, name: str, spec: dict[str, Any] | None, generation: int = 0) -> ProfileOutcome:

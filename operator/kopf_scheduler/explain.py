@@ -23,6 +23,9 @@ total that ``selectHost`` compares. :func:`capture_scores` takes the winner's an
 in the synchronous cycle while slots still name those nodes; :func:`success_account` turns that into JSON when
 asked. The last :data:`MAX_BOUND_PODS` bound pods' captures are kept in a ring. The capture costs a measurable
 share of a cycle (docs/benchmarks.md), hence the opt-in.
+
+Pods of a pod group. A pod waiting at PreEnqueue for its gang has no account (no cycle ran); the app adds the
+group's live state when asked (``SchedulerApp.explain``, :func:`pod_group_section`): nothing is stored for it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ import numpy as np
 
 from kopf_scheduler.algorithm import FitError, ScheduleResult
 from kopf_scheduler.framework import PostFilterResult
+from kopf_scheduler.framework.status import Status
+from kopf_scheduler.framework.waiting_pods import WaitingPod
+from kopf_scheduler.go_format import go_duration
+from kopf_scheduler.plugins.gang_scheduling import gang_min_count
+from kopf_scheduler.state.pod_group_state import PodGroupStateData
 
 #: Pending pods whose failed attempts are kept; beyond this the least recently failed are dropped.
 MAX_PODS = 1000
@@ -49,6 +57,8 @@ HISTORY_LENGTH = 5
 RUNNERS_UP = 3
 #: Nodes named per kind of change in a history entry (the rest are counted).
 MAX_CHANGED_NODES = 10
+#: Member pods named per kind in a pod group section (the rest are counted).
+MAX_GROUP_NAMES = 5
 
 
 def explain_fit_error(
@@ -400,16 +410,112 @@ class Explanations:
         return len(self._bound)
 
 
+# -- the pod group of a pod (computed when asked, never stored) ---------------------------------------
+def pod_group_section(
+    name: str,
+    pod_group: dict[str, Any] | None,
+    state: PodGroupStateData | None,
+    *,
+    waiting: Sequence[WaitingPod] = (),
+    pre_enqueue: Status | None = None,
+) -> dict[str, Any]:
+    """A JSON-ready account of the pod group a pod names: its policy, its members as the cache splits them
+    (counts, and at most :data:`MAX_GROUP_NAMES` names each), the members waiting at Permit with the time left
+    to each waited-for plugin, and the PreEnqueue verdict that holds the pod (``pre_enqueue``, if it is held).
+
+    ``pod_group`` is the PodGroup object (None when the API server has none), ``state`` the cache's live state
+    of the group (None when no member is known)."""
+    section: dict[str, Any] = {"name": name}
+    if pod_group is None:
+        section["policy"] = None
+        section["message"] = "PodGroup not found"
+    else:
+        min_count = gang_min_count(pod_group)
+        if min_count is None:
+            section["policy"] = "basic"
+        else:
+            section["policy"] = "gang"
+            section["minCount"] = min_count
+    members: dict[str, Any] = {"known": 0 if state is None else state.all_pods_count()}
+    if state is not None:
+        pods = state.all_pods
+        kinds = (("unscheduled", state.unscheduled), ("assumed", state.assumed), ("assigned", state.assigned))
+        for kind, uids in kinds:
+            names = sorted(pods[uid].name for uid in uids if uid in pods)
+            members[kind] = {"count": len(uids), "pods": names[:MAX_GROUP_NAMES]}
+    else:
+        members.update({kind: {"count": 0, "pods": []} for kind in ("unscheduled", "assumed", "assigned")})
+    section["members"] = members
+    now, wall = time.monotonic(), time.time()
+    waits = []
+    for waiting_pod in sorted(waiting, key=lambda w: w.pod.name)[:MAX_GROUP_NAMES]:
+        plugins = [
+            {"plugin": plugin, "deadline": rfc3339(wall + deadline - now), "secondsLeft": max(0, int(deadline - now))}
+            for plugin, deadline in sorted(waiting_pod.deadlines.items())
+        ]
+        waits.append({"pod": waiting_pod.pod.name, "since": rfc3339(waiting_pod.since), "plugins": plugins})
+    section["waitingAtPermit"] = {"count": len(waiting), "pods": waits}
+    if pre_enqueue is not None and not pre_enqueue.is_success:
+        section["preEnqueue"] = {"plugin": pre_enqueue.plugin, "message": pre_enqueue.message}
+    return section
+
+
+def format_pod_group(section: dict[str, Any]) -> str:
+    """The pod group section as ``kopf-scheduler explain`` prints it: a few lines under the pod's account."""
+    policy = section.get("policy")
+    if policy is None:
+        title = section.get("message") or "PodGroup not found"
+    elif policy == "gang":
+        title = f"gang, minCount {section.get('minCount')}"
+    else:
+        title = str(policy)
+    lines = [f"Pod group {section['name']}: {title}"]
+    members = section.get("members") or {}
+    counts = [f"{members.get('known', 0)} known"]
+    for kind in ("unscheduled", "assumed", "assigned"):
+        part = members.get(kind) or {}
+        count, names = part.get("count", 0), part.get("pods") or []
+        named = ""
+        if names:
+            more = f", +{count - len(names)} more" if count > len(names) else ""
+            named = f" ({', '.join(names)}{more})"
+        counts.append(f"{count} {kind}{named}")
+    lines.append(f"  Members: {', '.join(counts)}")
+    pre_enqueue = section.get("preEnqueue")
+    if pre_enqueue:
+        lines.append(f"  Held at PreEnqueue by {pre_enqueue.get('plugin') or '-'}: {pre_enqueue.get('message', '')}")
+    waiting = section.get("waitingAtPermit") or {}
+    if waiting.get("count"):
+        lines.append(f"  Waiting at Permit: {waiting['count']} pod(s)")
+        for entry in waiting.get("pods") or ():
+            plugins = "; ".join(
+                f"{p['plugin']} {go_duration(p['secondsLeft'])} left (until {p['deadline']})"
+                for p in entry.get("plugins") or ()
+            )
+            lines.append(f"    {entry['pod']} since {entry['since']}: {plugins or '-'}")
+        if waiting["count"] > len(waiting.get("pods") or ()):
+            lines.append(f"    (+{waiting['count'] - len(waiting.get('pods') or ())} more)")
+    return "\n".join(lines)
+
+
 def rfc3339(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def format_account(account: dict[str, Any]) -> str:
     """The account as ``kopf-scheduler explain`` prints it: a bound pod's scores (:func:`format_success`), or a
-    pending pod's latest failure (:func:`format_failure`) followed by its history."""
+    pending pod's latest failure (:func:`format_failure`) followed by its history; a pod of a pod group gets its
+    group's section (:func:`format_pod_group`) after the account (before the history)."""
+    group = account.get("podGroup")
+    if "result" not in account:  # a pod of a pod group that no cycle has tried yet: its group is all there is
+        text = f"Pod {account['pod']}: no scheduling attempt recorded"
+        return text + "\n\n" + format_pod_group(group) if group is not None else text
     if account.get("result") == "Scheduled":
-        return format_success(account)
+        text = format_success(account)
+        return text + "\n\n" + format_pod_group(group) if group is not None else text
     text = format_failure(account)
+    if group is not None:
+        text += "\n\n" + format_pod_group(group)
     history = account.get("history") or []
     return text + "\n\n" + format_history(history) if history else text
 

@@ -114,7 +114,7 @@ async def serve_endpoints(memo: Any, **_: Any) -> None:
     try:
         memo.web = await web.serve(
             registry=app.metrics.registry,
-            explain=app.explanations.get,
+            explain=app.explain,
             port=port,
             address=address,
             auth=web.DelegatedAuth(

@@ -25,6 +25,8 @@ class WaitingPod:
 
     def __init__(self, pod: PodInfo, plugin_timeouts: Mapping[str, float]) -> None:
         self.pod = pod
+        #: When the pod began to wait (wall clock, for ``/explain``).
+        self.since = time.time()
         now = time.monotonic()
         self._timeouts = dict(plugin_timeouts)
         self._deadlines = {plugin: now + timeout for plugin, timeout in plugin_timeouts.items()}
@@ -34,6 +36,11 @@ class WaitingPod:
     @property
     def pending_plugins(self) -> list[str]:
         return list(self._deadlines)
+
+    @property
+    def deadlines(self) -> dict[str, float]:
+        """Each plugin still waited for, with the ``time.monotonic()`` at which its wait times out."""
+        return dict(self._deadlines)
 
     def allow(self, plugin: str) -> None:
         self._deadlines.pop(plugin, None)
