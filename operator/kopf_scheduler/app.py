@@ -294,7 +294,11 @@ class SchedulerApp:
             runtime.extenders = extenders
             # New PreEnqueue and event registrations; and a new pipeline may accept pods the old one
             # rejected, so every parked pod gets another try.
-            runtime.queue.reconfigure(pre_enqueue=runtime.pre_enqueue, plugin_events=events_for_framework(framework))
+            runtime.queue.reconfigure(
+                pre_enqueue=runtime.pre_enqueue,
+                plugin_events=events_for_framework(framework),
+                pod_groups=framework.workload_aware,
+            )
             runtime.queue.move_all_to_active_or_backoff(PROFILE_CHANGED)
         runtime.generation = generation
         runtime.explain_successes = model.explain.successes
@@ -346,6 +350,7 @@ class SchedulerApp:
             max_in_unschedulable=self.settings.pod_max_in_unschedulable_pods_duration,
             clock=self.clock,
             on_incoming=self.metrics.queue_incoming,
+            pod_groups=framework.workload_aware,
         )
         return runtime
 

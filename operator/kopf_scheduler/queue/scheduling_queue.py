@@ -114,8 +114,12 @@ class SchedulingQueue:
         clock: Callable[[], float] = time.monotonic,
         pop_from_backoff_q: bool = True,
         on_incoming: Callable[[str, str], None] | None = None,
+        pod_groups: bool = False,
     ) -> None:
         self._pre_enqueue = pre_enqueue
+        #: The profile schedules PodGroups (upstream's GenericWorkload gate, per profile): a failed member of a group
+        #: is retried after backoff, never by event hints (upstream has no pod-group level requeueing yet).
+        self._pod_groups = pod_groups
         #: ``scheduler_queue_incoming_pods_total``: called with (queue, event) for every pod entering a sub-queue.
         self._on_incoming = on_incoming
         self._max_in_unschedulable = float(max_in_unschedulable)
@@ -320,7 +324,11 @@ class SchedulingQueue:
                 qpod.pod = latest
             self._count_failure(qpod)
             self._hints.note_plugins(qpod.rejectors)
-            where = self._requeue(qpod, self._in_flight.replay(qpod, self._hints), SCHEDULE_ATTEMPT_FAILURE)
+            if self._pod_groups and qpod.pod.scheduling_group is not None and not qpod.failed_with_error:
+                strategy = Strategy.AFTER_BACKOFF  # upstream determineSchedulingHintForInFlightPod
+            else:
+                strategy = self._in_flight.replay(qpod, self._hints)
+            where = self._requeue(qpod, strategy, SCHEDULE_ATTEMPT_FAILURE)
             log.debug(
                 "pod %s requeued to %s after a failed cycle (rejectors %s)", qpod.pod.key, where, sorted(qpod.rejectors)
             )
@@ -385,6 +393,7 @@ class SchedulingQueue:
         *,
         pre_enqueue: Callable[[PodInfo], Status],
         plugin_events: Mapping[str, Sequence[ClusterEventWithHint]] | None,
+        pod_groups: bool = False,
     ) -> None:
         """The profile changed (hot reload): swap its PreEnqueue and registrations, keeping every pending pod.
 
@@ -393,6 +402,7 @@ class SchedulingQueue:
         event) allow. Upstream has no equivalent: it restarts on configuration changes.
         """
         self._pre_enqueue = pre_enqueue
+        self._pod_groups = pod_groups
         self._hints.replace(plugin_events)
         for qpod in self._unschedulable.values():
             self._hints.note_plugins(qpod.rejectors)

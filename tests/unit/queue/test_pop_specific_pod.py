@@ -45,3 +45,19 @@ def test_a_gated_in_flight_or_unknown_pod_is_not_popped() -> None:
     assert queue.location(gated.uid) == "gated"
     assert queue.pop_specific_pod(flying.uid) is None
     assert queue.pop_specific_pod("nobody") is None
+
+
+def test_a_failed_member_of_a_pod_group_goes_through_backoff_in_a_workload_aware_profile() -> None:
+    """Upstream ``determineSchedulingHintForInFlightPod``: a scheduling-group pod is retried after backoff, not
+    parked for events; a pod without a group, or any pod of a profile that schedules no groups, is parked."""
+    member = pod("m", spec={"schedulingGroup": {"podGroupName": "pg"}})
+    for pod_groups, expected in ((True, "backoff"), (False, "unschedulable")):
+        queue, _ = new_queue(pod_groups=pod_groups)
+        queue.add(member)
+        fail(queue, pop(queue, member), "NodeResourcesFit")
+        assert queue.location(member.uid) == expected
+    queue, _ = new_queue(pod_groups=True)
+    plain = pod("p")
+    queue.add(plain)
+    fail(queue, pop(queue, plain), "NodeResourcesFit")
+    assert queue.location(plain.uid) == "unschedulable"
