@@ -79,9 +79,17 @@ ADMIN_USER = "admin"
 #: 1.36's workload-aware scheduling: kube-apiserver serves Workload and PodGroup (scheduling.k8s.io/v1alpha2) and
 #: keeps ``pod.spec.schedulingGroup`` only with GenericWorkload on; kube-controller-manager's
 #: podgroup-protection controller (GenericWorkload too) lifts the finalizer the PodGroupProtection admission plugin
-#: puts on every PodGroup, or no PodGroup (nor its namespace) could ever be deleted. kube-scheduler, the oracle,
+#: puts on every PodGroup, or no PodGroup (nor its namespace) could ever be deleted. TopologyAwareWorkloadScheduling
+#: and WorkloadAwarePreemption keep a PodGroup's ``schedulingConstraints`` and ``disruptionMode``/``priority``
+#: (kube-apiserver's PodGroup and Workload strategies drop them with the gates off); the last needs GangScheduling
+#: on (a declared gate dependency, checked at start-up). kube-scheduler, the oracle,
 #: keeps its defaults: its gates decide which plugins the default profile has.
-FEATURE_GATES: tuple[str, ...] = ("GenericWorkload",)
+FEATURE_GATES: tuple[str, ...] = (
+    "GenericWorkload",
+    "GangScheduling",
+    "TopologyAwareWorkloadScheduling",
+    "WorkloadAwarePreemption",
+)
 RUNTIME_CONFIG: tuple[str, ...] = ("scheduling.k8s.io/v1alpha2",)
 
 
