@@ -2,8 +2,8 @@
 beside the per-pod cycle of ``schedule_one.py``, whose helpers it shares.
 
 :meth:`ScheduleOne.schedule_one` hands a popped pod with a scheduling group here when its profile is
-workload-aware (upstream's GenericWorkload gate, per profile). Restated with GangScheduling on and
-TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off:
+workload-aware (upstream's GenericWorkload gate, per profile). Restated with GangScheduling and
+TopologyAwareWorkloadScheduling on and WorkloadAwarePreemption off:
 
 - :meth:`PodGroupCycle.pod_group_info_for_pod` (upstream ``podGroupInfoForPod``): the popped pod and every other
   unscheduled member of its group the live pod-group state knows, each taken from the queue with
@@ -11,6 +11,9 @@ TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off:
 - :meth:`PodGroupCycle.schedule_one_pod_group`: members deleted, bound or assumed meanwhile leave the group
   (upstream ``skipPodGroupPodSchedule``), then the cycle (``podGroupCycle``): the pod groups' snapshot is brought up
   to date, the algorithm runs, and its result is submitted.
+- The placement algorithm (upstream ``podGroupSchedulingPlacementAlgorithm``, ``pod_group_placement.py``): the
+  placements the profile's PlacementGenerate plugin makes (one of every node without one), the default algorithm
+  in each, the best of those the group fits in by the PlacementScore plugins.
 - The default algorithm (upstream ``podGroupSchedulingDefaultAlgorithm``): each member in order through the
   per-pod algorithm (``schedulingAlgorithm``: Filter, Score, PostFilter) with ``state.pod_group_cycle`` set,
   assumed on its node for the rest of the cycle only (``ClusterCache.assume_in_snapshot``: the nodes and the
@@ -23,10 +26,9 @@ TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off:
   status. Then the PodGroup's ``PodGroupScheduled`` condition (:meth:`PodGroupCycle._update_pod_group_condition`)
   and the ``scheduler_podgroup_*`` metrics.
 
-The seams for the gates that are off: :meth:`PodGroupCycle._scheduling_algorithm` is where upstream picks the
-placement algorithm (``podGroupSchedulingPlacementAlgorithm``, TopologyAwareWorkloadScheduling), and
-:meth:`PodGroupCycle._pod_group_cycle` where it would run ``runWorkloadAwarePreemption`` on an Unschedulable group
-(WorkloadAwarePreemption); neither runs here, exactly as upstream's code with those gates off.
+The seam for the gate that is off: :meth:`PodGroupCycle._pod_group_cycle` is where upstream would run
+``runWorkloadAwarePreemption`` on an Unschedulable group (WorkloadAwarePreemption); it does not run here, exactly
+as upstream's code with that gate off.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ from typing import Any
 
 from kopf_scheduler.algorithm import FitError, ScheduleResult, SchedulingError, schedule_pod
 from kopf_scheduler.framework import CycleState, PostFilterResult, Status
+from kopf_scheduler.framework.placement import PodGroupInfo
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import SUCCESS, Code
 from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, WAITING_ON_PREEMPTION, SchedulerMetrics
+from kopf_scheduler.pod_group_placement import PlacementHistory, PlacementsTried, placement_algorithm
 from kopf_scheduler.queue import QueuedPodInfo
 from kopf_scheduler.reporting import Reporter, Spawn, now_rfc3339
 from kopf_scheduler.schedule_one import (
@@ -121,6 +125,17 @@ class AlgorithmResult:
     #: Permit's verdict (Success or Wait) for a member that was placed.
     permit_status: Status | None = None
 
+    @property
+    def pod(self) -> PodInfo:
+        """Upstream ``algorithmResult.GetPod``."""
+        return self.qpod.pod
+
+    @property
+    def node_name(self) -> str:
+        """Upstream ``algorithmResult.GetNodeName``: where it was placed (its nominated node when it needs
+        preemption), "" when it was not."""
+        return self.result.suggested_host if self.result is not None else ""
+
 
 @dataclass(slots=True, eq=False)
 class PodGroupAlgorithmResult:
@@ -131,6 +146,11 @@ class PodGroupAlgorithmResult:
     status: Status
     pod_results: list[AlgorithmResult] = field(default_factory=list)
     waiting_on_preemption: bool = False
+
+    @property
+    def pod_trials(self) -> list[AlgorithmResult]:
+        """The members' results, as the placement algorithm reads them."""
+        return self.pod_results
 
 
 class PodGroupCycle:
@@ -153,6 +173,8 @@ class PodGroupCycle:
         self._metrics = metrics
         self._spawn = spawn
         self._rng = rng or random.Random()
+        #: The placements each group's last cycle tried (``/explain``).
+        self.placements = PlacementHistory()
 
     def schedule(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> None:
         """Upstream ``ScheduleOne``'s branch for a pod with a scheduling group: its group's cycle, or the failure
@@ -217,10 +239,22 @@ class PodGroupCycle:
     def _scheduling_algorithm(
         self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo
     ) -> PodGroupAlgorithmResult:
-        """Upstream ``podGroupSchedulingAlgorithm``: with TopologyAwareWorkloadScheduling the placement algorithm
-        (placements generated, each tried with the default algorithm, the best scored); that gate is off, so the
-        default algorithm over every node."""
-        return self._default_algorithm(framework, snapshot, group)
+        """Upstream ``podGroupSchedulingAlgorithm`` with TopologyAwareWorkloadScheduling on: the placement algorithm
+        (``pod_group_placement.py``: placements generated, each tried with the default algorithm, the best scored);
+        what it tried is kept for ``/explain``."""
+        info = PodGroupInfo(group.namespace, group.name, tuple(group.unscheduled_pods))
+        tried = PlacementsTried(time.time(), "")
+        result = placement_algorithm(
+            framework,
+            snapshot,
+            info,
+            lambda: self._default_algorithm(framework, snapshot, group),
+            PodGroupAlgorithmResult,
+            rng=self._rng,
+            tried=tried,
+        )
+        self.placements.record(group.namespace, group.name, tried)
+        return result
 
     def _default_algorithm(
         self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo
@@ -342,8 +376,8 @@ class PodGroupCycle:
         for i, qpod in enumerate(group.queued_pod_infos):
             if i < len(group_result.pod_results):
                 pod_result = group_result.pod_results[i]
-            else:  # after a group-wide failure: the member shares the group's status
-                pod_result = AlgorithmResult(qpod, new_cycle_state(), group_status)
+            else:  # after a group-wide failure: the member shares the group's status (its nomination left as is)
+                pod_result = AlgorithmResult(qpod, new_cycle_state(), group_status, nominated_node=None)
             # As the per-pod cycle: the member's attempt started its algorithm's duration ago.
             started = time.perf_counter() - pod_result.duration
             if group_status.code is Code.ERROR:

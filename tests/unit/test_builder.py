@@ -205,6 +205,10 @@ UPSTREAM_DEFAULT_PROFILE: dict[E, list[str]] = {
     E.PRE_BIND: ["VolumeBinding", "DynamicResources"],
     E.BIND: ["DefaultBinder"],
     E.POST_BIND: [],
+    # The placement points are empty with upstream's gates off (its default profile adds TopologyPlacementGenerator
+    # and PodGroupPodsCount only with TopologyAwareWorkloadScheduling on).
+    E.PLACEMENT_GENERATE: [],
+    E.PLACEMENT_SCORE: [],
 }
 UPSTREAM_SCORE_WEIGHTS = [
     ("TaintToleration", 3),

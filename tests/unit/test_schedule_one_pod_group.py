@@ -1,5 +1,6 @@
 """The pod-group cycle (schedule_one_pod_group.py), restating upstream's schedule_one_podgroup_test.go cases that
-apply with TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off, through SchedulerApp with a fake client.
+apply with WorkloadAwarePreemption off (TopologyAwareWorkloadScheduling on, no placement plugins: one placement
+of every node; the placement algorithm has its own tests), through SchedulerApp with a fake client.
 
 The profile enables ``Quorum``, a small workload-aware test plugin (not GangScheduling): its Permit waits until
 ``QUORUM`` members of the pod's group are assumed or bound, reading the cycle's snapshot of the group in a
@@ -37,6 +38,7 @@ def one_cycle(app: SchedulerApp, profile: str = "sp") -> None:
         await app.drain()
 
     asyncio.run(go())
+
 
 QUORUM_SPEC: dict[str, Any] = {"plugins": {"multiPoint": {"enabled": [{"name": "Quorum"}]}}}
 
@@ -183,10 +185,12 @@ def test_one_member_does_not_fit_so_none_is_bound_and_everything_is_released() -
     assert len(app.profiles["sp"].queue) == 3  # all requeued
     [(_, _, patch)] = client.pod_group_patches
     [condition] = patch["status"]["conditions"]
+    # With upstream's TopologyAwareWorkloadScheduling on, the group was tried in one placement of every node (no
+    # PlacementGenerate plugin), and the verdict says so.
     assert (condition["status"], condition["reason"], condition["message"]) == (
         "False",
         "Unschedulable",
-        "pod group is unschedulable",
+        "0/1 placements are available, first placement status: pod group is unschedulable",
     )
     assert attempts(app, "unschedulable") == 1
     scheduler_attempts = app.metrics.registry.get_sample_value(

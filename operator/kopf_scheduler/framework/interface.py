@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.extension_points import ExtensionPoint
+from kopf_scheduler.framework.placement import Placement, PlacementScore, PodGroupAssignments, PodGroupInfo
 from kopf_scheduler.framework.status import SUCCESS, Status
 from kopf_scheduler.framework.verdicts import FilterOutcome, PostFilterResult
 
@@ -478,6 +479,37 @@ class PostBindPlugin(Plugin):
         raise NotImplementedError
 
 
+class PlacementGeneratePlugin(Plugin):
+    """Upstream ``PlacementGeneratePlugin``: splits the nodes a pod group may use into placements (at most one such
+    plugin per profile). Runs in a workload-aware profile's pod-group cycle only."""
+
+    def generate_placements(
+        self, state: CycleState, pod_group: PodGroupInfo, parent: Placement
+    ) -> tuple[list[Placement] | None, Status]:
+        """The placements carved out of ``parent`` (upstream ``GeneratePlacements``); ``state`` is the pod-group
+        cycle's own state."""
+        raise NotImplementedError
+
+
+class PlacementScorePlugin(Plugin):
+    """Upstream ``PlacementScorePlugin``: ranks the placements a pod group fits in."""
+
+    def score_placement(
+        self, state: CycleState, pod_group: PodGroupInfo, assignments: PodGroupAssignments
+    ) -> tuple[int, Status]:
+        """The placement's raw score from the members its trial placed (upstream ``ScorePlacement``)."""
+        raise NotImplementedError
+
+    #: Upstream ``PlacementScoreExtensions() != nil``: only then is :meth:`normalize_placement_score` called.
+    has_normalize: ClassVar[bool] = False
+
+    def normalize_placement_score(
+        self, state: CycleState, pod_group: PodGroupInfo, scores: list[PlacementScore]
+    ) -> Status:
+        """Rewrite ``scores`` in place into [MIN_NODE_SCORE, MAX_NODE_SCORE] (upstream ``NormalizePlacementScore``)."""
+        return SUCCESS
+
+
 INTERFACES: dict[ExtensionPoint, type[Plugin]] = {
     ExtensionPoint.PRE_ENQUEUE: PreEnqueuePlugin,
     ExtensionPoint.QUEUE_SORT: QueueSortPlugin,
@@ -491,6 +523,8 @@ INTERFACES: dict[ExtensionPoint, type[Plugin]] = {
     ExtensionPoint.PRE_BIND: PreBindPlugin,
     ExtensionPoint.BIND: BindPlugin,
     ExtensionPoint.POST_BIND: PostBindPlugin,
+    ExtensionPoint.PLACEMENT_GENERATE: PlacementGeneratePlugin,
+    ExtensionPoint.PLACEMENT_SCORE: PlacementScorePlugin,
 }
 
 __all__ = [
@@ -511,6 +545,8 @@ __all__ = [
     "Nominator",
     "PermitPlugin",
     "PipelineHandle",
+    "PlacementGeneratePlugin",
+    "PlacementScorePlugin",
     "Plugin",
     "PluginsRunner",
     "PostBindPlugin",

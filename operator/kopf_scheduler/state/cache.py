@@ -689,13 +689,52 @@ class ClusterCache:
 class Snapshot:
     """The view one scheduling cycle works on: the cache plus the node order, frozen for the cycle."""
 
-    __slots__ = ("cache", "order", "table")
+    __slots__ = ("_placement", "_placement_set", "cache", "order", "table")
 
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
         self.table = cache.table
         #: All nodes as table slots, in node-tree order.
         self.order = cache.node_order()
+        #: The pod-group cycle's assumed placement: the only candidate nodes of the algorithm, None for all nodes.
+        self._placement: np.ndarray | None = None
+        self._placement_set: frozenset[int] = frozenset()
+
+    # -- the pod-group cycle's placement (upstream ``Snapshot.AssumePlacement`` and ``ForgetPlacement``) ------------
+    def assume_placement(self, nodes: np.ndarray) -> None:
+        """Limit the nodes the scheduling algorithm considers on this snapshot to ``nodes`` (slots, in the
+        placement's order) until :meth:`forget_placement`; plugins still see every node, as upstream's do. A
+        placement of every node is no placement. ``LookupError`` (and no placement) if a slot holds no node."""
+        if len(nodes) == len(self.order):
+            self.forget_placement()
+            return
+        alive, names = self.table.alive, self.table.names
+        for slot in nodes.tolist():
+            if not 0 <= slot < len(alive) or not alive[slot]:
+                self.forget_placement()
+                name = names[slot] if 0 <= slot < len(names) else None
+                raise LookupError(f"node {name or slot} in placement is not present in snapshot")
+        self._placement = nodes
+        self._placement_set = frozenset(nodes.tolist())
+
+    def forget_placement(self) -> None:
+        """Every node is a candidate again (upstream ``ForgetPlacement``)."""
+        self._placement = None
+        self._placement_set = frozenset()
+
+    @property
+    def nodes_in_placement(self) -> np.ndarray:
+        """The algorithm's candidate nodes: the placement's, or every node (upstream ``ListNodesInPlacement``)."""
+        return self.order if self._placement is None else self._placement
+
+    @property
+    def num_nodes_in_placement(self) -> int:
+        """How many nodes the algorithm considers (upstream ``NumNodesInPlacement``): the ``N`` of ``0/N nodes``."""
+        return len(self.nodes_in_placement)
+
+    def in_placement(self, slot: int) -> bool:
+        """Whether the node at ``slot`` is a candidate (upstream ``GetNodeInPlacement`` finds it)."""
+        return self._placement is None or slot in self._placement_set
 
     @property
     def num_nodes(self) -> int:

@@ -4,8 +4,8 @@ Restates upstream's ``frameworkImpl`` (``framework/runtime/framework.go``): one 
 every extension point it is enabled at; PreEnqueue and QueueSort for the queue; PostFilter until the first
 plugin that does not reject. The other extension points' runners are the parts :class:`Framework` is made of:
 PreFilter and Filter with nominated pods (:mod:`.filtering`), PreScore and Score (:mod:`.scoring`), Reserve,
-Permit and the binding cycle (:mod:`.binding`). Error texts are upstream's, because they end up in events and pod
-conditions.
+Permit and the binding cycle (:mod:`.binding`), PlacementGenerate and PlacementScore (:mod:`.placement`). Error
+texts are upstream's, because they end up in events and pod conditions.
 
 Profile validation is not repeated here: :mod:`kopf_scheduler.framework.builder` checks what upstream's
 ``NewFramework`` checks, and the framework only constructs the plugins of the profile it is given.
@@ -30,6 +30,8 @@ from kopf_scheduler.framework.interface import (
     NoNominator,
     PermitPlugin,
     PipelineHandle,
+    PlacementGeneratePlugin,
+    PlacementScorePlugin,
     Plugin,
     PostBindPlugin,
     PostFilterPlugin,
@@ -48,6 +50,7 @@ from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime.binding import BindingRunner
 from kopf_scheduler.framework.runtime.common import ObservePlugin, error_text, wrapped_error
 from kopf_scheduler.framework.runtime.filtering import FilterRunner
+from kopf_scheduler.framework.runtime.placement import PlacementRunner
 from kopf_scheduler.framework.runtime.scoring import ScoreRunner
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
 from kopf_scheduler.framework.verdicts import NodeToStatusMap
@@ -62,7 +65,7 @@ class FrameworkError(Exception):
     """A plugin of a valid profile cannot be constructed (its args do not validate, or its ``__init__`` fails)."""
 
 
-class Framework(FilterRunner, ScoreRunner, BindingRunner):
+class Framework(FilterRunner, ScoreRunner, BindingRunner, PlacementRunner):
     """One profile's pipeline: plugin instances per extension point and the ``run_*`` methods over them.
 
     ``profile`` comes from :func:`kopf_scheduler.framework.builder.resolve_profile` with the same ``registry``,
@@ -123,6 +126,15 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner):
         self.pre_bind_plugins: tuple[tuple[str, PreBindPlugin], ...] = tuple(by_point[ExtensionPoint.PRE_BIND])
         self.bind_plugins: tuple[tuple[str, BindPlugin], ...] = tuple(by_point[ExtensionPoint.BIND])
         self.post_bind_plugins: tuple[tuple[str, PostBindPlugin], ...] = tuple(by_point[ExtensionPoint.POST_BIND])
+        self.placement_generate_plugins: tuple[tuple[str, PlacementGeneratePlugin], ...] = tuple(
+            by_point[ExtensionPoint.PLACEMENT_GENERATE]
+        )
+        self.placement_score_plugins: tuple[tuple[str, PlacementScorePlugin], ...] = tuple(
+            by_point[ExtensionPoint.PLACEMENT_SCORE]
+        )
+        self.placement_score_weights: dict[str, int] = {
+            ref.name: ref.weight or 1 for ref in profile.enabled(ExtensionPoint.PLACEMENT_SCORE)
+        }
 
     def __repr__(self) -> str:
         return f"<Framework {self.profile_name}>"
