@@ -255,12 +255,14 @@ class SchedulerApp:
         runtime = self.profiles.get(pod.scheduler_name)
         if runtime is not None and pod.uid in self.unassigned and not self.cache.is_assumed(pod.uid):
             verdict = runtime.pre_enqueue(pod)  # what keeps the pod out of the queue, if anything
+        tried = self.pod_group_cycles.placements.get(pod.namespace, group)
         return pod_group_section(
             group,
             self.cache.objects.get(POD_GROUP, group, pod.namespace),
             state,
             waiting=waiting,
             pre_enqueue=verdict,
+            placements=tried.to_json() if tried is not None else None,
         )
 
     # -- profiles ------------------------------------------------------------------------------------

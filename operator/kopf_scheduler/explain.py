@@ -25,7 +25,9 @@ asked. The last :data:`MAX_BOUND_PODS` bound pods' captures are kept in a ring. 
 share of a cycle (docs/benchmarks.md), hence the opt-in.
 
 Pods of a pod group. A pod waiting at PreEnqueue for its gang has no account (no cycle ran); the app adds the
-group's live state when asked (``SchedulerApp.explain``, :func:`pod_group_section`): nothing is stored for it.
+group's live state when asked (``SchedulerApp.explain``, :func:`pod_group_section`): nothing is stored for it but
+what the group's last pod-group cycle tried (the placements, each with how its members fared: the pod-group
+cycle keeps that, ``pod_group_placement.PlacementHistory``).
 """
 
 from __future__ import annotations
@@ -418,13 +420,15 @@ def pod_group_section(
     *,
     waiting: Sequence[WaitingPod] = (),
     pre_enqueue: Status | None = None,
+    placements: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A JSON-ready account of the pod group a pod names: its policy, its members as the cache splits them
     (counts, and at most :data:`MAX_GROUP_NAMES` names each), the members waiting at Permit with the time left
     to each waited-for plugin, and the PreEnqueue verdict that holds the pod (``pre_enqueue``, if it is held).
 
     ``pod_group`` is the PodGroup object (None when the API server has none), ``state`` the cache's live state
-    of the group (None when no member is known)."""
+    of the group (None when no member is known), ``placements`` what the group's last pod-group cycle tried
+    (``PlacementsTried.to_json``; None before its first cycle)."""
     section: dict[str, Any] = {"name": name}
     if pod_group is None:
         section["policy"] = None
@@ -457,6 +461,8 @@ def pod_group_section(
     section["waitingAtPermit"] = {"count": len(waiting), "pods": waits}
     if pre_enqueue is not None and not pre_enqueue.is_success:
         section["preEnqueue"] = {"plugin": pre_enqueue.plugin, "message": pre_enqueue.message}
+    if placements is not None:
+        section["placements"] = placements
     return section
 
 
@@ -495,7 +501,34 @@ def format_pod_group(section: dict[str, Any]) -> str:
             lines.append(f"    {entry['pod']} since {entry['since']}: {plugins or '-'}")
         if waiting["count"] > len(waiting.get("pods") or ()):
             lines.append(f"    (+{waiting['count'] - len(waiting.get('pods') or ())} more)")
+    placements = section.get("placements")
+    if placements:
+        lines += format_placements(placements)
     return "\n".join(lines)
+
+
+def format_placements(placements: dict[str, Any]) -> list[str]:
+    """The placements the group's last cycle tried: the verdict, then each placement with its members."""
+    generator = placements.get("generator") or "no PlacementGenerate plugin: one placement of every node"
+    lines = [f"  Placements tried at {placements.get('time')} ({generator}): {placements.get('count', 0)}"]
+    generate = placements.get("generateStatus")
+    if generate:
+        lines.append(f"    PlacementGenerate: {generate['code']}: {generate['message']}")
+    for entry in placements.get("tried") or ():
+        name = entry.get("name") or "(every node)"
+        verdict = entry["code"] + (f": {entry['message']}" if entry.get("message") else "")
+        extra = f", score {entry['score']}" if entry.get("score") is not None else ""
+        chosen = " (chosen)" if entry.get("chosen") else ""
+        lines.append(f"    {name}, {entry['nodes']} node(s): {verdict}{extra}{chosen}")
+        for member in entry.get("members") or ():
+            where = f"on {member['node']}" if "node" in member else member.get("message", "")
+            lines.append(f"      {member['pod']}: {where}")
+        if entry.get("moreMembers"):
+            lines.append(f"      (+{entry['moreMembers']} more)")
+    status = placements.get("status")
+    if status and status.get("code") != "Success":
+        lines.append(f"    Result: {status['code']}: {status['message']}")
+    return lines
 
 
 def rfc3339(at: float) -> str:
