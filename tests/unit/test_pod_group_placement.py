@@ -5,9 +5,11 @@ keeps of the placements tried."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.explain import format_account
@@ -388,3 +390,28 @@ def test_explain_prints_the_placements_tried() -> None:
     assert [m["message"][:45] for m in tried[1]["members"] if "message" in m] == [
         "0/2 nodes are available: 2 Insufficient cpu. "
     ]
+
+
+def test_the_example_puts_its_gang_in_one_rack() -> None:
+    """``examples/topology-aware-gangs.yaml`` as the operator would see it applied, on two racks with room for three
+    and five of its pods: all four bind, in the rack that holds them."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "topology-aware-gangs.yaml"
+    docs = list(yaml.safe_load_all(example.read_text()))
+    assert [doc["kind"] for doc in docs] == ["SchedulerProfile", "PodGroup", "Pod", "Pod", "Pod", "Pod"]
+    client = FakeClient()
+    app = new_app(client, FakeClock())
+    key = docs[1]["spec"]["schedulingConstraints"]["topology"][0]["key"]
+    for name, rack, cpu in (("r1-a", "r1", "2"), ("r1-b", "r1", "1"), ("r2-a", "r2", "3"), ("r2-b", "r2", "2")):
+        app.on_node_event(None, make_node(name, cpu=cpu, labels={key: rack}))
+    for doc in docs:
+        meta = doc["metadata"]
+        meta.update(uid=f"uid-{meta['name']}", resourceVersion="1")
+        if doc["kind"] == "SchedulerProfile":
+            assert app.apply_profile(name=meta["name"], spec=doc["spec"], generation=1).ready
+        elif doc["kind"] == "PodGroup":
+            app.on_watch_event("PodGroup", "ADDED", doc)
+        else:
+            app.on_pod_event("ADDED", doc)
+    drive(app, "topology-aware-gangs")
+    assert sorted(name for _, name, _ in client.bindings) == [f"allreduce-{i}" for i in range(4)]
+    assert {node for _, _, node in client.bindings} <= {"r2-a", "r2-b"}

@@ -176,3 +176,27 @@ def test_validate_does_not_log_what_it_prints(tmp_path: Any, capsys: pytest.Capt
     bad.write_text(yaml.safe_dump(_profile("bad", {"plugins": {"filter": {"enabled": [{"name": "Nope"}]}}})))
     assert main(["validate", str(bad)]) == 1
     assert capsys.readouterr().err == ""
+
+
+def test_a_workload_aware_profile_shows_its_placement_plugins() -> None:
+    spec = {
+        "plugins": {
+            "multiPoint": {
+                "enabled": [
+                    {"name": "GangScheduling"},
+                    {"name": "TopologyPlacementGenerator"},
+                    {"name": "PodGroupPodsCount", "weight": 3},
+                ]
+            }
+        }
+    }
+    verdict = validate_manifest(_profile("gangs", spec))
+    assert verdict.ready
+    lines = format_verdict(verdict).splitlines()
+    assert "  placementGenerate: TopologyPlacementGenerator" in lines
+    assert "  placementScore:    PodGroupPodsCount:3" in lines
+
+
+def test_a_profile_without_placement_plugins_does_not_list_the_placement_points() -> None:
+    text = format_verdict(validate_manifest(_profile("plain", {})))
+    assert "placement" not in text
