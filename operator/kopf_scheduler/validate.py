@@ -157,20 +157,16 @@ def _quiet_operator_log() -> Iterator[None]:
         logger.propagate = propagate
 
 
-_PLACEMENT_POINTS = (ExtensionPoint.PLACEMENT_GENERATE, ExtensionPoint.PLACEMENT_SCORE)
-
-
 def format_verdict(verdict: ProfileVerdict) -> str:
-    """The verdict for a terminal: the Ready condition, then the plugins per extension point (weights at score)."""
+    """The verdict for a terminal: the Ready condition, then the plugins per extension point (weights at score and
+    placementScore)."""
     status = "Ready" if verdict.ready else "not Ready"
     lines = [f"{verdict.name}: {status} ({verdict.reason}): {verdict.message}"]
     if not verdict.pipeline_status:
         return "\n".join(lines)
     plugins = EffectivePlugins.model_validate(verdict.pipeline_status.get("effectivePlugins") or {})
-    # The placement points (workload-aware profiles only) are shown when they have plugins.
-    points = [p for p in ExtensionPoint if p not in _PLACEMENT_POINTS or plugins.at(p.value)]
-    width = max(len(point.value) for point in points) + 1
-    for point in points:
+    width = max(len(point.value) for point in ExtensionPoint) + 1
+    for point in ExtensionPoint:
         entries = plugins.at(point.value)
         shown = ", ".join(f"{p.name}:{p.weight}" if p.weight is not None else p.name for p in entries)
         lines.append(f"  {point.value + ':':<{width}} {shown or '-'}")

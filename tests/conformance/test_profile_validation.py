@@ -82,6 +82,12 @@ def test_deliberate_fit_args_difference_is_still_there(tmp_path: Path) -> None:
             id="placement-plugins-through-multi-point",
         ),
         pytest.param(
+            # Upstream's NodeResourcesFit is a PlacementScore plugin (v1.36.3, any gate): accepted there.
+            {"plugins": {"placementScore": {"enabled": [{"name": "NodeResourcesFit", "weight": 3}]}}},
+            True,
+            id="node-resources-fit-at-placement-score",
+        ),
+        pytest.param(
             {"plugins": {"placementScore": {"enabled": [{"name": "ImageLocality"}]}}},
             False,
             id="a-score-plugin-at-placement-score",

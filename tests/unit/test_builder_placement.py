@@ -166,8 +166,9 @@ def test_the_in_tree_placement_plugins_implement_their_points_and_are_workload_a
     assert counter.workload_aware
 
 
-def test_the_default_profile_has_no_placement_plugins() -> None:
-    # `spec: {}` is upstream's default profile with its gates off: nothing at the placement points.
+def test_the_default_profile_has_upstreams_placement_plugins() -> None:
+    # `spec: {}` is upstream's default profile: no generator, NodeResourcesFit at placementScore (weight 1), as
+    # upstream's ExpandedPluginsV1 (its Fit implements PlacementScorePlugin whatever the gates).
     profile = resolve_profile("p", SchedulerProfileSpec(), in_tree_registry())
     assert profile.enabled(E.PLACEMENT_GENERATE) == ()
-    assert profile.enabled(E.PLACEMENT_SCORE) == ()
+    assert [(ref.name, ref.weight) for ref in profile.enabled(E.PLACEMENT_SCORE)] == [("NodeResourcesFit", 1)]

@@ -288,15 +288,18 @@ def test_a_gang_lands_wholly_inside_the_rack_that_holds_most_of_it() -> None:
 
 
 def test_two_fitting_racks_the_one_with_more_members_placed_wins() -> None:
-    # A gang of minCount 2 with 4 members: rack a places 3 (one member left out), rack b all 4.
+    # A gang of minCount 2 with 4 members: rack a places 3 (one member left out), rack b all 4. PodGroupPodsCount:
+    # 3 and 4 members, 75 and 100; NodeResourcesFit (at placementScore with weight 1 in every profile, as
+    # upstream's): MostAllocated over each rack as one node, cpu 3/3 and 4/4 full, memory 600Mi of 96Gi and 800Mi
+    # of 64Gi, (100 + 0) // 2 and (100 + 1) // 2: 50 each.
     client = FakeClient()
     app = racks_app(client, gang(2), 4)
     drive(app)
     assert sorted(node for _, _, node in client.bindings) == ["b1", "b1", "b2", "b2"]
     tried = app.explain("default/w0")["podGroup"]["placements"]["tried"]  # type: ignore[index]
     assert [(p["name"], p.get("score"), p.get("chosen", False)) for p in tried] == [
-        ("a", 75, False),
-        ("b", 100, True),
+        ("a", 125, False),
+        ("b", 150, True),
     ]
 
 

@@ -108,7 +108,7 @@ def scorer(name: str, scores: list[int], errors: dict[int, Status] | None = None
     """A PlacementScore plugin answering ``scores`` by placement index (``errors`` instead where given)."""
 
     class Scorer(PlacementScorePlugin):
-        has_normalize: ClassVar[bool] = normalize is not None
+        has_placement_normalize: ClassVar[bool] = normalize is not None
 
         def score_placement(
             self, state: CycleState, pod_group: PodGroupInfo, assignments: PodGroupAssignments

@@ -62,7 +62,8 @@ def test_a_valid_profile_shows_its_pipeline(spec: dict[str, Any], score: str) ->
     assert verdict.pipeline_status["effectivePlugins"]["queueSort"] == [{"name": "PrioritySort"}]
     text = format_verdict(verdict)
     assert text.startswith("ok: Ready (PipelineBuilt): pipeline built from generation 0")
-    assert f"  score:      {score.replace(',', ', ')}" in text
+    assert f"  score:             {score.replace(',', ', ')}" in text
+    assert "  placementScore:    NodeResourcesFit:1" in text  # upstream's default profile has it there too
 
 
 INVALID: list[tuple[str, dict[str, Any], str]] = [
@@ -194,9 +195,10 @@ def test_a_workload_aware_profile_shows_its_placement_plugins() -> None:
     assert verdict.ready
     lines = format_verdict(verdict).splitlines()
     assert "  placementGenerate: TopologyPlacementGenerator" in lines
-    assert "  placementScore:    PodGroupPodsCount:3" in lines
+    assert "  placementScore:    NodeResourcesFit:1, PodGroupPodsCount:3" in lines
 
 
-def test_a_profile_without_placement_plugins_does_not_list_the_placement_points() -> None:
-    text = format_verdict(validate_manifest(_profile("plain", {})))
-    assert "placement" not in text
+def test_the_default_profile_lists_upstreams_placement_plugins() -> None:
+    lines = format_verdict(validate_manifest(_profile("plain", {}))).splitlines()
+    assert "  placementGenerate: -" in lines
+    assert "  placementScore:    NodeResourcesFit:1" in lines

@@ -500,8 +500,9 @@ class PlacementScorePlugin(Plugin):
         """The placement's raw score from the members its trial placed (upstream ``ScorePlacement``)."""
         raise NotImplementedError
 
-    #: Upstream ``PlacementScoreExtensions() != nil``: only then is :meth:`normalize_placement_score` called.
-    has_normalize: ClassVar[bool] = False
+    #: Upstream ``PlacementScoreExtensions() != nil``: only then is :meth:`normalize_placement_score` called (its own
+    #: flag: a plugin may be a Score plugin too, with or without NormalizeScore).
+    has_placement_normalize: ClassVar[bool] = False
 
     def normalize_placement_score(
         self, state: CycleState, pod_group: PodGroupInfo, scores: list[PlacementScore]

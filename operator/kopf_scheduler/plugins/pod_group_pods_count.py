@@ -35,7 +35,7 @@ class PodGroupPodsCount(PlacementScorePlugin):
 
     name: ClassVar[str] = NAME
     workload_aware: ClassVar[bool] = True
-    has_normalize: ClassVar[bool] = True
+    has_placement_normalize: ClassVar[bool] = True
 
     def score_placement(
         self, state: CycleState, pod_group: PodGroupInfo, assignments: PodGroupAssignments

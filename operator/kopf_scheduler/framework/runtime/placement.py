@@ -88,7 +88,7 @@ class PlacementRunner(PluginTimer):
                     return None, _plugin_failed("running PlacementScore plugins", name, status_error_text(status))
                 rows[name].append(PlacementScore(assignment.placement, int(score)))
         for name, plugin in plugins:
-            if not plugin.has_normalize:
+            if not plugin.has_placement_normalize:
                 continue
             started = self._started(state)
             try:
