@@ -50,6 +50,7 @@ from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import Status
 from kopf_scheduler.framework.waiting_pods import WaitingPod
+from kopf_scheduler.health import HEALTHY, PING, Health, HealthCheck, HealthChecks
 from kopf_scheduler.live_profiles import (
     BackgroundJobs,
     ProfileHandle,
@@ -116,6 +117,10 @@ __all__ = [
 GC_THRESHOLDS = (20000, 10, 100)
 
 
+#: A running profile loop that has not turned for this long fails the ``scheduling-loops`` health check.
+LOOP_STALL_SECONDS = 60.0
+
+
 def tune_garbage_collector() -> None:
     """Keep what start-up created (modules, classes, functions: everything imported) out of every later run of
     the cyclic garbage collector, and run the collections less often (``GC_THRESHOLDS``).
@@ -157,6 +162,9 @@ class SchedulerApp:
         self.profiles: dict[str, ProfileRuntime] = {}
         self.unassigned = UnassignedPods()
         self._running_loops = 0
+        #: When each profile's loop last turned (``scheduling-loops`` health check); dropped when the loop ends.
+        self._loop_turns: dict[str, float] = {}
+        self._shutting_down = False
         #: When kopf last handed over a listed pod or node (event type None); see LISTING_QUIET_SECONDS.
         self._listed_at = -math.inf
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -418,6 +426,7 @@ class SchedulerApp:
             last_flush = last_leftover = self.clock()
             listing_turn = False
             while not stopped():
+                self._loop_turns[name] = self.clock()
                 runtime = self.profiles.get(name)
                 if runtime is None:
                     # kopf spawns the daemon before the create/resume handler has built the pipeline, and an
@@ -464,6 +473,7 @@ class SchedulerApp:
             # A pause invalidates the cache and the standby follows the cluster from then on (standby.py); a
             # loop stopped for its profile's deletion leaves kopf's watches running and the cache whole.
             self._running_loops -= 1
+            self._loop_turns.pop(name, None)
 
     def _publish_pending(self) -> None:
         """scheduler_pending_pods has no profile label (as upstream): publish the sum over all queues."""
@@ -490,8 +500,43 @@ class SchedulerApp:
     async def shutdown(self) -> None:
         """Graceful shutdown: cancel the plugins' jobs (a preemption cut short is retried by the next
         leader: its victims are still there, or already gone), then wait for binds and reports."""
+        self._shutting_down = True
         if self._standby_task is not None:
             self._standby_task.cancel()
             await asyncio.wait([self._standby_task])
         await self.jobs.cancel()
         await self.drain()
+
+    # -- health (health.py; served on the metrics port) ------------------------------------------------
+    def health_checks(self) -> HealthChecks:
+        """kube-scheduler's paths and checks, where ours look at what theirs do (see :mod:`kopf_scheduler.health`)."""
+        loops = HealthCheck("scheduling-loops", self._loops_turning)
+        readyz = [
+            HealthCheck("shutdown", self._not_shutting_down),
+            HealthCheck("sched-handler-sync", self._handlers_synced),
+            loops,
+            HealthCheck("peering", self._peering_state),
+        ]
+        return {"healthz": [PING, loops], "livez": [PING], "readyz": readyz}
+
+    def _not_shutting_down(self) -> Health:
+        return Health(False, "process is shutting down") if self._shutting_down else HEALTHY
+
+    def _handlers_synced(self) -> Health:
+        """The first reconciling LIST is in the cache (upstream: every informer's initial list delivered). A
+        ``delayCacheUntilActive`` standby lists nothing, so it is not ready until it is active, as upstream."""
+        return HEALTHY if self.watch.synced_once else Health(False, "handlers are not fully synchronized")
+
+    def _loops_turning(self) -> Health:
+        """Every running profile loop turned within LOOP_STALL_SECONDS (a loop turns at least every half second
+        when idle; a cycle is milliseconds, an extender's call at most its timeout)."""
+        now = self.clock()
+        stalled = sorted(name for name, turned in self._loop_turns.items() if now - turned > LOOP_STALL_SECONDS)
+        if stalled:
+            limit = f"{LOOP_STALL_SECONDS:.0f} s"
+            return Health(False, f"the scheduling loop of {', '.join(stalled)} has not turned for {limit}")
+        return HEALTHY
+
+    def _peering_state(self) -> Health:
+        """Always passes; says whether this replica schedules (active) or stands by."""
+        return Health(True, "standby" if self.standby.paused else "active")

@@ -105,7 +105,8 @@ async def _ensure_peering(client: KubeClient, name: str) -> None:
 
 @kopf.on.startup()
 async def serve_endpoints(memo: Any, **_: Any) -> None:
-    """/metrics and /explain on the metrics port (HTTPS, delegated auth), on every replica (standby too)."""
+    """/metrics, /explain and the health paths on the metrics port (HTTPS, delegated auth), on every replica
+    (standby too)."""
     app = _app(memo)
     port, address = app.settings.metrics_port, app.settings.bind_address
     if not port:
@@ -124,6 +125,7 @@ async def serve_endpoints(memo: Any, **_: Any) -> None:
             key_file=run.tls_private_key_file,
             hosts=web.serving_hosts(app.hostname, address),
             self_signed=getattr(memo, "self_signed_certificate", None),
+            health=app.health_checks(),
         )
     except (OSError, RuntimeError) as e:  # RuntimeError: the self-signed certificate's child process failed
         # Fail fast, as a bad flag does: kopf would otherwise retry a startup handler for ever.
