@@ -119,7 +119,12 @@ async def serve_endpoints(memo: Any, **_: Any) -> None:
             port=port,
             address=address,
             auth=web.DelegatedAuth(
-                web.review_poster(lambda: app.client), always_allow_paths=run.authorization_always_allow_paths
+                web.review_poster(
+                    lambda: app.client,
+                    authentication_kubeconfig=run.authentication_kubeconfig,
+                    authorization_kubeconfig=run.authorization_kubeconfig,
+                ),
+                always_allow_paths=run.authorization_always_allow_paths,
             ),
             cert_file=run.tls_cert_file,
             key_file=run.tls_private_key_file,

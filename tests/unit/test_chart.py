@@ -428,8 +428,12 @@ def test_statefulset_shape() -> None:
     assert ports == {"metrics": 10259, "health": 10260}
     assert "--metrics-port=10259" in container["args"]
     assert "--health-port=10260" in container["args"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    probes = {probe: container[probe]["httpGet"] for probe in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert probes == {  # kube-scheduler's probes, on the secure port
+        "startupProbe": {"path": "/livez", "port": "metrics", "scheme": "HTTPS"},
+        "livenessProbe": {"path": "/livez", "port": "metrics", "scheme": "HTTPS"},
+        "readinessProbe": {"path": "/readyz", "port": "metrics", "scheme": "HTTPS"},
+    }
     resources = container["resources"]
     assert set(resources["requests"]) == {"cpu", "memory"}
     assert set(resources["limits"]) == {"memory"}  # no CPU limit: throttling delays peering keep-alives

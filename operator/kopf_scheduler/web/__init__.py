@@ -29,9 +29,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kopf_scheduler.health import PING, Answer, HealthCheck, HealthChecks, answer_check, answer_root
+from kopf_scheduler.kube.client import KubeClient
+from kopf_scheduler.kube.kubeconfig import KubeconfigError, load_credentials
 from kopf_scheduler.kube.remote_explain import FORWARDED_AUTHORIZATION_HEADER
 from kopf_scheduler.web.certs import CertificateInChild, certificate_names, reload_pair, server_context, serving_hosts
-from kopf_scheduler.web.delegated import DelegatedAuth, ReviewFailed, Unauthenticated
+from kopf_scheduler.web.delegated import TOKEN_REVIEWS, DelegatedAuth, ReviewFailed, Unauthenticated
 
 Explain = Callable[[str], dict[str, Any] | None]
 #: Seconds between checks of a provided certificate's files.
@@ -247,14 +249,44 @@ async def reload_certificate(context: ssl.SSLContext, cert_file: str, key_file: 
             logger.warning("cannot reload the serving certificate %s (still serving the old one): %s", cert_file, e)
 
 
-def review_poster(client: Callable[[], Any]) -> Callable[[str, Mapping[str, Any]], Any]:
-    """The reviews' ``post``: through the operator's current API client (kopf's login replaces it)."""
+def review_poster(
+    client: Callable[[], Any], *, authentication_kubeconfig: str = "", authorization_kubeconfig: str = ""
+) -> Callable[[str, Mapping[str, Any]], Any]:
+    """The reviews' ``post``: through the operator's current API client (kopf's login replaces it), or, as
+    kube-scheduler's ``--authentication-kubeconfig``/``--authorization-kubeconfig``, TokenReviews and
+    SubjectAccessReviews through the API servers those kubeconfigs name (read now: a bad one fails the start)."""
 
-    async def post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    async def operator_post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
         current = client()
         if current is None:
             raise RuntimeError("not logged in to the API server yet")
         result: Mapping[str, Any] = await current.request("POST", path, body=dict(body))
+        return result
+
+    authentication = _kubeconfig_post(authentication_kubeconfig) or operator_post
+    authorization = _kubeconfig_post(authorization_kubeconfig) or operator_post
+
+    async def post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        result: Mapping[str, Any] = await (authentication if path == TOKEN_REVIEWS else authorization)(path, body)
+        return result
+
+    return post
+
+
+def _kubeconfig_post(kubeconfig: str) -> Callable[[str, Mapping[str, Any]], Any] | None:
+    """A ``post`` through the API server of ``kubeconfig``'s current context; None without one."""
+    if not kubeconfig:
+        return None
+    try:
+        credentials = load_credentials(kubeconfig=kubeconfig)
+    except KubeconfigError as e:
+        raise RuntimeError(f"{kubeconfig}: {e}") from e
+    api = KubeClient(
+        server=credentials.server, headers=credentials.auth_headers(), ssl_context=credentials.ssl_context()
+    )
+
+    async def post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        result: Mapping[str, Any] = await api.request("POST", path, body=dict(body))
         return result
 
     return post
