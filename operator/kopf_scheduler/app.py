@@ -150,8 +150,9 @@ class SchedulerApp:
         #: Replaced on every kopf login; the parts read it through ``lambda: self.client``.
         self.client = client
         self.metrics = metrics or SchedulerMetrics()
-        #: leader_election_master_status: this replica runs the profiles' loops (kopf peering made it active).
-        self.metrics.track_active(settings.peering_name, lambda: self._running_loops > 0)
+        #: leader_election_master_status: kopf peering made this replica the active one and its cache is synced
+        #: (with or without profiles to run).
+        self.metrics.track_active(settings.peering_name, lambda: not self.standby.paused and self.watch.synced_once)
         self.registry = registry or default_registry()
         self.rng = rng or random.Random()
         self.clock = clock
@@ -482,8 +483,11 @@ class SchedulerApp:
             for queue, count in runtime.queue.pending_pods().items():
                 totals[queue] = totals.get(queue, 0) + count
         self.metrics.set_pending(totals)
+        now = self.clock()
         for name, runtime in self.profiles.items():
             self.metrics.set_unschedulable(name, runtime.queue.unschedulable_plugins())
+            oldest = runtime.queue.oldest_failed_attempt()
+            self.metrics.set_longest_waiting(name, 0.0 if oldest is None else now - oldest)
 
     # -- background tasks (binding cycles, reports) --------------------------------------------------
     def spawn(self, coro: Awaitable[Any]) -> None:

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from kopf_scheduler.health import HEALTHY, PING, Health, HealthCheck, answer_check, answer_root
 from kopf_scheduler.web import build_app
-from tests.unit.app_harness import FakeClock, new_app, pending, until
+from tests.unit.app_harness import FakeClock, drive, new_app, pending, until
 from tests.unit.test_standby import Toggle, _client
 
 FAILING = HealthCheck("sched-handler-sync", lambda: Health(False, "handlers are not fully synchronized"))
@@ -124,3 +124,28 @@ def test_the_routes_answer_as_kube_scheduler() -> None:
     assert results["/readyz?verbose"] == results["/readyz"]  # always verbose on failure
     assert results["/readyz/peering"][:2] == (200, "ok")
     assert results["/healthz"][0] == 404  # only the paths given
+
+
+def _sample(app: Any, metric: str, **labels: str) -> float | None:
+    value: float | None = app.metrics.registry.get_sample_value(metric, labels)
+    return value
+
+
+def test_the_longest_waiting_pod_and_the_active_gauge_are_published() -> None:
+    """kopf_scheduler_longest_waiting_pod_seconds (the chart's "pending too long" alert) counts from a failed pod's
+    first attempt; leader_election_master_status is 1 once the replica is unpaused and synced, profiles or not."""
+    clock = FakeClock()
+    app = new_app(_client(), clock)
+    assert _sample(app, "leader_election_master_status", name="kopf-scheduler") == 0.0  # not synced yet
+    asyncio.run(app.ensure_reconciled())
+    assert _sample(app, "leader_election_master_status", name="kopf-scheduler") == 1.0  # no profile needed
+    app.apply_profile(name="sp", spec={})
+    too_big = pending("too-big", requests={"cpu": "64"})
+    app.on_pod_event("ADDED", too_big)
+    drive(app)  # fits nowhere: unschedulable
+    clock.now += 42.0
+    app._publish_pending()
+    assert _sample(app, "kopf_scheduler_longest_waiting_pod_seconds", profile="sp") == 42.0
+    app.on_pod_event("DELETED", too_big)
+    app._publish_pending()
+    assert _sample(app, "kopf_scheduler_longest_waiting_pod_seconds", profile="sp") == 0.0
