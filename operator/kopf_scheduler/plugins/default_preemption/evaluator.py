@@ -56,6 +56,7 @@ MIN_DRY_RUN_BATCH = 16
 DryRunVerdict = tuple[list[PodInfo], int, Status]
 
 # Upstream's texts (they end up, after "preemption: ", in FailedScheduling events and pod conditions).
+NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NO_CANDIDATE = "no candidate node for preemption"
