@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kopf_scheduler.app import SchedulerApp
+from kopf_scheduler.explain import format_pod_group
 from kopf_scheduler.schedule_one_pod_group import POD_GROUP_KIND
 from tests.unit.app_harness import FakeClient, drive
 from tests.unit.factories import make_pod
@@ -95,9 +96,17 @@ def test_a_gang_preempts_a_pod_group_as_a_whole_and_binds_once_it_is_gone() -> N
     assert notes["p2"] == notes["p3"].replace("p3", "p2")
     assert notes["p3"] == f"0/1 nodes are available: 1 Insufficient cpu. no new claims to deallocate, {NOT_ELIGIBLE}"
     assert client.bindings == []
+    # Explain shows the group's last preemption: its victims, and where they are now.
+    section = app.explain("default/p2")["podGroup"]
+    assert [v["pod"] for v in section["preemption"]["victims"]] == ["default/v1", "default/v2"]
+    assert {v["state"] for v in section["preemption"]["victims"]} == {"running"}
     # The victims' deletions are watched: the gang comes back and binds, all three at once.
     for name in ("v1", "v2"):
         app.on_pod_event("DELETED", make_pod(name, node_name="n1", uid=f"uid-{name}"))
+    section = app.explain("default/p2")["podGroup"]
+    assert {v["state"] for v in section["preemption"]["victims"]} == {"gone"}
+    assert "Last preemption for the group at " in format_pod_group(section)
+    assert format_pod_group(section).endswith(": 2 victim(s): default/v1 (gone), default/v2 (gone)")
     drive(app)
     assert sorted(client.bindings) == [("default", n, "n1") for n in ("p1", "p2", "p3")]
     assert app.cache.pod("uid-single") is not None

@@ -413,6 +413,16 @@ class PostFilterPlugin(Plugin):
         raise NotImplementedError
 
 
+@dataclass(frozen=True, slots=True)
+class PodGroupPreemption:
+    """What a PodGroupPostFilter plugin last evicted for a pod group (``kopf-scheduler explain``; ours)."""
+
+    #: When (epoch seconds).
+    at: float
+    #: The victims, most important first: (``namespace/name``, uid).
+    victims: tuple[tuple[str, str], ...]
+
+
 class PodGroupPostFilterPlugin(Plugin):
     """Upstream ``PodGroupPostFilterPlugin`` (WorkloadAwarePreemption): what the pod-group cycle runs for a whole
     PodGroup that did not fit. Not an extension point of the profile API: the framework of a workload-aware
@@ -425,6 +435,10 @@ class PodGroupPostFilterPlugin(Plugin):
         ``schedule`` runs the group's algorithm (without PostFilter) on the cache as the plugin left it and says
         whether the group fits. The cache must be as before when it returns."""
         raise NotImplementedError
+
+    def last_preemption(self, namespace: str, name: str) -> PodGroupPreemption | None:
+        """The victims this plugin last chose for the pod group ``namespace/name``, if any (explain)."""
+        return None
 
 
 class PreScorePlugin(Plugin):

@@ -589,7 +589,9 @@ def test_pod_group_post_filter_evicts_a_whole_group_as_a_podgroup_preemptor() ->
 
     assert plugin.pod_group_post_filter(groups[1], members, schedule).is_success
     assert cache_fingerprint(handle.cache) == before
-    assert plugin.pod_group_evaluator.chosen == {"default/high": ("default/v-1", "default/v-2")}
+    last = plugin.last_preemption("default", "high")
+    assert last is not None
+    assert last.victims == (("default/v-1", "uid-v-1"), ("default/v-2", "uid-v-2"))
     assert plugin.pre_enqueue(members[0]).message == WAITING_FOR_POD_GROUP_PREEMPTION
     handle.run_jobs()
     assert [c[:2] for c in handle.client.calls] == [
@@ -656,7 +658,9 @@ def test_preemption_budgets_are_read_from_the_cluster() -> None:
         return Status() if len(node.pods) < 2 else Status.unschedulable()
 
     assert plugin.pod_group_post_filter(groups[0], [member("m", HIGH, group="high")], schedule).is_success
-    assert plugin.pod_group_evaluator.chosen == {"default/high": ("default/free",)}
+    last = plugin.last_preemption("default", "high")
+    assert last is not None
+    assert [key for key, _ in last.victims] == ["default/free"]
     handle.run_jobs()
 
 

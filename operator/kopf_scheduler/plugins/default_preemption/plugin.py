@@ -50,6 +50,7 @@ from kopf_scheduler.framework import (
     EventResource,
     Handle,
     PodGroupPostFilterPlugin,
+    PodGroupPreemption,
     PostFilterPlugin,
     PostFilterResult,
     PreEnqueuePlugin,
@@ -194,6 +195,9 @@ class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin, PodGroupP
     ) -> Status:
         """Upstream ``PodGroupPostFilter``: preemption for the whole group (:class:`PodGroupEvaluator`)."""
         return self.pod_group_evaluator.preempt(pod_group, pods, schedule)
+
+    def last_preemption(self, namespace: str, name: str) -> PodGroupPreemption | None:
+        return self.pod_group_evaluator.chosen.get((namespace, name))
 
     # -- 1. eligibility ------------------------------------------------------------------------------
     def eligible(self, pod: PodInfo, nominated_status: Status) -> tuple[bool, str]:

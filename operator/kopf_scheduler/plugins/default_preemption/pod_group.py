@@ -30,11 +30,13 @@ possible orders). A pod with no start time counts as started at one instant per 
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kopf_scheduler.framework import SUCCESS, Handle, Status
+from kopf_scheduler.framework import SUCCESS, Handle, PodGroupPreemption, Status
 from kopf_scheduler.plugins.default_preemption.dry_run import ClusterDryRun
 from kopf_scheduler.plugins.default_preemption.evaluator import NOT_ELIGIBLE_NEVER, Budget
 from kopf_scheduler.plugins.default_preemption.executor import CLUSTER_CANDIDATE, ExecutorPreemptor, PreemptionExecutor
@@ -51,6 +53,8 @@ POD_GROUP = "PodGroup"
 DISRUPTION_MODE_POD_GROUP = "PodGroup"
 #: Upstream's text when nothing in the cluster has a lower priority than the group.
 NO_VICTIMS_FOR_PREEMPTOR = "No preemption victims found for incoming preemptor"
+#: How many pod groups' last preemptions are remembered for explain (the oldest forgotten first).
+MAX_REMEMBERED = 1024
 
 #: Finds the PodGroup of a pod whose group is preempted as a whole (None: the pod is a victim of its own).
 PodGroupOf = Callable[[PodInfo], Mapping[str, Any] | None]
@@ -191,9 +195,9 @@ class PodGroupEvaluator:
         self.handle = handle
         self.executor = executor
         self.clock = clock
-        #: The victims chosen by the last successful preemption of each PodGroup (``namespace/name`` → pod keys),
-        #: for ``kopf-scheduler explain``; replaced on the group's next preemption.
-        self.chosen: dict[str, tuple[str, ...]] = {}
+        #: The victims chosen by the last successful preemption of each PodGroup, by (namespace, name), for
+        #: ``kopf-scheduler explain``: replaced on the group's next preemption, at most :data:`MAX_REMEMBERED`.
+        self.chosen: OrderedDict[tuple[str, str], PodGroupPreemption] = OrderedDict()
 
     def preempt(self, pod_group: Mapping[str, Any], pods: Sequence[PodInfo], schedule: ScheduleGroup) -> Status:
         """Upstream ``PodGroupEvaluator.Preempt``: choose the victims, then evict them asynchronously. The cache is
@@ -210,10 +214,16 @@ class PodGroupEvaluator:
         if not status.is_success:
             return status
         meta = pod_group.get("metadata") or {}
-        self.chosen[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = tuple(pod.key for pod in chosen)
+        self._remember((str(meta.get("namespace", "")), str(meta.get("name", ""))), chosen)
         executor_preemptor = ExecutorPreemptor.of_pod_group(pod_group, pods, preemptor.priority)
         self.executor.start(Candidate(CLUSTER_CANDIDATE, Victims(tuple(chosen))), executor_preemptor)
         return SUCCESS
+
+    def _remember(self, key: tuple[str, str], victims: Sequence[PodInfo]) -> None:
+        self.chosen.pop(key, None)
+        self.chosen[key] = PodGroupPreemption(time.time(), tuple((pod.key, pod.uid) for pod in victims))
+        while len(self.chosen) > MAX_REMEMBERED:
+            self.chosen.popitem(last=False)
 
     def select_victims_on_domain(
         self,
