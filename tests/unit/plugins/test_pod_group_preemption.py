@@ -19,6 +19,7 @@ import pytest
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework import Code, Status
 from kopf_scheduler.framework.builder import resolve_profile
+from kopf_scheduler.framework.events import QUEUE, QUEUE_SKIP
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.plugins.default_preemption import DefaultPreemption
 from kopf_scheduler.plugins.default_preemption.dry_run import ClusterDryRun
@@ -681,3 +682,27 @@ def test_executor_records_nothing_without_victims_to_delete() -> None:
     assert handle.jobs == []
     assert plugin.pre_enqueue(member("m", HIGH, group="high")).is_success
     asyncio.run(asyncio.sleep(0))
+
+
+def test_the_last_victims_deletion_queues_the_members() -> None:
+    """DefaultPreemption's Pod/Delete hint (ours, see ``after_victim_deletion``) for a member of a preempting
+    group: Skip while a victim of its group is still on its node, Queue for the deletion that ends the hold; a
+    pod that was no victim of the group is Skip."""
+    victims = [bound("v-1", "node1", LOW), bound("v-2", "node1", LOW)]
+    groups = [pod_group("high", priority=HIGH)]
+    members = [member("m-1", MID, group="high"), member("m-2", MID, group="high")]
+    _, plugin, handle = setup([*victims, bound("other", "node1", HIGH)], groups, members)
+
+    def schedule() -> Status:
+        node = handle.cache.node("node1")
+        assert node is not None
+        return Status() if len(node.pods) <= 1 else Status.unschedulable()
+
+    assert plugin.pod_group_post_filter(groups[0], members, schedule).is_success
+    handle.run_jobs()
+    first, second = (pod_info(v) for v in victims)
+    handle.cache.remove_pod(first.uid)
+    assert plugin.after_victim_deletion(members[0], first, None) == QUEUE_SKIP  # v-2 is still there
+    handle.cache.remove_pod(second.uid)
+    assert plugin.after_victim_deletion(members[0], second, None) == QUEUE
+    assert plugin.after_victim_deletion(members[1], pod_info(bound("other", "node1", HIGH)), None) == QUEUE_SKIP
