@@ -113,6 +113,20 @@ class Budget:
         )
 
 
+def counting_budgets(pod: PodInfo, budgets: Sequence[Budget]) -> Iterator[int]:
+    """The indexes of the budgets that count evicting ``pod`` against their allowed disruptions (upstream's loop
+    in ``filterPodsWithPDBViolation``): same namespace, a selector matching its labels (a pod without labels
+    matches none), and not already among the budget's ``disruptedPods``."""
+    if not pod.labels:
+        return
+    for i, budget in enumerate(budgets):
+        if budget.namespace != pod.namespace or budget.selector is None:
+            continue
+        if not budget.selector.matches(pod.labels) or pod.name in budget.disrupted_pods:
+            continue
+        yield i
+
+
 def _pdb_selector(raw: Mapping[str, Any] | None) -> LabelSelector | None:
     """Upstream ``LabelSelectorAsSelector`` + ``Empty()``: nil, ``{}`` and invalid selectors match nothing."""
     if raw is None:

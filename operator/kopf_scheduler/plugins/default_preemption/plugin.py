@@ -69,6 +69,7 @@ from kopf_scheduler.plugins.default_preemption.evaluator import (
     Budget,
     DryRunVerdict,
     Evaluator,
+    counting_budgets,
     prefixed,
 )
 from kopf_scheduler.plugins.default_preemption.executor import PreemptionExecutor
@@ -397,15 +398,10 @@ def split_by_pdb_violation(pods: Sequence[PodInfo], budgets: Sequence[Budget]) -
     non_violating: list[PodInfo] = []
     for pod in pods:
         violated = False
-        if pod.labels:
-            for i, budget in enumerate(budgets):
-                if budget.namespace != pod.namespace or budget.selector is None:
-                    continue
-                if not budget.selector.matches(pod.labels) or pod.name in budget.disrupted_pods:
-                    continue
-                allowed[i] -= 1
-                if allowed[i] < 0:
-                    violated = True
+        for i in counting_budgets(pod, budgets):
+            allowed[i] -= 1
+            if allowed[i] < 0:
+                violated = True
         (violating if violated else non_violating).append(pod)
     return violating, non_violating
 

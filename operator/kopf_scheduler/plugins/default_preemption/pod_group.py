@@ -38,7 +38,7 @@ from typing import Any
 
 from kopf_scheduler.framework import SUCCESS, Handle, PodGroupPreemption, Status
 from kopf_scheduler.plugins.default_preemption.dry_run import ClusterDryRun
-from kopf_scheduler.plugins.default_preemption.evaluator import NOT_ELIGIBLE_NEVER, Budget
+from kopf_scheduler.plugins.default_preemption.evaluator import NOT_ELIGIBLE_NEVER, Budget, counting_budgets
 from kopf_scheduler.plugins.default_preemption.executor import CLUSTER_CANDIDATE, ExecutorPreemptor, PreemptionExecutor
 from kopf_scheduler.plugins.default_preemption.victims import Candidate, Victims, pod_start_time
 from kopf_scheduler.state.cache import NodeInfo
@@ -169,13 +169,7 @@ def filter_victims_with_pdb_violation(
     allowed = [budget.disruptions_allowed for budget in budgets]
 
     def violates(pod: PodInfo) -> bool:
-        if not pod.labels:
-            return False
-        for i, budget in enumerate(budgets):
-            if budget.namespace != pod.namespace or budget.selector is None:
-                continue
-            if not budget.selector.matches(pod.labels) or pod.name in budget.disrupted_pods:
-                continue
+        for i in counting_budgets(pod, budgets):
             allowed[i] -= 1
             if allowed[i] < 0:
                 return True
