@@ -45,6 +45,7 @@ from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource
 from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build_extenders
+from kopf_scheduler.framework.interface import PodGroupPreemption
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime import Framework
@@ -264,13 +265,34 @@ class SchedulerApp:
         runtime = self.profiles.get(pod.scheduler_name)
         if runtime is not None and pod.uid in self.unassigned and not self.cache.is_assumed(pod.uid):
             verdict = runtime.pre_enqueue(pod)  # what keeps the pod out of the queue, if anything
+        preemption = self._last_preemption(runtime, pod.namespace, group)
         return pod_group_section(
             group,
             self.cache.objects.get(POD_GROUP, group, pod.namespace),
             state,
             waiting=waiting,
             pre_enqueue=verdict,
+            preemption=preemption,
+            victim_states=[] if preemption is None else [self._victim_state(uid) for _, uid in preemption.victims],
         )
+
+    @staticmethod
+    def _last_preemption(runtime: ProfileRuntime | None, namespace: str, group: str) -> PodGroupPreemption | None:
+        """The victims of the group's last workload-aware preemption in its profile, if any."""
+        if runtime is None:
+            return None
+        for plugin in runtime.framework.pod_group_post_filter_plugins:
+            found = plugin.last_preemption(namespace, group)
+            if found is not None:
+                return found
+        return None
+
+    def _victim_state(self, uid: str) -> str:
+        """Where a victim is now: ``gone``, ``terminating`` or ``running`` (still in the way)."""
+        victim = self.cache.pod(uid) or self.unassigned.get(uid)
+        if victim is None:
+            return "gone"
+        return "terminating" if victim.terminating else "running"
 
     # -- profiles ------------------------------------------------------------------------------------
     def apply_profile(self, *, name: str, spec: dict[str, Any] | None, generation: int = 0) -> ProfileOutcome:
