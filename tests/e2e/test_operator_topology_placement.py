@@ -9,7 +9,8 @@ is room for seven.
 - A gang of four whose PodGroup asks for one rack lands wholly in rack b, although the default algorithm alone would
   spread it over both racks' least allocated nodes.
 - A gang of five fits in no rack: nothing binds, nothing stays held, and the PodGroup says so with upstream's
-  message (``0/2 placements are available, first placement status: pod group is unschedulable``).
+  message (``0/2 placements are available, first placement status: pod group is unschedulable, workload aware
+  preemption is not supported for pod groups with scheduling constraints``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ TOPOLOGY = {
         }
     }
 }
-NO_RACK_HOLDS_IT = "0/2 placements are available, first placement status: pod group is unschedulable"
+#: The placement algorithm's verdict, then workload-aware preemption's (it declines a group with constraints).
+NO_RACK_HOLDS_IT = (
+    "0/2 placements are available, first placement status: pod group is unschedulable, "
+    "workload aware preemption is not supported for pod groups with scheduling constraints"
+)
 
 
 def _pod_group(name: str, min_count: int, rack_key: str) -> dict[str, Any]:

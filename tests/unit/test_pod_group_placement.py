@@ -76,6 +76,10 @@ def _reset_fake() -> None:
     FakePlacement.score_status = {}
 
 
+NO_CONSTRAINED_PREEMPTION = "workload aware preemption is not supported for pod groups with scheduling constraints"
+NO_RACK_HOLDS_IT = (
+    "0/2 placements are available, first placement status: pod group is unschedulable, " + NO_CONSTRAINED_PREEMPTION
+)
 FAKE_SPEC: dict[str, Any] = {"plugins": {"multiPoint": {"enabled": [{"name": "FakePlacementPlugin"}]}}}
 
 
@@ -137,8 +141,10 @@ def test_no_placements_generated_is_unschedulable() -> None:
     FakePlacement.placements = {}
     client, app = run_fake()
     assert client.bindings == []
-    assert condition(client) == ("False", "Unschedulable", "no feasible placements found")
-    assert failed_scheduling(client) == {"foo": "no feasible placements found"}
+    # Workload-aware preemption (on in every workload-aware profile) found nothing to preempt: its answer follows.
+    message = "no feasible placements found, No preemption victims found for incoming preemptor"
+    assert condition(client) == ("False", "Unschedulable", message)
+    assert failed_scheduling(client) == {"foo": message}
     assert len(app.profiles["sp"].queue) == 1
 
 
@@ -153,7 +159,8 @@ def test_all_placements_infeasible_reports_the_first_placement() -> None:
     assert condition(client) == (
         "False",
         "Unschedulable",
-        "0/2 placements are available, first placement status: pod group is unschedulable",
+        "0/2 placements are available, first placement status: pod group is unschedulable, "
+        "No preemption victims found for incoming preemptor",
     )
     # The member's own account is the first placement's: one node, the placement's.
     assert failed_scheduling(client)["foo"].startswith("0/1 nodes are available: 1 fake rejects node1.")
@@ -308,11 +315,8 @@ def test_no_rack_can_hold_the_gang_so_it_stays_pending_with_upstreams_message() 
     app = racks_app(client, gang(5), 5)
     one_cycle(app)
     assert client.bindings == []
-    assert condition(client) == (
-        "False",
-        "Unschedulable",
-        "0/2 placements are available, first placement status: pod group is unschedulable",
-    )
+    # Workload-aware preemption declines a group with scheduling constraints (upstream's), and says so.
+    assert condition(client) == ("False", "Unschedulable", NO_RACK_HOLDS_IT)
     # Nothing held: no node accounting, no assumed member.
     assert app.cache.table.requested.sum() == 0
     assert not any(app.cache.is_assumed(uid) for uid in app.unassigned)
@@ -331,7 +335,7 @@ def test_no_rack_can_hold_the_gang_so_it_stays_pending_with_upstreams_message() 
     placements = account["podGroup"]["placements"]
     assert placements["status"]["message"] == (
         "0/2 placements are available, first placement status: pod group is unschedulable"
-    )
+    )  # the placement algorithm's verdict, before preemption's answer joined it
     assert sorted(m.get("node") or m["message"][:40] for m in placements["tried"][0]["members"]) == [
         "0/3 nodes are available: 3 Insufficient ",
         "0/3 nodes are available: 3 Insufficient ",
@@ -346,7 +350,7 @@ def test_a_label_no_node_has_leaves_no_placement() -> None:
     app = racks_app(client, gang(2, key="zone"), 2)
     one_cycle(app)
     assert client.bindings == []
-    assert condition(client) == ("False", "Unschedulable", "no feasible placements found")
+    assert condition(client) == ("False", "Unschedulable", "no feasible placements found, " + NO_CONSTRAINED_PREEMPTION)
     placements = app.explain("default/w0")["podGroup"]["placements"]  # type: ignore[index]
     assert placements["generateStatus"] == {
         "code": "Unschedulable",

@@ -33,6 +33,7 @@ from kopf_scheduler.framework.interface import (
     PlacementGeneratePlugin,
     PlacementScorePlugin,
     Plugin,
+    PodGroupPostFilterPlugin,
     PostBindPlugin,
     PostFilterPlugin,
     PostFilterResult,
@@ -59,6 +60,10 @@ from kopf_scheduler.go_format import go_quote
 
 if TYPE_CHECKING:
     from kopf_scheduler.state.pod_info import PodInfo
+
+
+#: Upstream's status of ``RunPostFilterPlugins`` in a cycle that skips them.
+ALL_POST_FILTERS_SKIPPED = "All PostFilter plugins are skipped"
 
 
 class FrameworkError(Exception):
@@ -135,6 +140,14 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner, PlacementRunner):
         self.placement_score_weights: dict[str, int] = {
             ref.name: ref.weight or 1 for ref in profile.enabled(ExtensionPoint.PLACEMENT_SCORE)
         }
+        #: Upstream ``PodGroupPostFilterPlugins`` (WorkloadAwarePreemption, on in a workload-aware profile): the
+        #: profile's plugins, at whatever extension point enabled, that preempt for a whole pod group (upstream
+        #: registers DefaultPreemption there when the profile has it, and it is the only in-tree one).
+        self.pod_group_post_filter_plugins: tuple[PodGroupPostFilterPlugin, ...] = (
+            tuple(p for p in self.plugins.values() if isinstance(p, PodGroupPostFilterPlugin))
+            if self.workload_aware
+            else ()
+        )
 
     def __repr__(self) -> str:
         return f"<Framework {self.profile_name}>"
@@ -173,7 +186,10 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner, PlacementRunner):
     def run_post_filter_plugins(
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatusMap
     ) -> tuple[PostFilterResult | None, Status]:
-        """Until the first Success, UUR or Error; otherwise U with all plugins' reasons (joined by ", ")."""
+        """Until the first Success, UUR or Error; otherwise U with all plugins' reasons (joined by ", ").
+        None runs in a cycle that skips them (upstream ``ShouldSkipAllPostFilterPlugins``)."""
+        if state.skip_all_post_filter_plugins:
+            return None, Status.unschedulable(ALL_POST_FILTERS_SKIPPED)
         result: PostFilterResult | None = None
         reasons: list[str] = []
         rejector = ""
