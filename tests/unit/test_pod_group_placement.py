@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 import yaml
 
@@ -422,3 +423,25 @@ def test_the_example_puts_its_gang_in_one_rack() -> None:
     drive(app, "topology-aware-gangs")
     assert sorted(name for _, name, _ in client.bindings) == [f"allreduce-{i}" for i in range(4)]
     assert {node for _, _, node in client.bindings} <= {"r2-a", "r2-b"}
+
+
+class BrokenPlacement(FakePlacement):
+    """A generator whose placement names a node the snapshot does not have."""
+
+    name: ClassVar[str] = "BrokenPlacement"
+
+    def generate_placements(
+        self, state: CycleState, pod_group: PodGroupInfo, parent: Placement
+    ) -> tuple[list[Placement] | None, Status]:
+        gone = self.handle.snapshot().table.capacity - 1  # a slot no node holds
+        return [Placement("broken", parent.nodes[:1]), Placement("gone", np.asarray([gone], dtype=np.int64))], SUCCESS
+
+
+def test_a_placement_the_snapshot_cannot_assume_is_the_groups_error() -> None:
+    spec = {"plugins": {"multiPoint": {"enabled": [{"name": "BrokenPlacement"}]}}}
+    client, _ = run_fake(spec, BrokenPlacement)
+    assert client.bindings == []
+    status, reason, message = condition(client)
+    assert (status, reason) == ("False", "SchedulerError")
+    assert message.startswith("failed to assume pod group placement: node ")
+    assert message.endswith(" in placement is not present in snapshot")
