@@ -216,3 +216,17 @@ def drive(app: SchedulerApp, profile: str = "sp") -> None:
         await app.drain()
 
     asyncio.run(go())
+
+
+def apply_manifests(app: SchedulerApp, docs: list[dict[str, Any]]) -> None:
+    """An example file's documents as the operator would see them applied: each SchedulerProfile applied (and
+    Ready), each PodGroup and Pod as its watch's ADDED event (given a uid and a resourceVersion)."""
+    for doc in docs:
+        meta = doc["metadata"]
+        meta.update(uid=f"uid-{meta['name']}", resourceVersion="1")
+        if doc["kind"] == "SchedulerProfile":
+            assert app.apply_profile(name=meta["name"], spec=doc["spec"], generation=1).ready
+        elif doc["kind"] == "PodGroup":
+            app.on_watch_event("PodGroup", "ADDED", doc)
+        else:
+            app.on_pod_event("ADDED", doc)

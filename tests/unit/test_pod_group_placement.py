@@ -31,7 +31,7 @@ from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.status import Code
 from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.schedule_one_pod_group import POD_GROUP_KIND
-from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app
+from tests.unit.app_harness import FakeClient, FakeClock, apply_manifests, drive, new_app
 from tests.unit.factories import make_node
 from tests.unit.test_schedule_one_pod_group import add_member, failed_scheduling, member, one_cycle
 
@@ -411,15 +411,7 @@ def test_the_example_puts_its_gang_in_one_rack() -> None:
     key = docs[1]["spec"]["schedulingConstraints"]["topology"][0]["key"]
     for name, rack, cpu in (("r1-a", "r1", "2"), ("r1-b", "r1", "1"), ("r2-a", "r2", "3"), ("r2-b", "r2", "2")):
         app.on_node_event(None, make_node(name, cpu=cpu, labels={key: rack}))
-    for doc in docs:
-        meta = doc["metadata"]
-        meta.update(uid=f"uid-{meta['name']}", resourceVersion="1")
-        if doc["kind"] == "SchedulerProfile":
-            assert app.apply_profile(name=meta["name"], spec=doc["spec"], generation=1).ready
-        elif doc["kind"] == "PodGroup":
-            app.on_watch_event("PodGroup", "ADDED", doc)
-        else:
-            app.on_pod_event("ADDED", doc)
+    apply_manifests(app, docs)
     drive(app, "topology-aware-gangs")
     assert sorted(name for _, name, _ in client.bindings) == [f"allreduce-{i}" for i in range(4)]
     assert {node for _, _, node in client.bindings} <= {"r2-a", "r2-b"}
