@@ -38,6 +38,7 @@ def one_cycle(app: SchedulerApp, profile: str = "sp") -> None:
 
     asyncio.run(go())
 
+
 QUORUM_SPEC: dict[str, Any] = {"plugins": {"multiPoint": {"enabled": [{"name": "Quorum"}]}}}
 
 
