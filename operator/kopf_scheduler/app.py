@@ -58,8 +58,11 @@ from kopf_scheduler.live_profiles import (
     pipeline_status,
 )
 from kopf_scheduler.metrics import SchedulerMetrics
+from kopf_scheduler.plugins.coscheduling import NAME as COSCHEDULING
+from kopf_scheduler.plugins.coscheduling.core import KIND as COSCHEDULING_POD_GROUP
 from kopf_scheduler.plugins.gang_scheduling import POD_GROUP
 from kopf_scheduler.plugins.registry import default_registry
+from kopf_scheduler.pod_group_status import CoschedulingStatus
 from kopf_scheduler.queue import PodNominator, QueueClosedError, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
 from kopf_scheduler.schedule_one import ScheduleOne
@@ -206,6 +209,23 @@ class SchedulerApp:
             rng=self.rng,
         )
         self.cycles.pod_group_cycle = self.pod_group_cycles.schedule
+        #: The Coscheduling PodGroups' status, as scheduler-plugins' controller keeps it (the active replica only).
+        self.coscheduling_status = CoschedulingStatus(
+            client=lambda: self.client, pod_groups=self._coscheduling_pod_groups, spawn=self.spawn
+        )
+
+    def _coscheduling_pod_groups(self) -> dict[tuple[str, str], dict[str, Any]]:
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        for obj in self.cache.objects.all(COSCHEDULING_POD_GROUP):
+            meta = obj.get("metadata") or {}
+            groups[meta.get("namespace") or "", meta.get("name") or ""] = obj
+        return groups
+
+    def _profiles_changed(self) -> None:
+        """Keep the Coscheduling PodGroups' status while some live profile enables Coscheduling."""
+        self.coscheduling_status.enabled = any(
+            COSCHEDULING in runtime.framework.plugins for runtime in self.profiles.values()
+        )
 
     @property
     def explanations(self) -> Explanations:
@@ -287,6 +307,7 @@ class SchedulerApp:
         if runtime is None:
             runtime = self._new_runtime(name, framework, resolved, extenders)
             self.profiles[name] = runtime
+            self._profiles_changed()
             self.watch.adopt_pending_pods(runtime)
         else:
             runtime.framework = framework
@@ -362,6 +383,7 @@ class SchedulerApp:
         if runtime is not None:
             runtime.queue.close()
             self.watch.disown_pending_pods(name)
+        self._profiles_changed()
 
     # -- watch events and the reconciling LIST (eventhandlers.py) -------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
@@ -373,6 +395,8 @@ class SchedulerApp:
         if event_type is None:
             self._listed_at = self.clock()
         self.watch.on_pod_event(event_type, obj)
+        if self.coscheduling_status.enabled:
+            self.coscheduling_status.touch_pod(obj)
 
     def kopf_is_listing(self) -> bool:
         """kopf handed over a listed pod or node within the last LISTING_QUIET_SECONDS."""
@@ -384,6 +408,9 @@ class SchedulerApp:
         if event_type is None and kind in _LISTED_KINDS:
             self._listed_at = self.clock()
         self.watch.on_watch_event(kind, event_type, obj)
+        if kind == COSCHEDULING_POD_GROUP:
+            meta = obj.get("metadata") or {}
+            self.coscheduling_status.touch(meta.get("namespace") or "", meta.get("name") or "")
 
     async def ensure_reconciled(self) -> None:
         await self.watch.ensure_reconciled()
@@ -412,6 +439,8 @@ class SchedulerApp:
     # -- the scheduling loop -------------------------------------------------------------------------
     async def run_profile(self, name: str, *, stopped: Callable[[], bool], poll: float = 0.5) -> None:
         """One profile's loop; returns when ``stopped()`` (kopf pauses the daemon, or stops it as the profile goes)."""
+        if self._running_loops == 0:
+            self.coscheduling_status.resync()  # this replica just became the active one
         self._running_loops += 1
         try:
             await self.watch.ensure_reconciled()
@@ -429,6 +458,7 @@ class SchedulerApp:
                 if now - last_flush >= 1.0:
                     runtime.queue.flush_backoff_completed()
                     self._publish_pending()
+                    self.coscheduling_status.flush()
                     last_flush = now
                 if now - last_leftover >= 30.0:
                     runtime.queue.flush_unschedulable_leftover()
