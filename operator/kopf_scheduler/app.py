@@ -40,7 +40,7 @@ from typing import Any
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.client import Client
 from kopf_scheduler.eventhandlers import EventHandlers
-from kopf_scheduler.explain import Explanations, pod_group_section
+from kopf_scheduler.explain import Explanations, coscheduling_group_section, pod_group_section
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource
@@ -59,7 +59,9 @@ from kopf_scheduler.live_profiles import (
 )
 from kopf_scheduler.metrics import SchedulerMetrics
 from kopf_scheduler.plugins.coscheduling import NAME as COSCHEDULING
+from kopf_scheduler.plugins.coscheduling import Coscheduling
 from kopf_scheduler.plugins.coscheduling.core import KIND as COSCHEDULING_POD_GROUP
+from kopf_scheduler.plugins.coscheduling.core import check_cluster_resource
 from kopf_scheduler.plugins.gang_scheduling import POD_GROUP
 from kopf_scheduler.plugins.registry import default_registry
 from kopf_scheduler.pod_group_status import CoschedulingStatus
@@ -240,10 +242,12 @@ class SchedulerApp:
         pod = self._group_member(key)
         if pod is None:
             return account
-        group = pod.scheduling_group
-        if group is None:
+        if pod.scheduling_group is not None:
+            section = self._pod_group_section(pod, pod.scheduling_group)
+        elif pod.coscheduling_group is not None:
+            section = self._coscheduling_section(pod, pod.coscheduling_group)
+        else:
             return account
-        section = self._pod_group_section(pod, group)
         return {**(account if account is not None else {"pod": key}), "podGroup": section}
 
     def _group_member(self, key: str) -> PodInfo | None:
@@ -251,14 +255,50 @@ class SchedulerApp:
         namespace, _, name = key.partition("/")
         for pod in self.unassigned.values():
             if pod.name == name and pod.namespace == namespace:
-                return pod if pod.scheduling_group is not None else None
-        for group_namespace, group in self.cache.pod_groups:
-            if group_namespace != namespace:
-                continue
-            for pod in self.cache.pod_groups.get(group_namespace, group).all_pods.values():
-                if pod.name == name:
-                    return pod
+                return pod if pod.in_pod_group else None
+        for groups in (self.cache.pod_groups, self.cache.coscheduling_groups):
+            for group_namespace, group in groups:
+                if group_namespace != namespace:
+                    continue
+                for pod in groups.get(group_namespace, group).all_pods.values():
+                    if pod.name == name:
+                        return pod
         return None
+
+    def _waiting_members(self, state: PodGroupState | None) -> list[WaitingPod]:
+        waiting: list[WaitingPod] = []
+        if state is not None:
+            for each in self.profiles.values():
+                waiting_pods = each.framework.waiting_pods
+                waiting += [waiting_pods[uid] for uid in state.all_pods if uid in waiting_pods]
+        return waiting
+
+    def _coscheduling_section(self, pod: PodInfo, group: str) -> dict[str, Any]:
+        """A Coscheduling pod's group: its PodGroup, the cache's state, minResources judged now against the
+        cluster (as PreFilter judges it), and the backoff its profile's plugin keeps."""
+        state: PodGroupState | None
+        try:
+            state = self.cache.coscheduling_groups.get(pod.namespace, group)
+        except PodGroupStateNotFound:
+            state = None
+        pod_group = self.cache.objects.get(COSCHEDULING_POD_GROUP, group, pod.namespace)
+        full = f"{pod.namespace}/{group}"
+        verdict: str | None = None
+        resources = None if pod_group is None else (pod_group.get("spec") or {}).get("minResources")
+        if pod_group is not None and resources is not None:
+            request = {**resources, "pods": int((pod_group.get("spec") or {}).get("minMember") or 0)}
+            verdict = check_cluster_resource(self.cache.snapshot().node_infos(), request, full) or "fits"
+        runtime = self.profiles.get(pod.scheduler_name)
+        plugin = None if runtime is None else runtime.framework.plugins.get(COSCHEDULING)
+        backoff = plugin.manager.backed_off_for(full) if isinstance(plugin, Coscheduling) else 0.0
+        return coscheduling_group_section(
+            full,
+            pod_group,
+            state,
+            waiting=self._waiting_members(state),
+            min_resources=verdict,
+            backed_off_seconds=backoff,
+        )
 
     def _pod_group_section(self, pod: PodInfo, group: str) -> dict[str, Any]:
         state: PodGroupState | None
@@ -266,11 +306,7 @@ class SchedulerApp:
             state = self.cache.pod_groups.get(pod.namespace, group)
         except PodGroupStateNotFound:
             state = None
-        waiting: list[WaitingPod] = []
-        if state is not None:
-            for each in self.profiles.values():
-                waiting_pods = each.framework.waiting_pods
-                waiting += [waiting_pods[uid] for uid in state.all_pods if uid in waiting_pods]
+        waiting = self._waiting_members(state)
         verdict: Status | None = None
         runtime = self.profiles.get(pod.scheduler_name)
         if runtime is not None and pod.uid in self.unassigned and not self.cache.is_assumed(pod.uid):
