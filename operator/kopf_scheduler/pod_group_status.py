@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from kopf_scheduler.client import ClientRef
+from kopf_scheduler.plugins.coscheduling.core import parse_timestamp
+from kopf_scheduler.state.pod_info import COSCHEDULING_POD_GROUP_LABEL as LABEL
 
 logger = logging.getLogger("kopf_scheduler")
 
-LABEL = "scheduling.x-k8s.io/pod-group"
 PENDING, SCHEDULING, RUNNING, FINISHED, FAILED = "Pending", "Scheduling", "Running", "Finished", "Failed"
 _FINAL = (FINISHED, FAILED)
 #: The controller gives up on a group whose scheduling started this long after its creation.
@@ -80,12 +80,7 @@ def _given_up(pod_group: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
 
 def parse_time(value: Any) -> float | None:
     """A ``metav1.Time`` as epoch seconds; None when unset or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return parse_timestamp(value) if isinstance(value, str) and value else None
 
 
 def _counted_phase(count: int, wanted: int, running: int, succeeded: int, failed: int) -> str:

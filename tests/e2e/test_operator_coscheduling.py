@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import Cluster, NodeFactory
 from tests.e2e.conftest import OperatorFactory, ProfileFactory
@@ -85,26 +83,6 @@ def _failed_scheduling(cluster: Cluster, namespace: str, pod: str) -> list[str]:
         for e in namespace_events(cluster.api, namespace)
         if e.reason == "FailedScheduling" and e.regarding.name == pod
     ]
-
-
-@pytest.fixture
-def priority_classes(cluster: Cluster) -> Iterator[dict[str, str]]:
-    """``{"low": name, "high": name}`` (values 10 and 1000), deleted after the test."""
-    scheduling = client.SchedulingV1Api(cluster.api)
-    token = secrets.token_hex(3)
-    names = {"low": f"e2e-cos-{token}-low", "high": f"e2e-cos-{token}-high"}
-    for level, value in (("low", 10), ("high", 1000)):
-        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": names[level]}}
-        scheduling.create_priority_class({**body, "value": value})
-    try:
-        yield names
-    finally:
-        for name in names.values():
-            try:
-                scheduling.delete_priority_class(name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
 
 
 def test_a_group_of_four_binds_nothing_with_three_pods_and_all_once_the_fourth_arrives(
@@ -195,7 +173,14 @@ def test_a_group_that_cannot_fit_frees_what_it_held_after_its_timeout(
     assert operator.log_lines("Traceback") == []
 
 
-def test_of_two_competing_groups_the_higher_priority_one_is_placed_whole_and_the_other_waits_whole(
+@pytest.mark.parametrize(
+    ("older", "newer", "winner"),
+    [
+        pytest.param(("low", "low"), ("high", "high"), "high", id="the higher priority wins over the older"),
+        pytest.param(("older", None), ("newer", None), "older", id="at equal priority the older wins"),
+    ],
+)
+def test_of_two_competing_groups_one_is_placed_whole_and_the_other_waits_whole(
     cluster: Cluster,
     podgroup_crd: list[str],
     kwok_nodes: NodeFactory,
@@ -203,54 +188,32 @@ def test_of_two_competing_groups_the_higher_priority_one_is_placed_whole_and_the
     profiles: ProfileFactory,
     operator_factory: OperatorFactory,
     priority_classes: dict[str, str],
+    older: tuple[str, str | None],
+    newer: tuple[str, str | None],
+    winner: str,
 ) -> None:
-    """Room for one group of two: the low-priority group is older and its pods come first, yet the high-priority
-    group is placed whole and the other waits whole, never one pod of each."""
+    """Room for one group of two (2 CPUs each, 4 on the node): the higher-priority group, or at equal priority the
+    older one, is placed whole and the other waits whole, never one pod of each. The losing group's pods are
+    created first (and sort first by name where it is the newer), so neither order nor names pick the winner."""
     labels = {"e2e-group": secrets.token_hex(4)}
     node = kwok_nodes(cpu="4", memory="16Gi", labels=labels)
     profile = profiles(coscheduling(permitWaitingTimeSeconds=5))
-    _create_group(cluster, namespace, "low", 2)
+    _create_group(cluster, namespace, older[0], 2)
     time.sleep(1.1)  # creation timestamps have one-second resolution
-    _create_group(cluster, namespace, "high", 2)
-    low = [
-        _member(f"low-{i}", profile, "low", labels, "2", priorityClassName=priority_classes["low"]) for i in range(2)
-    ]
-    high = [
-        _member(f"high-{i}", profile, "high", labels, "2", priorityClassName=priority_classes["high"]) for i in range(2)
-    ]
-    create_pods(cluster.core, namespace, [*low, *high])  # all pending before the operator starts
+    _create_group(cluster, namespace, newer[0], 2)
+
+    def members(group: str, priority: str | None) -> list[dict[str, Any]]:
+        spec = {"priorityClassName": priority_classes[priority]} if priority else {}
+        return [_member(f"{group}-{i}", profile, group, labels, "2", **spec) for i in range(2)]
+
+    loser = newer if winner == older[0] else older
+    first, second = (older, newer) if loser is older else (newer, older)
+    create_pods(cluster.core, namespace, [*members(*first), *members(*second)])  # pending before the operator
     operator = operator_factory()
     wait_profile_status(cluster.api, profile, ready=True)
-    winners = ["high-0", "high-1"]
+    winners = [f"{winner}-0", f"{winner}-1"]
     assert wait_pods_bound(cluster.core, namespace, winners, timeout=90) == dict.fromkeys(winners, node)
     time.sleep(8)  # longer than the Permit timeout: nothing of the other group may have bound meanwhile
     nodes = pod_nodes(cluster.core, namespace)
-    assert (nodes["low-0"], nodes["low-1"]) == (None, None)
-    assert operator.log_lines("Traceback") == []
-
-
-def test_of_two_competing_groups_of_equal_priority_the_older_one_is_placed_whole(
-    cluster: Cluster,
-    podgroup_crd: list[str],
-    kwok_nodes: NodeFactory,
-    namespace: str,
-    profiles: ProfileFactory,
-    operator_factory: OperatorFactory,
-) -> None:
-    labels = {"e2e-group": secrets.token_hex(4)}
-    node = kwok_nodes(cpu="4", memory="16Gi", labels=labels)
-    profile = profiles(coscheduling(permitWaitingTimeSeconds=5))
-    _create_group(cluster, namespace, "older", 2)
-    time.sleep(1.1)
-    _create_group(cluster, namespace, "newer", 2)
-    newer = [_member(f"newer-{i}", profile, "newer", labels, "2") for i in range(2)]
-    older = [_member(f"older-{i}", profile, "older", labels, "2") for i in range(2)]
-    create_pods(cluster.core, namespace, [*newer, *older])  # the newer group's pods are created first
-    operator = operator_factory()
-    wait_profile_status(cluster.api, profile, ready=True)
-    winners = ["older-0", "older-1"]
-    assert wait_pods_bound(cluster.core, namespace, winners, timeout=90) == dict.fromkeys(winners, node)
-    time.sleep(8)
-    nodes = pod_nodes(cluster.core, namespace)
-    assert (nodes["newer-0"], nodes["newer-1"]) == (None, None)
+    assert (nodes[f"{loser[0]}-0"], nodes[f"{loser[0]}-1"]) == (None, None)
     assert operator.log_lines("Traceback") == []

@@ -261,5 +261,6 @@ __all__ = [
     "min_member",
     "min_resources",
     "node_free_resources",
+    "parse_timestamp",
     "wait_seconds",
 ]
