@@ -291,8 +291,9 @@ class ClusterCache:
                 if pod.scheduling_group is not None:  # the same spec: the same group as ``old``'s
                     self.pod_groups.remove_member(old)
                     self.pod_groups.add_member(pod)
-                self._leave_coscheduling_group(old)  # its labels were read again: maybe another group
-                self._join_coscheduling_group(pod)
+                if old.coscheduling_group is not None or pod.coscheduling_group is not None:
+                    self._leave_coscheduling_group(old)  # its labels were read again: maybe another group
+                    self._join_coscheduling_group(pod)
                 return pod
         if old is not None:
             self._detach(old)

@@ -480,5 +480,8 @@ def test_the_cache_keeps_coscheduling_groups_apart_from_workload_aware_ones() ->
     bound = member("b", "g", node="node-a")
     cache.add_or_update_pod(bound.obj)
     assert cache.coscheduling_groups.get("ns", "g").assigned_pod_uids() == {"b"}
+    relabelled = {**bound.obj, "metadata": {**bound.obj["metadata"], "labels": {LABEL: "h"}, "resourceVersion": "2"}}
+    cache.add_or_update_pod(relabelled)  # a bound pod's new version with other labels: it changes groups
+    assert list(cache.coscheduling_groups) == [("ns", "h")]
     cache.remove_pod("b")
     assert len(cache.coscheduling_groups) == 0
