@@ -45,11 +45,13 @@ from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource
 from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build_extenders
+from kopf_scheduler.framework.interface import PodGroupPreemption
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import Status
 from kopf_scheduler.framework.waiting_pods import WaitingPod
+from kopf_scheduler.health import HEALTHY, PING, Health, HealthCheck, HealthChecks
 from kopf_scheduler.live_profiles import (
     BackgroundJobs,
     ProfileHandle,
@@ -121,6 +123,10 @@ __all__ = [
 GC_THRESHOLDS = (20000, 10, 100)
 
 
+#: A running profile loop that has not turned for this long fails the ``scheduling-loops`` health check.
+LOOP_STALL_SECONDS = 60.0
+
+
 def tune_garbage_collector() -> None:
     """Keep what start-up created (modules, classes, functions: everything imported) out of every later run of
     the cyclic garbage collector, and run the collections less often (``GC_THRESHOLDS``).
@@ -150,8 +156,9 @@ class SchedulerApp:
         #: Replaced on every kopf login; the parts read it through ``lambda: self.client``.
         self.client = client
         self.metrics = metrics or SchedulerMetrics()
-        #: leader_election_master_status: this replica runs the profiles' loops (kopf peering made it active).
-        self.metrics.track_active(settings.peering_name, lambda: self._running_loops > 0)
+        #: leader_election_master_status: kopf peering made this replica the active one and its cache is synced
+        #: (with or without profiles to run).
+        self.metrics.track_active(settings.peering_name, lambda: not self.standby.paused and self.watch.synced_once)
         self.registry = registry or default_registry()
         self.rng = rng or random.Random()
         self.clock = clock
@@ -162,6 +169,9 @@ class SchedulerApp:
         self.profiles: dict[str, ProfileRuntime] = {}
         self.unassigned = UnassignedPods()
         self._running_loops = 0
+        #: When each profile's loop last turned (``scheduling-loops`` health check); dropped when the loop ends.
+        self._loop_turns: dict[str, float] = {}
+        self._shutting_down = False
         #: When kopf last handed over a listed pod or node (event type None); see LISTING_QUIET_SECONDS.
         self._listed_at = -math.inf
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -311,13 +321,34 @@ class SchedulerApp:
         runtime = self.profiles.get(pod.scheduler_name)
         if runtime is not None and pod.uid in self.unassigned and not self.cache.is_assumed(pod.uid):
             verdict = runtime.pre_enqueue(pod)  # what keeps the pod out of the queue, if anything
+        preemption = self._last_preemption(runtime, pod.namespace, group)
         return pod_group_section(
             group,
             self.cache.objects.get(POD_GROUP, group, pod.namespace),
             state,
             waiting=waiting,
             pre_enqueue=verdict,
+            preemption=preemption,
+            victim_states=[] if preemption is None else [self._victim_state(uid) for _, uid in preemption.victims],
         )
+
+    @staticmethod
+    def _last_preemption(runtime: ProfileRuntime | None, namespace: str, group: str) -> PodGroupPreemption | None:
+        """The victims of the group's last workload-aware preemption in its profile, if any."""
+        if runtime is None:
+            return None
+        for plugin in runtime.framework.pod_group_post_filter_plugins:
+            found = plugin.last_preemption(namespace, group)
+            if found is not None:
+                return found
+        return None
+
+    def _victim_state(self, uid: str) -> str:
+        """Where a victim is now: ``gone``, ``terminating`` or ``running`` (still in the way)."""
+        victim = self.cache.pod(uid) or self.unassigned.get(uid)
+        if victim is None:
+            return "gone"
+        return "terminating" if victim.terminating else "running"
 
     # -- profiles ------------------------------------------------------------------------------------
     def apply_profile(self, *, name: str, spec: dict[str, Any] | None, generation: int = 0) -> ProfileOutcome:
@@ -483,6 +514,7 @@ class SchedulerApp:
             last_flush = last_leftover = self.clock()
             listing_turn = False
             while not stopped():
+                self._loop_turns[name] = self.clock()
                 runtime = self.profiles.get(name)
                 if runtime is None:
                     # kopf spawns the daemon before the create/resume handler has built the pipeline, and an
@@ -530,6 +562,7 @@ class SchedulerApp:
             # A pause invalidates the cache and the standby follows the cluster from then on (standby.py); a
             # loop stopped for its profile's deletion leaves kopf's watches running and the cache whole.
             self._running_loops -= 1
+            self._loop_turns.pop(name, None)
 
     def _publish_pending(self) -> None:
         """scheduler_pending_pods has no profile label (as upstream): publish the sum over all queues."""
@@ -538,8 +571,11 @@ class SchedulerApp:
             for queue, count in runtime.queue.pending_pods().items():
                 totals[queue] = totals.get(queue, 0) + count
         self.metrics.set_pending(totals)
+        now = self.clock()
         for name, runtime in self.profiles.items():
             self.metrics.set_unschedulable(name, runtime.queue.unschedulable_plugins())
+            oldest = runtime.queue.oldest_failed_attempt()
+            self.metrics.set_longest_waiting(name, 0.0 if oldest is None else now - oldest)
 
     # -- background tasks (binding cycles, reports) --------------------------------------------------
     def spawn(self, coro: Awaitable[Any]) -> None:
@@ -556,8 +592,43 @@ class SchedulerApp:
     async def shutdown(self) -> None:
         """Graceful shutdown: cancel the plugins' jobs (a preemption cut short is retried by the next
         leader: its victims are still there, or already gone), then wait for binds and reports."""
+        self._shutting_down = True
         if self._standby_task is not None:
             self._standby_task.cancel()
             await asyncio.wait([self._standby_task])
         await self.jobs.cancel()
         await self.drain()
+
+    # -- health (health.py; served on the metrics port) ------------------------------------------------
+    def health_checks(self) -> HealthChecks:
+        """kube-scheduler's paths and checks, where ours look at what theirs do (see :mod:`kopf_scheduler.health`)."""
+        loops = HealthCheck("scheduling-loops", self._loops_turning)
+        readyz = [
+            HealthCheck("shutdown", self._not_shutting_down),
+            HealthCheck("sched-handler-sync", self._handlers_synced),
+            loops,
+            HealthCheck("peering", self._peering_state),
+        ]
+        return {"healthz": [PING, loops], "livez": [PING], "readyz": readyz}
+
+    def _not_shutting_down(self) -> Health:
+        return Health(False, "process is shutting down") if self._shutting_down else HEALTHY
+
+    def _handlers_synced(self) -> Health:
+        """The first reconciling LIST is in the cache (upstream: every informer's initial list delivered). A
+        ``delayCacheUntilActive`` standby lists nothing, so it is not ready until it is active, as upstream."""
+        return HEALTHY if self.watch.synced_once else Health(False, "handlers are not fully synchronized")
+
+    def _loops_turning(self) -> Health:
+        """Every running profile loop turned within LOOP_STALL_SECONDS (a loop turns at least every half second
+        when idle; a cycle is milliseconds, an extender's call at most its timeout)."""
+        now = self.clock()
+        stalled = sorted(name for name, turned in self._loop_turns.items() if now - turned > LOOP_STALL_SECONDS)
+        if stalled:
+            limit = f"{LOOP_STALL_SECONDS:.0f} s"
+            return Health(False, f"the scheduling loop of {', '.join(stalled)} has not turned for {limit}")
+        return HEALTHY
+
+    def _peering_state(self) -> Health:
+        """Always passes; says whether this replica schedules (active) or stands by."""
+        return Health(True, "standby" if self.standby.paused else "active")

@@ -123,6 +123,8 @@ class EventHandlers:
         #: Every profile's nominated pods (the app's one nominator).
         self._nominator = nominator if nominator is not None else PodNominator()
         self._reconciled = False
+        #: A reconciling LIST has completed once (``sched-handler-sync``); never reset.
+        self.synced_once = False
         self._reconcile_lock = asyncio.Lock()
         #: While a reconciling LIST is in flight: uids the watches changed or deleted meanwhile. The LIST is
         #: older than those events, so it must neither resurrect the deleted nor delete the newly seen.
@@ -445,6 +447,7 @@ class EventHandlers:
                 self._watched_during_list.clear()
                 self._deleted_during_list.clear()
             self._reconciled = True
+            self.synced_once = True
             self._hold_pods = False
             self._release_held()
             logger.info("cache reconciled: %d nodes, %d pods", self._cache.num_nodes, len(pods))

@@ -25,7 +25,8 @@ asked. The last :data:`MAX_BOUND_PODS` bound pods' captures are kept in a ring. 
 share of a cycle (docs/benchmarks.md), hence the opt-in.
 
 Pods of a pod group. A pod waiting at PreEnqueue for its gang has no account (no cycle ran); the app adds the
-group's live state when asked (``SchedulerApp.explain``, :func:`pod_group_section`): nothing is stored for it.
+group's live state when asked (``SchedulerApp.explain``, :func:`pod_group_section`): nothing is stored for it,
+but the victims of the group's last preemption (workload-aware preemption), which DefaultPreemption remembers.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from kopf_scheduler.algorithm import FitError, ScheduleResult
-from kopf_scheduler.framework import PostFilterResult
+from kopf_scheduler.framework import PodGroupPreemption, PostFilterResult
 from kopf_scheduler.framework.status import Status
 from kopf_scheduler.framework.waiting_pods import WaitingPod
 from kopf_scheduler.go_format import go_duration
@@ -418,10 +419,13 @@ def pod_group_section(
     *,
     waiting: Sequence[WaitingPod] = (),
     pre_enqueue: Status | None = None,
+    preemption: PodGroupPreemption | None = None,
+    victim_states: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A JSON-ready account of the pod group a pod names: its policy, its members as the cache splits them
     (counts, and at most :data:`MAX_GROUP_NAMES` names each), the members waiting at Permit with the time left
-    to each waited-for plugin, and the PreEnqueue verdict that holds the pod (``pre_enqueue``, if it is held).
+    to each waited-for plugin, the PreEnqueue verdict that holds the pod (``pre_enqueue``, if it is held), and the
+    victims of the group's last preemption (``preemption``; ``victim_states``: where each is now, in its order).
 
     ``pod_group`` is the PodGroup object (None when the API server has none), ``state`` the cache's live state
     of the group (None when no member is known)."""
@@ -440,6 +444,12 @@ def pod_group_section(
     section["waitingAtPermit"] = _waiting_at_permit(waiting)
     if pre_enqueue is not None and not pre_enqueue.is_success:
         section["preEnqueue"] = {"plugin": pre_enqueue.plugin, "message": pre_enqueue.message}
+    if preemption is not None:
+        victims = [
+            {"pod": key, "state": state}
+            for (key, _), state in zip(preemption.victims[:MAX_GROUP_NAMES], victim_states, strict=False)
+        ]
+        section["preemption"] = {"at": rfc3339(preemption.at), "count": len(preemption.victims), "victims": victims}
     return section
 
 
@@ -549,6 +559,13 @@ def format_pod_group(section: dict[str, Any]) -> str:
             lines.append(f"    {entry['pod']} since {entry['since']}: {plugins or '-'}")
         if waiting["count"] > len(waiting.get("pods") or ()):
             lines.append(f"    (+{waiting['count'] - len(waiting.get('pods') or ())} more)")
+    preemption = section.get("preemption")
+    if preemption:
+        victims = preemption.get("victims") or []
+        named = ", ".join(f"{v['pod']} ({v['state']})" for v in victims)
+        more = preemption["count"] - len(victims)
+        named += f", +{more} more" if more > 0 else ""
+        lines.append(f"  Last preemption for the group at {preemption['at']}: {preemption['count']} victim(s): {named}")
     return "\n".join(lines)
 
 

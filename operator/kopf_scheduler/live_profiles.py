@@ -37,7 +37,7 @@ from kopf_scheduler.state.pod_info import PodInfo
 logger = logging.getLogger("kopf_scheduler")
 
 #: Posts an event about a pod: ``(pod, profile, event_type, reason, action, note)``; fire and forget.
-RecordEvent = Callable[[PodInfo, str, str, str, str, str, PodInfo | None], None]
+RecordEvent = Callable[[PodInfo, str, str, str, str, str, PodInfo | Mapping[str, Any] | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +226,7 @@ class ProfileHandle:
         reason: str,
         action: str,
         note: str,
-        related: PodInfo | None = None,
+        related: PodInfo | Mapping[str, Any] | None = None,
     ) -> None:
         if self._record_event is not None:
             self._record_event(regarding, self._name, event_type, reason, action, note, related)

@@ -2,8 +2,8 @@
 beside the per-pod cycle of ``schedule_one.py``, whose helpers it shares.
 
 :meth:`ScheduleOne.schedule_one` hands a popped pod with a scheduling group here when its profile is
-workload-aware (upstream's GenericWorkload gate, per profile). Restated with GangScheduling on and
-TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off:
+workload-aware (upstream's GenericWorkload gate, per profile). Restated with GangScheduling and
+WorkloadAwarePreemption on (TopologyAwareWorkloadScheduling's placement algorithm is its own seam):
 
 - :meth:`PodGroupCycle.pod_group_info_for_pod` (upstream ``podGroupInfoForPod``): the popped pod and every other
   unscheduled member of its group the live pod-group state knows, each taken from the queue with
@@ -12,9 +12,10 @@ TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off:
   (upstream ``skipPodGroupPodSchedule``), then the cycle (``podGroupCycle``): the pod groups' snapshot is brought up
   to date, the algorithm runs, and its result is submitted.
 - The default algorithm (upstream ``podGroupSchedulingDefaultAlgorithm``): each member in order through the
-  per-pod algorithm (``schedulingAlgorithm``: Filter, Score, PostFilter) with ``state.pod_group_cycle`` set,
-  assumed on its node for the rest of the cycle only (``ClusterCache.assume_in_snapshot``: the nodes and the
-  cycle's copy of its group), Reserve, Permit (nothing parked). The group is feasible once a member's Permit says
+  per-pod algorithm (``schedulingAlgorithm``: Filter, Score, PostFilter, where DefaultPreemption declines a pod of
+  a PodGroup: the group preempts as a whole, below) with ``state.pod_group_cycle`` set, assumed on its node for
+  the rest of the cycle only (``ClusterCache.assume_in_snapshot``: the nodes and the cycle's copy of its group),
+  Reserve, Permit (nothing parked). The group is feasible once a member's Permit says
   Success (a gang's quorum is met in the snapshot); every trial placement is undone before the result is
   submitted (Unreserve in reverse, the pod out of the snapshot, its nomination back).
 - :meth:`PodGroupCycle._submit` (``submitPodGroupAlgorithmResult``): a feasible group's placed members are
@@ -23,10 +24,16 @@ TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off:
   status. Then the PodGroup's ``PodGroupScheduled`` condition (:meth:`PodGroupCycle._update_pod_group_condition`)
   and the ``scheduler_podgroup_*`` metrics.
 
-The seams for the gates that are off: :meth:`PodGroupCycle._scheduling_algorithm` is where upstream picks the
-placement algorithm (``podGroupSchedulingPlacementAlgorithm``, TopologyAwareWorkloadScheduling), and
-:meth:`PodGroupCycle._pod_group_cycle` where it would run ``runWorkloadAwarePreemption`` on an Unschedulable group
-(WorkloadAwarePreemption); neither runs here, exactly as upstream's code with those gates off.
+- :meth:`PodGroupCycle._run_workload_aware_preemption` (``runWorkloadAwarePreemption``, WorkloadAwarePreemption):
+  an Unschedulable group asks the profile's PodGroupPostFilter plugin (DefaultPreemption's
+  ``pod_group_post_filter``, :mod:`kopf_scheduler.plugins.default_preemption.pod_group`) to make room, judging
+  each trial with the group's algorithm again without PostFilter (upstream ``runWithoutPostFilters``). Victims
+  chosen, the group waits on preemption: its members go back to the queue (the placed ones nominated to their
+  nodes) and DefaultPreemption's PreEnqueue holds them until the victims are gone. Otherwise the group's message
+  gains the preemption's (an Error replaces it).
+
+:meth:`PodGroupCycle._scheduling_algorithm` is where upstream picks the placement algorithm
+(``podGroupSchedulingPlacementAlgorithm``, TopologyAwareWorkloadScheduling), a seam of its own.
 """
 
 from __future__ import annotations
@@ -35,13 +42,14 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kopf_scheduler.algorithm import FitError, ScheduleResult, SchedulingError, schedule_pod
 from kopf_scheduler.framework import CycleState, PostFilterResult, Status
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import SUCCESS, Code
+from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, WAITING_ON_PREEMPTION, SchedulerMetrics
 from kopf_scheduler.queue import QueuedPodInfo
@@ -70,6 +78,9 @@ REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
 #: The kind of ``cache.objects`` that holds PodGroups (watched where the cluster serves it).
 POD_GROUP_KIND = "PodGroup"
+#: ``runWorkloadAwarePreemption``'s answers when it cannot preempt for a group.
+NO_POD_GROUP_POST_FILTER = "default preemption plugin is not registered, workload aware preemption is disabled"
+NOT_SUPPORTED_WITH_CONSTRAINTS = "workload aware preemption is not supported for pod groups with scheduling constraints"
 
 
 def pod_group_unschedulable(*reasons: str) -> Status:
@@ -203,27 +214,61 @@ class PodGroupCycle:
         self._pod_group_cycle(runtime, runtime.framework, group)
 
     def _pod_group_cycle(self, runtime: ProfileRuntime, framework: Framework, group: QueuedPodGroupInfo) -> None:
-        """Upstream ``podGroupCycle``: the algorithm on a snapshot brought up to date, then the result submitted.
-
-        With WorkloadAwarePreemption an Unschedulable result would run ``runWorkloadAwarePreemption`` here
-        (the group's PodGroupPostFilter) before it is submitted; that gate is off, so nothing runs in between.
-        """
+        """Upstream ``podGroupCycle``: the algorithm on a snapshot brought up to date; an Unschedulable group then
+        runs workload-aware preemption (victims chosen: it waits on preemption; otherwise its message gains the
+        preemption's, or an Error replaces it); then the result is submitted."""
         start = time.perf_counter()
         self._cache.update_pod_group_snapshot()
-        result = self._scheduling_algorithm(framework, self._cache.snapshot(), group)
+        snapshot = self._cache.snapshot()
+        result = self._scheduling_algorithm(framework, snapshot, group)
         self._metrics.podgroup_scheduling_algorithm_duration.observe(time.perf_counter() - start)
+        if result.status.code is Code.UNSCHEDULABLE:
+            status = self._run_workload_aware_preemption(framework, snapshot, group)
+            if status.is_success:
+                result.waiting_on_preemption = True
+            elif status.code is Code.ERROR:
+                result.status = status
+            else:  # upstream ``AppendReason(status.String())``
+                result.status = replace(result.status, reasons=(*result.status.reasons, status.message))
         self._submit(runtime, framework, group, result, start)
 
-    def _scheduling_algorithm(
+    def _run_workload_aware_preemption(
         self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo
+    ) -> Status:
+        """Upstream ``runWorkloadAwarePreemption``: the profile's PodGroupPostFilter plugin (DefaultPreemption)
+        makes room for the group, judging each trial with the group's algorithm without PostFilter; the plugin
+        puts the cache back as it was (upstream's ``BackupSnapshot`` and restore)."""
+        plugins = framework.pod_group_post_filter_plugins
+        if not plugins:
+            return Status(Code.UNSCHEDULABLE, (NO_POD_GROUP_POST_FILTER,))
+        pod_group = self._cache.objects.get(POD_GROUP_KIND, group.name, group.namespace)
+        if pod_group is None:
+            not_found = f"podgroup.scheduling.k8s.io {go_quote(group.name)} not found"
+            return Status(Code.ERROR, (f"failed to get pod group object: {not_found}",))
+        constraints = (pod_group.get("spec") or {}).get("schedulingConstraints")
+        if constraints is not None and (constraints.get("topology") or []):
+            return Status(Code.UNSCHEDULABLE, (NOT_SUPPORTED_WITH_CONSTRAINTS,))
+
+        def schedule() -> Status:
+            return self._scheduling_algorithm(framework, snapshot, group, skip_post_filters=True).status
+
+        try:
+            return plugins[0].pod_group_post_filter(pod_group, group.unscheduled_pods, schedule)
+        except Exception as e:
+            logger.exception("Workload-aware preemption failed for pod group %s", group.key)
+            return Status.as_error(e)
+
+    def _scheduling_algorithm(
+        self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo, *, skip_post_filters: bool = False
     ) -> PodGroupAlgorithmResult:
         """Upstream ``podGroupSchedulingAlgorithm``: with TopologyAwareWorkloadScheduling the placement algorithm
-        (placements generated, each tried with the default algorithm, the best scored); that gate is off, so the
-        default algorithm over every node."""
-        return self._default_algorithm(framework, snapshot, group)
+        (placements generated, each tried with the default algorithm, the best scored); here the default
+        algorithm over every node. ``skip_post_filters``: upstream's ``runWithoutPostFilters`` (workload-aware
+        preemption's trials)."""
+        return self._default_algorithm(framework, snapshot, group, skip_post_filters=skip_post_filters)
 
     def _default_algorithm(
-        self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo
+        self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo, *, skip_post_filters: bool = False
     ) -> PodGroupAlgorithmResult:
         """Upstream ``podGroupSchedulingDefaultAlgorithm``: each member in order, the ones placed so far assumed
         for the next; a rejected member does not stop the others, an error does. Feasible once a member's Permit
@@ -234,7 +279,7 @@ class PodGroupCycle:
         requires_preemption = False
         try:
             for qpod in group.queued_pod_infos:
-                pod_result, revert = self._pod_algorithm(framework, snapshot, qpod)
+                pod_result, revert = self._pod_algorithm(framework, snapshot, qpod, skip_post_filters)
                 result.pod_results.append(pod_result)
                 if not pod_result.status.is_success and not pod_result.requires_preemption:
                     if pod_result.status.is_rejected:
@@ -259,14 +304,16 @@ class PodGroupCycle:
         return result
 
     def _pod_algorithm(
-        self, framework: Framework, snapshot: Snapshot, qpod: QueuedPodInfo
+        self, framework: Framework, snapshot: Snapshot, qpod: QueuedPodInfo, skip_post_filters: bool = False
     ) -> tuple[AlgorithmResult, Callable[[], None] | None]:
         """Upstream ``podGroupPodSchedulingAlgorithm``: one member through the per-pod algorithm (PostFilter
-        included), then, placed (or nominated by PostFilter: it needs preemption), assumed for this cycle,
-        Reserved and Permitted. Returns its result and, when it stays placed, how to undo that."""
+        included unless ``skip_post_filters``), then, placed (or nominated by PostFilter: it needs preemption),
+        assumed for this cycle, Reserved and Permitted. Returns its result and, when it stays placed, how to undo
+        that."""
         pod = qpod.pod
-        state = new_cycle_state()
+        state = new_cycle_state()  # upstream ``initPodSchedulingContext``
         state.pod_group_cycle = True
+        state.skip_all_post_filter_plugins = skip_post_filters
         started = time.perf_counter()
         requires_preemption = False
         status = SUCCESS

@@ -278,7 +278,7 @@ def test_rendered_manifests_validate_against_the_pinned_kubernetes_schemas(value
         "StatefulSet",
         "PodDisruptionBudget",
     }
-    optional = {"NetworkPolicy", "ConfigMap", "RoleBinding"}
+    optional = {"NetworkPolicy", "ConfigMap", "RoleBinding", "Secret"}
     custom = {"ClusterKopfPeering", "SchedulerProfile", "ServiceMonitor", "PrometheusRule"}
     assert set(kinds) <= builtin | optional | custom, kinds
     assert builtin <= set(kinds)
@@ -433,8 +433,12 @@ def test_statefulset_shape() -> None:
     assert ports == {"metrics": 10259, "health": 10260}
     assert "--metrics-port=10259" in container["args"]
     assert "--health-port=10260" in container["args"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    probes = {probe: container[probe]["httpGet"] for probe in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert probes == {  # kube-scheduler's probes, on the secure port
+        "startupProbe": {"path": "/livez", "port": "metrics", "scheme": "HTTPS"},
+        "livenessProbe": {"path": "/livez", "port": "metrics", "scheme": "HTTPS"},
+        "readinessProbe": {"path": "/readyz", "port": "metrics", "scheme": "HTTPS"},
+    }
     resources = container["resources"]
     assert set(resources["requests"]) == {"cpu", "memory"}
     assert set(resources["limits"]) == {"memory"}  # no CPU limit: throttling delays peering keep-alives
@@ -614,7 +618,18 @@ def test_service_monitor_scrapes_https_with_a_token_under_the_chosen_job() -> No
     docs = docs_of(FULL_VALUES)
     endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
     assert endpoint["scheme"] == "https"
-    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert "bearerTokenFile" not in endpoint  # deprecated: the token of the chart's own scraper account instead
+    secret = one(docs, "Secret")
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": secret["metadata"]["name"], "key": "token"},
+    }
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == account)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "kube-system"}]
+    role = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"])
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]  # /metrics and nothing else
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
     job_label = one(docs, "ServiceMonitor")["spec"]["jobLabel"]
     assert one(docs, "Service")["metadata"]["labels"][job_label] == "kube-scheduler"
@@ -682,15 +697,21 @@ def test_dashboard_and_alerts_query_only_metrics_the_operator_exports() -> None:
     rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
     assert {r["alert"] for r in rules} == {
         "KopfSchedulerNoActiveReplica",
+        "KopfSchedulerPodPendingTooLong",
         "KopfSchedulerPendingPodsRising",
         "KopfSchedulerAttemptsFailing",
     }
+    by_name = {r["alert"]: r for r in rules}
+    # Every replica down: no series at all, which absent() turns into an alert.
+    assert by_name["KopfSchedulerNoActiveReplica"]["expr"].startswith("absent(leader_election_master_status{")
+    assert by_name["KopfSchedulerPodPendingTooLong"]["expr"].endswith("> 900")
     exprs += [r["expr"] for r in rules]
     used = set().union(*map(_metric_names_in, exprs))
     assert {
         "scheduler_queue_incoming_pods_total",
         "scheduler_unschedulable_pods",
         "leader_election_master_status",
+        "kopf_scheduler_longest_waiting_pod_seconds",
     } <= used
     assert used <= exported, used - exported
     assert all('job="kube-scheduler"' in r["expr"] for r in rules)  # the ServiceMonitor's jobLabel

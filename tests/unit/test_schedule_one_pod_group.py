@@ -1,5 +1,6 @@
-"""The pod-group cycle (schedule_one_pod_group.py), restating upstream's schedule_one_podgroup_test.go cases that
-apply with TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off, through SchedulerApp with a fake client.
+"""The pod-group cycle (schedule_one_pod_group.py), restating upstream's schedule_one_podgroup_test.go cases (the
+default algorithm; WorkloadAwarePreemption on, as in every workload-aware profile: test_pod_group_preemption.py
+restates its cases), through SchedulerApp with a fake client.
 
 The profile enables ``Quorum``, a small workload-aware test plugin (not GangScheduling): its Permit waits until
 ``QUORUM`` members of the pod's group are assumed or bound, reading the cycle's snapshot of the group in a
@@ -173,7 +174,11 @@ def test_one_member_does_not_fit_so_none_is_bound_and_everything_is_released() -
     assert (
         notes["p2"] == 'pod group is unschedulable, one or more plugins asked to wait and no plugin rejected pod "p2"'
     )
-    assert notes["p3"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+    # A member of a PodGroup does not preempt on its own in a workload-aware profile (WorkloadAwarePreemption).
+    assert notes["p3"] == (
+        "0/1 nodes are available: 1 Insufficient cpu. "
+        "no new claims to deallocate, preemption: not eligible due to workload aware preemption enabled"
+    )
     # Released: no node accounting, no assumed pod, no reservation, nothing parked at Permit, all unscheduled.
     assert app.cache.table.requested.sum() == 0
     assert not any(app.cache.is_assumed(uid) for uid in app.unassigned)
@@ -184,10 +189,11 @@ def test_one_member_does_not_fit_so_none_is_bound_and_everything_is_released() -
     assert len(app.profiles["sp"].queue) == 3  # all requeued
     [(_, _, patch)] = client.pod_group_patches
     [condition] = patch["status"]["conditions"]
+    # The group's own preemption found nothing of lower priority: its answer joins the group's message.
     assert (condition["status"], condition["reason"], condition["message"]) == (
         "False",
         "Unschedulable",
-        "pod group is unschedulable",
+        "pod group is unschedulable, No preemption victims found for incoming preemptor",
     )
     assert attempts(app, "unschedulable") == 1
     scheduler_attempts = app.metrics.registry.get_sample_value(

@@ -13,7 +13,7 @@ with a :class:`FilterResult` (which nodes fail, with which Status); Score with a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -151,10 +151,11 @@ class Handle(Protocol):
         reason: str,
         action: str,
         note: str,
-        related: PodInfo | None = None,
+        related: PodInfo | Mapping[str, Any] | None = None,
     ) -> None:
-        """Post an event about a pod (``related``: a second pod it involves), reported by this profile's
-        scheduler name (upstream ``EventRecorder``); fire and forget: a failed POST is logged, never raised."""
+        """Post an event about a pod (``related``: a second object it involves, a pod or a PodGroup), reported by
+        this profile's scheduler name (upstream ``EventRecorder``); fire and forget: a failed POST is logged,
+        never raised."""
         ...
 
     def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:
@@ -190,6 +191,10 @@ class PipelineHandle(Handle, Protocol):
 class PluginsRunner(Protocol):
     """What plugins may run of their profile's pipeline (upstream ``PluginsRunner``, which the Handle embeds):
     the Filter step with nominated pods and the PreFilter extensions, for preemption's dry runs."""
+
+    #: Whether the profile enables a workload-aware plugin: it then behaves as upstream with GenericWorkload,
+    #: GangScheduling, TopologyAwareWorkloadScheduling and WorkloadAwarePreemption on (our per-profile gates).
+    workload_aware: bool
 
     def run_filter_plugins_with_nominated_pods(
         self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
@@ -415,6 +420,34 @@ class PostFilterPlugin(Plugin):
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
     ) -> tuple[PostFilterResult | None, Status]:
         raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupPreemption:
+    """What a PodGroupPostFilter plugin last evicted for a pod group (``kopf-scheduler explain``; ours)."""
+
+    #: When (epoch seconds).
+    at: float
+    #: The victims, most important first: (``namespace/name``, uid).
+    victims: tuple[tuple[str, str], ...]
+
+
+class PodGroupPostFilterPlugin(Plugin):
+    """Upstream ``PodGroupPostFilterPlugin`` (WorkloadAwarePreemption): what the pod-group cycle runs for a whole
+    PodGroup that did not fit. Not an extension point of the profile API: the framework of a workload-aware
+    profile offers the profile's plugins that implement it (upstream: DefaultPreemption, the only one)."""
+
+    def pod_group_post_filter(
+        self, pod_group: Mapping[str, Any], pods: Sequence[PodInfo], schedule: Callable[[], Status]
+    ) -> Status:
+        """Make room for ``pods`` (the group's members being scheduled) of ``pod_group`` (the PodGroup object);
+        ``schedule`` runs the group's algorithm (without PostFilter) on the cache as the plugin left it and says
+        whether the group fits. The cache must be as before when it returns."""
+        raise NotImplementedError
+
+    def last_preemption(self, namespace: str, name: str) -> PodGroupPreemption | None:
+        """The victims this plugin last chose for the pod group ``namespace/name``, if any (explain)."""
+        return None
 
 
 class PreScorePlugin(Plugin):

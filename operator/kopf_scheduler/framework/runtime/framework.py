@@ -31,6 +31,7 @@ from kopf_scheduler.framework.interface import (
     PermitPlugin,
     PipelineHandle,
     Plugin,
+    PodGroupPostFilterPlugin,
     PostBindPlugin,
     PostFilterPlugin,
     PostFilterResult,
@@ -56,6 +57,10 @@ from kopf_scheduler.go_format import go_quote
 
 if TYPE_CHECKING:
     from kopf_scheduler.state.pod_info import PodInfo
+
+
+#: Upstream's status of ``RunPostFilterPlugins`` in a cycle that skips them.
+ALL_POST_FILTERS_SKIPPED = "All PostFilter plugins are skipped"
 
 
 class FrameworkError(Exception):
@@ -123,6 +128,14 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner):
         self.pre_bind_plugins: tuple[tuple[str, PreBindPlugin], ...] = tuple(by_point[ExtensionPoint.PRE_BIND])
         self.bind_plugins: tuple[tuple[str, BindPlugin], ...] = tuple(by_point[ExtensionPoint.BIND])
         self.post_bind_plugins: tuple[tuple[str, PostBindPlugin], ...] = tuple(by_point[ExtensionPoint.POST_BIND])
+        #: Upstream ``PodGroupPostFilterPlugins`` (WorkloadAwarePreemption, on in a workload-aware profile): the
+        #: profile's plugins, at whatever extension point enabled, that preempt for a whole pod group (upstream
+        #: registers DefaultPreemption there when the profile has it, and it is the only in-tree one).
+        self.pod_group_post_filter_plugins: tuple[PodGroupPostFilterPlugin, ...] = (
+            tuple(p for p in self.plugins.values() if isinstance(p, PodGroupPostFilterPlugin))
+            if self.workload_aware
+            else ()
+        )
 
     def __repr__(self) -> str:
         return f"<Framework {self.profile_name}>"
@@ -161,7 +174,10 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner):
     def run_post_filter_plugins(
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatusMap
     ) -> tuple[PostFilterResult | None, Status]:
-        """Until the first Success, UUR or Error; otherwise U with all plugins' reasons (joined by ", ")."""
+        """Until the first Success, UUR or Error; otherwise U with all plugins' reasons (joined by ", ").
+        None runs in a cycle that skips them (upstream ``ShouldSkipAllPostFilterPlugins``)."""
+        if state.skip_all_post_filter_plugins:
+            return None, Status.unschedulable(ALL_POST_FILTERS_SKIPPED)
         result: PostFilterResult | None = None
         reasons: list[str] = []
         rejector = ""
