@@ -40,7 +40,7 @@ from typing import Any
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.client import Client
 from kopf_scheduler.eventhandlers import EventHandlers
-from kopf_scheduler.explain import Explanations, pod_group_section
+from kopf_scheduler.explain import Explanations, coscheduling_group_section, pod_group_section
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource
@@ -60,8 +60,13 @@ from kopf_scheduler.live_profiles import (
     pipeline_status,
 )
 from kopf_scheduler.metrics import SchedulerMetrics
+from kopf_scheduler.plugins.coscheduling import NAME as COSCHEDULING
+from kopf_scheduler.plugins.coscheduling import Coscheduling
+from kopf_scheduler.plugins.coscheduling.core import KIND as COSCHEDULING_POD_GROUP
+from kopf_scheduler.plugins.coscheduling.core import check_cluster_resource
 from kopf_scheduler.plugins.gang_scheduling import POD_GROUP
 from kopf_scheduler.plugins.registry import default_registry
+from kopf_scheduler.pod_group_status import CoschedulingStatus
 from kopf_scheduler.queue import PodNominator, QueueClosedError, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
 from kopf_scheduler.schedule_one import ScheduleOne
@@ -216,6 +221,23 @@ class SchedulerApp:
             rng=self.rng,
         )
         self.cycles.pod_group_cycle = self.pod_group_cycles.schedule
+        #: The Coscheduling PodGroups' status, as scheduler-plugins' controller keeps it (the active replica only).
+        self.coscheduling_status = CoschedulingStatus(
+            client=lambda: self.client, pod_groups=self._coscheduling_pod_groups, spawn=self.spawn
+        )
+
+    def _coscheduling_pod_groups(self) -> dict[tuple[str, str], dict[str, Any]]:
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        for obj in self.cache.objects.all(COSCHEDULING_POD_GROUP):
+            meta = obj.get("metadata") or {}
+            groups[meta.get("namespace") or "", meta.get("name") or ""] = obj
+        return groups
+
+    def _profiles_changed(self) -> None:
+        """Keep the Coscheduling PodGroups' status while some live profile enables Coscheduling."""
+        self.coscheduling_status.enabled = any(
+            COSCHEDULING in runtime.framework.plugins for runtime in self.profiles.values()
+        )
 
     @property
     def explanations(self) -> Explanations:
@@ -230,10 +252,12 @@ class SchedulerApp:
         pod = self._group_member(key)
         if pod is None:
             return account
-        group = pod.scheduling_group
-        if group is None:
+        if pod.scheduling_group is not None:
+            section = self._pod_group_section(pod, pod.scheduling_group)
+        elif pod.coscheduling_group is not None:
+            section = self._coscheduling_section(pod, pod.coscheduling_group)
+        else:
             return account
-        section = self._pod_group_section(pod, group)
         return {**(account if account is not None else {"pod": key}), "podGroup": section}
 
     def _group_member(self, key: str) -> PodInfo | None:
@@ -241,14 +265,50 @@ class SchedulerApp:
         namespace, _, name = key.partition("/")
         for pod in self.unassigned.values():
             if pod.name == name and pod.namespace == namespace:
-                return pod if pod.scheduling_group is not None else None
-        for group_namespace, group in self.cache.pod_groups:
-            if group_namespace != namespace:
-                continue
-            for pod in self.cache.pod_groups.get(group_namespace, group).all_pods.values():
-                if pod.name == name:
-                    return pod
+                return pod if pod.in_pod_group else None
+        for groups in (self.cache.pod_groups, self.cache.coscheduling_groups):
+            for group_namespace, group in groups:
+                if group_namespace != namespace:
+                    continue
+                for pod in groups.get(group_namespace, group).all_pods.values():
+                    if pod.name == name:
+                        return pod
         return None
+
+    def _waiting_members(self, state: PodGroupState | None) -> list[WaitingPod]:
+        waiting: list[WaitingPod] = []
+        if state is not None:
+            for each in self.profiles.values():
+                waiting_pods = each.framework.waiting_pods
+                waiting += [waiting_pods[uid] for uid in state.all_pods if uid in waiting_pods]
+        return waiting
+
+    def _coscheduling_section(self, pod: PodInfo, group: str) -> dict[str, Any]:
+        """A Coscheduling pod's group: its PodGroup, the cache's state, minResources judged now against the
+        cluster (as PreFilter judges it), and the backoff its profile's plugin keeps."""
+        state: PodGroupState | None
+        try:
+            state = self.cache.coscheduling_groups.get(pod.namespace, group)
+        except PodGroupStateNotFound:
+            state = None
+        pod_group = self.cache.objects.get(COSCHEDULING_POD_GROUP, group, pod.namespace)
+        full = f"{pod.namespace}/{group}"
+        verdict: str | None = None
+        resources = None if pod_group is None else (pod_group.get("spec") or {}).get("minResources")
+        if pod_group is not None and resources is not None:
+            request = {**resources, "pods": int((pod_group.get("spec") or {}).get("minMember") or 0)}
+            verdict = check_cluster_resource(self.cache.snapshot().node_infos(), request, full) or "fits"
+        runtime = self.profiles.get(pod.scheduler_name)
+        plugin = None if runtime is None else runtime.framework.plugins.get(COSCHEDULING)
+        backoff = plugin.manager.backed_off_for(full) if isinstance(plugin, Coscheduling) else 0.0
+        return coscheduling_group_section(
+            full,
+            pod_group,
+            state,
+            waiting=self._waiting_members(state),
+            min_resources=verdict,
+            backed_off_seconds=backoff,
+        )
 
     def _pod_group_section(self, pod: PodInfo, group: str) -> dict[str, Any]:
         state: PodGroupState | None
@@ -256,11 +316,7 @@ class SchedulerApp:
             state = self.cache.pod_groups.get(pod.namespace, group)
         except PodGroupStateNotFound:
             state = None
-        waiting: list[WaitingPod] = []
-        if state is not None:
-            for each in self.profiles.values():
-                waiting_pods = each.framework.waiting_pods
-                waiting += [waiting_pods[uid] for uid in state.all_pods if uid in waiting_pods]
+        waiting = self._waiting_members(state)
         verdict: Status | None = None
         runtime = self.profiles.get(pod.scheduler_name)
         if runtime is not None and pod.uid in self.unassigned and not self.cache.is_assumed(pod.uid):
@@ -320,6 +376,7 @@ class SchedulerApp:
         if runtime is None:
             runtime = self._new_runtime(name, framework, resolved, extenders)
             self.profiles[name] = runtime
+            self._profiles_changed()
             self.watch.adopt_pending_pods(runtime)
         else:
             runtime.framework = framework
@@ -395,6 +452,7 @@ class SchedulerApp:
         if runtime is not None:
             runtime.queue.close()
             self.watch.disown_pending_pods(name)
+        self._profiles_changed()
 
     # -- watch events and the reconciling LIST (eventhandlers.py) -------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
@@ -406,6 +464,8 @@ class SchedulerApp:
         if event_type is None:
             self._listed_at = self.clock()
         self.watch.on_pod_event(event_type, obj)
+        if self.coscheduling_status.enabled:
+            self.coscheduling_status.touch_pod(obj)
 
     def kopf_is_listing(self) -> bool:
         """kopf handed over a listed pod or node within the last LISTING_QUIET_SECONDS."""
@@ -417,6 +477,9 @@ class SchedulerApp:
         if event_type is None and kind in _LISTED_KINDS:
             self._listed_at = self.clock()
         self.watch.on_watch_event(kind, event_type, obj)
+        if kind == COSCHEDULING_POD_GROUP:
+            meta = obj.get("metadata") or {}
+            self.coscheduling_status.touch(meta.get("namespace") or "", meta.get("name") or "")
 
     async def ensure_reconciled(self) -> None:
         await self.watch.ensure_reconciled()
@@ -445,6 +508,8 @@ class SchedulerApp:
     # -- the scheduling loop -------------------------------------------------------------------------
     async def run_profile(self, name: str, *, stopped: Callable[[], bool], poll: float = 0.5) -> None:
         """One profile's loop; returns when ``stopped()`` (kopf pauses the daemon, or stops it as the profile goes)."""
+        if self._running_loops == 0:
+            self.coscheduling_status.resync()  # this replica just became the active one
         self._running_loops += 1
         try:
             await self.watch.ensure_reconciled()
@@ -463,6 +528,7 @@ class SchedulerApp:
                 if now - last_flush >= 1.0:
                     runtime.queue.flush_backoff_completed()
                     self._publish_pending()
+                    self.coscheduling_status.flush()
                     last_flush = now
                 if now - last_leftover >= 30.0:
                     runtime.queue.flush_unschedulable_leftover()

@@ -444,25 +444,8 @@ def pod_group_section(
         else:
             section["policy"] = "gang"
             section["minCount"] = min_count
-    members: dict[str, Any] = {"known": 0 if state is None else state.all_pods_count()}
-    if state is not None:
-        pods = state.all_pods
-        kinds = (("unscheduled", state.unscheduled), ("assumed", state.assumed), ("assigned", state.assigned))
-        for kind, uids in kinds:
-            names = sorted(pods[uid].name for uid in uids if uid in pods)
-            members[kind] = {"count": len(uids), "pods": names[:MAX_GROUP_NAMES]}
-    else:
-        members.update({kind: {"count": 0, "pods": []} for kind in ("unscheduled", "assumed", "assigned")})
-    section["members"] = members
-    now, wall = time.monotonic(), time.time()
-    waits = []
-    for waiting_pod in sorted(waiting, key=lambda w: w.pod.name)[:MAX_GROUP_NAMES]:
-        plugins = [
-            {"plugin": plugin, "deadline": rfc3339(wall + deadline - now), "secondsLeft": max(0, int(deadline - now))}
-            for plugin, deadline in sorted(waiting_pod.deadlines.items())
-        ]
-        waits.append({"pod": waiting_pod.pod.name, "since": rfc3339(waiting_pod.since), "plugins": plugins})
-    section["waitingAtPermit"] = {"count": len(waiting), "pods": waits}
+    section["members"] = _group_members(state)
+    section["waitingAtPermit"] = _waiting_at_permit(waiting)
     if pre_enqueue is not None and not pre_enqueue.is_success:
         section["preEnqueue"] = {"plugin": pre_enqueue.plugin, "message": pre_enqueue.message}
     if placements is not None:
@@ -476,6 +459,64 @@ def pod_group_section(
     return section
 
 
+def coscheduling_group_section(
+    name: str,
+    pod_group: dict[str, Any] | None,
+    state: PodGroupStateData | None,
+    *,
+    waiting: Sequence[WaitingPod] = (),
+    min_resources: str | None = None,
+    backed_off_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """The same account for a pod of a Coscheduling PodGroup (the ``scheduling.x-k8s.io/pod-group`` label): the
+    group's pods against minMember, the minResources verdict (``min_resources``: "fits", or the "resource gap"
+    text PreFilter gives; None without minResources), the PodGroup's Permit timeout and status, a backoff left
+    after a failure, its members and those waiting at Permit with the time left."""
+    section: dict[str, Any] = {"name": name, "api": "scheduling.x-k8s.io/v1alpha1"}
+    if pod_group is None:
+        section["policy"] = None
+        section["message"] = "PodGroup not found"
+    else:
+        spec = pod_group.get("spec") or {}
+        section["policy"] = "coscheduling"
+        section["minMember"] = int(spec.get("minMember") or 0)
+        if spec.get("scheduleTimeoutSeconds") is not None:
+            section["scheduleTimeoutSeconds"] = spec["scheduleTimeoutSeconds"]
+        section["phase"] = (pod_group.get("status") or {}).get("phase") or ""
+    if min_resources is not None:
+        section["minResources"] = min_resources
+    if backed_off_seconds > 0:
+        section["backoffSecondsLeft"] = int(backed_off_seconds)
+    section["members"] = _group_members(state)
+    section["waitingAtPermit"] = _waiting_at_permit(waiting)
+    return section
+
+
+def _group_members(state: PodGroupStateData | None) -> dict[str, Any]:
+    members: dict[str, Any] = {"known": 0 if state is None else state.all_pods_count()}
+    if state is not None:
+        pods = state.all_pods
+        kinds = (("unscheduled", state.unscheduled), ("assumed", state.assumed), ("assigned", state.assigned))
+        for kind, uids in kinds:
+            names = sorted(pods[uid].name for uid in uids if uid in pods)
+            members[kind] = {"count": len(uids), "pods": names[:MAX_GROUP_NAMES]}
+    else:
+        members.update({kind: {"count": 0, "pods": []} for kind in ("unscheduled", "assumed", "assigned")})
+    return members
+
+
+def _waiting_at_permit(waiting: Sequence[WaitingPod]) -> dict[str, Any]:
+    now, wall = time.monotonic(), time.time()
+    waits = []
+    for waiting_pod in sorted(waiting, key=lambda w: w.pod.name)[:MAX_GROUP_NAMES]:
+        plugins = [
+            {"plugin": plugin, "deadline": rfc3339(wall + deadline - now), "secondsLeft": max(0, int(deadline - now))}
+            for plugin, deadline in sorted(waiting_pod.deadlines.items())
+        ]
+        waits.append({"pod": waiting_pod.pod.name, "since": rfc3339(waiting_pod.since), "plugins": plugins})
+    return {"count": len(waiting), "pods": waits}
+
+
 def format_pod_group(section: dict[str, Any]) -> str:
     """The pod group section as ``kopf-scheduler explain`` prints it: a few lines under the pod's account."""
     policy = section.get("policy")
@@ -483,11 +524,18 @@ def format_pod_group(section: dict[str, Any]) -> str:
         title = section.get("message") or "PodGroup not found"
     elif policy == "gang":
         title = f"gang, minCount {section.get('minCount')}"
+    elif policy == "coscheduling":
+        title = f"Coscheduling ({section.get('api')}), minMember {section.get('minMember')}"
+        if section.get("phase"):
+            title += f", phase {section['phase']}"
     else:
         title = str(policy)
     lines = [f"Pod group {section['name']}: {title}"]
     members = section.get("members") or {}
-    counts = [f"{members.get('known', 0)} known"]
+    known = f"{members.get('known', 0)} known"
+    if policy == "coscheduling":
+        known += f" of minMember {section.get('minMember')}"
+    counts = [known]
     for kind in ("unscheduled", "assumed", "assigned"):
         part = members.get(kind) or {}
         count, names = part.get("count", 0), part.get("pods") or []
@@ -497,6 +545,12 @@ def format_pod_group(section: dict[str, Any]) -> str:
             named = f" ({', '.join(names)}{more})"
         counts.append(f"{count} {kind}{named}")
     lines.append(f"  Members: {', '.join(counts)}")
+    if section.get("minResources") is not None:
+        lines.append(f"  minResources: {section['minResources']}")
+    if section.get("backoffSecondsLeft"):
+        lines.append(f"  Backed off after a failure: {go_duration(section['backoffSecondsLeft'])} left")
+    if section.get("scheduleTimeoutSeconds") is not None:
+        lines.append(f"  Permit timeout: {go_duration(section['scheduleTimeoutSeconds'])} (scheduleTimeoutSeconds)")
     pre_enqueue = section.get("preEnqueue")
     if pre_enqueue:
         lines.append(f"  Held at PreEnqueue by {pre_enqueue.get('plugin') or '-'}: {pre_enqueue.get('message', '')}")

@@ -208,8 +208,9 @@ class ProfileHandle:
             if runtime is not None:
                 runtime.queue.activate(uids)
 
-    def reject_waiting_pod(self, uid: str) -> bool:
-        return any(runtime.framework.reject_waiting_pod(uid) for runtime in list(self._profiles.values()))
+    def reject_waiting_pod(self, uid: str, plugin: str = "", message: str = "removed") -> bool:
+        runtimes = list(self._profiles.values())
+        return any(runtime.framework.reject_waiting_pod(uid, plugin, message) for runtime in runtimes)
 
     def allow_waiting_pod(self, uid: str, plugin: str) -> bool:
         return any(runtime.framework.allow_waiting_pod(uid, plugin) for runtime in list(self._profiles.values()))

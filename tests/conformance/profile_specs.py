@@ -64,7 +64,9 @@ POINTS = (
 OMITTED_DEFAULTS: tuple[str, ...] = ()
 #: Plugins removed from the v1 API (upstream ``invalidPluginsByVersion``).
 REMOVED = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
-UNKNOWN = ("NoSuchPlugin", "nodeaffinity", "Coscheduling", "Node Affinity")
+#: Unknown to kube-scheduler and to us (Coscheduling is ours since issue 36: an out-of-tree plugin of upstream's
+#: scheduler-plugins that is still unknown here stands in for it).
+UNKNOWN = ("NoSuchPlugin", "nodeaffinity", "CapacityScheduling", "Node Affinity")
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 

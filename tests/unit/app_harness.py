@@ -28,6 +28,8 @@ class FakeClient:
         self.status_patches: list[tuple[str, dict[str, Any]]] = []
         #: PodGroup status patches (the pod-group cycle's PodGroupScheduled condition), as (namespace, name, patch).
         self.pod_group_patches: list[tuple[str, str, dict[str, Any]]] = []
+        #: Coscheduling PodGroup status patches, as (namespace, name, patch).
+        self.coscheduling_patches: list[tuple[str, str, dict[str, Any]]] = []
         self.bind_errors: dict[str, APIError] = {}
         self.lists: dict[str, list[dict[str, Any]]] = {}
         #: Path → the resourceVersion its LIST reports (none when absent).
@@ -141,6 +143,19 @@ class FakeClient:
     async def api_resources(self, api_prefix: str) -> set[str] | None:
         self.discovered.append(api_prefix)
         return self.discovery.get(api_prefix)
+
+    async def patch_coscheduling_pod_group_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.coscheduling_patches.append((namespace, name, patch))
+
+    async def list_labelled_pods(self, *, namespace: str, selector: str) -> list[dict[str, Any]]:
+        key, _, value = selector.partition("=")
+        pods = self.lists.get("/api/v1/pods", [])
+        return [
+            pod
+            for pod in pods
+            if (pod.get("metadata") or {}).get("namespace") == namespace
+            and ((pod.get("metadata") or {}).get("labels") or {}).get(key) == value
+        ]
 
     async def list_all(self, path: str) -> list[dict[str, Any]]:
         return self.lists.get(path, [])

@@ -88,6 +88,9 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     allow("scheduling.k8s.io", ["workloads"], ["list", "watch"])
     allow("scheduling.k8s.io", ["podgroups"], ["get", "list", "watch"])
     allow("scheduling.k8s.io", ["podgroups/status"], ["patch"])  # the pod-group cycle's PodGroupScheduled
+    # scheduler-plugins' Coscheduling PodGroups (optional CRD): watched, and their status kept.
+    allow("scheduling.x-k8s.io", ["podgroups"], ["list", "watch"])
+    allow("scheduling.x-k8s.io", ["podgroups/status"], ["patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles/status"], ["patch"])
     allow("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])
@@ -115,6 +118,7 @@ FULL_VALUES: dict[str, Any] = {
         "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
     },
     "podAntiAffinity": "hard",
+    "coscheduling": {"installCRD": True},
     "nodeSelector": {"kubernetes.io/os": "linux"},
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "scheduler", "effect": "NoSchedule"}],
     "topologySpreadConstraints": [
@@ -280,7 +284,8 @@ def test_rendered_manifests_validate_against_the_pinned_kubernetes_schemas(value
     assert builtin <= set(kinds)
     if values is FULL_VALUES:
         assert optional | custom <= set(kinds)
-    assert kinds.count("CustomResourceDefinition") == 3  # schedulerprofiles, clusterkopfpeerings, kopfpeerings
+    # schedulerprofiles, clusterkopfpeerings, kopfpeerings; and with coscheduling.installCRD the PodGroups'
+    assert kinds.count("CustomResourceDefinition") == (4 if values is FULL_VALUES else 3)
     for doc in docs:
         if doc["kind"] in custom:
             continue
@@ -736,3 +741,33 @@ def test_helm_show_readme_is_the_chart_readme(tmp_path: Path) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     for key in values:  # every top-level value is documented
         assert f"`{key}" in readme, key
+
+
+# ---- scheduler-plugins' Coscheduling PodGroup CRD (optional) -------------------------------------------------
+
+COSCHEDULING_CRD = CHART / "files" / "coscheduling" / "scheduling.x-k8s.io_podgroups.yaml"
+
+
+def test_the_coscheduling_crd_is_rendered_only_when_asked_and_kept_on_uninstall() -> None:
+    """Off by default; on, it is the file the e2e tests apply (v0.34.7's schema), kept on uninstall (deleting it
+    would delete every PodGroup). Where the cluster already has one another release owns, helm's lookup skips it:
+    ``helm template`` cannot look up, so that branch is the e2e chart test's."""
+    names = {d["metadata"]["name"] for d in docs_of() if d["kind"] == "CustomResourceDefinition"}
+    assert "podgroups.scheduling.x-k8s.io" not in names
+    [crd] = [
+        d
+        for d in docs_of({"coscheduling": {"installCRD": True}})
+        if d["kind"] == "CustomResourceDefinition" and d["metadata"]["name"] == "podgroups.scheduling.x-k8s.io"
+    ]
+    shipped = yaml.safe_load(COSCHEDULING_CRD.read_text())
+    assert crd["spec"] == shipped["spec"]
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    version = crd["spec"]["versions"][0]
+    assert (crd["spec"]["group"], version["name"], version["subresources"]) == (
+        "scheduling.x-k8s.io",
+        "v1alpha1",
+        {"status": {}},
+    )
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert set(spec) == {"minMember", "minResources", "scheduleTimeoutSeconds"}
+    assert spec["minMember"]["minimum"] == 1

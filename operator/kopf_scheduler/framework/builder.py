@@ -202,6 +202,7 @@ def resolve_profile(
 
     plugins = _build_extension_points(multi_point, points, registry)
     _check_required_points(name, plugins)
+    _check_one_gang_api(plugins, registry)
     weights = {
         point: _score_weights(points[point].enabled + multi_point.enabled, registry, point) for point in WEIGHTED_POINTS
     }
@@ -451,6 +452,21 @@ def _check_required_points(name: str, plugins: Mapping[ExtensionPoint, Sequence[
     if len(plugins.get(ExtensionPoint.PLACEMENT_GENERATE, [])) > 1:
         text = f"at most one placement generate plugin is allowed for profile with scheduler name {go_value(name)}"
         raise ProfileError([FieldError("plugins.placementGenerate", text)])
+
+
+def _check_one_gang_api(plugins: Mapping[ExtensionPoint, Sequence[str]], registry: Mapping[str, type[Plugin]]) -> None:
+    """Not upstream's (one scheduler never hosts both gang APIs): plugins of two gang APIs in one profile would
+    hold a pod that names groups of both in two gang machineries at once, so the profile is refused."""
+    by_api: dict[str, list[str]] = {}
+    for name in dict.fromkeys(n for names in plugins.values() for n in names):
+        cls = registry.get(name)
+        if cls is not None and cls.gang_api:
+            by_api.setdefault(cls.gang_api, []).append(name)
+    if len(by_api) > 1:
+        names = sorted(n for group in by_api.values() for n in group)
+        apis = " and ".join(sorted(by_api))
+        text = f"a profile may enable the plugins of one gang API only, not of {apis}"
+        raise ProfileError([invalid("plugins", names, text)])
 
 
 def _score_weights(

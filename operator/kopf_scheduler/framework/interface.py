@@ -129,8 +129,9 @@ class Handle(Protocol):
         ``Handle.Activate``); unknown or in-flight pods are ignored."""
         ...
 
-    def reject_waiting_pod(self, uid: str) -> bool:
-        """Reject a pod waiting at Permit in any profile (upstream ``RejectWaitingPod``); True if one waited."""
+    def reject_waiting_pod(self, uid: str, plugin: str = "", message: str = "removed") -> bool:
+        """Reject a pod waiting at Permit in any profile (upstream ``RejectWaitingPod``, or with ``plugin`` and
+        ``message`` ``GetWaitingPod(uid).Reject(plugin, message)``); True if one waited."""
         ...
 
     def allow_waiting_pod(self, uid: str, plugin: str) -> bool:
@@ -318,6 +319,9 @@ class Plugin:
     #: pods of a PodGroup (``spec.schedulingGroup``) in pod-group cycles; any other profile ignores the field,
     #: as upstream does with its workload gates off.
     workload_aware: ClassVar[bool] = False
+    #: The gang API a gang plugin serves (its PodGroup kind); a profile may enable plugins of one gang API only, so
+    #: that no pod is held by two gang machineries at once. "" for every other plugin.
+    gang_api: ClassVar[str] = ""
 
     def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:
         self.handle = handle
@@ -363,6 +367,11 @@ class QueuedPod(Protocol):
 
     @property
     def timestamp(self) -> float: ...
+
+    @property
+    def initial_attempt_timestamp(self) -> float | None:
+        """When it first entered activeQ (the queue's clock); None before that (upstream's is nil too)."""
+        ...
 
 
 class PreFilterExtensions(Protocol):

@@ -73,6 +73,7 @@ class GangScheduling(PreEnqueuePlugin, PermitPlugin):
 
     name: ClassVar[str] = NAME
     workload_aware: ClassVar[bool] = True
+    gang_api: ClassVar[str] = "scheduling.k8s.io/v1alpha2 PodGroup"
 
     # -- EnqueueExtensions ---------------------------------------------------------------------------
     def events_to_register(self) -> list[ClusterEventWithHint]:

@@ -15,6 +15,7 @@ import functools
 
 from kopf_scheduler.framework.interface import Plugin
 from kopf_scheduler.framework.registry import Registry, entry_point_registry
+from kopf_scheduler.plugins.coscheduling import Coscheduling
 from kopf_scheduler.plugins.default_binder import DefaultBinder
 from kopf_scheduler.plugins.default_preemption import DefaultPreemption
 from kopf_scheduler.plugins.dynamic_resources import DynamicResources
@@ -41,6 +42,7 @@ from kopf_scheduler.plugins.volume_zone import VolumeZone
 
 #: Every in-tree plugin class, by upstream name.
 IN_TREE_PLUGINS: tuple[type[Plugin], ...] = (
+    Coscheduling,
     DefaultBinder,
     DefaultPreemption,
     DynamicResources,

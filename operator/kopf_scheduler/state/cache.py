@@ -23,7 +23,7 @@ import numpy as np
 from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.state.node_table import NodeTable
 from kopf_scheduler.state.objects import ClusterObjects
-from kopf_scheduler.state.pod_group_state import PodGroupSnapshot, PodGroupStates
+from kopf_scheduler.state.pod_group_state import PodGroupSnapshot, PodGroupStates, coscheduling_group_key
 from kopf_scheduler.state.pod_info import HostPort, PodInfo, pod_uid, same_scheduling_inputs
 from kopf_scheduler.state.quantity import resource_value
 from kopf_scheduler.state.selector_counts import SelectorPodCounts
@@ -155,6 +155,9 @@ class ClusterCache:
         self.pod_groups = PodGroupStates()
         #: The copy of :attr:`pod_groups` a cycle reads, brought up to date by :meth:`update_pod_group_snapshot`.
         self.pod_group_snapshot = PodGroupSnapshot()
+        #: The same for scheduler-plugins' Coscheduling groups (pods labelled ``scheduling.x-k8s.io/pod-group``),
+        #: kept apart: the two APIs key their groups differently and may name them alike.
+        self.coscheduling_groups = PodGroupStates(coscheduling_group_key)
         self.generation = 0
 
     # -- nodes ---------------------------------------------------------------------------------------
@@ -288,18 +291,31 @@ class ClusterCache:
                 if pod.scheduling_group is not None:  # the same spec: the same group as ``old``'s
                     self.pod_groups.remove_member(old)
                     self.pod_groups.add_member(pod)
+                if old.coscheduling_group is not None or pod.coscheduling_group is not None:
+                    self._leave_coscheduling_group(old)  # its labels were read again: maybe another group
+                    self._join_coscheduling_group(pod)
                 return pod
         if old is not None:
             self._detach(old)
             self._assumed.discard(pod.uid)
             if old.scheduling_group is not None:
                 self.pod_groups.remove_member(old)
+            self._leave_coscheduling_group(old)
         if not pod.node_name or pod.phase in TERMINAL_PHASES:
             return None
         self._add(pod)
         if pod.scheduling_group is not None:
             self.pod_groups.add_member(pod)
+        self._join_coscheduling_group(pod)
         return pod
+
+    def _join_coscheduling_group(self, pod: PodInfo) -> None:
+        if pod.coscheduling_group is not None:
+            self.coscheduling_groups.add_member(pod)
+
+    def _leave_coscheduling_group(self, pod: PodInfo) -> None:
+        if pod.coscheduling_group is not None:
+            self.coscheduling_groups.remove_member(pod)
 
     def remove_pod(self, uid: str, *, dry_run: bool = False) -> None:
         """Drop the pod (its delete event; upstream ``RemovePod``): a member leaves its pod group, and a group
@@ -311,6 +327,8 @@ class ClusterCache:
             self._assumed.discard(uid)
             if pod.scheduling_group is not None and not dry_run:
                 self.pod_groups.remove_member(pod)
+            if not dry_run:
+                self._leave_coscheduling_group(pod)
 
     def restore_pod(self, pod: PodInfo, *, assumed: bool) -> None:
         """Put back the very pod object :meth:`remove_pod` took off in a dry run (e.g. preemption's), with its
@@ -333,6 +351,8 @@ class ClusterCache:
         self._assumed.add(assumed.uid)
         if assumed.scheduling_group is not None and not dry_run:
             self.pod_groups.assume_member(assumed)
+        if assumed.coscheduling_group is not None and not dry_run:
+            self.coscheduling_groups.assume_member(assumed)
         return assumed
 
     @staticmethod
@@ -351,6 +371,8 @@ class ClusterCache:
             self._assumed.discard(uid)
             if pod.scheduling_group is not None and not dry_run:
                 self.pod_groups.forget_member(pod)
+            if pod.coscheduling_group is not None and not dry_run:
+                self.coscheduling_groups.forget_member(pod)
 
     # -- pending members of pod groups (upstream ``AddPodGroupMember`` and its siblings) -------------
     def add_pod_group_member(self, pod: PodInfo) -> None:
@@ -358,17 +380,25 @@ class ClusterCache:
         unscheduled pod); pods of no group are ignored."""
         if pod.scheduling_group is not None:
             self.pod_groups.add_member(pod)
+        self._join_coscheduling_group(pod)
 
     def update_pod_group_member(self, old: PodInfo, new: PodInfo) -> None:
-        """A newer version of a pending member (the event handlers' update of an unscheduled pod)."""
+        """A newer version of a pending member (the event handlers' update of an unscheduled pod); a pod whose
+        ``scheduling.x-k8s.io/pod-group`` label changed moves to its new Coscheduling group."""
         if new.scheduling_group is not None:
             self.pod_groups.update_member(old, new)
+        if old.coscheduling_group != new.coscheduling_group:
+            self._leave_coscheduling_group(old)
+            self._join_coscheduling_group(new)
+        elif new.coscheduling_group is not None:
+            self.coscheduling_groups.update_member(old, new)
 
     def remove_pod_group_member(self, pod: PodInfo) -> None:
         """A pending member deleted from the cluster leaves its group (not one that got bound: the cache's own
         path moves that one)."""
         if pod.scheduling_group is not None:
             self.pod_groups.remove_member(pod)
+        self._leave_coscheduling_group(pod)
 
     def update_pod_group_snapshot(self) -> PodGroupSnapshot:
         """Bring :attr:`pod_group_snapshot` up to date for a cycle (upstream ``UpdateSnapshot``'s pod-group part):
