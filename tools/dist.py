@@ -90,7 +90,7 @@ def tool(name: str) -> str:
 
 def build_python_packages(out: Path) -> None:
     env = {**os.environ, "PIP_CONSTRAINT": str(REPO_ROOT / "constraints.txt")}
-    run(sys.executable, "-m", "build", "--outdir", str(out), str(REPO_ROOT), env=env)
+    run(sys.executable, "-m", "build", "--quiet", "--outdir", str(out), str(REPO_ROOT), env=env)
 
 
 def package_chart(out: Path, version: str) -> None:
