@@ -49,6 +49,7 @@ from tests.e2e.test_image import (
     run_container,
     service_account_dir,
 )
+from tests.unit.test_constraints import _pins
 from tools.dist import artifact_names, chart_repository
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -82,12 +83,6 @@ def dist() -> Path:
         digest, name = line.split("  ", 1)
         assert hashlib.sha256((DIST / name).read_bytes()).hexdigest() == digest, f"SHA256SUMS: {name} differs"
     return DIST
-
-
-def _pins() -> dict[str, str]:
-    lines = (REPO_ROOT / "constraints.txt").read_text().splitlines()
-    pairs = (line.split("==") for line in lines if line and not line.startswith("#"))
-    return {canonicalize_name(name): version for name, version in pairs}
 
 
 def test_every_artifact_carries_the_package_version(dist: Path) -> None:
@@ -156,11 +151,11 @@ def test_the_wheel_installs_into_a_fresh_venv_and_its_cli_runs(dist: Path, tmp_p
 def loaded_image(dist: Path) -> Iterator[str]:
     """The archive loaded into podman; the chart's default image name exists only through it."""
     if podman("image", "exists", RELEASE_IMAGE, check=False).returncode == 0:
-        podman("rmi", RELEASE_IMAGE)  # a name only (the image stays while `make image`'s tag holds it)
+        podman("untag", RELEASE_IMAGE, RELEASE_IMAGE)  # the name only: `make image`'s image stays
     loaded = podman("load", "--input", str(dist_file("image")), timeout=600)
     assert f"Loaded image: {RELEASE_IMAGE}" in loaded.stdout + loaded.stderr
     yield RELEASE_IMAGE
-    podman("rmi", RELEASE_IMAGE, check=False)
+    podman("untag", RELEASE_IMAGE, RELEASE_IMAGE, check=False)
 
 
 def test_the_loaded_image_runs_as_the_packaged_chart_installs_it(
