@@ -350,7 +350,7 @@ def test_rendered_crds_are_the_files() -> None:
 def test_app_version_is_the_package_version_and_the_default_image_tag() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == __version__
-    assert container_of(docs_of())["image"] == f"kopf-scheduler:{__version__}"
+    assert container_of(docs_of())["image"] == f"ghcr.io/kopf-scheduler/kopf-scheduler:{__version__}"
     image = container_of(docs_of({"image": {"repository": "registry.example/ks", "tag": "dev"}}))["image"]
     assert image == "registry.example/ks:dev"
 
