@@ -18,9 +18,10 @@ only the one asked about, so pods nominated by another profile's preemption are 
 ``status.nominatedNodeName``, as the operator sees them too.
 
 A whole PodGroup (``--pod-group``): its members are fed as pending pods of the profile, GangScheduling's PreEnqueue
-says whether the gang would be tried yet, and the pod-group cycle's algorithm (``schedule_one_pod_group.py``, upstream
-``podGroupSchedulingAlgorithm``) places the members on the model's snapshot and undoes every placement, as the
-operator's cycle does before it submits; the answer is what its submit would do: each member's node, or the
+says whether the gang would be tried yet, and the pod-group cycle up to its submit (``PodGroupCycle.decide``:
+upstream ``podGroupSchedulingAlgorithm`` places the members on the model's snapshot and undoes every placement, then
+workload-aware preemption for a group that does not fit, its victims recorded, not evicted); the answer is what its
+submit would do: each member's node, or the
 message its failure handler would report (upstream's: ``pod group is unschedulable, one or more plugins asked to
 wait and no plugin rejected pod "m0"`` for a placed member of a gang that is not whole, a member's own FitError
 text) and the PodGroupScheduled condition's message. Preemption is recorded, not executed, as for one pod.
@@ -138,6 +139,8 @@ class GroupVerdict:
     messages: dict[str, str] = field(default_factory=dict)
     #: Members that fit only after preemption → the node their PostFilter would nominate.
     nominated: dict[str, str] = field(default_factory=dict)
+    #: The victims ("ns/name") workload-aware preemption would evict for the group (none is evicted here).
+    victims: list[str] = field(default_factory=list)
 
     def to_api(self) -> dict[str, Any]:
         pods = []
@@ -150,7 +153,10 @@ class GroupVerdict:
             if pod in self.nominated:
                 entry["nominatedNode"] = self.nominated[pod]
             pods.append(entry)
-        return {"podGroup": self.pod_group, "result": self.result, "message": self.message, "pods": pods}
+        out = {"podGroup": self.pod_group, "result": self.result, "message": self.message, "pods": pods}
+        if self.victims:
+            out["victims"] = list(self.victims)
+        return out
 
 
 class OfflineScheduler:
@@ -255,18 +261,22 @@ class OfflineScheduler:
             raise WhatIfError(f"the pods of PodGroup {key} are not queued by profile {profile}")
         cycle = self.app.pod_group_cycles
         group = cycle.pod_group_info_for_pod(runtime, first)
-        self.app.cache.update_pod_group_snapshot()
-        with _preemption_recorded(runtime, []):
-            outcome = cycle._scheduling_algorithm(runtime.framework, self.app.cache.snapshot(), group)
+        chosen: list[Any] = []
+        with _preemption_recorded(runtime, chosen):
+            outcome = cycle.decide(runtime.framework, group)
         _group_outcome(verdict, outcome)
+        if outcome.waiting_on_preemption and chosen:
+            verdict.victims = sorted(victim.key for victim in chosen[-1].victims.pods)
         return verdict
 
 
 @contextlib.contextmanager
 def _preemption_recorded(runtime: Any, chosen: list[Any]) -> Iterator[None]:
-    """PostFilter's preemption executors record their candidate in ``chosen`` instead of evicting anyone."""
+    """PostFilter's preemption executors, and the pod-group cycle's (workload-aware preemption), record their
+    candidate in ``chosen`` instead of evicting anyone."""
     plugins = [plugin for _, plugin in runtime.framework.post_filter_plugins]
-    executors = [p.executor for p in plugins if hasattr(p, "executor")]
+    plugins += list(runtime.framework.pod_group_post_filter_plugins)
+    executors = list({id(p.executor): p.executor for p in plugins if hasattr(p, "executor")}.values())
     originals = [executor.start for executor in executors]
     for executor in executors:
         executor.start = lambda candidate, _preemptor: chosen.append(candidate)
@@ -494,6 +504,8 @@ def format_group_verdict(verdict: GroupVerdict, profile: str) -> str:
         if pod in verdict.nominated:
             why += f" (preemption would nominate {verdict.nominated[pod]})"
         lines.append(f"{pod:<{width}}  {why}")
+    if verdict.victims:
+        lines += ["", f"Preemption for the group would evict: {', '.join(verdict.victims)}"]
     return "\n".join(lines)
 
 

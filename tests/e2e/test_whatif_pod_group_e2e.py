@@ -67,7 +67,10 @@ def test_what_if_of_a_pod_group_is_the_operators_decision(
     assert text.startswith(f"PodGroup {namespace}/fits: would schedule all 3 pending pod(s) in one cycle ")
 
     toobig = _what_if_group(read_only_kubeconfig, profile, f"{namespace}/toobig")
-    assert (toobig["result"], toobig["message"]) == ("Unschedulable", "pod group is unschedulable")
+    assert (toobig["result"], toobig["message"]) == (
+        "Unschedulable",
+        "pod group is unschedulable, No preemption victims found for incoming preemptor",
+    )
     predicted = {p["pod"].split("/")[1]: p["message"] for p in toobig["pods"]}
     assert predicted["toobig-0"].startswith("pod group is unschedulable, ")
     assert predicted["toobig-1"].startswith(f"0/{len(cluster.core.list_node().items)} nodes are available: ")

@@ -69,14 +69,34 @@ def test_a_gang_that_fits_is_placed_whole_and_nothing_is_bound() -> None:
 def test_a_gang_where_one_member_fits_nowhere_places_none_with_upstreams_messages() -> None:
     pods = [member("m0"), member("m1"), member("m2", cpu="3")]
     verdict = decide(cluster("2", "2", pods=pods, groups=[pod_group()]))
-    assert (verdict.result, verdict.message) == ("Unschedulable", "pod group is unschedulable")
+    # The group's error, then workload-aware preemption's answer (nothing of lower priority to evict).
+    assert (verdict.result, verdict.message) == (
+        "Unschedulable",
+        "pod group is unschedulable, No preemption victims found for incoming preemptor",
+    )
+    assert verdict.victims == []
     assert verdict.nodes == dict.fromkeys(["default/m0", "default/m1", "default/m2"])
     assert verdict.messages["default/m0"] == not_whole("m0")
     assert verdict.messages["default/m1"] == not_whole("m1")
     assert verdict.messages["default/m2"].startswith("0/2 nodes are available: 2 Insufficient cpu.")
     text = format_group_verdict(verdict, "p")
-    assert text.startswith("PodGroup default/g: would not schedule (profile p): pod group is unschedulable\n")
+    assert text.startswith("PodGroup default/g: would not schedule (profile p): pod group is unschedulable, No ")
     assert f"default/m0  {not_whole('m0')}" in text
+
+
+def test_preemption_for_the_group_is_named_and_not_executed() -> None:
+    """A node full of a lower-priority pod: the group of priority 10 would preempt it (workload-aware preemption),
+    so it waits on preemption; what-if names the victim, and the victim stays in the model."""
+    victim = make_pod("v", uid="v", requests={"cpu": "2"}, node_name="n0", spec={"priority": 0})
+    group = pod_group(min_count=2)
+    group["spec"]["priority"] = 10
+    state = cluster("2", pods=[victim, member("m0"), member("m1")], groups=[group])
+    verdict = decide(state, group=group)
+    assert verdict.result == "Unschedulable"
+    assert verdict.victims == ["default/v"]
+    assert verdict.to_api()["victims"] == ["default/v"]
+    assert format_group_verdict(verdict, "p").endswith("Preemption for the group would evict: default/v")
+    assert decide(state, group=group).victims == ["default/v"]  # nobody was evicted: the same answer again
 
 
 def test_a_gang_short_of_its_min_count_waits_at_pre_enqueue() -> None:
