@@ -491,9 +491,10 @@ def format_group_verdict(verdict: GroupVerdict, profile: str) -> str:
     head = f"PodGroup {verdict.pod_group}"
     if verdict.result == "Waiting":
         return f"{head}: not tried (profile {profile}): PreEnqueue {verdict.message}"
-    count = len(verdict.nodes)
+    count, placed = len(verdict.nodes), sum(1 for node in verdict.nodes.values() if node)
     if verdict.result == "Schedulable":
-        lines = [f"{head}: would schedule all {count} pending pod(s) in one cycle (profile {profile})"]
+        which = f"all {count}" if placed == count else f"{placed} of its {count}"
+        lines = [f"{head}: would schedule {which} pending pod(s) in one cycle (profile {profile})"]
     else:
         outcome = "would not schedule" if verdict.result == "Unschedulable" else "error"
         lines = [f"{head}: {outcome} (profile {profile}): {verdict.message}", "none of its pods would bind"]

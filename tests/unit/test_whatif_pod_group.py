@@ -118,6 +118,15 @@ def test_bound_members_count_for_the_quorum_and_given_pods_replace_the_clusters(
     assert bigger.messages["default/m2"].startswith("0/2 nodes are available: 2 Insufficient cpu.")
     # A group file whose minCount is one: the lone pending member alone completes it, wherever it fits.
     assert decide(state, group=pod_group(min_count=1)).result == "Schedulable"
+    # minCount two of three pending, one too big: the group is placed without it, which says why it is not.
+    three = cluster("4", pods=[member("m0"), member("m1"), member("m2", cpu="8")], groups=[pod_group()])
+    partial = decide(three, group=pod_group(min_count=2))
+    assert partial.result == "Schedulable"
+    assert (partial.nodes["default/m0"], partial.nodes["default/m1"], partial.nodes["default/m2"]) == ("n0", "n0", None)
+    assert partial.messages["default/m2"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+    assert format_group_verdict(partial, "p").startswith(
+        "PodGroup default/g: would schedule 2 of its 3 pending pod(s) in one cycle (profile p)\n"
+    )
 
 
 def test_a_group_with_no_pending_member_is_refused() -> None:
