@@ -9,9 +9,10 @@ completes the gang: all four pass PreEnqueue, wait at Permit until the fourth is
 A gang of eight where only seven fit binds nothing and holds nothing: its pod-group cycle (upstream 1.36's
 ``scheduleOnePodGroup``) places the members in the cycle's snapshot only, finds no quorum there and undoes
 every placement, so no member is assumed, reserved or parked at Permit, and upstream's five-minute Permit
-timeout never comes into play (that is why no test here waits for it; a gang that does wait at Permit is
-tests/e2e/test_operator_gang_failover.py's). What it held is free at once: a plain pod asking for the whole
-node binds there. A node with room for all eight appears and the eight bind in one pod-group cycle.
+timeout never comes into play (a gang that does wait at Permit is tests/e2e/test_operator_gang_failover.py's; the
+timeout itself, and what it frees, is tests/unit/test_gang_app.py's, with the event loop's clock moved on rather
+than five minutes waited). What it held is free at once: a plain pod asking for the whole node binds there. A
+node with room for all eight appears and the eight bind in one pod-group cycle.
 """
 
 from __future__ import annotations
