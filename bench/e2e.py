@@ -69,6 +69,14 @@ section 5):
   the delete-protection finalizer afterwards; the harness drops it and deletes the run's claims
   (:func:`delete_claims`). The ceiling binds without allocating.
 
+* **Gangs** (``gangs``, the workload-aware issue's "1000 nodes, 500 gangs of 8"): every eight pending pods are the
+  members of one PodGroup (scheduling.k8s.io/v1alpha2, ``gang.minCount: 8``), each naming it in
+  ``spec.schedulingGroup``; the PodGroups exist before the pods. kopf-scheduler schedules them with a second
+  SchedulerProfile that enables GangScheduling (:data:`KOPF_GANG_PROFILE`); kube-scheduler runs with the four
+  workload-aware feature gates and its default profile minus the TopologyAwareWorkloadScheduling plugins the gate
+  adds (our profile has none), so both run upstream's defaults plus GangScheduling (``bench/_e2e_gangs.py``). A run
+  is complete when every pod is bound, and the row counts the gangs bound whole and partly (must be 0).
+
 Sizes are configurable with environment variables (see :class:`Config`); the defaults are the issue's.
 """
 
@@ -95,6 +103,17 @@ from typing import Any
 
 import aiohttp
 
+from bench._e2e_gangs import (
+    GANG_SIZE,
+    KOPF_GANG_SPEC,
+    KUBE_GATE_PLUGINS_NOT_IN_OUR_PROFILE,
+    KUBE_GATES,
+    create_pod_groups,
+    delete_pod_groups,
+    gang_name,
+    gang_outcome,
+    with_scheduling_group,
+)
 from bench._e2e_stats import ThroughputSampler, latency_percentiles_ms, pod_latencies, summarize
 from tools.localcluster import REPO_ROOT, LocalCluster, _child_preexec, default_bin_dir
 
@@ -103,6 +122,8 @@ DOC_PATH = REPO_ROOT / "docs" / "benchmarks.md"
 
 KUBE, KOPF, CEILING = "kube-scheduler", "kopf-scheduler", "ceiling"
 SCHEDULER_NAMES = {KUBE: "bench-kube", KOPF: "bench-kopf", CEILING: "bench-ceiling"}
+#: kopf-scheduler's SchedulerProfile for the gang workload (GangScheduling enabled; bench/_e2e_gangs.py).
+KOPF_GANG_PROFILE = "bench-kopf-gangs"
 
 HOSTNAME_KEY = "kubernetes.io/hostname"
 ZONE_KEY = "topology.kubernetes.io/zone"
@@ -143,6 +164,11 @@ def base_pod(name: str, scheduler_name: str) -> dict[str, Any]:
 
 def basic_pod(name: str, scheduler_name: str) -> dict[str, Any]:
     return base_pod(name, scheduler_name)
+
+
+def gang_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    """pod-default as a member of its gang: pods ``pod-00000`` to ``pod-00007`` make ``gang-00000``, and so on."""
+    return with_scheduling_group(base_pod(name, scheduler_name), gang_name(int(name.rsplit("-", 1)[1]), GANG_SIZE))
 
 
 def topology_spread_pod(name: str, scheduler_name: str) -> dict[str, Any]:
@@ -366,6 +392,8 @@ class Workload:
     full_nodes: bool = False
     #: Each pod gets its own ResourceClaim, every node a ResourceSlice of devices (SchedulingWithResourceClaims).
     claims: bool = False
+    #: The pods are gangs of this many (a PodGroup each, minCount = the size); 0 = no gangs.
+    gang_size: int = 0
 
 
 #: The issue's workloads at their default sizes; ``BENCH_<ID>=NODESxPODS`` overrides one (ID upper-cased, - → _).
@@ -439,6 +467,17 @@ DEFAULT_WORKLOADS: tuple[Workload, ...] = (
         f"pod-default with its own ResourceClaim for one device of a DeviceClass (CEL on the driver); every "
         f"node a ResourceSlice of {DEVICES_PER_NODE} devices",
         claims=True,
+    ),
+    # The issue's "1000 nodes, 500 gangs of 8": kube-scheduler with the four workload-aware gates on.
+    Workload(
+        "gangs",
+        "GangScheduling",
+        1000,
+        500 * GANG_SIZE,
+        gang_pod,
+        f"gangs of {GANG_SIZE} pod-default pods, a PodGroup each (minCount {GANG_SIZE}); kube-scheduler with "
+        "GenericWorkload, GangScheduling, TopologyAwareWorkloadScheduling and WorkloadAwarePreemption on",
+        gang_size=GANG_SIZE,
     ),
 )
 
@@ -611,6 +650,7 @@ class PodWatch:
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.node_of: dict[str, str] = {}
+        self.name_of: dict[str, str] = {}
         #: Pods that already had a node when first seen: not the scheduler's work.
         self.prebound: set[str] = set()
         self._task: asyncio.Task[None] | None = None
@@ -646,6 +686,7 @@ class PodWatch:
                     if event.get("type") not in ("ADDED", "MODIFIED"):
                         continue
                     uid = meta["uid"]
+                    self.name_of.setdefault(uid, meta.get("name", ""))
                     node = (obj.get("spec") or {}).get("nodeName")
                     if uid not in self.created and (node or uid in self.prebound):
                         self.prebound.add(uid)  # created bound (PreemptionAsync's low-priority pods): not measured
@@ -708,24 +749,43 @@ def omitted_default_plugins() -> list[str]:
     return [name for name, _ in DEFAULT_MULTI_POINT if name not in registry]
 
 
-def kube_scheduler_config() -> dict[str, Any]:
+def kube_scheduler_config(workload: Workload | None = None) -> dict[str, Any]:
+    """kube-scheduler's configuration: its default profile minus what ours lacks; for gangs (run with the
+    workload-aware gates) minus the TopologyAwareWorkloadScheduling plugins, which our gang profile lacks too."""
+    disabled = omitted_default_plugins()
+    if workload is not None and workload.gang_size:
+        disabled += KUBE_GATE_PLUGINS_NOT_IN_OUR_PROFILE
     return {
         "clientConnection": {"qps": 5000, "burst": 5000},
         "leaderElection": {"leaderElect": False},
         "profiles": [
             {
                 "schedulerName": SCHEDULER_NAMES[KUBE],
-                "plugins": {"multiPoint": {"disabled": [{"name": n} for n in omitted_default_plugins()]}},
+                "plugins": {"multiPoint": {"disabled": [{"name": n} for n in disabled]}},
             }
         ],
     }
 
 
+def scheduler_name(scheduler: str, workload: Workload) -> str:
+    """The pods' ``schedulerName``: kopf-scheduler's gang workload has its own SchedulerProfile."""
+    return KOPF_GANG_PROFILE if scheduler == KOPF and workload.gang_size else SCHEDULER_NAMES[scheduler]
+
+
 class Runner:
     """Starts and stops one scheduler under test; ``pid`` is the process measured."""
 
-    def __init__(self, kind: str, cluster: LocalCluster, namespace: str, config: Config, log_dir: Path) -> None:
+    def __init__(
+        self,
+        kind: str,
+        cluster: LocalCluster,
+        namespace: str,
+        config: Config,
+        log_dir: Path,
+        workload: Workload | None = None,
+    ) -> None:
         self.kind = kind
+        self.workload = workload
         self.cluster = cluster
         self.namespace = namespace
         self.config = config
@@ -737,7 +797,10 @@ class Runner:
 
     def start(self) -> None:
         if self.kind == KUBE:
-            component = self.cluster.start_kube_scheduler(kube_scheduler_config(), wait=False)
+            gangs = self.workload is not None and self.workload.gang_size
+            component = self.cluster.start_kube_scheduler(
+                kube_scheduler_config(self.workload), extra_args=[KUBE_GATES] if gangs else [], wait=False
+            )
             self.pid = component.pid
         elif self.kind == KOPF:
             from tests.e2e.operator_process import OperatorProcess
@@ -996,6 +1059,8 @@ async def create_pods(api: Api, workload: Workload, namespace: str, scheduler_na
     if workload.claims:
         claims = [resource_claim_manifest(namespace, n) for n in names]
         await api.create_many(f"{DRA_API}/namespaces/{namespace}/resourceclaims", claims)
+    if workload.gang_size:
+        await create_pod_groups(api, namespace, workload.pods, workload.gang_size)
     await api.create_many(f"/api/v1/namespaces/{namespace}/pods", [workload.make_pod(n, scheduler_name) for n in names])
 
 
@@ -1008,7 +1073,7 @@ async def run_one(
     )
     watch = PodWatch(api, namespace)
     await watch.start()
-    name = SCHEDULER_NAMES[scheduler]
+    name = scheduler_name(scheduler, workload)
     started = time.monotonic()
     await create_pods(api, workload, namespace, name)
     while len(watch.created) < workload.pods:
@@ -1017,7 +1082,7 @@ async def run_one(
     created_s = time.monotonic() - started
     load_before = load1()
     speed_before = speed_probe_ms()
-    runner = Runner(scheduler, cluster, namespace, config, log_dir)
+    runner = Runner(scheduler, cluster, namespace, config, log_dir, workload)
     spawn = time.monotonic()
     runner.start()
     profiler = _start_profiler(config, runner, namespace)
@@ -1091,17 +1156,27 @@ async def run_one(
         "error": error.splitlines()[0] if error else "",
         "rss_timeline": rss_timeline,
     }
+    if workload.gang_size:  # nothing lost: every gang bound whole
+        row.update(gang_outcome(watch.name_of, watch.node_of, workload.gang_size))
+        row["complete"] = complete and row["gangs_whole"] == row["gangs"]
     timeline = _timeline(bind_times, spawn)
     await delete_namespace_pods(api, namespace)
     if workload.volumes:
         await delete_volumes(api, namespace)
     if workload.claims:
         await delete_claims(api, namespace)
+    if workload.gang_size:
+        await delete_pod_groups(api, namespace, for_each)
+    gangs = (
+        f" | gangs whole {row['gangs_whole']}/{row['gangs']}, partial {row['gangs_partial']}"
+        if workload.gang_size
+        else ""
+    )
     print(
         f"  {workload.id:16s} {scheduler:15s} rep {rep}: avg {row['throughput_avg']:7.1f} pods/s "
         f"p50 {row['p50']:7.1f} p99 {row['p99']:7.1f} | lat p50 {row['latency_p50_ms']:8.0f} ms "
         f"p99 {row['latency_p99_ms']:8.0f} ms | rss {peak_rss:6.0f} MiB cpu {cpu:6.1f} s | "
-        f"startup {row['startup_s']:.1f}s | created in {created_s:.1f}s | load {load_before:.2f}",
+        f"startup {row['startup_s']:.1f}s | created in {created_s:.1f}s | load {load_before:.2f}{gangs}",
         flush=True,
     )
     return row, timeline
@@ -1205,7 +1280,9 @@ async def prepare_kopf(cluster: LocalCluster) -> None:
     try:
         apply_crds(api)
         ensure_peering(api, "kopf-scheduler")
-        create_profile(api, SCHEDULER_NAMES[KOPF], json.loads(os.environ.get("BENCH_KOPF_SPEC") or "{}"))
+        spec = json.loads(os.environ.get("BENCH_KOPF_SPEC") or "{}")
+        create_profile(api, SCHEDULER_NAMES[KOPF], spec)
+        create_profile(api, KOPF_GANG_PROFILE, {**spec, **KOPF_GANG_SPEC})
     finally:
         api.close()
 

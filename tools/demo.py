@@ -1,5 +1,9 @@
 """``make demo``: a full local cluster with six kwok nodes in three zones, kopf-scheduler and the examples.
 
+Last, a gang (``examples/gang-scheduling.yaml``, applied in two steps): its profile, its PodGroup and all of its
+pods but the last, which wait (no node, no event: GangScheduling's PreEnqueue holds them for the quorum); then the
+last pod, and the whole gang binds at once in one pod-group cycle.
+
 The cluster's files (kubeconfig, certs, component logs) live in ``.cluster/demo`` in the repository so the
 printed ``KUBECONFIG`` path is stable between runs and the logs survive for debugging after Ctrl-C.
 """
@@ -29,6 +33,7 @@ from tools.localcluster import (
 )
 
 ZONES = ("a", "b", "c")
+GANG_EXAMPLE = REPO_ROOT / "examples" / "gang-scheduling.yaml"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -157,6 +162,63 @@ def _a_bound_pod(core: client.CoreV1Api, scheduler_name: str) -> str | None:
     return None
 
 
+def _apply_docs(cluster: LocalCluster, docs: Sequence[dict[str, object]], name: str) -> bool:
+    """``kubectl apply`` of these manifests (written next to the cluster's files as ``name``), shown as run."""
+    path = cluster.work_dir / name
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    print(f"\n$ kubectl apply -f {path.name}", flush=True)
+    result = _kubectl(cluster, "apply", "-f", str(path))
+    sys.stdout.write(result.stdout or result.stderr)
+    return result.returncode == 0
+
+
+def _gang_demo(cluster: LocalCluster, core: client.CoreV1Api, *, metrics_port: int) -> None:
+    """A gang that waits for its last member and then binds at once (``examples/gang-scheduling.yaml``)."""
+    docs = [d for d in yaml.safe_load_all(GANG_EXAMPLE.read_text()) if d]
+    pods = [d for d in docs if d["kind"] == "Pod"]
+    group = next(d for d in docs if d["kind"] == "PodGroup")
+    names = [p["metadata"]["name"] for p in pods]
+    quorum = group["spec"]["schedulingPolicy"]["gang"]["minCount"]
+    print(f"\n--- a gang: PodGroup {group['metadata']['name']} (minCount {quorum}), {len(pods)} pods ---", flush=True)
+    profile = [d for d in docs if d["kind"] == "SchedulerProfile"]
+    if not _apply_docs(cluster, profile, "gang-profile.yaml"):
+        return
+    _wait_for("the gang-scheduling profile Ready", lambda: _profiles_ready(cluster), 60)
+    if not _apply_docs(cluster, [group, *pods[:-1]], "gang-without-its-last-pod.yaml"):
+        return
+    time.sleep(3)  # time enough for the operator to see them: they stay unbound, unreported
+    _show(cluster, f"{len(pods) - 1} of {quorum}: they wait, no node", "get", "pods", *names[:-1], "-o", "wide")
+    selector = f"involvedObject.name={names[0]}"
+    _show(cluster, "and nothing reported: PreEnqueue holds them", "get", "events", "--field-selector", selector)
+    why = "the gang's state: members against minCount, the PreEnqueue verdict"
+    _show_explain(f"default/{names[0]}", metrics_port=metrics_port, kubeconfig=cluster.kubeconfig, why=why)
+    if not _apply_docs(cluster, pods[-1:], "gang-last-pod.yaml"):
+        return
+
+    def all_bound() -> bool:
+        return all(core.read_namespaced_pod(name, "default").spec.node_name for name in names)
+
+    _wait_for("the gang to bind", all_bound, 60)
+    _show(cluster, "the last pod came: all bound at once", "get", "pods", *names, "-o", "wide")
+    log = cluster.work_dir / "logs" / "kopf-scheduler.log"
+    cycle = f"Successfully scheduled a pod group default/{group['metadata']['name']}"
+    lines = [line for line in log.read_text(errors="replace").splitlines() if cycle in line]
+    print(f"\n$ grep '{cycle}' {log.name}    # one pod-group cycle placed them all", flush=True)
+    print("\n".join(lines), flush=True)
+    columns = "NAME:.metadata.name,CONDITION:.status.conditions[0].type,STATUS:.status.conditions[0].status"
+    _show(
+        cluster,
+        "the group's condition",
+        "get",
+        "podgroup",
+        group["metadata"]["name"],
+        "-o",
+        f"custom-columns={columns}",
+    )
+    selector = f"involvedObject.name={names[-1]}"
+    _show(cluster, "the last pod's events", "get", "events", "--field-selector", selector)
+
+
 def _instructions(cluster: LocalCluster, *, metrics_port: int) -> str:
     kubectl = cluster.kubectl
     explain = Path(sys.executable).with_name("kopf-scheduler")
@@ -178,6 +240,7 @@ Try:
     {explain} what-if --profile default-equivalent --pod default/too-big   # where it would go now (read-only)
     {kubectl} edit sp bin-packing          # change the profile: the next pods follow it, no restart
     {kubectl} scale deployment batch --replicas=10
+    {kubectl} get podgroups                # the gang (examples/gang-scheduling.yaml): its PodGroupScheduled condition
 
 The scheduler's own log: {cluster.work_dir / "logs" / "kopf-scheduler.log"}
 
@@ -233,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _show_explain(bound, metrics_port=metrics_port, kubeconfig=kubeconfig, why=why)
             what_if = ["what-if", "--profile", "default-equivalent", "--pod", "default/too-big"]
             _show_cli(what_if, "the pending pod under another profile, offline (get/list only)", kubeconfig)
+            _gang_demo(cluster, core, metrics_port=metrics_port)
         print(f"\nready in {time.monotonic() - started:.1f}s", flush=True)
         print(_instructions(cluster, metrics_port=metrics_port), flush=True)
         try:

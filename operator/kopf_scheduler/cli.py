@@ -196,13 +196,20 @@ def _add_what_if_command(commands: Any) -> None:
             "credentials (GET and LIST only), builds the profile offline as the operator does, and runs its "
             "scheduling cycle for the pod without binding it: the node (or the tie set) with per-plugin scores, "
             "or the FailedScheduling text with each node's rejecting plugin. Without --pod, every pending pod "
-            "of the profile is judged: which would schedule now."
+            "of the profile is judged: which would schedule now. With --pod-group, a PodGroup and its pending "
+            "pods are judged together as the pod-group cycle would: all placed (where) or none (why not)."
         ),
     )
     what_if.add_argument(
         "--profile", required=True, help="a SchedulerProfile manifest file (- for stdin), or a profile's NAME"
     )
-    what_if.add_argument("--pod", help="NAMESPACE/NAME of a pod in the cluster, or a Pod manifest file")
+    target = what_if.add_mutually_exclusive_group()
+    target.add_argument("--pod", help="NAMESPACE/NAME of a pod in the cluster, or a Pod manifest file")
+    target.add_argument(
+        "--pod-group",
+        help="NAMESPACE/NAME of a PodGroup in the cluster (its pending pods with it), or a file with one PodGroup "
+        "and its pods",
+    )
     what_if.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, ~/.kube/config, in-cluster)")
     what_if.add_argument("--context", help="the kubeconfig context (default: the current one)")
     what_if.add_argument("-o", "--output", choices=["text", "json"], default="text", help="(default text)")
@@ -213,18 +220,36 @@ def what_if_command(args: dict[str, Any]) -> int:
     from kopf_scheduler.kube.reader import ReadError
     from kopf_scheduler.kube.remote_explain import APIServer, RemoteExplainError
     from kopf_scheduler.validate import ManifestError
-    from kopf_scheduler.whatif import WhatIfError, format_replay, format_verdict, what_if
+    from kopf_scheduler.whatif import (
+        GroupVerdict,
+        WhatIfError,
+        format_group_verdict,
+        format_replay,
+        format_verdict,
+        what_if,
+        what_if_pod_group,
+    )
 
+    group: GroupVerdict | None = None
     try:
         credentials = load_credentials(kubeconfig=args.get("kubeconfig"), context=args.get("context"))
         api = APIServer(credentials)
         name, spec = _what_if_profile(api, args["profile"])
-        pod = _what_if_pod(api, args["pod"], credentials.namespace) if args.get("pod") else None
-        cluster = _read_cluster(api)
-        verdicts = what_if(profile=name, spec=spec, cluster=cluster, pod=pod)
+        if args.get("pod_group"):
+            pod_group, members = _what_if_pod_group(api, args["pod_group"], credentials.namespace)
+            cluster = _read_cluster(api)
+            group = what_if_pod_group(profile=name, spec=spec, cluster=cluster, pod_group=pod_group, pods=members)
+        else:
+            pod = _what_if_pod(api, args["pod"], credentials.namespace) if args.get("pod") else None
+            cluster = _read_cluster(api)
+            verdicts = what_if(profile=name, spec=spec, cluster=cluster, pod=pod)
     except (KubeconfigError, RemoteExplainError, ReadError, ManifestError, WhatIfError, OSError) as e:
         print(f"kopf-scheduler what-if: {e}", file=sys.stderr)
         return 1
+    if group is not None:
+        as_json = json.dumps({"profile": name, "podGroup": group.to_api()}, indent=2)
+        print(as_json if args["output"] == "json" else format_group_verdict(group, name))
+        return 0
     if args["output"] == "json":
         print(json.dumps({"profile": name, "pods": [v.to_api() for v in verdicts]}, indent=2))
     elif pod is not None:
@@ -280,6 +305,36 @@ def _what_if_pod(api: Any, pod: str, namespace: str) -> dict[str, Any]:
     if found_pod is None:
         raise WhatIfError(f"there is no pod {pod} in the cluster, nor a file of that name")
     return found_pod
+
+
+def _what_if_pod_group(api: Any, pod_group: str, namespace: str) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """The PodGroup and its pods in manifest file ``pod_group`` (in ``namespace``, the context's, unless they name
+    one), else the cluster's PodGroup NAMESPACE/NAME (its pods: the cluster's, None here)."""
+    from urllib.parse import quote
+
+    from kopf_scheduler.kube.reader import get_object
+    from kopf_scheduler.validate import ManifestError, load_manifests
+    from kopf_scheduler.whatif import WhatIfError
+
+    def in_namespace(manifest: dict[str, Any]) -> dict[str, Any]:
+        metadata = manifest.get("metadata") or {}
+        return {**manifest, "metadata": {**metadata, "namespace": metadata.get("namespace") or namespace}}
+
+    if pod_group == "-" or os.path.isfile(pod_group):
+        found = [m for m in load_manifests(_read_input(pod_group), source=pod_group) if isinstance(m, dict)]
+        groups = [m for m in found if m.get("kind") == "PodGroup"]
+        pods = [m for m in found if m.get("kind") == "Pod" and isinstance(m.get("spec"), dict)]
+        if len(groups) != 1 or len(groups) + len(pods) != len(found):
+            raise ManifestError(f"{pod_group}: expected one PodGroup and Pod manifests only")
+        return in_namespace(groups[0]), [in_namespace(p) for p in pods]
+    group_namespace, sep, name = pod_group.partition("/")
+    if not sep or not group_namespace or not name:
+        raise WhatIfError(f"--pod-group: expected NAMESPACE/NAME or a manifest file, got {pod_group!r}")
+    path = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{quote(group_namespace)}/podgroups/{quote(name)}"
+    found_group = get_object(api, path)
+    if found_group is None:
+        raise WhatIfError(f"there is no PodGroup {pod_group} in the cluster, nor a file of that name")
+    return found_group, None
 
 
 def _read_cluster(api: Any) -> dict[str, list[dict[str, Any]]]:

@@ -233,9 +233,15 @@ class PodGroupCycle:
         self._pod_group_cycle(runtime, runtime.framework, group)
 
     def _pod_group_cycle(self, runtime: ProfileRuntime, framework: Framework, group: QueuedPodGroupInfo) -> None:
-        """Upstream ``podGroupCycle``: the algorithm on a snapshot brought up to date; an Unschedulable group then
-        runs workload-aware preemption (victims chosen: it waits on preemption; otherwise its message gains the
-        preemption's, or an Error replaces it); then the result is submitted."""
+        """Upstream ``podGroupCycle``: :meth:`decide`, then the result submitted."""
+        start = time.perf_counter()
+        result = self.decide(framework, group)
+        self._submit(runtime, framework, group, result, start)
+
+    def decide(self, framework: Framework, group: QueuedPodGroupInfo) -> PodGroupAlgorithmResult:
+        """``podGroupCycle`` up to its submit (what-if stops here too): the algorithm on a snapshot brought up to
+        date; an Unschedulable group then runs workload-aware preemption (victims chosen: it waits on preemption;
+        otherwise its message gains the preemption's, or an Error replaces it)."""
         start = time.perf_counter()
         self._cache.update_pod_group_snapshot()
         snapshot = self._cache.snapshot()
@@ -249,7 +255,7 @@ class PodGroupCycle:
                 result.status = status
             else:  # upstream ``AppendReason(status.String())``
                 result.status = replace(result.status, reasons=(*result.status.reasons, status.message))
-        self._submit(runtime, framework, group, result, start)
+        return result
 
     def _run_workload_aware_preemption(
         self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo

@@ -17,13 +17,23 @@ next); extenders are not called (no HTTP from what-if); the operator hosts all p
 only the one asked about, so pods nominated by another profile's preemption are seen only through their
 ``status.nominatedNodeName``, as the operator sees them too.
 
+A whole PodGroup (``--pod-group``): its members are fed as pending pods of the profile, GangScheduling's PreEnqueue
+says whether the gang would be tried yet, and the pod-group cycle up to its submit (``PodGroupCycle.decide``:
+upstream ``podGroupSchedulingAlgorithm`` places the members on the model's snapshot and undoes every placement, then
+workload-aware preemption for a group that does not fit, its victims recorded, not evicted); the answer is what its
+submit would do: each member's node, or the
+message its failure handler would report (upstream's: ``pod group is unschedulable, one or more plugins asked to
+wait and no plugin rejected pod "m0"`` for a placed member of a gang that is not whole, a member's own FitError
+text) and the PodGroupScheduled condition's message. Preemption is recorded, not executed, as for one pod.
+
 The conformance harness's in-process model (``tests/conformance/sim.py``) is this class.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +41,13 @@ from kopf_scheduler.algorithm import FitError, SchedulingError, run_post_filter,
 from kopf_scheduler.app import SchedulerApp
 from kopf_scheduler.explain import capture_scores, explain_fit_error, format_failure, format_success, success_account
 from kopf_scheduler.framework import CycleState
+from kopf_scheduler.framework.status import Code
+from kopf_scheduler.schedule_one_pod_group import (
+    POD_GROUP_KIND,
+    AlgorithmResult,
+    PodGroupAlgorithmResult,
+    pod_group_unschedulable,
+)
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.watched import BY_KIND, WATCHED_KINDS, optional_by_api
@@ -107,6 +124,41 @@ class Verdict:
         return out
 
 
+@dataclass
+class GroupVerdict:
+    """What the pod-group cycle decides for a whole PodGroup on the model's state."""
+
+    pod_group: str
+    #: "Schedulable" (every placed member would bind), "Unschedulable", "Error", or "Waiting" (PreEnqueue).
+    result: str
+    #: The PodGroupScheduled condition's message the operator would set (PreEnqueue's message when waiting).
+    message: str = ""
+    #: Each member ("ns/name") → its node, or None.
+    nodes: dict[str, str | None] = field(default_factory=dict)
+    #: Each member not placed → what its failure handler would report (FailedScheduling's text).
+    messages: dict[str, str] = field(default_factory=dict)
+    #: Members that fit only after preemption → the node their PostFilter would nominate.
+    nominated: dict[str, str] = field(default_factory=dict)
+    #: The victims ("ns/name") workload-aware preemption would evict for the group (none is evicted here).
+    victims: list[str] = field(default_factory=list)
+
+    def to_api(self) -> dict[str, Any]:
+        pods = []
+        for pod, node in self.nodes.items():
+            entry: dict[str, Any] = {"pod": pod}
+            if node:
+                entry["node"] = node
+            if pod in self.messages:
+                entry["message"] = self.messages[pod]
+            if pod in self.nominated:
+                entry["nominatedNode"] = self.nominated[pod]
+            pods.append(entry)
+        out = {"podGroup": self.pod_group, "result": self.result, "message": self.message, "pods": pods}
+        if self.victims:
+            out["victims"] = list(self.victims)
+        return out
+
+
 class OfflineScheduler:
     """An in-process SchedulerApp with no API client, fed objects as the operator's watches feed it."""
 
@@ -176,23 +228,104 @@ class OfflineScheduler:
 
         DefaultPreemption re-reads the preemptor (``Handle.get_pod``), so the pod is in the model meanwhile.
         """
-        plugins = [plugin for _, plugin in runtime.framework.post_filter_plugins]
-        executors = [p.executor for p in plugins if hasattr(p, "executor")]
         chosen: list[Any] = []
-        originals = [executor.start for executor in executors]
-        for executor in executors:
-            executor.start = lambda candidate, _preemptor: chosen.append(candidate)
         self.app.on_pod_event("ADDED", body)
         try:
-            outcome = run_post_filter(runtime.framework, state, pod, fit)
+            with _preemption_recorded(runtime, chosen):
+                outcome = run_post_filter(runtime.framework, state, pod, fit)
         finally:
             self.app.on_pod_event("DELETED", body)
-            for executor, start in zip(executors, originals, strict=True):
-                executor.start = start
         verdict.nominated = outcome.nominated_node_name if outcome is not None else None
         if chosen:
             verdict.victims = sorted(victim.key for victim in chosen[-1].victims.pods)
         return outcome
+
+    def decide_group(self, profile: str, namespace: str, name: str) -> GroupVerdict:
+        """The pod-group cycle for PodGroup ``namespace/name``, whose members were fed as pending pods of
+        ``profile``: PreEnqueue, then the group's algorithm on a snapshot, every placement undone."""
+        key = f"{namespace}/{name}"
+        if self.app.cache.objects.get(POD_GROUP_KIND, name, namespace) is None:
+            raise WhatIfError(f"there is no PodGroup {key}")
+        runtime = self.app.profiles[profile]
+        members = sorted(self.app.cache.pod_groups.get(namespace, name).unscheduled_pods().values(), key=_by_key)
+        if not members:
+            raise WhatIfError(f"PodGroup {key} has no pending pod of profile {profile}")
+        verdict = GroupVerdict(key, "Waiting", nodes=dict.fromkeys(p.key for p in members))
+        for pod in members:
+            status = runtime.framework.run_pre_enqueue_plugins(pod)
+            if not status.is_success:
+                verdict.message = f"{status.plugin}: {status.message}"
+                return verdict
+        first = runtime.queue.pop_specific_pod(members[0].uid)
+        if first is None:
+            raise WhatIfError(f"the pods of PodGroup {key} are not queued by profile {profile}")
+        cycle = self.app.pod_group_cycles
+        group = cycle.pod_group_info_for_pod(runtime, first)
+        chosen: list[Any] = []
+        with _preemption_recorded(runtime, chosen):
+            outcome = cycle.decide(runtime.framework, group)
+        _group_outcome(verdict, outcome)
+        if outcome.waiting_on_preemption and chosen:
+            verdict.victims = sorted(victim.key for victim in chosen[-1].victims.pods)
+        return verdict
+
+
+@contextlib.contextmanager
+def _preemption_recorded(runtime: Any, chosen: list[Any]) -> Iterator[None]:
+    """PostFilter's preemption executors, and the pod-group cycle's (workload-aware preemption), record their
+    candidate in ``chosen`` instead of evicting anyone."""
+    plugins = [plugin for _, plugin in runtime.framework.post_filter_plugins]
+    plugins += list(runtime.framework.pod_group_post_filter_plugins)
+    executors = list({id(p.executor): p.executor for p in plugins if hasattr(p, "executor")}.values())
+    originals = [executor.start for executor in executors]
+    for executor in executors:
+        executor.start = lambda candidate, _preemptor: chosen.append(candidate)
+    try:
+        yield
+    finally:
+        for executor, start in zip(executors, originals, strict=True):
+            executor.start = start
+
+
+def _by_key(pod: PodInfo) -> str:
+    return pod.key
+
+
+def _group_outcome(verdict: GroupVerdict, outcome: PodGroupAlgorithmResult) -> None:
+    """What the operator's submit (``PodGroupCycle._submit``) makes of the algorithm's result: each placed member
+    of a feasible group binds, every other member reports its own verdict or the group's."""
+    status = outcome.status
+    verdict.result = "Schedulable" if status.is_success else "Unschedulable" if status.is_rejected else "Error"
+    verdict.message = status.message
+    results: dict[str, AlgorithmResult] = {r.qpod.pod.key: r for r in outcome.pod_results}
+    for pod in verdict.nodes:
+        result = results.get(pod)
+        if status.code is Code.ERROR or result is None:  # a member's own error, or the group's
+            own = result is not None and result.status.code is Code.ERROR
+            verdict.messages[pod] = result.status.message if result is not None and own else status.message
+            continue
+        placed = result.result.suggested_host if result.result is not None else None
+        if placed is not None and result.status.is_success:
+            if status.is_success:
+                verdict.nodes[pod] = placed
+            elif outcome.waiting_on_preemption:
+                verdict.messages[pod] = status.message
+            else:
+                verdict.messages[pod] = pod_group_unschedulable(_message(result.permit_status)).message
+            continue
+        if result.requires_preemption and outcome.waiting_on_preemption:
+            verdict.messages[pod] = status.message
+        elif result.requires_preemption:
+            verdict.messages[pod] = pod_group_unschedulable(_message(result.permit_status)).message
+        else:  # its own verdict: a FitError's is the FailedScheduling text
+            failure = result.failure
+            verdict.messages[pod] = failure.message if isinstance(failure, FitError) else result.status.message
+        if result.nominated_node:
+            verdict.nominated[pod] = result.nominated_node
+
+
+def _message(status: Any) -> str:
+    return "" if status is None else str(status.message)
 
 
 def _rejections(diagnosis: Any, names: Any) -> dict[str, str]:
@@ -260,6 +393,48 @@ def what_if(
     return verdicts
 
 
+def what_if_pod_group(
+    *,
+    profile: str,
+    spec: Mapping[str, Any],
+    cluster: ClusterObjects,
+    pod_group: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]] | None = None,
+) -> GroupVerdict:
+    """The verdict for PodGroup ``pod_group`` (its copy in the cluster ignored) and its pending members, judged as
+    pods of ``profile``: ``pods`` (their copies in the cluster ignored, plus the cluster's other members) or, when
+    None, the cluster's pending pods naming the group."""
+    model = OfflineScheduler({profile: spec})
+    meta = pod_group.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "default", str(meta.get("name") or "")
+    group_body = {**pod_group, "metadata": {**meta, "namespace": namespace}}
+    given = [as_pending(p) for p in pods or ()]
+    replaced = {pod_key(p) for p in given}
+    model.feed(POD_GROUP_KIND, group_body)
+    for watched in WATCHED_KINDS:
+        for obj in cluster.get(watched.kind) or ():
+            if watched.kind == POD_GROUP_KIND and pod_key(obj) == f"{namespace}/{name}":
+                continue
+            if watched.kind == "Pod":
+                if pod_key(obj) in replaced:
+                    continue
+                if is_pending(obj) and _names_group(obj, namespace, name):
+                    obj = _for_profile(obj, profile)
+            model.feed(watched.kind, obj)
+    for pod in given:
+        model.feed("Pod", _for_profile(pod, profile))
+    return model.decide_group(profile, namespace, name)
+
+
+def _names_group(pod: Mapping[str, Any], namespace: str, name: str) -> bool:
+    group = (pod.get("spec") or {}).get("schedulingGroup") or {}
+    return pod_key(pod).startswith(f"{namespace}/") and group.get("podGroupName") == name
+
+
+def _for_profile(pod: Mapping[str, Any], profile: str) -> dict[str, Any]:
+    return {**pod, "spec": {**(pod.get("spec") or {}), "schedulerName": profile}}
+
+
 def read_cluster(
     list_objects: Callable[[str], list[dict[str, Any]] | None],
     api_resources: Callable[[str], set[str] | None],
@@ -308,6 +483,30 @@ def _format_success(verdict: Verdict, profile: str) -> str:
         name_width = max(len("NODE"), *(len(n) for n in verdict.rejections))
         lines += ["", f"{'NODE':<{name_width}}  REJECTED BY"]
         lines += [f"{n:<{name_width}}  {why}" for n, why in sorted(verdict.rejections.items())]
+    return "\n".join(lines)
+
+
+def format_group_verdict(verdict: GroupVerdict, profile: str) -> str:
+    """A PodGroup's answer for a terminal: the group's outcome, then each member's node or why not."""
+    head = f"PodGroup {verdict.pod_group}"
+    if verdict.result == "Waiting":
+        return f"{head}: not tried (profile {profile}): PreEnqueue {verdict.message}"
+    count, placed = len(verdict.nodes), sum(1 for node in verdict.nodes.values() if node)
+    if verdict.result == "Schedulable":
+        which = f"all {count}" if placed == count else f"{placed} of its {count}"
+        lines = [f"{head}: would schedule {which} pending pod(s) in one cycle (profile {profile})"]
+    else:
+        outcome = "would not schedule" if verdict.result == "Unschedulable" else "error"
+        lines = [f"{head}: {outcome} (profile {profile}): {verdict.message}", "none of its pods would bind"]
+    width = max(len("POD"), *(len(pod) for pod in verdict.nodes))
+    lines += ["", f"{'POD':<{width}}  NODE / WHY NOT"]
+    for pod, node in verdict.nodes.items():
+        why = node or verdict.messages.get(pod, "")
+        if pod in verdict.nominated:
+            why += f" (preemption would nominate {verdict.nominated[pod]})"
+        lines.append(f"{pod:<{width}}  {why}")
+    if verdict.victims:
+        lines += ["", f"Preemption for the group would evict: {', '.join(verdict.victims)}"]
     return "\n".join(lines)
 
 

@@ -416,3 +416,38 @@ def test_the_speed_probe_measures_cpu_time_of_its_work() -> None:
 
     short, long = speed_probe_ms(iterations=10_000), speed_probe_ms(iterations=200_000)
     assert 0 < short < long
+
+
+def test_the_gang_workload_runs_the_same_plugins_and_counts_gangs_bound_partly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Gangs of eight, a PodGroup each; kube-scheduler's profile with the gates is our gang profile's plugins."""
+    from bench._e2e_gangs import GANG_SIZE, KOPF_GANG_SPEC, KUBE_GATES, gang_outcome, pod_group_manifest
+    from bench.e2e import KOPF, KOPF_GANG_PROFILE, KUBE, Config, gang_pod, kube_scheduler_config, scheduler_name
+    from kopf_scheduler.framework.builder import DEFAULT_MULTI_POINT
+
+    monkeypatch.setenv("BENCH_WORKLOADS", "gangs")
+    (workload,) = Config.from_env().workloads
+    assert (workload.name, workload.nodes, workload.pods, workload.gang_size) == ("GangScheduling", 1000, 4000, 8)
+    assert gang_pod("pod-00015", "s")["spec"]["schedulingGroup"] == {"podGroupName": "gang-00001"}
+    assert pod_group_manifest("gang-00001", GANG_SIZE)["spec"] == {"schedulingPolicy": {"gang": {"minCount": 8}}}
+    assert (scheduler_name(KOPF, workload), scheduler_name(KUBE, workload)) == (KOPF_GANG_PROFILE, "bench-kube")
+    assert KUBE_GATES == (
+        "--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,"
+        "WorkloadAwarePreemption=true"
+    )
+    # kube-scheduler's defaults with the gates: ours, GangScheduling, and two placement plugins it disables.
+    gated = [name for name, _ in DEFAULT_MULTI_POINT] + [
+        "GangScheduling",
+        "TopologyPlacementGenerator",
+        "PodGroupPodsCount",
+    ]
+    [profile] = kube_scheduler_config(workload)["profiles"]
+    disabled = {p["name"] for p in profile["plugins"]["multiPoint"]["disabled"]}
+    ours = [name for name, _ in DEFAULT_MULTI_POINT] + [
+        p["name"] for p in KOPF_GANG_SPEC["plugins"]["multiPoint"]["enabled"]
+    ]
+    assert [name for name in gated if name not in disabled] == ours
+    names = {f"u{i}": f"pod-{i:05d}" for i in range(24)}  # three gangs
+    bound = {f"u{i}": "n" for i in [*range(8), *range(8, 12)]}  # the first whole, the second half, the third none
+    assert gang_outcome(names, bound, 8) == {"gangs": 3, "gangs_whole": 1, "gangs_partial": 1}

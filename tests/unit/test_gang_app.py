@@ -15,7 +15,7 @@ import yaml
 from kopf_scheduler.app import WORKLOAD_API_NOT_SERVED, SchedulerApp
 from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.queue import GATED
-from tests.unit.app_harness import FakeClient, FakeClock, apply_manifests, new_app, pending
+from tests.unit.app_harness import FakeClient, FakeClock, apply_manifests, new_app, pending, until
 from tests.unit.factories import make_node
 
 GANG = {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}
@@ -140,6 +140,49 @@ def test_a_gang_that_cannot_fit_holds_nothing_and_is_requeued_whole() -> None:
     [(_, _, patch)] = client.pod_group_patches
     [condition] = patch["status"]["conditions"]
     assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+
+
+def test_members_placed_one_by_one_wait_at_permit_and_the_timeout_frees_what_they_held() -> None:
+    """The per-pod path (a workload-aware profile with HTTP extenders takes it; here the pod-group cycle is
+    unplugged): two of three members fit, are assumed and wait at GangScheduling's Permit holding their room, the
+    third fits nowhere. Upstream's five minutes later (the loop's clock moved on; no test waits that long) both are
+    rejected with upstream's text, unreserved and forgotten, their node empty again, and requeued; nothing bound."""
+    app, client = gang_app()
+    app.on_node_event(None, make_node("n1", cpu="2"))
+    app.apply_profile(name="sp", spec=GANG, generation=1)
+    runtime = app.profiles["sp"]
+    app.cycles.pod_group_cycle = None  # each member through the per-pod cycle
+    app.on_watch_event("PodGroup", "ADDED", pod_group("pg", 3))
+    for name in ("p1", "p2", "p3"):
+        app.on_pod_event("ADDED", member(name, requests={"cpu": "1"}))
+    # Upstream's binding cycle turns a rejection at WaitOnPermit into a FitError on the one node it was assumed on.
+    timeout = "0/1 nodes are available: 1 rejected due to timeout after waiting 5m0s at plugin GangScheduling."
+    waiting_names: list[str] = []
+
+    async def scenario() -> None:
+        for _ in range(3):  # one attempt each (an empty activeQ would hand the failed one back from backoffQ)
+            qpod = runtime.queue.pop_nowait()
+            assert qpod is not None
+            app.cycles.schedule_one(runtime, qpod)
+        await until(lambda: len(runtime.framework.waiting_pods) == 2)
+        waiting_names.extend(sorted(w.pod.name for w in runtime.framework.waiting_pods.values()))
+        assert len(set(waiting_names)) == 2
+        assert int(app.cache.table.pod_count.sum()) == 2  # held while they wait
+        await asyncio.sleep(1)
+        assert runtime.framework.waiting_pods  # still waiting after a second: the timeout is minutes away
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, TimeTravelLoop)
+        loop.offset += 5 * 60 + 1
+        await until(lambda: not runtime.framework.waiting_pods)
+        await app.drain()
+
+    run(scenario)
+    assert client.bindings == []
+    assert int(app.cache.table.pod_count.sum()) == 0
+    assert not any(app.cache.is_assumed(uid) for uid in ("p1", "p2", "p3"))
+    assert all(runtime.queue.location(uid) is not None for uid in ("p1", "p2", "p3"))
+    notes = {e["regarding"]["name"]: e["note"] for e in client.events if e["reason"] == "FailedScheduling"}
+    assert [notes[name] for name in waiting_names] == [timeout, timeout]
 
 
 def test_pods_wait_for_their_pod_group_which_moves_them_when_added() -> None:
