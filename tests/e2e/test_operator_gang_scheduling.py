@@ -137,11 +137,13 @@ def test_a_gang_of_eight_where_seven_fit_holds_nothing_and_binds_whole_once_a_no
     condition = wait_for(
         lambda: pod_group_condition(cluster, namespace, "gang"), timeout=60, message="no PodGroupScheduled condition"
     )
-    # The group's error, then workload-aware preemption's answer: nothing of lower priority to evict.
+    # The placement algorithm's verdict (one placement of every node, as upstream with its gates on), then
+    # workload-aware preemption's answer: nothing of lower priority to evict.
     assert (condition["status"], condition["reason"], condition["message"]) == (
         "False",
         "Unschedulable",
-        "pod group is unschedulable, No preemption victims found for incoming preemptor",
+        "0/1 placements are available, first placement status: pod group is unschedulable, "
+        "No preemption victims found for incoming preemptor",
     )
 
     def failed_members() -> set[str] | None:

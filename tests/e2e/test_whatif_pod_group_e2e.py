@@ -69,7 +69,8 @@ def test_what_if_of_a_pod_group_is_the_operators_decision(
     toobig = _what_if_group(read_only_kubeconfig, profile, f"{namespace}/toobig")
     assert (toobig["result"], toobig["message"]) == (
         "Unschedulable",
-        "pod group is unschedulable, No preemption victims found for incoming preemptor",
+        "0/1 placements are available, first placement status: pod group is unschedulable, "
+        "No preemption victims found for incoming preemptor",
     )
     predicted = {p["pod"].split("/")[1]: p["message"] for p in toobig["pods"]}
     assert predicted["toobig-0"].startswith("pod group is unschedulable, ")

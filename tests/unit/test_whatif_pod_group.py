@@ -69,10 +69,12 @@ def test_a_gang_that_fits_is_placed_whole_and_nothing_is_bound() -> None:
 def test_a_gang_where_one_member_fits_nowhere_places_none_with_upstreams_messages() -> None:
     pods = [member("m0"), member("m1"), member("m2", cpu="3")]
     verdict = decide(cluster("2", "2", pods=pods, groups=[pod_group()]))
-    # The group's error, then workload-aware preemption's answer (nothing of lower priority to evict).
+    # The placement algorithm's verdict (one placement of every node), then workload-aware preemption's answer
+    # (nothing of lower priority to evict).
     assert (verdict.result, verdict.message) == (
         "Unschedulable",
-        "pod group is unschedulable, No preemption victims found for incoming preemptor",
+        "0/1 placements are available, first placement status: pod group is unschedulable, "
+        "No preemption victims found for incoming preemptor",
     )
     assert verdict.victims == []
     assert verdict.nodes == dict.fromkeys(["default/m0", "default/m1", "default/m2"])
@@ -80,7 +82,7 @@ def test_a_gang_where_one_member_fits_nowhere_places_none_with_upstreams_message
     assert verdict.messages["default/m1"] == not_whole("m1")
     assert verdict.messages["default/m2"].startswith("0/2 nodes are available: 2 Insufficient cpu.")
     text = format_group_verdict(verdict, "p")
-    assert text.startswith("PodGroup default/g: would not schedule (profile p): pod group is unschedulable, No ")
+    assert text.startswith("PodGroup default/g: would not schedule (profile p): 0/1 placements are available, ")
     assert f"default/m0  {not_whole('m0')}" in text
 
 
