@@ -112,12 +112,15 @@ def oracle_profile(profile: ProfileDef, scheduler_name: str | None = None) -> di
 
 
 # -- the compared state -----------------------------------------------------------------------------------
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class PodOutcome:
     node: str | None
     condition: str | None  # "False/Unschedulable: message" of PodScheduled, None if absent
     nominated: str | None
     terminating: bool = False
+
+    def sort_key(self) -> tuple[str, str, str, bool]:
+        return (self.node or "", self.condition or "", self.nominated or "", self.terminating)
 
     def text(self) -> str:
         where = self.node or "pending"
@@ -140,7 +143,7 @@ class State:
         out: dict[str, list[PodOutcome]] = {}
         for klass, outcome in self.pods.values():
             out.setdefault(klass, []).append(outcome)
-        return {k: sorted(v) for k, v in out.items()}
+        return {k: sorted(v, key=PodOutcome.sort_key) for k, v in out.items()}
 
     def summary(self) -> dict[str, Any]:
         return {

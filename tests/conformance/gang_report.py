@@ -1,0 +1,106 @@
+"""The gang timelines' part of the report: ``bench/results/conformance-gangs.json`` and a section of
+docs/conformance.md, generated whole from a run (the rest of the page is written by report.py; this section is
+kept when that page is rewritten, as the extender and validation sections are).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.conformance.gang_known import PENDING
+from tests.conformance.report import JSON_PATH
+from tests.conformance.timeline_harness import TimelineResult
+
+SECTION_START = "<!-- gang-timelines:start -->"
+SECTION_END = "<!-- gang-timelines:end -->"
+GANG_JSON_PATH = JSON_PATH.parent / "conformance-gangs.json"
+
+
+def write_json(data: Mapping[str, Any], results: Sequence[TimelineResult], path: Path = GANG_JSON_PATH) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {**data, "results": [r.to_json() for r in results]}
+    path.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+
+
+def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
+    run = data.get("run") or {}
+    seeds = data.get("seeds") or []
+    lines = [
+        SECTION_START,
+        "## Workload-aware (gang) scheduling: timelines",
+        "",
+        "A workload-aware SchedulerProfile (one enabling GangScheduling, e.g. `examples/gang-scheduling.yaml`) is",
+        "compared with kube-scheduler v1.36.3 run with `--feature-gates=GenericWorkload=true,GangScheduling=true,",
+        "TopologyAwareWorkloadScheduling=true,WorkloadAwarePreemption=true` and the same plugin set (the gated",
+        "defaults our profile does not enable are disabled in upstream's profile). Each scheduler has a light control",
+        "plane of its own and binds for real; both play the same timeline (`tests/conformance/gang_timelines.py`:",
+        "nodes, then 4-7 steps of gangs whose minCount is met or not, late members, members beyond minCount, pods",
+        "before their PodGroup, basic-policy groups, plain pods, nodes added, pods deleted), and after every step the",
+        "states are compared (`tests/conformance/timeline_harness.py`): every pod's node, PodScheduled condition and",
+        "nomination (the members of one gang as a multiset), every PodGroup's conditions, byte for byte. A tie that",
+        "upstream broke the other way (our node among its highest-score nodes) ends the comparison of that timeline",
+        "without a verdict against us.",
+        "",
+        f"- run: `{run.get('command', '')}`, {run.get('seconds', '?')} s, started {run.get('started', '?')}, "
+        f"commit {run.get('commit', '?')}, machine: {run.get('machine', '?')}",
+        f"- seeds: {seeds[0] if seeds else '-'}..{seeds[-1] if seeds else '-'} (drawn fresh for this run; replay one "
+        "with `python -m tests.conformance --gang-only --gang-timelines 1 --gang-seed-start SEED`); switches: "
+        f"{', '.join(data.get('switches') or []) or 'none'}",
+        f"- timelines: {data.get('timelines')}, agree: **{data.get('agree')}**, disagree: {data.get('disagree')} "
+        f"({data.get('errors')} harness errors), diverged on a tie: {data.get('diverged_on_tie')}",
+        f"- steps: {data.get('steps')}, agree: {data.get('steps_agree')}; steps with differences that a feature not "
+        f"yet on main explains: {data.get('steps_pending')} ({_features(data.get('pending_features') or {})})",
+        f"- pods at the end of the timelines: {data.get('pods')}; features: {_features(data.get('features') or {})}",
+        "",
+        "Differences explained by a feature not yet on main (recognised by their exact shape in",
+        f"`tests/conformance/gang_known.py`; pending now: {', '.join(sorted(PENDING)) or 'none'}):",
+        "",
+        "- TopologyAwareWorkloadScheduling: with the gate on, upstream runs the placement algorithm for every pod",
+        "  group, so an unschedulable group's message reads `0/1 placements are available, first placement status:",
+        "  pod group is unschedulable`;",
+        "- WorkloadAwarePreemption: upstream's per-pod preemption refuses group members (`preemption: not eligible",
+        "  due to workload aware preemption enabled`) and the group's preemption appends its verdict to the group's",
+        "  message (`, No preemption victims found for incoming preemptor`).",
+        "",
+    ]
+    failing = [r for r in results if not r.agree]
+    if failing:
+        lines.append("Disagreements:")
+        lines.append("")
+        for result in failing:
+            lines.append(f"- seed {result.seed} ({result.profile}): {result.description}")
+            if result.error:
+                lines.append(f"  - harness error: {result.error}")
+            for step in result.steps:
+                for problem in step.problems:
+                    lines.append(f"  - step {step.index} ({step.label}): {problem}")
+    else:
+        lines.append("No disagreement.")
+    lines.append(SECTION_END)
+    return "\n".join(lines)
+
+
+def _features(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in counts.items()) or "none"
+
+
+def put_section(text: str, path: Path) -> None:
+    """Replace the page's gang section with ``text``, or append it."""
+    page = path.read_text() if path.is_file() else ""
+    start, end = page.find(SECTION_START), page.find(SECTION_END)
+    if start >= 0 and end > start:
+        page = page[:start] + text + page[end + len(SECTION_END) :]
+    else:
+        page = page.rstrip("\n") + "\n\n" + text + "\n"
+    path.write_text(page)
+
+
+def current_section(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    page = path.read_text()
+    start, end = page.find(SECTION_START), page.find(SECTION_END)
+    return page[start : end + len(SECTION_END)] if start >= 0 and end > start else None
