@@ -7,8 +7,9 @@ so a scenario here is a :class:`Timeline`: steps of API actions, the state compa
 
 A timeline is a function of its seed alone (``random.Random(seed)``). Its parts:
 
-- step 0 creates the nodes (3-6), every one with a distinct cpu and memory so LeastAllocated and
-  BalancedAllocation rank them apart (the harness still recognises a tie upstream broke differently);
+- step 0 creates the nodes (3-6), every one with a distinct cpu and memory, and in most timelines every pod
+  prefers the nodes with a distinct weight each (preferred node affinity), so the scores rank the nodes apart
+  (the harness still recognises a tie upstream broke differently);
 - then 4-7 steps, each of one kind: a gang (a PodGroup with a gang policy and members: all of them, fewer than
   ``minCount`` so the rest come later, or more than ``minCount``), its late members, an extra member of a gang
   already placed, a group with the basic policy, pods whose PodGroup comes in a later step, plain pods (no
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,7 @@ def pod_manifest(
     klass: str,
     group: str | None = None,
     priority_class: str | None = None,
+    preference: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     container = {
         "name": "c",
@@ -113,6 +115,15 @@ def pod_manifest(
         spec["schedulingGroup"] = {"podGroupName": group}
     if priority_class is not None:
         spec["priorityClassName"] = priority_class
+    if preference:
+        terms = [
+            {
+                "weight": weight,
+                "preference": {"matchExpressions": [{"key": HOSTNAME_KEY, "operator": "In", "values": [node]}]},
+            }
+            for node, weight in sorted(preference.items())
+        ]
+        spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": terms}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -163,6 +174,8 @@ class _Gang:
     cpu_m: int
     mem_mi: int
     priority_class: str | None
+    #: The node preferences when the gang was drawn: late members are identical to the first ones.
+    preference: dict[str, int] | None = None
     created: int = 0
 
 
@@ -182,6 +195,9 @@ class _Builder:
         self.gangs: list[_Gang] = []
         self.plain: list[str] = []
         self.orphans: list[_Gang] = []  # members created before their PodGroup
+        #: Most timelines give every pod the same preferred node affinity, a distinct weight per node: NodeAffinity
+        #: then ranks the nodes apart, so upstream's random tie-break (which ends a timeline's comparison) is rare.
+        self.preference: dict[str, int] | None = {} if self.rng.random() < 0.75 else None
 
     # -- drawing helpers -----------------------------------------------------------------------------------
     def new_nodes(self, count: int) -> list[Action]:
@@ -193,7 +209,11 @@ class _Builder:
             index = self.nodes
             self.nodes += 1
             zone, rack = f"zone-{index % 2}", f"rack-{index % 3}"
-            actions.append(create(_node(f"g{self.seed}-n{index}", cpu, mem, zone, rack)))
+            name = f"g{self.seed}-n{index}"
+            actions.append(create(_node(name, cpu, mem, zone, rack)))
+            if self.preference is not None:
+                taken = set(self.preference.values())
+                self.preference[name] = rng.choice([w for w in range(1, 101) if w not in taken])
         return actions
 
     def request(self) -> tuple[int, int]:
@@ -218,6 +238,7 @@ class _Builder:
                 klass=gang.klass,
                 group=gang.name,
                 priority_class=gang.priority_class,
+                preference=gang.preference,
             )
             actions.append(create(pod))
         return actions
@@ -250,7 +271,8 @@ class _Builder:
         priority = self.priority()
         if priority is not None:
             self.features.add("preemption")
-        return _Gang(f"pg{index}", f"pg{index}", min_count, members, cpu, mem, priority)
+        preference = dict(self.preference) if self.preference is not None else None
+        return _Gang(f"pg{index}", f"pg{index}", min_count, members, cpu, mem, priority, preference)
 
     # -- the kinds of steps --------------------------------------------------------------------------------
     def step_gang(self) -> None:
@@ -316,7 +338,16 @@ class _Builder:
             name = f"plain{self.pods}"
             self.pods += 1
             self.plain.append(name)
-            pod = pod_manifest(name, self.namespace, self.profile, cpu, mem, klass=name, priority_class=self.priority())
+            pod = pod_manifest(
+                name,
+                self.namespace,
+                self.profile,
+                cpu,
+                mem,
+                klass=name,
+                priority_class=self.priority(),
+                preference=self.preference,
+            )
             actions.append(create(pod))
         self.features.add("plain-pods")
         self.steps.append(Step(f"plain pods {[a.name for a in actions]}", actions))
@@ -343,7 +374,16 @@ class _Builder:
             self.pods += 1
             self.plain.append(name)
             cpu = self.rng.choice((1000, 1500, 2000, 3000))
-            pod = pod_manifest(name, self.namespace, self.profile, cpu, 1024, klass=name, priority_class="gang-low")
+            pod = pod_manifest(
+                name,
+                self.namespace,
+                self.profile,
+                cpu,
+                1024,
+                klass=name,
+                priority_class="gang-low",
+                preference=self.preference,
+            )
             actions.append(create(pod))
         self.features.add("preemption")
         self.steps.append(Step(f"low-priority fillers {[a.name for a in actions]}", actions))
