@@ -10,9 +10,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kopf_scheduler._version import __version__
 from tests.conformance.gang_known import PENDING
 from tests.conformance.report import JSON_PATH
 from tests.conformance.timeline_harness import TimelineResult
+from tools.localcluster import kube_version
 
 SECTION_START = "<!-- gang-timelines:start -->"
 SECTION_END = "<!-- gang-timelines:end -->"
@@ -46,6 +48,8 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         "",
         f"- run: `{run.get('command', '')}`, {run.get('seconds', '?')} s, started {run.get('started', '?')}, "
         f"commit {run.get('commit', '?')}, machine: {run.get('machine', '?')}",
+        f"- versions: kube-scheduler, kube-apiserver and etcd of Kubernetes v{kube_version()} (light control planes "
+        f"with the four gates and scheduling.k8s.io/v1alpha2), kopf-scheduler {__version__}",
         f"- seeds: {seeds[0] if seeds else '-'}..{seeds[-1] if seeds else '-'} (drawn fresh for this run; replay one "
         "with `python -m tests.conformance --gang-only --gang-timelines 1 --gang-seed-start SEED`); switches: "
         f"{', '.join(data.get('switches') or []) or 'none'}",

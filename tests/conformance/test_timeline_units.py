@@ -134,3 +134,25 @@ def test_a_tie_broken_the_other_way_is_recognised_from_upstreams_scores() -> Non
     ours = state_of([_pod("p", "p", "n3")], [])
     assert not tie_explains(up, ours, compare(up, ours), tops)
     assert PodOutcome("n1", None, None).text() == "n1"
+
+
+def test_the_report_section_is_generated_whole_and_replaced_in_place(tmp_path: Any) -> None:
+    from tests.conformance import gang_report
+    from tests.conformance.timeline_harness import StepResult, TimelineResult, summary
+
+    bad = StepResult(1, "gang pg0", ["pg0: upstream [...], ours [...]"], {"pods": {"pg0-0": "n1"}, "groups": {}}, {})
+    good = StepResult(0, "nodes", [], {"pods": {}, "groups": {}}, {})
+    results = [TimelineResult(5, "gang", ["gang"], "0: nodes; 1: gang pg0", [good, bad], 3.0)]
+    data = {**summary(results), "switches": [], "run": {"command": "python -m tests.conformance --gang-only"}}
+    assert (data["timelines"], data["agree"], data["disagree"], data["steps"], data["steps_agree"]) == (1, 0, 1, 2, 1)
+    text = gang_report.section(data, results)
+    assert text.startswith(gang_report.SECTION_START)
+    assert text.endswith(gang_report.SECTION_END)
+    assert "- seed 5 (gang): 0: nodes; 1: gang pg0" in text
+    assert "step 1 (gang pg0): pg0: upstream [...], ours [...]" in text
+    page = tmp_path / "conformance.md"
+    page.write_text("# Conformance\n")
+    gang_report.put_section(text, page)
+    gang_report.put_section(text.replace("seed 5", "seed 6"), page)
+    assert page.read_text().count(gang_report.SECTION_START) == 1
+    assert gang_report.current_section(page) == text.replace("seed 5", "seed 6")
