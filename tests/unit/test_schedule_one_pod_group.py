@@ -399,3 +399,33 @@ def test_the_binding_cycles_wait_for_the_quorum_assumed_for_real() -> None:
 
     asyncio.run(go())
     assert len(client.bindings) == 3
+
+
+def test_a_cycle_right_after_a_scheduled_one_does_not_regress_the_condition_before_the_watch_shows_it() -> None:
+    """Upstream patches the condition synchronously, so the next cycle's check reads its own True; ours patches
+    asynchronously, so until the watch shows the True the cycle goes by what it wrote (found by the gang timelines:
+    a basic group of two, one member placed, the other alone in the next cycle, ended Unschedulable)."""
+    client = FakeClient()
+    app = new_group_app(client, cpu="3")
+    for name in ("p1", "p2", "p3"):
+        add_member(app, member(name, requests={"cpu": "1"}))
+    drive(app)
+    [(_ns, _name, patch)] = client.pod_group_patches
+    [scheduled] = patch["status"]["conditions"]
+    assert scheduled["status"] == "True"
+    add_member(app, member("p4", requests={"cpu": "4"}))  # the cache's PodGroup still shows no condition
+    one_cycle(app)
+    assert attempts(app, "unschedulable") == 1
+    assert len(client.pod_group_patches) == 1  # no regression to False
+    app.cache.objects.apply(POD_GROUP_KIND, "MODIFIED", pod_group(conditions=[scheduled]))  # the watch catches up
+    app.profiles["sp"].queue.activate(list(app.unassigned))
+    one_cycle(app)
+    assert len(client.pod_group_patches) == 1
+    # A PodGroup created anew (another uid) is judged by what the API server shows of it, not by the old write.
+    fresh = pod_group()
+    fresh["metadata"]["uid"] = "another"
+    app.cache.objects.apply(POD_GROUP_KIND, "MODIFIED", fresh)
+    app.profiles["sp"].queue.activate(list(app.unassigned))
+    one_cycle(app)
+    [*_, (_ns, _name, last)] = client.pod_group_patches
+    assert [c["status"] for c in last["status"]["conditions"]] == ["False"]
