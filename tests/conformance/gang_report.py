@@ -69,6 +69,13 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         "  due to workload aware preemption enabled`) and the group's preemption appends its verdict to the group's",
         "  message (`, No preemption victims found for incoming preemptor`).",
         "",
+        "Behind `--gang-switches topology,preemption` (off until those features are merged) the timelines also give",
+        "PodGroups `schedulingConstraints.topology` (a zone or rack key), priority classes and `disruptionMode`, and",
+        "add low-priority fillers that only preemption makes room beside. Upstream's side runs them; until the merge",
+        "they disagree where the features are missing: members of a constrained group read `preemption: not",
+        "eligible due to placement-based pod group scheduling limitation` upstream, and where ours preempts for a",
+        "member pod by pod, upstream preempts for the group or not at all, so the victims differ.",
+        "",
     ]
     failing = [r for r in results if not r.agree]
     if failing:

@@ -30,8 +30,10 @@ highest-score sets is a tie broken the other way, not a disagreement: the timeli
 a second quiet period :data:`RECHECK` seconds later (longer than the longest backoff), so a pod that a backoff
 holds a moment longer on one side is not reported.
 
-A kubelet stand-in gives pods bound in a step distinct start times, in name order on both sides, when the
-timeline preempts (preemption's tie-breaks read start times).
+When the timeline preempts, a kubelet stand-in gives pods bound in a step distinct start times, in name order
+on both sides (preemption's tie-breaks read start times), and each action of a step waits for quiet: a
+preemptor's victims go asynchronously, so a pod created right after it may or may not meet them gone, upstream
+against itself as well (seen on seed 336099 with the switches on).
 """
 
 from __future__ import annotations
@@ -561,7 +563,11 @@ class TimelineHarness:
         started = time.monotonic()
         mark = self.upstream.log.mark()
         refused: dict[str, list[str]] = {"upstream": [], "ours": []}
-        for action in step.actions:
+        for number, action in enumerate(step.actions):
+            if number and timeline.needs_start_times:
+                # A preempting pod's victims go asynchronously, and a pod created meanwhile may or may not meet
+                # them gone, even upstream against itself: with preemption, every action waits for quiet.
+                self._settle(timeline.namespace)
             for side in self.sides:
                 error = side.apply(action, timeline.namespace)
                 if error:
