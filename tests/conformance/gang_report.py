@@ -21,6 +21,22 @@ SECTION_END = "<!-- gang-timelines:end -->"
 GANG_JSON_PATH = JSON_PATH.parent / "conformance-gangs.json"
 
 
+#: What the gang timelines found in our scheduler, and how it was fixed (static: the record of earlier runs).
+FOUND_AND_FIXED = (
+    "**A member of an unschedulable gang had another PodScheduled message** (seed 103 of the first trial runs). "
+    "Upstream's `RunPermitPlugins` returns the last waiting plugin's status with `one or more plugins asked to wait "
+    "and no plugin rejected pod` appended, without the pod's name, so such a member reads `pod group is "
+    "unschedulable, waiting for minCount pods from a gang to be scheduled, one or more plugins asked to wait and no "
+    "plugin rejected pod`; ours said `pod group is unschedulable, one or more plugins asked to wait and no plugin "
+    'rejected pod "pg1-0"` (an older upstream wording). Fixed in `framework/runtime/binding.py`.',
+    "**A basic-policy PodGroup went back to Unschedulable after it was Scheduled** (seed 908630). One member "
+    "placed (group True), the other alone in the next cycle 60 ms later (group Unschedulable, which must not regress "
+    "a True). Upstream patches the condition synchronously, so its next cycle reads its own True; ours patches "
+    "asynchronously and read the cached PodGroup, which did not show the True yet. Fixed: the pod-group cycle goes "
+    "by the condition it last wrote until the watch shows it (`schedule_one_pod_group.py`).",
+)
+
+
 def write_json(data: Mapping[str, Any], results: Sequence[TimelineResult], path: Path = GANG_JSON_PATH) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {**data, "results": [r.to_json() for r in results]}
@@ -77,6 +93,9 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         "member pod by pod, upstream preempts for the group or not at all, so the victims differ.",
         "",
     ]
+    lines += ["Found and fixed:", ""]
+    lines += [f"- {item}" for item in FOUND_AND_FIXED]
+    lines.append("")
     failing = [r for r in results if not r.agree]
     if failing:
         lines.append("Disagreements:")
