@@ -156,3 +156,18 @@ def test_the_report_section_is_generated_whole_and_replaced_in_place(tmp_path: A
     gang_report.put_section(text.replace("seed 5", "seed 6"), page)
     assert page.read_text().count(gang_report.SECTION_START) == 1
     assert gang_report.current_section(page) == text.replace("seed 5", "seed 6")
+
+
+def test_a_tie_in_a_burst_explains_what_follows_it_but_not_a_first_real_difference() -> None:
+    # Upstream: p0 ties n0/n3 and takes n0, then p1 (scored on that state) takes n1 alone. Ours took n3 for p0, so
+    # p1 met another state and took n2: the step diverged on p0's tie.
+    tops = {"p0": {"n0", "n3"}, "p1": {"n1"}}
+    up = state_of([_pod("p0", "p0", "n0"), _pod("p1", "p1", "n1")], [])
+    ours = state_of([_pod("p0", "p0", "n3"), _pod("p1", "p1", "n2")], [])
+    problems = compare(up, ours)
+    assert tie_explains(up, ours, problems, tops, ["p0", "p1"])
+    # Without the creation order every difference must be a tie itself.
+    assert not tie_explains(up, ours, problems, tops)
+    # p0 agreeing and p1 differing is a real difference, whatever came before.
+    ours = state_of([_pod("p0", "p0", "n0"), _pod("p1", "p1", "n2")], [])
+    assert not tie_explains(up, ours, compare(up, ours), tops, ["p0", "p1"])

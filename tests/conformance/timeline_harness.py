@@ -24,9 +24,11 @@ hold exactly the cluster's nodes (a probe pod's ``0/N nodes are available``), so
 
 Determinism. Pods of one class (the members of one gang) are interchangeable: their outcomes are compared as a
 multiset. Upstream breaks score ties at random; its per-node scores (``-v=2 --vmodule=schedule_one=10``) give,
-for each pod it bound, its highest-score set. A difference that only puts pods on other nodes of upstream's
-highest-score sets is a tie broken the other way, not a disagreement: the timeline is then not compared further
-(its states may rightly differ from there on) and counts as ``diverged on a tie``. A difference is judged after
+for each pod it bound, its highest-score set. When the step's first differing pod (in creation order) only went
+to another node of upstream's highest-score set, the step diverged on a tie broken the other way (what follows
+in a burst may follow from it), not a disagreement: the timeline is then not compared further (its states may
+rightly differ from there on) and counts as ``diverged on a tie``. Nor after a disagreement: later steps would
+only echo it. A difference is judged after
 a second quiet period :data:`RECHECK` seconds later (longer than the longest backoff), so a pod that a backoff
 holds a moment longer on one side is not reported.
 
@@ -233,23 +235,43 @@ def _pending(features: set[str] | None, pending: frozenset[str]) -> tuple[str, .
     return tuple(sorted(features))
 
 
-def tie_explains(upstream: State, ours: State, problems: Sequence[Problem], top_sets: Mapping[str, set[str]]) -> bool:
-    """Every unexplained difference puts pods of a class on other nodes of upstream's highest-score sets for it."""
+def tie_explains(
+    upstream: State,
+    ours: State,
+    problems: Sequence[Problem],
+    top_sets: Mapping[str, set[str]],
+    order: Sequence[str] = (),
+) -> bool:
+    """The first difference is a tie upstream broke the other way: it puts pods of a class on other nodes of
+    upstream's highest-score sets for that class. "First" is by ``order`` (the pods the step created, in order;
+    every later difference may follow from it, as the next pod of a burst scores nodes the tie filled otherwise);
+    without any pod of ``order`` among them, every difference must be such a tie."""
     unexplained = [p for p in problems if not p.pending]
     if not unexplained or any(p.klass is None for p in unexplained):
         return False
-    up_classes, our_classes = upstream.classes(), ours.classes()
-    for klass in {p.klass for p in unexplained if p.klass is not None}:
-        up, we = up_classes.get(klass, []), our_classes.get(klass, [])
-        extra_up, extra_ours = Counter(up) - Counter(we), Counter(we) - Counter(up)
-        ties = set().union(*(top_sets.get(name, set()) for name, (k, _o) in upstream.pods.items() if k == klass))
-        if len(ties) < 2 or sum(extra_up.values()) != sum(extra_ours.values()):
-            return False
-        if _without_nodes(extra_up) != _without_nodes(extra_ours):
-            return False
-        if not all(o.node in ties for o in extra_ours) or not all(o.node in ties for o in extra_up):
-            return False
-    return True
+    classes = {p.klass for p in unexplained if p.klass is not None}
+    position = {name: i for i, name in enumerate(order)}
+    rank = {
+        klass: min(
+            (position.get(name, len(order)) for name, (k, _o) in upstream.pods.items() if k == klass),
+            default=len(order),
+        )
+        for klass in classes
+    }
+    first = min(classes, key=lambda klass: (rank[klass], klass))
+    judged = [first] if rank[first] < len(order) else sorted(classes)
+    return all(_class_tie(upstream, ours, klass, top_sets) for klass in judged)
+
+
+def _class_tie(upstream: State, ours: State, klass: str, top_sets: Mapping[str, set[str]]) -> bool:
+    up, we = upstream.classes().get(klass, []), ours.classes().get(klass, [])
+    extra_up, extra_ours = Counter(up) - Counter(we), Counter(we) - Counter(up)
+    ties = set().union(*(top_sets.get(name, set()) for name, (k, _o) in upstream.pods.items() if k == klass))
+    if len(ties) < 2 or sum(extra_up.values()) != sum(extra_ours.values()):
+        return False
+    if _without_nodes(extra_up) != _without_nodes(extra_ours):
+        return False
+    return all(o.node in ties for o in extra_ours) and all(o.node in ties for o in extra_up)
 
 
 def _without_nodes(outcomes: Counter[PodOutcome]) -> Counter[tuple[str | None, str | None, bool]]:
@@ -547,6 +569,8 @@ class TimelineHarness:
                 if step_result.tie:
                     result.diverged_on_tie = index
                     break
+                if step_result.problems:  # the states differ from here on: later steps would only echo it
+                    break
         except Exception as e:  # one broken timeline must not end the run
             result.error = f"{type(e).__name__}: {e}"
         finally:
@@ -586,7 +610,8 @@ class TimelineHarness:
         if any(not p.pending for p in problems):
             self.upstream.log.offset = mark
             tops = top_sets_from_log(self.upstream.log.since(), timeline.namespace)
-            tie = tie_explains(upstream, ours, problems, tops)
+            created = [a.name for a in step.actions if a.kind == "Pod" and a.verb == "create"]
+            tie = tie_explains(upstream, ours, problems, tops, created)
         if timeline.needs_start_times:
             for side in self.sides:
                 side.give_start_times(timeline.namespace)
