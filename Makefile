@@ -2,7 +2,8 @@
 #
 # Setup shared by both: a venv with the package and dev tools at the versions of constraints.txt
 # (re-installed only when pyproject.toml or constraints.txt changes), the pinned upstream binaries built once
-# into ~/.cache/kopf-scheduler/<KUBE_VERSION>/bin, and Helm. `make test` also builds the image (`make image`).
+# into ~/.cache/kopf-scheduler/<KUBE_VERSION>/bin, and Helm. `make test` also builds the image (`make image`)
+# and the release artifacts from it (`make dist`).
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -39,13 +40,14 @@ CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
 KOPF_SCHEDULER_IMAGE := $(IMAGE)
 export CONTAINERS_CONF KOPF_SCHEDULER_IMAGE
 
-.PHONY: help test demo lint binaries image image-tools lock pytest crds clean clean-binaries bench-algo bench bench-takeover conformance
+.PHONY: help test demo lint binaries image image-tools dist lock pytest crds clean clean-binaries bench-algo bench bench-takeover conformance
 
 help:
 	@echo "make test      venv + binaries + image + lint + the whole pytest suite"
 	@echo "make demo      venv + binaries, then a local cluster with 3 kwok nodes until Ctrl-C"
 	@echo "make lint      ruff, import-linter, mypy (strict) and hadolint only"
 	@echo "make image     build $(IMAGE) with podman from the Dockerfile (installs podman & co. if missing)"
+	@echo "make dist      the release in dist/: wheel, sdist, chart package, image archive, its SBOM, SHA256SUMS"
 	@echo "make lock      regenerate constraints.txt from a fresh venv (the newest versions pyproject allows)"
 	@echo "make crds      regenerate crds/schedulerprofile.yaml from the models and copy the CRDs into the chart"
 	@echo "make binaries  build/install the pinned upstream binaries and helm into $(BIN_DIR)"
@@ -75,7 +77,7 @@ lint: $(VENV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/hadolint Dockerfile deploy/plugins.Dockerfile
 
 image-tools:
 	bash tools/install-image-tools.sh
@@ -87,6 +89,11 @@ image: image-tools
 	podman build --layers --build-arg PYTHON_IMAGE="$$base" --build-arg VERSION=$(VERSION) \
 		--build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$${secret[@]}" \
 		--tag $(IMAGE) .
+
+# The release artifacts of $(VERSION), from the image just built (tools/dist.py says what and why;
+# tests/e2e/test_dist.py installs and runs each).
+dist: $(VENV_STAMP) binaries image
+	$(VENV)/bin/python -m tools.dist --image $(IMAGE)
 
 # The newest versions pyproject.toml allows, resolved in a throwaway venv; commit the result.
 lock:
@@ -103,7 +110,7 @@ lock:
 pytest: $(VENV_STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest: no tests collected (ok)" || exit $$rc; }
 
-test: $(VENV_STAMP) binaries lint image
+test: $(VENV_STAMP) binaries lint image dist
 	$(MAKE) --no-print-directory pytest
 
 demo: $(VENV_STAMP) binaries

@@ -320,7 +320,7 @@ def _pre_filter(
     framework: Framework, state: CycleState, pod: PodInfo, snapshot: Snapshot
 ) -> tuple[Diagnosis, tuple[PreFilterResult | None, set[str]]]:
     """No nodes → NoNodesAvailableError; PreFilter, whose rejection is a FitError with every node rejected."""
-    num_all_nodes = len(snapshot.order)
+    num_all_nodes = snapshot.num_nodes_in_placement
     diagnosis = Diagnosis(snapshot.table.names)
     if num_all_nodes == 0:
         raise NoNodesAvailableError(pod, 0, diagnosis)
@@ -346,6 +346,10 @@ def _evaluate_nominated_node(
     slot = snapshot.slot_of(nominated_node)
     if slot is None:
         logger.info("Nominated node %s of pod %s is not in the snapshot", nominated_node, pod.key)
+        return None
+    if not snapshot.in_placement(slot):
+        # Not an error: a pod-group cycle tries the group in placements the nominated node may be outside of.
+        logger.debug("Nominated node %s of pod %s is not in the current placement", nominated_node, pod.key)
         return None
     diagnosis.statuses.mark_overlapping()
     outcome = _filter_one_node(framework, state, pod, slot, snapshot, diagnosis)
@@ -380,8 +384,9 @@ def _find_nodes_that_fit(
     pre_filter: tuple[PreFilterResult | None, set[str]],
     scoring: bool,
 ) -> np.ndarray:
-    """The sampled Filter search (from the round-robin start) over the nodes PreFilter left."""
-    all_nodes = snapshot.order
+    """The sampled Filter search (from the round-robin start) over the nodes PreFilter left (of the placement's,
+    in a pod-group cycle that assumed one)."""
+    all_nodes = snapshot.nodes_in_placement
     pre_filter_result, plugins_with_nodes = pre_filter
     nodes = all_nodes
     if pre_filter_result is not None and pre_filter_result.node_names is not None:
@@ -406,7 +411,7 @@ def _conclude_filtering(
 ) -> ScheduleResult | None:
     """No feasible node → FitError; exactly one → it, unscored; several → None (go on to scoring)."""
     if len(feasible) == 0:
-        raise FitError(pod, len(snapshot.order), diagnosis)
+        raise FitError(pod, snapshot.num_nodes_in_placement, diagnosis)
     if len(feasible) == 1:
         slot = int(feasible[0])
         return ScheduleResult(str(snapshot.table.names[slot]), 1 + len(diagnosis.statuses), 1, slot, diagnosis)

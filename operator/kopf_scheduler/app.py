@@ -40,16 +40,18 @@ from typing import Any
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.client import Client
 from kopf_scheduler.eventhandlers import EventHandlers
-from kopf_scheduler.explain import Explanations, pod_group_section
+from kopf_scheduler.explain import Explanations, coscheduling_group_section, pod_group_section
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.framework.enqueue import events_for_framework
 from kopf_scheduler.framework.events import ActionType, ClusterEvent, EventResource
 from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build_extenders
+from kopf_scheduler.framework.interface import PodGroupPreemption
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import Status
 from kopf_scheduler.framework.waiting_pods import WaitingPod
+from kopf_scheduler.health import HEALTHY, PING, Health, HealthCheck, HealthChecks
 from kopf_scheduler.live_profiles import (
     BackgroundJobs,
     ProfileHandle,
@@ -58,8 +60,13 @@ from kopf_scheduler.live_profiles import (
     pipeline_status,
 )
 from kopf_scheduler.metrics import SchedulerMetrics
+from kopf_scheduler.plugins.coscheduling import NAME as COSCHEDULING
+from kopf_scheduler.plugins.coscheduling import Coscheduling
+from kopf_scheduler.plugins.coscheduling.core import KIND as COSCHEDULING_POD_GROUP
+from kopf_scheduler.plugins.coscheduling.core import check_cluster_resource
 from kopf_scheduler.plugins.gang_scheduling import POD_GROUP
 from kopf_scheduler.plugins.registry import default_registry
+from kopf_scheduler.pod_group_status import CoschedulingStatus
 from kopf_scheduler.queue import PodNominator, QueueClosedError, SchedulingQueue
 from kopf_scheduler.reporting import Reporter
 from kopf_scheduler.schedule_one import ScheduleOne
@@ -116,6 +123,10 @@ __all__ = [
 GC_THRESHOLDS = (20000, 10, 100)
 
 
+#: A running profile loop that has not turned for this long fails the ``scheduling-loops`` health check.
+LOOP_STALL_SECONDS = 60.0
+
+
 def tune_garbage_collector() -> None:
     """Keep what start-up created (modules, classes, functions: everything imported) out of every later run of
     the cyclic garbage collector, and run the collections less often (``GC_THRESHOLDS``).
@@ -145,8 +156,9 @@ class SchedulerApp:
         #: Replaced on every kopf login; the parts read it through ``lambda: self.client``.
         self.client = client
         self.metrics = metrics or SchedulerMetrics()
-        #: leader_election_master_status: this replica runs the profiles' loops (kopf peering made it active).
-        self.metrics.track_active(settings.peering_name, lambda: self._running_loops > 0)
+        #: leader_election_master_status: kopf peering made this replica the active one and its cache is synced
+        #: (with or without profiles to run).
+        self.metrics.track_active(settings.peering_name, lambda: not self.standby.paused and self.watch.synced_once)
         self.registry = registry or default_registry()
         self.rng = rng or random.Random()
         self.clock = clock
@@ -157,6 +169,9 @@ class SchedulerApp:
         self.profiles: dict[str, ProfileRuntime] = {}
         self.unassigned = UnassignedPods()
         self._running_loops = 0
+        #: When each profile's loop last turned (``scheduling-loops`` health check); dropped when the loop ends.
+        self._loop_turns: dict[str, float] = {}
+        self._shutting_down = False
         #: When kopf last handed over a listed pod or node (event type None); see LISTING_QUIET_SECONDS.
         self._listed_at = -math.inf
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -206,6 +221,23 @@ class SchedulerApp:
             rng=self.rng,
         )
         self.cycles.pod_group_cycle = self.pod_group_cycles.schedule
+        #: The Coscheduling PodGroups' status, as scheduler-plugins' controller keeps it (the active replica only).
+        self.coscheduling_status = CoschedulingStatus(
+            client=lambda: self.client, pod_groups=self._coscheduling_pod_groups, spawn=self.spawn
+        )
+
+    def _coscheduling_pod_groups(self) -> dict[tuple[str, str], dict[str, Any]]:
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        for obj in self.cache.objects.all(COSCHEDULING_POD_GROUP):
+            meta = obj.get("metadata") or {}
+            groups[meta.get("namespace") or "", meta.get("name") or ""] = obj
+        return groups
+
+    def _profiles_changed(self) -> None:
+        """Keep the Coscheduling PodGroups' status while some live profile enables Coscheduling."""
+        self.coscheduling_status.enabled = any(
+            COSCHEDULING in runtime.framework.plugins for runtime in self.profiles.values()
+        )
 
     @property
     def explanations(self) -> Explanations:
@@ -220,10 +252,12 @@ class SchedulerApp:
         pod = self._group_member(key)
         if pod is None:
             return account
-        group = pod.scheduling_group
-        if group is None:
+        if pod.scheduling_group is not None:
+            section = self._pod_group_section(pod, pod.scheduling_group)
+        elif pod.coscheduling_group is not None:
+            section = self._coscheduling_section(pod, pod.coscheduling_group)
+        else:
             return account
-        section = self._pod_group_section(pod, group)
         return {**(account if account is not None else {"pod": key}), "podGroup": section}
 
     def _group_member(self, key: str) -> PodInfo | None:
@@ -231,14 +265,50 @@ class SchedulerApp:
         namespace, _, name = key.partition("/")
         for pod in self.unassigned.values():
             if pod.name == name and pod.namespace == namespace:
-                return pod if pod.scheduling_group is not None else None
-        for group_namespace, group in self.cache.pod_groups:
-            if group_namespace != namespace:
-                continue
-            for pod in self.cache.pod_groups.get(group_namespace, group).all_pods.values():
-                if pod.name == name:
-                    return pod
+                return pod if pod.in_pod_group else None
+        for groups in (self.cache.pod_groups, self.cache.coscheduling_groups):
+            for group_namespace, group in groups:
+                if group_namespace != namespace:
+                    continue
+                for pod in groups.get(group_namespace, group).all_pods.values():
+                    if pod.name == name:
+                        return pod
         return None
+
+    def _waiting_members(self, state: PodGroupState | None) -> list[WaitingPod]:
+        waiting: list[WaitingPod] = []
+        if state is not None:
+            for each in self.profiles.values():
+                waiting_pods = each.framework.waiting_pods
+                waiting += [waiting_pods[uid] for uid in state.all_pods if uid in waiting_pods]
+        return waiting
+
+    def _coscheduling_section(self, pod: PodInfo, group: str) -> dict[str, Any]:
+        """A Coscheduling pod's group: its PodGroup, the cache's state, minResources judged now against the
+        cluster (as PreFilter judges it), and the backoff its profile's plugin keeps."""
+        state: PodGroupState | None
+        try:
+            state = self.cache.coscheduling_groups.get(pod.namespace, group)
+        except PodGroupStateNotFound:
+            state = None
+        pod_group = self.cache.objects.get(COSCHEDULING_POD_GROUP, group, pod.namespace)
+        full = f"{pod.namespace}/{group}"
+        verdict: str | None = None
+        resources = None if pod_group is None else (pod_group.get("spec") or {}).get("minResources")
+        if pod_group is not None and resources is not None:
+            request = {**resources, "pods": int((pod_group.get("spec") or {}).get("minMember") or 0)}
+            verdict = check_cluster_resource(self.cache.snapshot().node_infos(), request, full) or "fits"
+        runtime = self.profiles.get(pod.scheduler_name)
+        plugin = None if runtime is None else runtime.framework.plugins.get(COSCHEDULING)
+        backoff = plugin.manager.backed_off_for(full) if isinstance(plugin, Coscheduling) else 0.0
+        return coscheduling_group_section(
+            full,
+            pod_group,
+            state,
+            waiting=self._waiting_members(state),
+            min_resources=verdict,
+            backed_off_seconds=backoff,
+        )
 
     def _pod_group_section(self, pod: PodInfo, group: str) -> dict[str, Any]:
         state: PodGroupState | None
@@ -246,22 +316,41 @@ class SchedulerApp:
             state = self.cache.pod_groups.get(pod.namespace, group)
         except PodGroupStateNotFound:
             state = None
-        waiting: list[WaitingPod] = []
-        if state is not None:
-            for each in self.profiles.values():
-                waiting_pods = each.framework.waiting_pods
-                waiting += [waiting_pods[uid] for uid in state.all_pods if uid in waiting_pods]
+        waiting = self._waiting_members(state)
         verdict: Status | None = None
         runtime = self.profiles.get(pod.scheduler_name)
         if runtime is not None and pod.uid in self.unassigned and not self.cache.is_assumed(pod.uid):
             verdict = runtime.pre_enqueue(pod)  # what keeps the pod out of the queue, if anything
+        tried = self.pod_group_cycles.placements.get(pod.namespace, group)
+        preemption = self._last_preemption(runtime, pod.namespace, group)
         return pod_group_section(
             group,
             self.cache.objects.get(POD_GROUP, group, pod.namespace),
             state,
             waiting=waiting,
             pre_enqueue=verdict,
+            placements=tried.to_json() if tried is not None else None,
+            preemption=preemption,
+            victim_states=[] if preemption is None else [self._victim_state(uid) for _, uid in preemption.victims],
         )
+
+    @staticmethod
+    def _last_preemption(runtime: ProfileRuntime | None, namespace: str, group: str) -> PodGroupPreemption | None:
+        """The victims of the group's last workload-aware preemption in its profile, if any."""
+        if runtime is None:
+            return None
+        for plugin in runtime.framework.pod_group_post_filter_plugins:
+            found = plugin.last_preemption(namespace, group)
+            if found is not None:
+                return found
+        return None
+
+    def _victim_state(self, uid: str) -> str:
+        """Where a victim is now: ``gone``, ``terminating`` or ``running`` (still in the way)."""
+        victim = self.cache.pod(uid) or self.unassigned.get(uid)
+        if victim is None:
+            return "gone"
+        return "terminating" if victim.terminating else "running"
 
     # -- profiles ------------------------------------------------------------------------------------
     def apply_profile(self, *, name: str, spec: dict[str, Any] | None, generation: int = 0) -> ProfileOutcome:
@@ -287,6 +376,7 @@ class SchedulerApp:
         if runtime is None:
             runtime = self._new_runtime(name, framework, resolved, extenders)
             self.profiles[name] = runtime
+            self._profiles_changed()
             self.watch.adopt_pending_pods(runtime)
         else:
             runtime.framework = framework
@@ -362,6 +452,7 @@ class SchedulerApp:
         if runtime is not None:
             runtime.queue.close()
             self.watch.disown_pending_pods(name)
+        self._profiles_changed()
 
     # -- watch events and the reconciling LIST (eventhandlers.py) -------------------------------------
     def on_node_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
@@ -373,6 +464,8 @@ class SchedulerApp:
         if event_type is None:
             self._listed_at = self.clock()
         self.watch.on_pod_event(event_type, obj)
+        if self.coscheduling_status.enabled:
+            self.coscheduling_status.touch_pod(obj)
 
     def kopf_is_listing(self) -> bool:
         """kopf handed over a listed pod or node within the last LISTING_QUIET_SECONDS."""
@@ -384,6 +477,9 @@ class SchedulerApp:
         if event_type is None and kind in _LISTED_KINDS:
             self._listed_at = self.clock()
         self.watch.on_watch_event(kind, event_type, obj)
+        if kind == COSCHEDULING_POD_GROUP:
+            meta = obj.get("metadata") or {}
+            self.coscheduling_status.touch(meta.get("namespace") or "", meta.get("name") or "")
 
     async def ensure_reconciled(self) -> None:
         await self.watch.ensure_reconciled()
@@ -412,12 +508,15 @@ class SchedulerApp:
     # -- the scheduling loop -------------------------------------------------------------------------
     async def run_profile(self, name: str, *, stopped: Callable[[], bool], poll: float = 0.5) -> None:
         """One profile's loop; returns when ``stopped()`` (kopf pauses the daemon, or stops it as the profile goes)."""
+        if self._running_loops == 0:
+            self.coscheduling_status.resync()  # this replica just became the active one
         self._running_loops += 1
         try:
             await self.watch.ensure_reconciled()
             last_flush = last_leftover = self.clock()
             listing_turn = False
             while not stopped():
+                self._loop_turns[name] = self.clock()
                 runtime = self.profiles.get(name)
                 if runtime is None:
                     # kopf spawns the daemon before the create/resume handler has built the pipeline, and an
@@ -429,6 +528,7 @@ class SchedulerApp:
                 if now - last_flush >= 1.0:
                     runtime.queue.flush_backoff_completed()
                     self._publish_pending()
+                    self.coscheduling_status.flush()
                     last_flush = now
                 if now - last_leftover >= 30.0:
                     runtime.queue.flush_unschedulable_leftover()
@@ -464,6 +564,7 @@ class SchedulerApp:
             # A pause invalidates the cache and the standby follows the cluster from then on (standby.py); a
             # loop stopped for its profile's deletion leaves kopf's watches running and the cache whole.
             self._running_loops -= 1
+            self._loop_turns.pop(name, None)
 
     def _publish_pending(self) -> None:
         """scheduler_pending_pods has no profile label (as upstream): publish the sum over all queues."""
@@ -472,8 +573,11 @@ class SchedulerApp:
             for queue, count in runtime.queue.pending_pods().items():
                 totals[queue] = totals.get(queue, 0) + count
         self.metrics.set_pending(totals)
+        now = self.clock()
         for name, runtime in self.profiles.items():
             self.metrics.set_unschedulable(name, runtime.queue.unschedulable_plugins())
+            oldest = runtime.queue.oldest_failed_attempt()
+            self.metrics.set_longest_waiting(name, 0.0 if oldest is None else now - oldest)
 
     # -- background tasks (binding cycles, reports) --------------------------------------------------
     def spawn(self, coro: Awaitable[Any]) -> None:
@@ -490,8 +594,43 @@ class SchedulerApp:
     async def shutdown(self) -> None:
         """Graceful shutdown: cancel the plugins' jobs (a preemption cut short is retried by the next
         leader: its victims are still there, or already gone), then wait for binds and reports."""
+        self._shutting_down = True
         if self._standby_task is not None:
             self._standby_task.cancel()
             await asyncio.wait([self._standby_task])
         await self.jobs.cancel()
         await self.drain()
+
+    # -- health (health.py; served on the metrics port) ------------------------------------------------
+    def health_checks(self) -> HealthChecks:
+        """kube-scheduler's paths and checks, where ours look at what theirs do (see :mod:`kopf_scheduler.health`)."""
+        loops = HealthCheck("scheduling-loops", self._loops_turning)
+        readyz = [
+            HealthCheck("shutdown", self._not_shutting_down),
+            HealthCheck("sched-handler-sync", self._handlers_synced),
+            loops,
+            HealthCheck("peering", self._peering_state),
+        ]
+        return {"healthz": [PING, loops], "livez": [PING], "readyz": readyz}
+
+    def _not_shutting_down(self) -> Health:
+        return Health(False, "process is shutting down") if self._shutting_down else HEALTHY
+
+    def _handlers_synced(self) -> Health:
+        """The first reconciling LIST is in the cache (upstream: every informer's initial list delivered). A
+        ``delayCacheUntilActive`` standby lists nothing, so it is not ready until it is active, as upstream."""
+        return HEALTHY if self.watch.synced_once else Health(False, "handlers are not fully synchronized")
+
+    def _loops_turning(self) -> Health:
+        """Every running profile loop turned within LOOP_STALL_SECONDS (a loop turns at least every half second
+        when idle; a cycle is milliseconds, an extender's call at most its timeout)."""
+        now = self.clock()
+        stalled = sorted(name for name, turned in self._loop_turns.items() if now - turned > LOOP_STALL_SECONDS)
+        if stalled:
+            limit = f"{LOOP_STALL_SECONDS:.0f} s"
+            return Health(False, f"the scheduling loop of {', '.join(stalled)} has not turned for {limit}")
+        return HEALTHY
+
+    def _peering_state(self) -> Health:
+        """Always passes; says whether this replica schedules (active) or stands by."""
+        return Health(True, "standby" if self.standby.paused else "active")

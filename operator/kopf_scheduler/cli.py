@@ -23,7 +23,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kopf_scheduler._version import __version__
-from kopf_scheduler.settings import RunSettings, SettingsError, dump_settings, resolve_settings
+from kopf_scheduler.settings import (
+    RunSettings,
+    SettingsError,
+    dump_settings,
+    kube_scheduler_overrides,
+    resolve_settings,
+)
 
 if TYPE_CHECKING:
     from kopf_scheduler.web.certs import CertificateInChild
@@ -101,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a standby keeps no cache; it lists everything when it becomes active (default false)",
     )
     _add_serving_flags(run)
+    _add_kube_scheduler_flags(run)
     _add_explain_command(commands)
     _add_convert_and_validate(commands)
     _add_what_if_command(commands)
@@ -291,6 +298,32 @@ def _add_serving_flags(run: argparse.ArgumentParser) -> None:
         type=lambda value: [p for p in value.split(",") if p],
         help="comma-separated paths served without authorization (default /healthz,/readyz,/livez)",
     )
+
+
+def _add_kube_scheduler_flags(run: argparse.ArgumentParser) -> None:
+    """kube-scheduler's own command line, so its manifests carry over (settings.kube_scheduler_overrides maps them)."""
+    flags = run.add_argument_group(
+        "kube-scheduler's flags", "the same meaning under kube-scheduler's names (docs/operations.md lists them)"
+    )
+    flags.add_argument("--secure-port", type=int, help="= --metrics-port")
+    flags.add_argument("-v", "--v", dest="verbosity", type=int, metavar="N", help="log verbosity: 4 or more is debug")
+    flags.add_argument("--logging-format", choices=["text", "json"], help="= --log-format")
+    flags.add_argument("--authentication-kubeconfig", help="kubeconfig of the API server that reviews tokens")
+    flags.add_argument("--authorization-kubeconfig", help="kubeconfig of the API server that reviews access")
+    flags.add_argument(
+        "--leader-elect",
+        nargs="?",
+        const=True,
+        type=_true_or_false,
+        metavar="true|false",
+        help="replicas meet in the peering and one schedules (default true); false: schedule alone",
+    )
+    flags.add_argument("--leader-elect-lease-duration", metavar="DURATION", help="= --peering-lifetime (e.g. 15s)")
+    flags.add_argument("--leader-elect-resource-name", metavar="NAME", help="= --peering-name")
+    flags.add_argument("--leader-elect-resource-namespace", metavar="NS", help="accepted; the peering is cluster-wide")
+    flags.add_argument("--leader-elect-resource-lock", metavar="leases", help="only leases")
+    flags.add_argument("--leader-elect-renew-deadline", metavar="DURATION", help="refused: kopf peering has none")
+    flags.add_argument("--leader-elect-retry-period", metavar="DURATION", help="refused: kopf peering has none")
 
 
 def _add_explain_command(commands: Any) -> None:
@@ -489,7 +522,7 @@ def _configure_logging(settings: RunSettings) -> None:
     logging.getLogger("aiohttp.access").setLevel(max(logging.WARNING, root.level))
 
 
-def run(settings: RunSettings) -> int:
+def run(settings: RunSettings, *, notices: Sequence[str] = ()) -> int:
     # The metrics port's own key, when it needs one, is made by a child process from the first moment (up to a
     # second or two): kopf runs the port's start-up handler before it starts watching.
     self_signed = _start_self_signed_certificate(settings)
@@ -508,6 +541,8 @@ def run(settings: RunSettings) -> int:
         print(f"kopf-scheduler: {e}", file=sys.stderr)
         return 2
     _configure_logging(settings)
+    for notice in notices:
+        logging.getLogger("kopf_scheduler").info("%s", notice)
     disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves this one unannotated
     app = SchedulerApp(settings=settings, extender_transport=HTTPExtenderTransport())
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
@@ -517,7 +552,7 @@ def run(settings: RunSettings) -> int:
         namespaces=settings.namespaces,
         peering_name=settings.peering_name,
         priority=settings.peering_priority,
-        standalone=False,
+        standalone=not settings.leader_elect,
         liveness_endpoint=liveness,
         memo=kopf.Memo(app=app, self_signed_certificate=self_signed),
     )
@@ -603,7 +638,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "peering_priority_from_ordinal" in args:
             base = args["peering_priority_from_ordinal"]
             overrides["peering_priority"] = priority_from_ordinal(base, os.environ.get("POD_ID", ""))
-        settings = resolve_settings(config_file=args.get("config"), overrides=overrides)
+        kube_scheduler, notices = kube_scheduler_overrides(args, overrides)
+        settings = resolve_settings(config_file=args.get("config"), overrides={**overrides, **kube_scheduler})
     except SettingsError as e:
         print(f"kopf-scheduler: {e}", file=sys.stderr)
         return 2
@@ -611,4 +647,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args["write_config_to"], "w") as f:
             f.write(dump_settings(settings))
         return 0
-    return run(settings)
+    return run(settings, notices=notices)

@@ -123,6 +123,8 @@ class EventHandlers:
         #: Every profile's nominated pods (the app's one nominator).
         self._nominator = nominator if nominator is not None else PodNominator()
         self._reconciled = False
+        #: A reconciling LIST has completed once (``sched-handler-sync``); never reset.
+        self.synced_once = False
         self._reconcile_lock = asyncio.Lock()
         #: While a reconciling LIST is in flight: uids the watches changed or deleted meanwhile. The LIST is
         #: older than those events, so it must neither resurrect the deleted nor delete the newly seen.
@@ -208,7 +210,7 @@ class EventHandlers:
             self._held.pop(uid, None)
             self._nominator.delete_nominated_pod_if_exists(old_unassigned)
             self._queue_for(old_unassigned.scheduler_name, lambda q: q.delete(uid))
-            if old_unassigned.scheduling_group is not None and old_unassigned.scheduler_name in self._profiles:
+            if old_unassigned.in_pod_group and old_unassigned.scheduler_name in self._profiles:
                 self._cache.remove_pod_group_member(old_unassigned)  # upstream RemovePodGroupMember
         if old_assigned is not None:
             self._cache.remove_pod(uid)
@@ -234,9 +236,10 @@ class EventHandlers:
             pod = PodInfo.from_obj(obj)
         self._unassigned.add(pod)
         runtime = self._profiles.get(pod.scheduler_name)
-        if pod.scheduling_group is not None and runtime is not None:
+        if runtime is not None and (pod.in_pod_group or (old_unassigned is not None and old_unassigned.in_pod_group)):
             # Upstream Add/UpdatePodGroupMember, for an assumed member too: the pending pods of a live profile
-            # are their groups' members (a profile created or removed later adopts or drops them).
+            # are their groups' members (a profile created or removed later adopts or drops them); a Coscheduling
+            # member may change groups with its label.
             if old_unassigned is None:
                 self._cache.add_pod_group_member(pod)
             else:
@@ -289,7 +292,7 @@ class EventHandlers:
             if pod.scheduler_name == name and not self._cache.is_assumed(pod.uid)
         ]
         for pod in mine:
-            if pod.scheduling_group is not None:
+            if pod.in_pod_group:
                 self._cache.add_pod_group_member(pod)
         for pod in mine:
             self.enqueue(runtime, pod)
@@ -300,7 +303,7 @@ class EventHandlers:
         for pod in self._unassigned.values():
             if pod.scheduler_name == name:
                 self._nominator.delete_nominated_pod_if_exists(pod)
-                if pod.scheduling_group is not None and not self._cache.is_assumed(pod.uid):
+                if pod.in_pod_group and not self._cache.is_assumed(pod.uid):
                     self._cache.remove_pod_group_member(pod)
 
     def hold_pods_until_reconciled(self) -> None:
@@ -444,6 +447,7 @@ class EventHandlers:
                 self._watched_during_list.clear()
                 self._deleted_during_list.clear()
             self._reconciled = True
+            self.synced_once = True
             self._hold_pods = False
             self._release_held()
             logger.info("cache reconciled: %d nodes, %d pods", self._cache.num_nodes, len(pods))

@@ -25,7 +25,10 @@ asked. The last :data:`MAX_BOUND_PODS` bound pods' captures are kept in a ring. 
 share of a cycle (docs/benchmarks.md), hence the opt-in.
 
 Pods of a pod group. A pod waiting at PreEnqueue for its gang has no account (no cycle ran); the app adds the
-group's live state when asked (``SchedulerApp.explain``, :func:`pod_group_section`): nothing is stored for it.
+group's live state when asked (``SchedulerApp.explain``, :func:`pod_group_section`): nothing is stored for it,
+but what the group's last pod-group cycle tried (the placements, each with how its members fared: the pod-group
+cycle keeps that, ``pod_group_placement.PlacementHistory``) and the victims of the group's last preemption
+(workload-aware preemption), which DefaultPreemption remembers.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from kopf_scheduler.algorithm import FitError, ScheduleResult
-from kopf_scheduler.framework import PostFilterResult
+from kopf_scheduler.framework import PodGroupPreemption, PostFilterResult
 from kopf_scheduler.framework.status import Status
 from kopf_scheduler.framework.waiting_pods import WaitingPod
 from kopf_scheduler.go_format import go_duration
@@ -418,13 +421,18 @@ def pod_group_section(
     *,
     waiting: Sequence[WaitingPod] = (),
     pre_enqueue: Status | None = None,
+    placements: dict[str, Any] | None = None,
+    preemption: PodGroupPreemption | None = None,
+    victim_states: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A JSON-ready account of the pod group a pod names: its policy, its members as the cache splits them
     (counts, and at most :data:`MAX_GROUP_NAMES` names each), the members waiting at Permit with the time left
-    to each waited-for plugin, and the PreEnqueue verdict that holds the pod (``pre_enqueue``, if it is held).
+    to each waited-for plugin, the PreEnqueue verdict that holds the pod (``pre_enqueue``, if it is held), and the
+    victims of the group's last preemption (``preemption``; ``victim_states``: where each is now, in its order).
 
     ``pod_group`` is the PodGroup object (None when the API server has none), ``state`` the cache's live state
-    of the group (None when no member is known)."""
+    of the group (None when no member is known), ``placements`` what the group's last pod-group cycle tried
+    (``PlacementsTried.to_json``; None before its first cycle)."""
     section: dict[str, Any] = {"name": name}
     if pod_group is None:
         section["policy"] = None
@@ -436,6 +444,55 @@ def pod_group_section(
         else:
             section["policy"] = "gang"
             section["minCount"] = min_count
+    section["members"] = _group_members(state)
+    section["waitingAtPermit"] = _waiting_at_permit(waiting)
+    if pre_enqueue is not None and not pre_enqueue.is_success:
+        section["preEnqueue"] = {"plugin": pre_enqueue.plugin, "message": pre_enqueue.message}
+    if placements is not None:
+        section["placements"] = placements
+    if preemption is not None:
+        victims = [
+            {"pod": key, "state": state}
+            for (key, _), state in zip(preemption.victims[:MAX_GROUP_NAMES], victim_states, strict=False)
+        ]
+        section["preemption"] = {"at": rfc3339(preemption.at), "count": len(preemption.victims), "victims": victims}
+    return section
+
+
+def coscheduling_group_section(
+    name: str,
+    pod_group: dict[str, Any] | None,
+    state: PodGroupStateData | None,
+    *,
+    waiting: Sequence[WaitingPod] = (),
+    min_resources: str | None = None,
+    backed_off_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """The same account for a pod of a Coscheduling PodGroup (the ``scheduling.x-k8s.io/pod-group`` label): the
+    group's pods against minMember, the minResources verdict (``min_resources``: "fits", or the "resource gap"
+    text PreFilter gives; None without minResources), the PodGroup's Permit timeout and status, a backoff left
+    after a failure, its members and those waiting at Permit with the time left."""
+    section: dict[str, Any] = {"name": name, "api": "scheduling.x-k8s.io/v1alpha1"}
+    if pod_group is None:
+        section["policy"] = None
+        section["message"] = "PodGroup not found"
+    else:
+        spec = pod_group.get("spec") or {}
+        section["policy"] = "coscheduling"
+        section["minMember"] = int(spec.get("minMember") or 0)
+        if spec.get("scheduleTimeoutSeconds") is not None:
+            section["scheduleTimeoutSeconds"] = spec["scheduleTimeoutSeconds"]
+        section["phase"] = (pod_group.get("status") or {}).get("phase") or ""
+    if min_resources is not None:
+        section["minResources"] = min_resources
+    if backed_off_seconds > 0:
+        section["backoffSecondsLeft"] = int(backed_off_seconds)
+    section["members"] = _group_members(state)
+    section["waitingAtPermit"] = _waiting_at_permit(waiting)
+    return section
+
+
+def _group_members(state: PodGroupStateData | None) -> dict[str, Any]:
     members: dict[str, Any] = {"known": 0 if state is None else state.all_pods_count()}
     if state is not None:
         pods = state.all_pods
@@ -445,7 +502,10 @@ def pod_group_section(
             members[kind] = {"count": len(uids), "pods": names[:MAX_GROUP_NAMES]}
     else:
         members.update({kind: {"count": 0, "pods": []} for kind in ("unscheduled", "assumed", "assigned")})
-    section["members"] = members
+    return members
+
+
+def _waiting_at_permit(waiting: Sequence[WaitingPod]) -> dict[str, Any]:
     now, wall = time.monotonic(), time.time()
     waits = []
     for waiting_pod in sorted(waiting, key=lambda w: w.pod.name)[:MAX_GROUP_NAMES]:
@@ -454,10 +514,7 @@ def pod_group_section(
             for plugin, deadline in sorted(waiting_pod.deadlines.items())
         ]
         waits.append({"pod": waiting_pod.pod.name, "since": rfc3339(waiting_pod.since), "plugins": plugins})
-    section["waitingAtPermit"] = {"count": len(waiting), "pods": waits}
-    if pre_enqueue is not None and not pre_enqueue.is_success:
-        section["preEnqueue"] = {"plugin": pre_enqueue.plugin, "message": pre_enqueue.message}
-    return section
+    return {"count": len(waiting), "pods": waits}
 
 
 def format_pod_group(section: dict[str, Any]) -> str:
@@ -467,11 +524,18 @@ def format_pod_group(section: dict[str, Any]) -> str:
         title = section.get("message") or "PodGroup not found"
     elif policy == "gang":
         title = f"gang, minCount {section.get('minCount')}"
+    elif policy == "coscheduling":
+        title = f"Coscheduling ({section.get('api')}), minMember {section.get('minMember')}"
+        if section.get("phase"):
+            title += f", phase {section['phase']}"
     else:
         title = str(policy)
     lines = [f"Pod group {section['name']}: {title}"]
     members = section.get("members") or {}
-    counts = [f"{members.get('known', 0)} known"]
+    known = f"{members.get('known', 0)} known"
+    if policy == "coscheduling":
+        known += f" of minMember {section.get('minMember')}"
+    counts = [known]
     for kind in ("unscheduled", "assumed", "assigned"):
         part = members.get(kind) or {}
         count, names = part.get("count", 0), part.get("pods") or []
@@ -481,6 +545,12 @@ def format_pod_group(section: dict[str, Any]) -> str:
             named = f" ({', '.join(names)}{more})"
         counts.append(f"{count} {kind}{named}")
     lines.append(f"  Members: {', '.join(counts)}")
+    if section.get("minResources") is not None:
+        lines.append(f"  minResources: {section['minResources']}")
+    if section.get("backoffSecondsLeft"):
+        lines.append(f"  Backed off after a failure: {go_duration(section['backoffSecondsLeft'])} left")
+    if section.get("scheduleTimeoutSeconds") is not None:
+        lines.append(f"  Permit timeout: {go_duration(section['scheduleTimeoutSeconds'])} (scheduleTimeoutSeconds)")
     pre_enqueue = section.get("preEnqueue")
     if pre_enqueue:
         lines.append(f"  Held at PreEnqueue by {pre_enqueue.get('plugin') or '-'}: {pre_enqueue.get('message', '')}")
@@ -495,7 +565,41 @@ def format_pod_group(section: dict[str, Any]) -> str:
             lines.append(f"    {entry['pod']} since {entry['since']}: {plugins or '-'}")
         if waiting["count"] > len(waiting.get("pods") or ()):
             lines.append(f"    (+{waiting['count'] - len(waiting.get('pods') or ())} more)")
+    placements = section.get("placements")
+    if placements:
+        lines += format_placements(placements)
+    preemption = section.get("preemption")
+    if preemption:
+        victims = preemption.get("victims") or []
+        named = ", ".join(f"{v['pod']} ({v['state']})" for v in victims)
+        more = preemption["count"] - len(victims)
+        named += f", +{more} more" if more > 0 else ""
+        lines.append(f"  Last preemption for the group at {preemption['at']}: {preemption['count']} victim(s): {named}")
     return "\n".join(lines)
+
+
+def format_placements(placements: dict[str, Any]) -> list[str]:
+    """The placements the group's last cycle tried: the verdict, then each placement with its members."""
+    generator = placements.get("generator") or "no PlacementGenerate plugin: one placement of every node"
+    lines = [f"  Placements tried at {placements.get('time')} ({generator}): {placements.get('count', 0)}"]
+    generate = placements.get("generateStatus")
+    if generate:
+        lines.append(f"    PlacementGenerate: {generate['code']}: {generate['message']}")
+    for entry in placements.get("tried") or ():
+        name = entry.get("name") or "(every node)"
+        verdict = entry["code"] + (f": {entry['message']}" if entry.get("message") else "")
+        extra = f", score {entry['score']}" if entry.get("score") is not None else ""
+        chosen = " (chosen)" if entry.get("chosen") else ""
+        lines.append(f"    {name}, {entry['nodes']} node(s): {verdict}{extra}{chosen}")
+        for member in entry.get("members") or ():
+            where = f"on {member['node']}" if "node" in member else member.get("message", "")
+            lines.append(f"      {member['pod']}: {where}")
+        if entry.get("moreMembers"):
+            lines.append(f"      (+{entry['moreMembers']} more)")
+    status = placements.get("status")
+    if status and status.get("code") != "Success":
+        lines.append(f"    Result: {status['code']}: {status['message']}")
+    return lines
 
 
 def rfc3339(at: float) -> str:

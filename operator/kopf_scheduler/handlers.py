@@ -105,7 +105,8 @@ async def _ensure_peering(client: KubeClient, name: str) -> None:
 
 @kopf.on.startup()
 async def serve_endpoints(memo: Any, **_: Any) -> None:
-    """/metrics and /explain on the metrics port (HTTPS, delegated auth), on every replica (standby too)."""
+    """/metrics, /explain and the health paths on the metrics port (HTTPS, delegated auth), on every replica
+    (standby too)."""
     app = _app(memo)
     port, address = app.settings.metrics_port, app.settings.bind_address
     if not port:
@@ -118,12 +119,18 @@ async def serve_endpoints(memo: Any, **_: Any) -> None:
             port=port,
             address=address,
             auth=web.DelegatedAuth(
-                web.review_poster(lambda: app.client), always_allow_paths=run.authorization_always_allow_paths
+                web.review_poster(
+                    lambda: app.client,
+                    authentication_kubeconfig=run.authentication_kubeconfig,
+                    authorization_kubeconfig=run.authorization_kubeconfig,
+                ),
+                always_allow_paths=run.authorization_always_allow_paths,
             ),
             cert_file=run.tls_cert_file,
             key_file=run.tls_private_key_file,
             hosts=web.serving_hosts(app.hostname, address),
             self_signed=getattr(memo, "self_signed_certificate", None),
+            health=app.health_checks(),
         )
     except (OSError, RuntimeError) as e:  # RuntimeError: the self-signed certificate's child process failed
         # Fail fast, as a bad flag does: kopf would otherwise retry a startup handler for ever.

@@ -37,7 +37,7 @@ from kopf_scheduler.state.pod_info import PodInfo
 logger = logging.getLogger("kopf_scheduler")
 
 #: Posts an event about a pod: ``(pod, profile, event_type, reason, action, note)``; fire and forget.
-RecordEvent = Callable[[PodInfo, str, str, str, str, str, PodInfo | None], None]
+RecordEvent = Callable[[PodInfo, str, str, str, str, str, PodInfo | Mapping[str, Any] | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +208,9 @@ class ProfileHandle:
             if runtime is not None:
                 runtime.queue.activate(uids)
 
-    def reject_waiting_pod(self, uid: str) -> bool:
-        return any(runtime.framework.reject_waiting_pod(uid) for runtime in list(self._profiles.values()))
+    def reject_waiting_pod(self, uid: str, plugin: str = "", message: str = "removed") -> bool:
+        runtimes = list(self._profiles.values())
+        return any(runtime.framework.reject_waiting_pod(uid, plugin, message) for runtime in runtimes)
 
     def allow_waiting_pod(self, uid: str, plugin: str) -> bool:
         return any(runtime.framework.allow_waiting_pod(uid, plugin) for runtime in list(self._profiles.values()))
@@ -225,7 +226,7 @@ class ProfileHandle:
         reason: str,
         action: str,
         note: str,
-        related: PodInfo | None = None,
+        related: PodInfo | Mapping[str, Any] | None = None,
     ) -> None:
         if self._record_event is not None:
             self._record_event(regarding, self._name, event_type, reason, action, note, related)

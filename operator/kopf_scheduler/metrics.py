@@ -207,6 +207,14 @@ class SchedulerMetrics:
             registry=r,
         )
         self._unschedulable_labels: dict[str, set[str]] = {}
+        #: Ours (no upstream counterpart): what the "pods pending too long" alert of the chart reads.
+        self.longest_waiting_pod = Gauge(
+            "kopf_scheduler_longest_waiting_pod_seconds",
+            "Seconds since the first scheduling attempt of the longest-waiting pod that failed and waits for "
+            "another (backoff or unschedulable); 0 when there is none.",
+            ["profile"],
+            registry=r,
+        )
         self.plugin_execution_duration = Histogram(
             "scheduler_plugin_execution_duration_seconds",
             "Duration for running a plugin at a specific extension point.",
@@ -241,6 +249,9 @@ class SchedulerMetrics:
     def queue_incoming(self, queue: str, event: str) -> None:
         """``scheduler_queue_incoming_pods_total``: a pod entered ``queue`` because of ``event``."""
         self._child(self.queue_incoming_pods, queue, event).inc()
+
+    def set_longest_waiting(self, profile: str, seconds: float) -> None:
+        self.longest_waiting_pod.labels(profile=profile).set(seconds)
 
     def set_unschedulable(self, profile: str, counts: Mapping[str, int]) -> None:
         """``scheduler_unschedulable_pods{profile}``: queued pods per rejecting plugin; plugins no longer

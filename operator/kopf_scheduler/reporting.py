@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kopf_scheduler.algorithm import FitError
@@ -141,7 +141,7 @@ class Reporter:
         reason: str,
         action: str,
         note: str,
-        related: PodInfo | None = None,
+        related: PodInfo | Mapping[str, Any] | None = None,
     ) -> None:
         """A plugin's event about a pod (the Handle's ``record_event``), posted in the background."""
         self._spawn(self.post_event(pod, profile, event_type, reason, action, note, related))
@@ -193,7 +193,7 @@ class Reporter:
         reason: str,
         action: str,
         note: str,
-        related: PodInfo | None = None,
+        related: PodInfo | Mapping[str, Any] | None = None,
     ) -> None:
         client = self._client()
         if client is None:
@@ -206,7 +206,7 @@ class Reporter:
             note=note,
             reporting_controller=profile,
             reporting_instance=f"{profile}-{self._hostname}"[:128],
-            related=None if related is None else related.obj,
+            related=related.obj if isinstance(related, PodInfo) else None if related is None else dict(related),
         )
         try:
             await client.create_event(namespace=pod.namespace, body=body)

@@ -2,8 +2,8 @@
 beside the per-pod cycle of ``schedule_one.py``, whose helpers it shares.
 
 :meth:`ScheduleOne.schedule_one` hands a popped pod with a scheduling group here when its profile is
-workload-aware (upstream's GenericWorkload gate, per profile). Restated with GangScheduling on and
-TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off:
+workload-aware (upstream's GenericWorkload gate, per profile). Restated with GangScheduling,
+TopologyAwareWorkloadScheduling and WorkloadAwarePreemption on:
 
 - :meth:`PodGroupCycle.pod_group_info_for_pod` (upstream ``podGroupInfoForPod``): the popped pod and every other
   unscheduled member of its group the live pod-group state knows, each taken from the queue with
@@ -11,10 +11,14 @@ TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off:
 - :meth:`PodGroupCycle.schedule_one_pod_group`: members deleted, bound or assumed meanwhile leave the group
   (upstream ``skipPodGroupPodSchedule``), then the cycle (``podGroupCycle``): the pod groups' snapshot is brought up
   to date, the algorithm runs, and its result is submitted.
+- The placement algorithm (upstream ``podGroupSchedulingPlacementAlgorithm``, ``pod_group_placement.py``): the
+  placements the profile's PlacementGenerate plugin makes (one of every node without one), the default algorithm
+  in each, the best of those the group fits in by the PlacementScore plugins.
 - The default algorithm (upstream ``podGroupSchedulingDefaultAlgorithm``): each member in order through the
-  per-pod algorithm (``schedulingAlgorithm``: Filter, Score, PostFilter) with ``state.pod_group_cycle`` set,
-  assumed on its node for the rest of the cycle only (``ClusterCache.assume_in_snapshot``: the nodes and the
-  cycle's copy of its group), Reserve, Permit (nothing parked). The group is feasible once a member's Permit says
+  per-pod algorithm (``schedulingAlgorithm``: Filter, Score, PostFilter, where DefaultPreemption declines a pod of
+  a PodGroup: the group preempts as a whole, below) with ``state.pod_group_cycle`` set, assumed on its node for
+  the rest of the cycle only (``ClusterCache.assume_in_snapshot``: the nodes and the cycle's copy of its group),
+  Reserve, Permit (nothing parked). The group is feasible once a member's Permit says
   Success (a gang's quorum is met in the snapshot); every trial placement is undone before the result is
   submitted (Unreserve in reverse, the pod out of the snapshot, its nomination back).
 - :meth:`PodGroupCycle._submit` (``submitPodGroupAlgorithmResult``): a feasible group's placed members are
@@ -22,11 +26,13 @@ TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off:
   until the quorum is assumed for real); otherwise each member goes to the failure handler with upstream's
   status. Then the PodGroup's ``PodGroupScheduled`` condition (:meth:`PodGroupCycle._update_pod_group_condition`)
   and the ``scheduler_podgroup_*`` metrics.
-
-The seams for the gates that are off: :meth:`PodGroupCycle._scheduling_algorithm` is where upstream picks the
-placement algorithm (``podGroupSchedulingPlacementAlgorithm``, TopologyAwareWorkloadScheduling), and
-:meth:`PodGroupCycle._pod_group_cycle` where it would run ``runWorkloadAwarePreemption`` on an Unschedulable group
-(WorkloadAwarePreemption); neither runs here, exactly as upstream's code with those gates off.
+- :meth:`PodGroupCycle._run_workload_aware_preemption` (``runWorkloadAwarePreemption``, WorkloadAwarePreemption):
+  an Unschedulable group asks the profile's PodGroupPostFilter plugin (DefaultPreemption's
+  ``pod_group_post_filter``, :mod:`kopf_scheduler.plugins.default_preemption.pod_group`) to make room, judging
+  each trial with the group's algorithm again without PostFilter (upstream ``runWithoutPostFilters``). Victims
+  chosen, the group waits on preemption: its members go back to the queue (the placed ones nominated to their
+  nodes) and DefaultPreemption's PreEnqueue holds them until the victims are gone. Otherwise the group's message
+  gains the preemption's (an Error replaces it).
 """
 
 from __future__ import annotations
@@ -35,15 +41,18 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kopf_scheduler.algorithm import FitError, ScheduleResult, SchedulingError, schedule_pod
 from kopf_scheduler.framework import CycleState, PostFilterResult, Status
+from kopf_scheduler.framework.placement import PodGroupInfo
 from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.framework.status import SUCCESS, Code
+from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, WAITING_ON_PREEMPTION, SchedulerMetrics
+from kopf_scheduler.pod_group_placement import PlacementHistory, PlacementsTried, placement_algorithm
 from kopf_scheduler.queue import QueuedPodInfo
 from kopf_scheduler.reporting import Reporter, Spawn, now_rfc3339
 from kopf_scheduler.schedule_one import (
@@ -70,6 +79,9 @@ REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
 #: The kind of ``cache.objects`` that holds PodGroups (watched where the cluster serves it).
 POD_GROUP_KIND = "PodGroup"
+#: ``runWorkloadAwarePreemption``'s answers when it cannot preempt for a group.
+NO_POD_GROUP_POST_FILTER = "default preemption plugin is not registered, workload aware preemption is disabled"
+NOT_SUPPORTED_WITH_CONSTRAINTS = "workload aware preemption is not supported for pod groups with scheduling constraints"
 
 
 def pod_group_unschedulable(*reasons: str) -> Status:
@@ -121,6 +133,17 @@ class AlgorithmResult:
     #: Permit's verdict (Success or Wait) for a member that was placed.
     permit_status: Status | None = None
 
+    @property
+    def pod(self) -> PodInfo:
+        """Upstream ``algorithmResult.GetPod``."""
+        return self.qpod.pod
+
+    @property
+    def node_name(self) -> str:
+        """Upstream ``algorithmResult.GetNodeName``: where it was placed (its nominated node when it needs
+        preemption), "" when it was not."""
+        return self.result.suggested_host if self.result is not None else ""
+
 
 @dataclass(slots=True, eq=False)
 class PodGroupAlgorithmResult:
@@ -131,6 +154,11 @@ class PodGroupAlgorithmResult:
     status: Status
     pod_results: list[AlgorithmResult] = field(default_factory=list)
     waiting_on_preemption: bool = False
+
+    @property
+    def pod_trials(self) -> list[AlgorithmResult]:
+        """The members' results, as the placement algorithm reads them."""
+        return self.pod_results
 
 
 class PodGroupCycle:
@@ -157,6 +185,8 @@ class PodGroupCycle:
         #: Upstream patches synchronously inside the cycle, so its next cycle reads its own write; ours is sent
         #: asynchronously, and a cycle right after (the rest of a group) must not regress a True it just wrote.
         self._written: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        #: The placements each group's last cycle tried (``/explain``).
+        self.placements = PlacementHistory()
 
     def schedule(self, runtime: ProfileRuntime, qpod: QueuedPodInfo) -> None:
         """Upstream ``ScheduleOne``'s branch for a pod with a scheduling group: its group's cycle, or the failure
@@ -207,27 +237,74 @@ class PodGroupCycle:
         self._pod_group_cycle(runtime, runtime.framework, group)
 
     def _pod_group_cycle(self, runtime: ProfileRuntime, framework: Framework, group: QueuedPodGroupInfo) -> None:
-        """Upstream ``podGroupCycle``: the algorithm on a snapshot brought up to date, then the result submitted.
-
-        With WorkloadAwarePreemption an Unschedulable result would run ``runWorkloadAwarePreemption`` here
-        (the group's PodGroupPostFilter) before it is submitted; that gate is off, so nothing runs in between.
-        """
+        """Upstream ``podGroupCycle``: the algorithm on a snapshot brought up to date; an Unschedulable group then
+        runs workload-aware preemption (victims chosen: it waits on preemption; otherwise its message gains the
+        preemption's, or an Error replaces it); then the result is submitted."""
         start = time.perf_counter()
         self._cache.update_pod_group_snapshot()
-        result = self._scheduling_algorithm(framework, self._cache.snapshot(), group)
+        snapshot = self._cache.snapshot()
+        result = self._scheduling_algorithm(framework, snapshot, group)
         self._metrics.podgroup_scheduling_algorithm_duration.observe(time.perf_counter() - start)
+        if result.status.code is Code.UNSCHEDULABLE:
+            status = self._run_workload_aware_preemption(framework, snapshot, group)
+            if status.is_success:
+                result.waiting_on_preemption = True
+            elif status.code is Code.ERROR:
+                result.status = status
+            else:  # upstream ``AppendReason(status.String())``
+                result.status = replace(result.status, reasons=(*result.status.reasons, status.message))
         self._submit(runtime, framework, group, result, start)
 
-    def _scheduling_algorithm(
+    def _run_workload_aware_preemption(
         self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo
+    ) -> Status:
+        """Upstream ``runWorkloadAwarePreemption``: the profile's PodGroupPostFilter plugin (DefaultPreemption)
+        makes room for the group, judging each trial with the group's algorithm without PostFilter; the plugin
+        puts the cache back as it was (upstream's ``BackupSnapshot`` and restore)."""
+        plugins = framework.pod_group_post_filter_plugins
+        if not plugins:
+            return Status(Code.UNSCHEDULABLE, (NO_POD_GROUP_POST_FILTER,))
+        pod_group = self._cache.objects.get(POD_GROUP_KIND, group.name, group.namespace)
+        if pod_group is None:
+            not_found = f"podgroup.scheduling.k8s.io {go_quote(group.name)} not found"
+            return Status(Code.ERROR, (f"failed to get pod group object: {not_found}",))
+        constraints = (pod_group.get("spec") or {}).get("schedulingConstraints")
+        if constraints is not None and (constraints.get("topology") or []):
+            return Status(Code.UNSCHEDULABLE, (NOT_SUPPORTED_WITH_CONSTRAINTS,))
+
+        def schedule() -> Status:
+            return self._scheduling_algorithm(framework, snapshot, group, skip_post_filters=True).status
+
+        try:
+            return plugins[0].pod_group_post_filter(pod_group, group.unscheduled_pods, schedule)
+        except Exception as e:
+            logger.exception("Workload-aware preemption failed for pod group %s", group.key)
+            return Status.as_error(e)
+
+    def _scheduling_algorithm(
+        self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo, *, skip_post_filters: bool = False
     ) -> PodGroupAlgorithmResult:
-        """Upstream ``podGroupSchedulingAlgorithm``: with TopologyAwareWorkloadScheduling the placement algorithm
-        (placements generated, each tried with the default algorithm, the best scored); that gate is off, so the
-        default algorithm over every node."""
-        return self._default_algorithm(framework, snapshot, group)
+        """Upstream ``podGroupSchedulingAlgorithm`` with TopologyAwareWorkloadScheduling on: the placement algorithm
+        (``pod_group_placement.py``: placements generated, each tried with the default algorithm, the best scored).
+        ``skip_post_filters``: upstream's ``runWithoutPostFilters`` (workload-aware preemption's trials). What the
+        cycle's own run tried (not preemption's trials) is kept for ``/explain``."""
+        info = PodGroupInfo(group.namespace, group.name, tuple(group.unscheduled_pods))
+        tried = None if skip_post_filters else PlacementsTried(time.time(), "")
+        result = placement_algorithm(
+            framework,
+            snapshot,
+            info,
+            lambda: self._default_algorithm(framework, snapshot, group, skip_post_filters=skip_post_filters),
+            PodGroupAlgorithmResult,
+            rng=self._rng,
+            tried=tried,
+        )
+        if tried is not None:
+            self.placements.record(group.namespace, group.name, tried)
+        return result
 
     def _default_algorithm(
-        self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo
+        self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo, *, skip_post_filters: bool = False
     ) -> PodGroupAlgorithmResult:
         """Upstream ``podGroupSchedulingDefaultAlgorithm``: each member in order, the ones placed so far assumed
         for the next; a rejected member does not stop the others, an error does. Feasible once a member's Permit
@@ -238,7 +315,7 @@ class PodGroupCycle:
         requires_preemption = False
         try:
             for qpod in group.queued_pod_infos:
-                pod_result, revert = self._pod_algorithm(framework, snapshot, qpod)
+                pod_result, revert = self._pod_algorithm(framework, snapshot, qpod, skip_post_filters)
                 result.pod_results.append(pod_result)
                 if not pod_result.status.is_success and not pod_result.requires_preemption:
                     if pod_result.status.is_rejected:
@@ -263,14 +340,16 @@ class PodGroupCycle:
         return result
 
     def _pod_algorithm(
-        self, framework: Framework, snapshot: Snapshot, qpod: QueuedPodInfo
+        self, framework: Framework, snapshot: Snapshot, qpod: QueuedPodInfo, skip_post_filters: bool = False
     ) -> tuple[AlgorithmResult, Callable[[], None] | None]:
         """Upstream ``podGroupPodSchedulingAlgorithm``: one member through the per-pod algorithm (PostFilter
-        included), then, placed (or nominated by PostFilter: it needs preemption), assumed for this cycle,
-        Reserved and Permitted. Returns its result and, when it stays placed, how to undo that."""
+        included unless ``skip_post_filters``), then, placed (or nominated by PostFilter: it needs preemption),
+        assumed for this cycle, Reserved and Permitted. Returns its result and, when it stays placed, how to undo
+        that."""
         pod = qpod.pod
-        state = new_cycle_state()
+        state = new_cycle_state()  # upstream ``initPodSchedulingContext``
         state.pod_group_cycle = True
+        state.skip_all_post_filter_plugins = skip_post_filters
         started = time.perf_counter()
         requires_preemption = False
         status = SUCCESS
@@ -346,8 +425,8 @@ class PodGroupCycle:
         for i, qpod in enumerate(group.queued_pod_infos):
             if i < len(group_result.pod_results):
                 pod_result = group_result.pod_results[i]
-            else:  # after a group-wide failure: the member shares the group's status
-                pod_result = AlgorithmResult(qpod, new_cycle_state(), group_status)
+            else:  # after a group-wide failure: the member shares the group's status (its nomination left as is)
+                pod_result = AlgorithmResult(qpod, new_cycle_state(), group_status, nominated_node=None)
             # As the per-pod cycle: the member's attempt started its algorithm's duration ago.
             started = time.perf_counter() - pod_result.duration
             if group_status.code is Code.ERROR:

@@ -8,6 +8,8 @@ names the setting.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +62,16 @@ class RunSettings(BaseModel):
         default_factory=lambda: ["/healthz", "/readyz", "/livez"],
         description="Paths served without authorization (a trailing * matches a prefix).",
     )
+    authentication_kubeconfig: str = Field(
+        default="", description="kubeconfig of the API server that reviews tokens; empty: the operator's own."
+    )
+    authorization_kubeconfig: str = Field(
+        default="", description="kubeconfig of the API server that reviews access; empty: the operator's own."
+    )
+    leader_elect: bool = Field(
+        default=True,
+        description="Replicas meet in the peering and one schedules; false: this replica schedules alone, unpaused.",
+    )
 
     @model_validator(mode="after")
     def _backoffs_ordered(self) -> RunSettings:
@@ -93,6 +105,11 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise SettingsError(f"config file {path}: expected a mapping at the top level")
     api_version, kind = document.pop("apiVersion", None), document.pop("kind", None)
+    if kind == "KubeSchedulerConfiguration":
+        raise SettingsError(
+            f"config file {path} is a KubeSchedulerConfiguration: its profiles become SchedulerProfiles with "
+            f"`kopf-scheduler convert {path}` (kubectl apply them); the rest maps onto {CONFIG_KIND} or flags"
+        )
     if api_version != CONFIG_API_VERSION or kind != CONFIG_KIND:
         raise SettingsError(
             f"config file {path}: apiVersion/kind must be {CONFIG_API_VERSION}/{CONFIG_KIND}, got {api_version}/{kind}"
@@ -118,3 +135,70 @@ def resolve_settings(*, config_file: str | Path | None, overrides: dict[str, Any
 def dump_settings(settings: RunSettings) -> str:
     document = {"apiVersion": CONFIG_API_VERSION, "kind": CONFIG_KIND, **settings.model_dump(by_alias=True)}
     return yaml.safe_dump(document, sort_keys=False)
+
+
+# -- kube-scheduler's command line ------------------------------------------------------------------------------
+#: kube-scheduler's flag (argparse dest) → the RunSettings field it sets, where the meaning is the same.
+KUBE_SCHEDULER_FLAGS = {
+    "secure_port": "metrics_port",
+    "logging_format": "log_format",
+    "authentication_kubeconfig": "authentication_kubeconfig",
+    "authorization_kubeconfig": "authorization_kubeconfig",
+    "leader_elect": "leader_elect",
+    "leader_elect_resource_name": "peering_name",
+}
+#: kube-scheduler's flags that kopf peering cannot honour: why, for the error.
+REFUSED_FLAGS = {
+    "leader_elect_renew_deadline": "kopf peering has no renew deadline",
+    "leader_elect_retry_period": "kopf peering keeps itself alive on its own schedule",
+}
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration_seconds(text: str) -> float:
+    """A Go ``time.Duration`` string (``15s``, ``1m30s``, ``1.5h``) in seconds."""
+    parts = _GO_DURATION.findall(text)
+    if not text or "".join(number + unit for number, unit in parts) != text:
+        raise SettingsError(f"invalid duration {text!r}: expected e.g. 15s, 1m30s")
+    return sum(float(number) * _GO_UNITS[unit] for number, unit in parts)
+
+
+def kube_scheduler_overrides(flags: Mapping[str, Any], given: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The settings kube-scheduler's flags set (``flags``: argparse dests given), checked against the overrides of
+    our own flags (``given``: field → value) for contradictions; and notices to log for flags that change nothing.
+
+    Same meaning: ``--secure-port``, ``--logging-format``, ``--authentication-kubeconfig``,
+    ``--authorization-kubeconfig``, ``--leader-elect``, ``--leader-elect-resource-name`` (the peering's name),
+    ``--leader-elect-lease-duration`` (the peering lifetime, whole seconds), ``-v`` (4 or more: debug, else info).
+    ``--leader-elect-resource-lock`` accepts ``leases``, ``--leader-elect-resource-namespace`` changes nothing (the
+    peering is cluster-scoped); the renew deadline and retry period are refused.
+    """
+    overrides = {KUBE_SCHEDULER_FLAGS[dest]: value for dest, value in flags.items() if dest in KUBE_SCHEDULER_FLAGS}
+    notices: list[str] = []
+    for dest, why in REFUSED_FLAGS.items():
+        if dest in flags:
+            flag = "--" + dest.replace("_", "-")
+            raise SettingsError(
+                f"{flag} is not supported: {why}; use --leader-elect-lease-duration (--peering-lifetime)"
+            )
+    if "verbosity" in flags:
+        overrides["log_level"] = "debug" if int(flags["verbosity"]) >= 4 else "info"
+    if "leader_elect_lease_duration" in flags:
+        seconds = go_duration_seconds(flags["leader_elect_lease_duration"])
+        if seconds != int(seconds):
+            raise SettingsError(
+                f"--leader-elect-lease-duration={flags['leader_elect_lease_duration']}: whole seconds only"
+            )
+        overrides["peering_lifetime"] = int(seconds)
+    lock = flags.get("leader_elect_resource_lock", "leases")
+    if lock != "leases":
+        raise SettingsError(
+            f"--leader-elect-resource-lock={lock}: only leases is accepted (the replicas meet in a ClusterKopfPeering)"
+        )
+    if "leader_elect_resource_namespace" in flags:
+        notices.append("--leader-elect-resource-namespace changes nothing: the peering is cluster-scoped")
+    for field, value in overrides.items():
+        if field in given and given[field] != value:
+            raise SettingsError(f"{field}: set twice, to {given[field]!r} and {value!r} (kube-scheduler's flag name)")
+    return overrides, notices

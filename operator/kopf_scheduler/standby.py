@@ -46,6 +46,8 @@ class WarmStandby:
         self._follow_while_paused = follow
         self._retry_seconds = retry_seconds
         self._following: asyncio.Task[None] | None = None
+        #: kopf peering has paused this replica (another one is active); False until a pause is seen.
+        self.paused = False
 
     @property
     def following(self) -> bool:
@@ -57,12 +59,14 @@ class WarmStandby:
         try:
             while True:
                 await paused.wait_for(True)
+                self.paused = True
                 self._events.invalidate()  # kopf's watches have stopped: from now on they miss what happens
                 if self._follow_while_paused:
                     self._following = asyncio.create_task(self._follow())
                 else:
                     logger.debug("paused: the cache is listed again when this replica resumes (delayCacheUntilActive)")
                 await paused.wait_for(False)
+                self.paused = False
                 await self.hand_over()
         finally:
             await self.hand_over()

@@ -158,7 +158,8 @@ def _quiet_operator_log() -> Iterator[None]:
 
 
 def format_verdict(verdict: ProfileVerdict) -> str:
-    """The verdict for a terminal: the Ready condition, then the plugins per extension point (weights at score)."""
+    """The verdict for a terminal: the Ready condition, then the plugins per extension point (weights at score and
+    placementScore)."""
     status = "Ready" if verdict.ready else "not Ready"
     lines = [f"{verdict.name}: {status} ({verdict.reason}): {verdict.message}"]
     if not verdict.pipeline_status:

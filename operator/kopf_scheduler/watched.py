@@ -10,7 +10,8 @@ holds any kind of this table).
 
 An *optional* row is an API a cluster may not serve: upstream 1.36's workload-aware scheduling API
 (scheduling.k8s.io/v1alpha2 Workload and PodGroup) is alpha, served only with kube-apiserver's GenericWorkload
-feature gate and ``--runtime-config=scheduling.k8s.io/v1alpha2=true``. The operator finds at start-up which
+feature gate and ``--runtime-config=scheduling.k8s.io/v1alpha2=true``; scheduler-plugins' Coscheduling PodGroup
+(scheduling.x-k8s.io/v1alpha1) is served only where its CRD is installed. The operator finds at start-up which
 optional rows are served (one discovery GET per API group version, ``EventHandlers.discover``) and lists and
 follows only those; kopf skips the resources a cluster does not serve on its own; what-if does the same discovery.
 
@@ -58,6 +59,11 @@ class WatchedKind:
     get: bool = False
     #: The API server may not serve it (an alpha API): watched only where discovery finds it served.
     optional: bool = False
+    #: The objects' ``kind`` where it differs from :attr:`kind`, which names the row (two APIs call a kind PodGroup).
+    api_kind: str = ""
+    #: Upstream's ``EventResource`` string where it is not ``group/Kind``: an out-of-tree custom resource's events
+    #: are named ``plural.version.group``, as scheduler-plugins registers them.
+    event_name: str = ""
 
     @property
     def api_prefix(self) -> str:
@@ -76,6 +82,8 @@ class WatchedKind:
     @property
     def event_resource(self) -> str:
         """Upstream's ``EventResource`` string of the kind: ``Kind`` in the core group, ``group/Kind`` otherwise."""
+        if self.event_name:
+            return self.event_name
         return f"{self.group}/{self.kind}" if self.group else self.kind
 
     @property
@@ -123,6 +131,21 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     # A PodGroup's add moves the pods GangScheduling parked waiting for it (upstream's PodGroup event resource).
     WatchedKind(
         "PodGroup", _SCHEDULING, "v1alpha2", "podgroups", True, _OBJECTS, cluster_event=True, get=True, optional=True
+    ),
+    # scheduler-plugins' Coscheduling API (a CRD, optional): pods name their PodGroup in the
+    # scheduling.x-k8s.io/pod-group label. Its add and update move the pods Coscheduling rejected (as it registers
+    # them); read from the cache only, so list and watch, no get.
+    WatchedKind(
+        "CoschedulingPodGroup",
+        "scheduling.x-k8s.io",
+        "v1alpha1",
+        "podgroups",
+        True,
+        _OBJECTS,
+        cluster_event=True,
+        optional=True,
+        api_kind="PodGroup",
+        event_name="podgroups.v1alpha1.scheduling.x-k8s.io",
     ),
     WatchedKind("Pod", _CORE, "v1", "pods", True, Feed.POD, get=True),
 )

@@ -1,9 +1,10 @@
 """Differences of the gang timelines that a feature not yet on main explains, recognised by their exact shape.
 
-The lead's decision: a workload-aware profile behaves as kube-scheduler v1.36.3 with all four gates on. On main
-the pod-group cycle runs upstream's default algorithm, as with TopologyAwareWorkloadScheduling and
-WorkloadAwarePreemption off; both are being built on other branches. Until they are merged, two differences
-follow from that alone, and each is recognised only in this exact form (anything else stays a disagreement):
+The lead's decision: a workload-aware profile behaves as kube-scheduler v1.36.3 with all four gates on. When the
+timelines were written, main's pod-group cycle ran upstream's default algorithm, as with
+TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off (both were being built on other branches), and two
+differences followed from that alone, each recognised only in this exact form (anything else stays a
+disagreement):
 
 - **TopologyAwareWorkloadScheduling**: with the gate on, every pod-group cycle runs the placement algorithm
   (``podGroupSchedulingPlacementAlgorithm``), even without constraints (one placement of all nodes), so an
@@ -25,8 +26,9 @@ from collections.abc import Sequence
 
 PLACEMENT = "TopologyAwareWorkloadScheduling"
 GROUP_PREEMPTION = "WorkloadAwarePreemption"
-#: The features whose absence on main explains a difference (remove one when its branch is merged).
-PENDING: frozenset[str] = frozenset({PLACEMENT, GROUP_PREEMPTION})
+#: The features whose absence on main explains a difference (remove one when its branch is merged). Both are
+#: merged now: no difference is excused, and these shapes are kept for the next feature that lags upstream's gates.
+PENDING: frozenset[str] = frozenset()
 
 _PLACEMENTS = re.compile(r"^0/\d+ placements are available, first placement status: ")
 NOT_ELIGIBLE = "preemption: not eligible due to workload aware preemption enabled"

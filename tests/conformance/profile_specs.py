@@ -64,7 +64,9 @@ POINTS = (
 OMITTED_DEFAULTS: tuple[str, ...] = ()
 #: Plugins removed from the v1 API (upstream ``invalidPluginsByVersion``).
 REMOVED = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
-UNKNOWN = ("NoSuchPlugin", "nodeaffinity", "Coscheduling", "Node Affinity")
+#: Unknown to kube-scheduler and to us (Coscheduling is ours since issue 36: an out-of-tree plugin of upstream's
+#: scheduler-plugins that is still unknown here stands in for it).
+UNKNOWN = ("NoSuchPlugin", "nodeaffinity", "CapacityScheduling", "Node Affinity")
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 
@@ -424,11 +426,13 @@ def _omitted_default(rng: random.Random) -> tuple[dict[str, Any], str]:
     return {"plugins": _plugins(point, [_entry(name)])}, "omitted-default-enabled"
 
 
-def _placement_point(rng: random.Random) -> tuple[dict[str, Any], str]:
-    # v1.36's alpha extension points (TopologyAwareWorkloadScheduling, gated off): in upstream's v1 API, not ours.
+def _placement_point(rng: random.Random) -> dict[str, Any]:
+    # v1.36's alpha extension points (TopologyAwareWorkloadScheduling): in upstream's v1 API and ours (issue 35); a
+    # Score plugin enabled there is refused on both sides (`plugin "X" does not extend PlacementScorePlugin plugin`).
+    # Once a deliberate difference (an unknown field for us): the draws stay so that every seed keeps its spec.
     point = rng.choice(("placementGenerate", "placementScore"))
     pset = rng.choice(({}, {"disabled": [{"name": "*"}]}, {"enabled": [{"name": rng.choice(SCORE_PLUGINS)}]}))
-    return {"plugins": {point: pset}}, "placement-points"
+    return {"plugins": {point: pset}}
 
 
 #: (category, relative frequency, builder). Builders returning a tuple mark a deliberate difference.

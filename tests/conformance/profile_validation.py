@@ -71,13 +71,6 @@ DELIBERATE: dict[str, str] = {
         '`enabled` list (`FilterPlugin "" does not exist`) and ignores a `pluginConfig` entry or a `disabled` '
         "entry that names no plugin. Such an entry configures nothing, so `kubectl apply` says so at once."
     ),
-    "placement-points": (
-        "v1.36 added two alpha extension points, `placementGenerate` and `placementScore` (feature gate "
-        "TopologyAwareWorkloadScheduling, off by default; none of the plugins we share implements them). Our "
-        "spec does not have them, so naming one is an unknown field for us; upstream accepts an empty or "
-        'disabled set there and refuses any enabled plugin (`plugin "X" does not extend PlacementScorePlugin '
-        "plugin`). Adding the fields would mean CRD fields that can only ever be empty."
-    ),
     "omitted-default-enabled": (
         "a user who enables an upstream default we have not implemented would get `... does not exist (a "
         "kube-scheduler default plugin that kopf-scheduler does not implement yet)`: we could not run it, and "

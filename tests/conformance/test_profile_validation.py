@@ -61,3 +61,47 @@ def test_deliberate_fit_args_difference_is_still_there(tmp_path: Path) -> None:
     assert result.upstream.accepted
     assert not result.ours.accepted
     assert result.ours.layer == "builder"
+
+
+@pytest.mark.parametrize(
+    ("spec", "accepted"),
+    [
+        pytest.param(
+            {
+                "plugins": {
+                    "multiPoint": {
+                        "enabled": [
+                            {"name": "GangScheduling"},
+                            {"name": "TopologyPlacementGenerator"},
+                            {"name": "PodGroupPodsCount", "weight": 2},
+                        ]
+                    }
+                }
+            },
+            True,
+            id="placement-plugins-through-multi-point",
+        ),
+        pytest.param(
+            # Upstream's NodeResourcesFit is a PlacementScore plugin (v1.36.3, any gate): accepted there.
+            {"plugins": {"placementScore": {"enabled": [{"name": "NodeResourcesFit", "weight": 3}]}}},
+            True,
+            id="node-resources-fit-at-placement-score",
+        ),
+        pytest.param(
+            {"plugins": {"placementScore": {"enabled": [{"name": "ImageLocality"}]}}},
+            False,
+            id="a-score-plugin-at-placement-score",
+        ),
+        pytest.param(
+            {"plugins": {"placementGenerate": {"enabled": [{"name": "PodGroupPodsCount"}]}}},
+            False,
+            id="a-placement-scorer-at-placement-generate",
+        ),
+    ],
+)
+def test_placement_points_agree_with_upstream(spec: dict, accepted: bool, tmp_path: Path) -> None:
+    # v1.36's placement extension points (issue 35): once an unknown field for us, now upstream's verdict and text.
+    result = _both(spec, tmp_path)
+    assert (result.upstream.accepted, result.ours.accepted) == (accepted, accepted)
+    if not accepted:
+        assert result.message == "match", result.problems

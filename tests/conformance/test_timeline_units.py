@@ -105,7 +105,7 @@ def test_pending_features_explain_their_exact_differences_only() -> None:
         [_group("b", message + "No preemption victims found for incoming preemptor")],
     )
     ours = state_of([_pod("b-0", "b", message=OUR_POD)], [_group("b", "pod group is unschedulable")])
-    problems = compare(up, ours)
+    problems = compare(up, ours, frozenset({PLACEMENT, GROUP_PREEMPTION}))
     assert [p.pending for p in problems] == [(GROUP_PREEMPTION,), (PLACEMENT, GROUP_PREEMPTION)]
     # Once the features are merged, the same differences are disagreements.
     assert [p.pending for p in compare(up, ours, frozenset())] == [(), ()]

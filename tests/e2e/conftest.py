@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.conftest import Cluster, _dns_label
 from tests.e2e.operator_process import OperatorProcess, apply_crds, create_profile, delete_peering, delete_profile
@@ -125,3 +127,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for process in item.stash.get(_OPERATORS_KEY, []):
             report.sections.append((f"operator log tail: {process.name}", process.log_tail(80)))
     return report
+
+
+@pytest.fixture
+def priority_classes(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """``{"low": name, "high": name}``: PriorityClasses of value 10 and 1000, deleted after the test (the
+    Priority admission plugin refuses a bare ``spec.priority``)."""
+    scheduling = client.SchedulingV1Api(cluster.api)
+    token = secrets.token_hex(3)
+    names = {"low": f"e2e-pc-{token}-low", "high": f"e2e-pc-{token}-high"}
+    for level, value in (("low", 10), ("high", 1000)):
+        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": names[level]}}
+        scheduling.create_priority_class({**body, "value": value})
+    try:
+        yield names
+    finally:
+        for name in names.values():
+            try:
+                scheduling.delete_priority_class(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise

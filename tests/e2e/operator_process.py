@@ -627,10 +627,13 @@ class Event:
     regarding: ObjectRef
     event_time: str
     count: int
+    #: The second object the event involves (a preemption's preemptor), if any.
+    related: ObjectRef | None = None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Event:
         regarding = raw.get("regarding") or {}
+        related = raw.get("related")
         return cls(
             name=(raw.get("metadata") or {}).get("name", ""),
             type=raw.get("type") or "",
@@ -642,6 +645,9 @@ class Event:
             regarding=ObjectRef(**{k: regarding.get(k) or "" for k in ("kind", "name", "namespace", "uid")}),
             event_time=raw.get("eventTime") or raw.get("deprecatedFirstTimestamp") or "",
             count=1 + int((raw.get("series") or {}).get("count") or 0),
+            related=None
+            if not related
+            else ObjectRef(**{k: related.get(k) or "" for k in ("kind", "name", "namespace", "uid")}),
         )
 
 

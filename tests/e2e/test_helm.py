@@ -45,6 +45,7 @@ from tests.e2e.operator_process import (
     PEERING_VERSION,
     PROFILE_FINALIZER,
     OperatorProcess,
+    apply_crds,
     delete_profile,
     get_profile,
     pod_condition,
@@ -501,3 +502,21 @@ def _core_scenario(cluster: Cluster, namespace: str, profile: str, nodes: list[s
     with contextlib.suppress(ApiException):
         cluster.core.delete_namespaced_pod("too-big", namespace, grace_period_seconds=0)
     assert operator.alive()
+
+
+# ---- scheduler-plugins' PodGroup CRD (coscheduling.installCRD) ------------------------------------------------
+
+
+def test_the_podgroup_crd_another_installation_owns_is_left_alone(cluster: Cluster, release: Release) -> None:
+    """With ``coscheduling.installCRD`` the chart installs the PodGroup CRD only where the cluster has none (or its
+    own release installed it): one applied by someone else (here with kubectl, as scheduler-plugins' manifests
+    do) is neither replaced nor adopted, and the install succeeds (Helm would refuse to take over an object it
+    does not own)."""
+    apply_crds(cluster.api, CHART / "files" / "coscheduling")
+    name = "podgroups.scheduling.x-k8s.io"
+    release.install({"peering": {"name": release.peering}, "coscheduling": {"installCRD": True}})
+    manifest = release.helm("get", "manifest", release.name).stdout
+    assert name not in manifest
+    crd = client.ApiextensionsV1Api(cluster.api).read_custom_resource_definition(name)
+    assert "meta.helm.sh/release-name" not in (crd.metadata.annotations or {})
+    assert _established(cluster.api, name)

@@ -188,7 +188,10 @@ def podman_run_args(
         if "value" in item:
             env[item["name"]] = item["value"]
         else:
-            assert item["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, item
+            # As rendered, or as the API server returns it (with the defaulted apiVersion).
+            field_ref = item["valueFrom"]["fieldRef"]
+            assert field_ref["fieldPath"] == "metadata.name", item
+            assert field_ref.get("apiVersion", "v1") == "v1", item
             env[item["name"]] = pod_name
     for name, value in env.items():
         options += ["--env", f"{name}={value}"]

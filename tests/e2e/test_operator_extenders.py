@@ -180,27 +180,6 @@ def test_prioritizer_without_weight_is_refused_with_upstreams_message(
     assert "extenders[0].weight: Invalid value: 0: must have a positive weight applied to it" in condition["message"]
 
 
-@pytest.fixture
-def priority_classes(cluster: Cluster) -> Iterator[dict[str, str]]:
-    """``{"low": name, "high": name}``: PriorityClasses of value 10 and 1000, deleted after the test (the
-    Priority admission plugin refuses a bare ``spec.priority``)."""
-    scheduling = client.SchedulingV1Api(cluster.api)
-    token = secrets.token_hex(3)
-    names = {"low": f"e2e-ext-{token}-low", "high": f"e2e-ext-{token}-high"}
-    for level, value in (("low", 10), ("high", 1000)):
-        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": names[level]}}
-        scheduling.create_priority_class({**body, "value": value})
-    try:
-        yield names
-    finally:
-        for name in names.values():
-            try:
-                scheduling.delete_priority_class(name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-
-
 def test_extender_preempt_verb_chooses_the_node_and_its_victims(
     cluster: Cluster,
     kwok_nodes: NodeFactory,

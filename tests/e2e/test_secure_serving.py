@@ -9,7 +9,8 @@ upstream (``k8s.io/apiserver`` delegated authn/authz with kube-scheduler's defau
 - a token the API server rejects: 401 ``Unauthorized``;
 - a valid token without the role: 403 naming the ServiceAccount;
 - a valid token with the role: ``/metrics`` and ``/explain/...`` served (``kopf-scheduler explain`` too);
-- ``/healthz`` open to anyone.
+- ``/healthz``, ``/livez`` and ``/readyz`` open to anyone, in k8s.io/apiserver's healthz format; ``/readyz``
+  fails until the cache is synced (kube-scheduler's ``sched-handler-sync``) and names the replica's standing.
 
 Those refusals are compared byte for byte with upstream kube-scheduler's, started with delegated authn/authz
 against the same API server and asked the same requests.
@@ -20,17 +21,24 @@ gauge, the queue entries by event, the unschedulable pods by plugin, build info 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import secrets
 import shutil
+import socket
 import ssl
 import subprocess
+import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 
 from tests.conftest import Cluster, NodeFactory
@@ -38,6 +46,7 @@ from tests.e2e.conftest import OperatorFactory, ProfileFactory
 from tests.e2e.operator_process import (
     OperatorProcess,
     create_pods,
+    ensure_peering,
     operator_command,
     pod_manifest,
     unverified_tls,
@@ -219,5 +228,101 @@ def test_refusals_are_kube_schedulers_byte_for_byte(cluster: Cluster, operator_f
             assert expected[0] in (401, 403), expected
             assert _get_url(ours + path, token) == expected, (path, token)
         assert _get_url(ours + "/healthz", None) == _get_url(theirs + "/healthz", None) == (200, "text/plain", "ok")
+        for path in ("/livez", "/livez?verbose", "/livez/ping", "/readyz"):  # /readyz's checks are ours, see below
+            assert _get_url(ours + path, None) == _get_url(theirs + path, None), path
+        assert _get_url(ours + "/livez?verbose", None)[2] == "[+]ping ok\nlivez check passed\n"
     finally:
         cluster.local.stop_component(name)
+
+
+def _status(url: str) -> int:
+    """The HTTP status of an anonymous GET; 0 while nothing listens."""
+    try:
+        return _get_url(url, None)[0]
+    except urllib.error.URLError:
+        return 0
+
+
+class _HeldRelay:
+    """A TCP relay to the API server that holds every connection until :meth:`release`: an API server that does
+    not answer yet, for the operator alone (the test's own client goes straight to it)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self._target = target
+        self._released = threading.Event()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def close(self) -> None:
+        self._server.close()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self._server.accept()
+                threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
+
+    def _relay(self, conn: socket.socket) -> None:
+        self._released.wait()
+        upstream = socket.create_connection(self._target)
+        for source, sink in ((conn, upstream), (upstream, conn)):
+            threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def test_kube_scheduler_flags_and_readyz_false_until_the_cache_syncs(
+    cluster: Cluster, crds: list[str], peering_name: str, tmp_path: Path
+) -> None:
+    """kubeadm's kube-scheduler flags carry over; /livez passes at once, /readyz only once the first LIST is in."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = urllib.parse.urlsplit(config["clusters"][0]["cluster"]["server"])
+    relay = _HeldRelay((server.hostname or "127.0.0.1", server.port or 443))
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{relay.port}"
+    held = tmp_path / "held.kubeconfig"
+    held.write_text(yaml.safe_dump(config))
+    ensure_peering(cluster.api, peering_name)
+    kubeconfig = str(cluster.kubeconfig)
+    operator = OperatorProcess(
+        held,
+        peering_name=peering_name,
+        log_dir=tmp_path,
+        create_peering=False,
+        extra_args=[
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=true",
+            "--leader-elect-lease-duration=15s",
+            "--leader-elect-resource-namespace=kube-system",
+            "--logging-format=json",
+            "-v=2",
+        ],
+    )
+    try:
+        operator.start(wait=False)
+        ours = f"https://127.0.0.1:{operator.metrics_port}"
+        wait_for(lambda: _status(ours + "/livez") == 200, timeout=60, message=operator.log_tail)
+        time.sleep(2)  # the operator is up and asking; the API server it reaches answers nothing yet
+        status, _, body = _get_url(ours + "/readyz?verbose", None)
+        assert status == 500
+        assert "[-]sched-handler-sync failed: reason withheld\n" in body
+        assert body.endswith("readyz check failed\n")
+        relay.release()
+        wait_for(lambda: _status(ours + "/readyz") == 200, timeout=60, message=operator.log_tail)
+        _, _, body = _get_url(ours + "/readyz?verbose", None)
+        assert "[+]sched-handler-sync ok\n" in body
+        assert re.search(r"\[\+\]peering ok: (active|standby)\n", body), body
+        assert '"msg": "--leader-elect-resource-namespace changes nothing' in operator.log_text()  # JSON logs
+    finally:
+        operator.stop()
+        relay.close()

@@ -28,6 +28,8 @@ class FakeClient:
         self.status_patches: list[tuple[str, dict[str, Any]]] = []
         #: PodGroup status patches (the pod-group cycle's PodGroupScheduled condition), as (namespace, name, patch).
         self.pod_group_patches: list[tuple[str, str, dict[str, Any]]] = []
+        #: Coscheduling PodGroup status patches, as (namespace, name, patch).
+        self.coscheduling_patches: list[tuple[str, str, dict[str, Any]]] = []
         self.bind_errors: dict[str, APIError] = {}
         self.lists: dict[str, list[dict[str, Any]]] = {}
         #: Path → the resourceVersion its LIST reports (none when absent).
@@ -142,6 +144,19 @@ class FakeClient:
         self.discovered.append(api_prefix)
         return self.discovery.get(api_prefix)
 
+    async def patch_coscheduling_pod_group_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.coscheduling_patches.append((namespace, name, patch))
+
+    async def list_labelled_pods(self, *, namespace: str, selector: str) -> list[dict[str, Any]]:
+        key, _, value = selector.partition("=")
+        pods = self.lists.get("/api/v1/pods", [])
+        return [
+            pod
+            for pod in pods
+            if (pod.get("metadata") or {}).get("namespace") == namespace
+            and ((pod.get("metadata") or {}).get("labels") or {}).get(key) == value
+        ]
+
     async def list_all(self, path: str) -> list[dict[str, Any]]:
         return self.lists.get(path, [])
 
@@ -216,3 +231,17 @@ def drive(app: SchedulerApp, profile: str = "sp") -> None:
         await app.drain()
 
     asyncio.run(go())
+
+
+def apply_manifests(app: SchedulerApp, docs: list[dict[str, Any]]) -> None:
+    """An example file's documents as the operator would see them applied: each SchedulerProfile applied (and
+    Ready), each PodGroup and Pod as its watch's ADDED event (given a uid and a resourceVersion)."""
+    for doc in docs:
+        meta = doc["metadata"]
+        meta.update(uid=f"uid-{meta['name']}", resourceVersion="1")
+        if doc["kind"] == "SchedulerProfile":
+            assert app.apply_profile(name=meta["name"], spec=doc["spec"], generation=1).ready
+        elif doc["kind"] == "PodGroup":
+            app.on_watch_event("PodGroup", "ADDED", doc)
+        else:
+            app.on_pod_event("ADDED", doc)

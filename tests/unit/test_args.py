@@ -97,6 +97,7 @@ def test_every_upstream_args_kind_has_a_model() -> None:
     # The upstream plugins with v1 args types: their in-tree classes name the model.
     registry = in_tree_registry()
     assert {name for name, cls in registry.items() if cls.args_model is not None} == {
+        "Coscheduling",  # scheduler-plugins' CoschedulingArgs (tests/unit/plugins/test_coscheduling.py)
         "DefaultPreemption",
         "DynamicResources",
         "InterPodAffinity",

@@ -18,6 +18,8 @@ from kopf_scheduler.framework import (
     BindPlugin,
     FilterPlugin,
     PermitPlugin,
+    PlacementGeneratePlugin,
+    PlacementScorePlugin,
     Plugin,
     PostBindPlugin,
     PostFilterPlugin,
@@ -56,9 +58,17 @@ INTERFACES: dict[E, type[Plugin]] = {
 }
 
 
+#: The placement points' interfaces (kept out of INTERFACES, which "implements everything" fakes are made of).
+PLACEMENT_INTERFACES: dict[E, type[Plugin]] = {
+    E.PLACEMENT_GENERATE: PlacementGeneratePlugin,
+    E.PLACEMENT_SCORE: PlacementScorePlugin,
+}
+
+
 def fake(name: str, *points: E, args: type[BaseModel] | None = None) -> type[Plugin]:
     """A plugin class named ``name`` implementing ``points`` (what the builder reads off a real plugin)."""
-    return type(name, tuple(INTERFACES[p] for p in points), {"name": name, "args_model": args})
+    bases = tuple({**INTERFACES, **PLACEMENT_INTERFACES}[p] for p in points)
+    return type(name, bases, {"name": name, "args_model": args})
 
 
 def registry(*classes: type[Plugin]) -> dict[str, type[Plugin]]:
@@ -74,7 +84,11 @@ UPSTREAM = registry(
     fake("TaintToleration", E.FILTER, E.PRE_SCORE, E.SCORE),
     fake("NodeAffinity", E.PRE_FILTER, E.FILTER, E.PRE_SCORE, E.SCORE, args=A.NodeAffinityArgs),
     fake("NodePorts", E.PRE_FILTER, E.FILTER),
-    fake("NodeResourcesFit", E.PRE_FILTER, E.FILTER, E.PRE_SCORE, E.SCORE, args=A.NodeResourcesFitArgs),
+    fake(
+        "NodeResourcesFit",
+        *(E.PRE_FILTER, E.FILTER, E.PRE_SCORE, E.SCORE, E.PLACEMENT_SCORE),
+        args=A.NodeResourcesFitArgs,
+    ),
     fake("VolumeRestrictions", E.PRE_FILTER, E.FILTER),
     fake("NodeVolumeLimits", E.PRE_FILTER, E.FILTER),
     fake(
@@ -205,6 +219,10 @@ UPSTREAM_DEFAULT_PROFILE: dict[E, list[str]] = {
     E.PRE_BIND: ["VolumeBinding", "DynamicResources"],
     E.BIND: ["DefaultBinder"],
     E.POST_BIND: [],
+    # Upstream's NodeResourcesFit is a PlacementScore plugin too (any gate): multiPoint expands it there, with weight
+    # 1 (ExpandedPluginsV1). TopologyPlacementGenerator and PodGroupPodsCount join only with the gate on.
+    E.PLACEMENT_GENERATE: [],
+    E.PLACEMENT_SCORE: ["NodeResourcesFit"],
 }
 UPSTREAM_SCORE_WEIGHTS = [
     ("TaintToleration", 3),
@@ -252,8 +270,9 @@ def test_default_profile_matches_upstream_per_extension_point(point: E) -> None:
 def test_default_profile_score_weights() -> None:
     profile = resolve()
     assert weights(profile) == UPSTREAM_SCORE_WEIGHTS
-    # Weights are a Score matter; other points carry the neutral 1.
+    # Weights are a Score (and PlacementScore) matter; other points carry the neutral 1.
     assert {ref.weight for point in E if point is not E.SCORE for ref in profile.enabled(point)} == {1}
+    assert [(ref.name, ref.weight) for ref in profile.enabled(E.PLACEMENT_SCORE)] == [("NodeResourcesFit", 1)]
 
 
 @pytest.mark.parametrize(

@@ -88,6 +88,9 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     allow("scheduling.k8s.io", ["workloads"], ["list", "watch"])
     allow("scheduling.k8s.io", ["podgroups"], ["get", "list", "watch"])
     allow("scheduling.k8s.io", ["podgroups/status"], ["patch"])  # the pod-group cycle's PodGroupScheduled
+    # scheduler-plugins' Coscheduling PodGroups (optional CRD): watched, and their status kept.
+    allow("scheduling.x-k8s.io", ["podgroups"], ["list", "watch"])
+    allow("scheduling.x-k8s.io", ["podgroups/status"], ["patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles"], ["get", "list", "watch", "patch"])
     allow("kopf-scheduler.io", ["schedulerprofiles/status"], ["patch"])
     allow("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])
@@ -115,6 +118,7 @@ FULL_VALUES: dict[str, Any] = {
         "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
     },
     "podAntiAffinity": "hard",
+    "coscheduling": {"installCRD": True},
     "nodeSelector": {"kubernetes.io/os": "linux"},
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "scheduler", "effect": "NoSchedule"}],
     "topologySpreadConstraints": [
@@ -274,13 +278,14 @@ def test_rendered_manifests_validate_against_the_pinned_kubernetes_schemas(value
         "StatefulSet",
         "PodDisruptionBudget",
     }
-    optional = {"NetworkPolicy", "ConfigMap", "RoleBinding"}
+    optional = {"NetworkPolicy", "ConfigMap", "RoleBinding", "Secret"}
     custom = {"ClusterKopfPeering", "SchedulerProfile", "ServiceMonitor", "PrometheusRule"}
     assert set(kinds) <= builtin | optional | custom, kinds
     assert builtin <= set(kinds)
     if values is FULL_VALUES:
         assert optional | custom <= set(kinds)
-    assert kinds.count("CustomResourceDefinition") == 3  # schedulerprofiles, clusterkopfpeerings, kopfpeerings
+    # schedulerprofiles, clusterkopfpeerings, kopfpeerings; and with coscheduling.installCRD the PodGroups'
+    assert kinds.count("CustomResourceDefinition") == (4 if values is FULL_VALUES else 3)
     for doc in docs:
         if doc["kind"] in custom:
             continue
@@ -345,7 +350,7 @@ def test_rendered_crds_are_the_files() -> None:
 def test_app_version_is_the_package_version_and_the_default_image_tag() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == __version__
-    assert container_of(docs_of())["image"] == f"kopf-scheduler:{__version__}"
+    assert container_of(docs_of())["image"] == f"ghcr.io/kopf-scheduler/kopf-scheduler:{__version__}"
     image = container_of(docs_of({"image": {"repository": "registry.example/ks", "tag": "dev"}}))["image"]
     assert image == "registry.example/ks:dev"
 
@@ -428,8 +433,12 @@ def test_statefulset_shape() -> None:
     assert ports == {"metrics": 10259, "health": 10260}
     assert "--metrics-port=10259" in container["args"]
     assert "--health-port=10260" in container["args"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    probes = {probe: container[probe]["httpGet"] for probe in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert probes == {  # kube-scheduler's probes, on the secure port
+        "startupProbe": {"path": "/livez", "port": "metrics", "scheme": "HTTPS"},
+        "livenessProbe": {"path": "/livez", "port": "metrics", "scheme": "HTTPS"},
+        "readinessProbe": {"path": "/readyz", "port": "metrics", "scheme": "HTTPS"},
+    }
     resources = container["resources"]
     assert set(resources["requests"]) == {"cpu", "memory"}
     assert set(resources["limits"]) == {"memory"}  # no CPU limit: throttling delays peering keep-alives
@@ -609,7 +618,18 @@ def test_service_monitor_scrapes_https_with_a_token_under_the_chosen_job() -> No
     docs = docs_of(FULL_VALUES)
     endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
     assert endpoint["scheme"] == "https"
-    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert "bearerTokenFile" not in endpoint  # deprecated: the token of the chart's own scraper account instead
+    secret = one(docs, "Secret")
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": secret["metadata"]["name"], "key": "token"},
+    }
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == account)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "kube-system"}]
+    role = next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"])
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]  # /metrics and nothing else
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
     job_label = one(docs, "ServiceMonitor")["spec"]["jobLabel"]
     assert one(docs, "Service")["metadata"]["labels"][job_label] == "kube-scheduler"
@@ -677,15 +697,21 @@ def test_dashboard_and_alerts_query_only_metrics_the_operator_exports() -> None:
     rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
     assert {r["alert"] for r in rules} == {
         "KopfSchedulerNoActiveReplica",
+        "KopfSchedulerPodPendingTooLong",
         "KopfSchedulerPendingPodsRising",
         "KopfSchedulerAttemptsFailing",
     }
+    by_name = {r["alert"]: r for r in rules}
+    # Every replica down: no series at all, which absent() turns into an alert.
+    assert by_name["KopfSchedulerNoActiveReplica"]["expr"].startswith("absent(leader_election_master_status{")
+    assert by_name["KopfSchedulerPodPendingTooLong"]["expr"].endswith("> 900")
     exprs += [r["expr"] for r in rules]
     used = set().union(*map(_metric_names_in, exprs))
     assert {
         "scheduler_queue_incoming_pods_total",
         "scheduler_unschedulable_pods",
         "leader_election_master_status",
+        "kopf_scheduler_longest_waiting_pod_seconds",
     } <= used
     assert used <= exported, used - exported
     assert all('job="kube-scheduler"' in r["expr"] for r in rules)  # the ServiceMonitor's jobLabel
@@ -715,3 +741,33 @@ def test_helm_show_readme_is_the_chart_readme(tmp_path: Path) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     for key in values:  # every top-level value is documented
         assert f"`{key}" in readme, key
+
+
+# ---- scheduler-plugins' Coscheduling PodGroup CRD (optional) -------------------------------------------------
+
+COSCHEDULING_CRD = CHART / "files" / "coscheduling" / "scheduling.x-k8s.io_podgroups.yaml"
+
+
+def test_the_coscheduling_crd_is_rendered_only_when_asked_and_kept_on_uninstall() -> None:
+    """Off by default; on, it is the file the e2e tests apply (v0.34.7's schema), kept on uninstall (deleting it
+    would delete every PodGroup). Where the cluster already has one another release owns, helm's lookup skips it:
+    ``helm template`` cannot look up, so that branch is the e2e chart test's."""
+    names = {d["metadata"]["name"] for d in docs_of() if d["kind"] == "CustomResourceDefinition"}
+    assert "podgroups.scheduling.x-k8s.io" not in names
+    [crd] = [
+        d
+        for d in docs_of({"coscheduling": {"installCRD": True}})
+        if d["kind"] == "CustomResourceDefinition" and d["metadata"]["name"] == "podgroups.scheduling.x-k8s.io"
+    ]
+    shipped = yaml.safe_load(COSCHEDULING_CRD.read_text())
+    assert crd["spec"] == shipped["spec"]
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    version = crd["spec"]["versions"][0]
+    assert (crd["spec"]["group"], version["name"], version["subresources"]) == (
+        "scheduling.x-k8s.io",
+        "v1alpha1",
+        {"status": {}},
+    )
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert set(spec) == {"minMember", "minResources", "scheduleTimeoutSeconds"}
+    assert spec["minMember"]["minimum"] == 1

@@ -153,3 +153,86 @@ def test_delay_cache_until_active_is_a_flag_and_a_config_key(
     with pytest.raises(SystemExit):
         main(["run", "--delay-cache-until-active", "yes"])
     assert "expected true or false, got 'yes'" in capsys.readouterr().err
+
+
+def _effective(tmp_path: Path, argv: list[str]) -> dict[str, object]:
+    from kopf_scheduler.cli import main
+
+    out = tmp_path / "effective.yaml"
+    assert main(["run", *argv, f"--write-config-to={out}"]) == 0
+    effective: dict[str, object] = yaml.safe_load(out.read_text())
+    return effective
+
+
+def test_kube_scheduler_command_lines_carry_over(tmp_path: Path) -> None:
+    """kubeadm's kube-scheduler manifest and kube-scheduler's common flags mean the same here."""
+    effective = _effective(
+        tmp_path,
+        [
+            "--authentication-kubeconfig=/etc/kubernetes/scheduler.conf",
+            "--authorization-kubeconfig=/etc/kubernetes/scheduler.conf",
+            "--bind-address=127.0.0.1",
+            "--leader-elect=true",
+            "--secure-port=10300",
+            "-v=4",
+            "--logging-format=json",
+            "--leader-elect-lease-duration=1m30s",
+            "--leader-elect-resource-name=my-scheduler",
+            "--leader-elect-resource-namespace=kube-system",
+            "--leader-elect-resource-lock=leases",
+        ],
+    )
+    assert {k: effective[k] for k in ("metricsPort", "bindAddress", "logLevel", "logFormat")} == {
+        "metricsPort": 10300,
+        "bindAddress": "127.0.0.1",
+        "logLevel": "debug",
+        "logFormat": "json",
+    }
+    assert (
+        effective["authenticationKubeconfig"]
+        == effective["authorizationKubeconfig"]
+        == "/etc/kubernetes/scheduler.conf"
+    )
+    assert (effective["leaderElect"], effective["peeringLifetime"], effective["peeringName"]) == (
+        True,
+        90,
+        "my-scheduler",
+    )
+    assert _effective(tmp_path, ["--leader-elect=false", "--v", "2"])["leaderElect"] is False
+    assert _effective(tmp_path, ["--v", "2"])["logLevel"] == "info"
+    assert _effective(tmp_path, ["--leader-elect"])["leaderElect"] is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--leader-elect-renew-deadline=10s"], "--leader-elect-renew-deadline is not supported: kopf peering has no"),
+        (["--leader-elect-retry-period=2s"], "--leader-elect-retry-period is not supported"),
+        (["--leader-elect-resource-lock=endpoints"], "--leader-elect-resource-lock=endpoints: only leases is accepted"),
+        (["--leader-elect-lease-duration=1500ms"], "--leader-elect-lease-duration=1500ms: whole seconds only"),
+        (["--leader-elect-lease-duration=15"], "invalid duration '15'"),
+        (["--secure-port=1", "--metrics-port=2"], "metrics_port: set twice, to 2 and 1"),
+        (["--leader-elect-lease-duration=1s"], "peering_lifetime: Input should be greater than or equal to 2"),
+    ],
+)
+def test_kube_scheduler_flags_we_cannot_honour_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kopf_scheduler.cli import main
+
+    assert main(["run", *argv, "--write-config-to=/nonexistent/x"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_kube_scheduler_configuration_as_config_points_to_convert(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kopf_scheduler.cli import main
+
+    config = tmp_path / "kube-scheduler.yaml"
+    config.write_text("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles: []\n")
+    assert main(["run", f"--config={config}", "--write-config-to=/nonexistent/x"]) == 2
+    assert (
+        f"is a KubeSchedulerConfiguration: its profiles become SchedulerProfiles with `kopf-scheduler convert {config}`"
+        in capsys.readouterr().err
+    )

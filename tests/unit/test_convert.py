@@ -37,6 +37,13 @@ FIT_ARGS = {
 EXTENDER = {"urlPrefix": "http://extender.example:8888", "filterVerb": "filter", "weight": 1, "httpTimeout": "3s"}
 
 
+PLACEMENT_PLUGINS = {
+    "multiPoint": {"enabled": [{"name": "GangScheduling"}]},
+    "placementGenerate": {"enabled": [{"name": "TopologyPlacementGenerator"}]},
+    "placementScore": {"enabled": [{"name": "PodGroupPodsCount", "weight": 2}]},
+}
+
+
 def _convert(**fields: Any) -> Conversion:
     return convert_config({**V1, **fields})
 
@@ -111,6 +118,11 @@ CASES: list[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]] = [
         "top-level extenders go to every profile",
         {"extenders": [EXTENDER], "profiles": [{"schedulerName": "a"}, {"schedulerName": "b"}]},
         {"a": {"extenders": [EXTENDER]}, "b": {"extenders": [EXTENDER]}},
+    ),
+    (
+        "the placement points (upstream 1.36's TopologyAwareWorkloadScheduling) with a workload-aware profile",
+        {"profiles": [{"schedulerName": "gangs", "plugins": PLACEMENT_PLUGINS}]},
+        {"gangs": {"plugins": PLACEMENT_PLUGINS}},
     ),
     (
         "a schedulerName that is no DNS name is lowered to one",

@@ -15,7 +15,7 @@ import yaml
 from kopf_scheduler.app import WORKLOAD_API_NOT_SERVED, SchedulerApp
 from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.queue import GATED
-from tests.unit.app_harness import FakeClient, FakeClock, new_app, pending
+from tests.unit.app_harness import FakeClient, FakeClock, apply_manifests, new_app, pending
 from tests.unit.factories import make_node
 
 GANG = {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}
@@ -245,15 +245,7 @@ def test_the_example_binds_its_gang() -> None:
     assert [doc["kind"] for doc in docs] == ["SchedulerProfile", "PodGroup", "Pod", "Pod", "Pod"]
     app, client = gang_app()
     app.on_node_event(None, make_node("n1"))
-    for doc in docs:
-        meta = doc["metadata"]
-        meta.update(uid=f"uid-{meta['name']}", resourceVersion="1")
-        if doc["kind"] == "SchedulerProfile":
-            assert app.apply_profile(name=meta["name"], spec=doc["spec"], generation=1).ready
-        elif doc["kind"] == "PodGroup":
-            app.on_watch_event("PodGroup", "ADDED", doc)
-        else:
-            app.on_pod_event("ADDED", doc)
+    apply_manifests(app, docs)
     runtime = app.profiles["gang-scheduling"]
 
     async def scenario() -> None:

@@ -19,6 +19,8 @@ from tests.unit.factories import make_node
 from tests.unit.test_standby import Toggle
 
 WORKLOAD_API = "/apis/scheduling.k8s.io/v1alpha2"
+#: scheduler-plugins' Coscheduling PodGroup CRD (served where installed; these tests never serve it).
+COSCHEDULING_API = "/apis/scheduling.x-k8s.io/v1alpha1"
 WORKLOADS, PODGROUPS = f"{WORKLOAD_API}/workloads", f"{WORKLOAD_API}/podgroups"
 PODS, NODES = "/api/v1/pods", "/api/v1/nodes"
 
@@ -42,9 +44,16 @@ def _client(*, served: set[str] | None) -> FakeClient:
     return client
 
 
-def test_the_table_marks_the_workload_api_optional_and_nothing_else() -> None:
-    assert {watched.kind for watched in WATCHED_KINDS if watched.optional} == {"Workload", "PodGroup"}
-    assert optional_by_api() == {WORKLOAD_API: (BY_KIND["Workload"], BY_KIND["PodGroup"])}
+def test_the_table_marks_the_workload_api_and_coscheduling_optional_and_nothing_else() -> None:
+    optional = {watched.kind for watched in WATCHED_KINDS if watched.optional}
+    assert optional == {"Workload", "PodGroup", "CoschedulingPodGroup"}
+    assert optional_by_api() == {
+        WORKLOAD_API: (BY_KIND["Workload"], BY_KIND["PodGroup"]),
+        COSCHEDULING_API: (BY_KIND["CoschedulingPodGroup"],),
+    }
+    coscheduling = BY_KIND["CoschedulingPodGroup"]
+    assert (coscheduling.path, coscheduling.api_kind) == (f"{COSCHEDULING_API}/podgroups", "PodGroup")
+    assert coscheduling.event_resource == "podgroups.v1alpha1.scheduling.x-k8s.io"
     assert (BY_KIND["PodGroup"].path, BY_KIND["PodGroup"].namespaced) == (PODGROUPS, True)
     kinds = [watched.kind for watched in WATCHED_KINDS]
     assert kinds.index("Workload") < kinds.index("PodGroup") < kinds.index("Pod")  # what-if's feeding order
@@ -56,7 +65,7 @@ def test_served_the_workload_api_is_listed_into_cache_objects_and_flagged() -> N
     assert not app.workload_api_served  # nothing asked yet
     asyncio.run(app.ensure_reconciled())
     assert app.workload_api_served
-    assert client.discovered == [WORKLOAD_API]
+    assert client.discovered == [WORKLOAD_API, COSCHEDULING_API]
     assert (client.list_counts[PODGROUPS], client.list_counts[WORKLOADS]) == (1, 1)
     assert app.cache.objects.get("PodGroup", "g", "default") == _podgroup("g")
     assert app.cache.objects.count("Workload") == 1
@@ -103,14 +112,15 @@ def test_a_failed_discovery_counts_as_not_served_with_a_warning(caplog: pytest.L
     with caplog.at_level(logging.INFO, logger="kopf_scheduler"):
         asyncio.run(app.ensure_reconciled())
         asyncio.run(app.watch.discover())  # asked once for the process's life, failed or not
-    assert client.discovered == [WORKLOAD_API]
+    assert client.discovered == [WORKLOAD_API, COSCHEDULING_API]
     assert app.watch.served_optional == frozenset()
     assert not app.workload_api_served
     assert PODGROUPS not in client.list_counts
     assert app.watch.reconciled
-    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    [warning, coscheduling] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.getMessage().startswith("discovery of scheduling.k8s.io/v1alpha2 failed (")
     assert warning.getMessage().endswith("workloads, podgroups not watched")
+    assert coscheduling.getMessage().startswith("discovery of scheduling.x-k8s.io/v1alpha1 failed (")
 
 
 def test_discovery_is_asked_once_even_by_concurrent_callers_and_not_without_a_client() -> None:
@@ -125,7 +135,7 @@ def test_discovery_is_asked_once_even_by_concurrent_callers_and_not_without_a_cl
         assert answers[0] == answers[2] == {"Workload", "PodGroup"}
 
     asyncio.run(go())
-    assert client.discovered == [WORKLOAD_API]
+    assert client.discovered == [WORKLOAD_API, COSCHEDULING_API]
 
 
 def test_kopf_watches_a_served_kind_from_our_list_and_lists_an_unserved_one_itself() -> None:

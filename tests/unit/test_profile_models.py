@@ -65,7 +65,7 @@ profiles:
         - name: '*'
 """
 
-# Every extension point key upstream's v1 Plugins has (except 1.36's alpha placement points), plus pluginConfig
+# Every extension point key upstream's v1 Plugins has (1.36's alpha placement points included), plus pluginConfig
 # with apiVersion/kind inside args, as `kube-scheduler --write-config-to` prints it.
 ALL_KEYS_PROFILE = """
 percentageOfNodesToScore: 0
@@ -82,6 +82,8 @@ plugins:
   preBind: {enabled: [{name: MyPreBind}]}
   bind: {enabled: [{name: DefaultBinder}]}
   postBind: {enabled: [{name: MyPostBind}]}
+  placementGenerate: {enabled: [{name: TopologyPlacementGenerator}]}
+  placementScore: {enabled: [{name: PodGroupPodsCount, weight: 2}]}
   multiPoint: {enabled: [{name: NodeResourcesFit, weight: 4}], disabled: [{name: ImageLocality}]}
 pluginConfig:
 - name: PodTopologySpread
@@ -152,7 +154,10 @@ def test_every_extension_point_key_is_read() -> None:
         "preBind": ["MyPreBind"],
         "bind": ["DefaultBinder"],
         "postBind": ["MyPostBind"],
+        "placementGenerate": ["TopologyPlacementGenerator"],
+        "placementScore": ["PodGroupPodsCount"],
     }
+    assert spec.plugins.placement_score.enabled[0].weight == 2
     assert spec.plugins.at("multiPoint").enabled == [PluginEntry(name="NodeResourcesFit", weight=4)]
     assert spec.plugins.filter.disabled == [PluginEntry(name="NodeName")]
     assert spec.plugins.score.enabled[0].weight == 5

@@ -1,5 +1,8 @@
-"""The pod-group cycle (schedule_one_pod_group.py), restating upstream's schedule_one_podgroup_test.go cases that
-apply with TopologyAwareWorkloadScheduling and WorkloadAwarePreemption off, through SchedulerApp with a fake client.
+"""The pod-group cycle (schedule_one_pod_group.py), restating upstream's schedule_one_podgroup_test.go cases (the
+default algorithm, in the one placement of every node that TopologyAwareWorkloadScheduling's placement algorithm
+tries without a PlacementGenerate plugin: test_pod_group_placement.py has its own cases; WorkloadAwarePreemption
+on, as in every workload-aware profile: test_pod_group_preemption.py restates its cases), through SchedulerApp with
+a fake client.
 
 The profile enables ``Quorum``, a small workload-aware test plugin (not GangScheduling): its Permit waits until
 ``QUORUM`` members of the pod's group are assumed or bound, reading the cycle's snapshot of the group in a
@@ -174,7 +177,11 @@ def test_one_member_does_not_fit_so_none_is_bound_and_everything_is_released() -
     notes = failed_scheduling(client)
     assert notes["p1"] == WAITING
     assert notes["p2"] == WAITING
-    assert notes["p3"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+    # A member of a PodGroup does not preempt on its own in a workload-aware profile (WorkloadAwarePreemption).
+    assert notes["p3"] == (
+        "0/1 nodes are available: 1 Insufficient cpu. "
+        "no new claims to deallocate, preemption: not eligible due to workload aware preemption enabled"
+    )
     # Released: no node accounting, no assumed pod, no reservation, nothing parked at Permit, all unscheduled.
     assert app.cache.table.requested.sum() == 0
     assert not any(app.cache.is_assumed(uid) for uid in app.unassigned)
@@ -185,10 +192,13 @@ def test_one_member_does_not_fit_so_none_is_bound_and_everything_is_released() -
     assert len(app.profiles["sp"].queue) == 3  # all requeued
     [(_, _, patch)] = client.pod_group_patches
     [condition] = patch["status"]["conditions"]
+    # The group was tried in one placement of every node (no PlacementGenerate plugin), and its own preemption found
+    # nothing of lower priority: its answer joins the group's message.
     assert (condition["status"], condition["reason"], condition["message"]) == (
         "False",
         "Unschedulable",
-        "pod group is unschedulable",
+        "0/1 placements are available, first placement status: pod group is unschedulable, "
+        "No preemption victims found for incoming preemptor",
     )
     assert attempts(app, "unschedulable") == 1
     scheduler_attempts = app.metrics.registry.get_sample_value(

@@ -62,7 +62,8 @@ def test_a_valid_profile_shows_its_pipeline(spec: dict[str, Any], score: str) ->
     assert verdict.pipeline_status["effectivePlugins"]["queueSort"] == [{"name": "PrioritySort"}]
     text = format_verdict(verdict)
     assert text.startswith("ok: Ready (PipelineBuilt): pipeline built from generation 0")
-    assert f"  score:      {score.replace(',', ', ')}" in text
+    assert f"  score:             {score.replace(',', ', ')}" in text
+    assert "  placementScore:    NodeResourcesFit:1" in text  # upstream's default profile has it there too
 
 
 INVALID: list[tuple[str, dict[str, Any], str]] = [
@@ -176,3 +177,28 @@ def test_validate_does_not_log_what_it_prints(tmp_path: Any, capsys: pytest.Capt
     bad.write_text(yaml.safe_dump(_profile("bad", {"plugins": {"filter": {"enabled": [{"name": "Nope"}]}}})))
     assert main(["validate", str(bad)]) == 1
     assert capsys.readouterr().err == ""
+
+
+def test_a_workload_aware_profile_shows_its_placement_plugins() -> None:
+    spec = {
+        "plugins": {
+            "multiPoint": {
+                "enabled": [
+                    {"name": "GangScheduling"},
+                    {"name": "TopologyPlacementGenerator"},
+                    {"name": "PodGroupPodsCount", "weight": 3},
+                ]
+            }
+        }
+    }
+    verdict = validate_manifest(_profile("gangs", spec))
+    assert verdict.ready
+    lines = format_verdict(verdict).splitlines()
+    assert "  placementGenerate: TopologyPlacementGenerator" in lines
+    assert "  placementScore:    NodeResourcesFit:1, PodGroupPodsCount:3" in lines
+
+
+def test_the_default_profile_lists_upstreams_placement_plugins() -> None:
+    lines = format_verdict(validate_manifest(_profile("plain", {}))).splitlines()
+    assert "  placementGenerate: -" in lines
+    assert "  placementScore:    NodeResourcesFit:1" in lines

@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry, Counter
 
 from kopf_scheduler import web
@@ -491,3 +492,50 @@ def test_the_token_forwarded_through_the_api_servers_proxy_is_reviewed_and_autho
     assert code == 200  # system:masters, from Authorization; the forwarded header is not looked at
     code, body = status({"Authorization": "Bearer stolen", FORWARDED_AUTHORIZATION_HEADER: "Bearer alice-token"})
     assert code == 401
+
+
+def test_reviews_go_to_the_api_servers_of_the_authentication_and_authorization_kubeconfigs(tmp_path: Path) -> None:
+    """kube-scheduler's --authentication-kubeconfig / --authorization-kubeconfig: TokenReviews to the first one's
+    server, SubjectAccessReviews to the second's, each with its own credentials; the operator's client is unused."""
+    from aiohttp import web as aioweb
+    from aiohttp.test_utils import TestServer
+
+    seen: list[tuple[str, str, str]] = []
+
+    def fake_api_server(name: str) -> aioweb.Application:
+        async def review(request: aioweb.Request) -> aioweb.Response:
+            seen.append((name, request.path, request.headers.get("Authorization", "")))
+            status = {"authenticated": True, "allowed": True, "user": {"username": "u"}}
+            return aioweb.json_response({"status": status})
+
+        fake = aioweb.Application()
+        fake.router.add_post("/apis/{group}/v1/{kind}", review)
+        return fake
+
+    def kubeconfig(name: str, port: int) -> str:
+        path = tmp_path / f"{name}.conf"
+        cluster = {"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}
+        user = {"name": "u", "user": {"token": f"{name}-token"}}
+        context = {"name": "x", "context": {"cluster": "c", "user": "u"}}
+        document = {"clusters": [cluster], "users": [user], "contexts": [context], "current-context": "x"}
+        path.write_text(yaml.safe_dump(document))
+        return str(path)
+
+    async def main() -> None:
+        async with TestServer(fake_api_server("authn")) as authn, TestServer(fake_api_server("authz")) as authz:
+            post = web.review_poster(
+                lambda: None,  # the operator is not logged in: only the kubeconfigs' servers can answer
+                authentication_kubeconfig=kubeconfig("authn", authn.port or 0),
+                authorization_kubeconfig=kubeconfig("authz", authz.port or 0),
+            )
+            auth = DelegatedAuth(post)
+            user = await auth.authenticate("Bearer someone")
+            assert (await auth.authorize(user, "get", "/metrics")).allowed
+
+    run(main())
+    assert seen == [
+        ("authn", "/apis/authentication.k8s.io/v1/tokenreviews", "Bearer authn-token"),
+        ("authz", "/apis/authorization.k8s.io/v1/subjectaccessreviews", "Bearer authz-token"),
+    ]
+    with pytest.raises(RuntimeError, match="does not exist"):
+        web.review_poster(lambda: None, authentication_kubeconfig=str(tmp_path / "missing.conf"))

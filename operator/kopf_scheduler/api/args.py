@@ -617,3 +617,35 @@ class DynamicResourcesArgs(ArgsModel):
         if parse_go_duration(self.binding_timeout) < 1:
             errors.append(invalid("bindingTimeout", self.binding_timeout, "must be at least 1 second"))
         return errors
+
+
+class CoschedulingArgs(ArgsModel):
+    """scheduler-plugins' ``CoschedulingArgs`` (v0.34.7): v1 defaults (``SetDefaults_CoschedulingArgs``) and
+    ``ValidateCoschedulingArgs``, messages as it words them ("must be greater than 0" even where 0 is allowed)."""
+
+    permit_waiting_time_seconds: int = Field(
+        default=60,
+        description="How long placed pods wait at Permit for their group when its PodGroup sets no timeout.",
+    )
+    pod_group_backoff_seconds: int = Field(
+        default=0,
+        description="How long a group that failed is refused at PreFilter before it is tried again; 0: never.",
+    )
+    pod_group_reject_percentage: int = Field(
+        default=10,
+        description="PostFilter rejects the whole group only when more than this percentage of minMember is unplaced.",
+    )
+
+    def field_errors(self) -> list[FieldError]:
+        errors: list[FieldError] = []
+        if self.permit_waiting_time_seconds < 0:
+            errors.append(
+                invalid("permitWaitingTimeSeconds", self.permit_waiting_time_seconds, "must be greater than 0")
+            )
+        if self.pod_group_backoff_seconds < 0:
+            errors.append(invalid("podGroupBackoffSeconds", self.pod_group_backoff_seconds, "must be greater than 0"))
+        if not 0 <= self.pod_group_reject_percentage <= 100:
+            errors.append(
+                invalid("podGroupRejectPercentage", self.pod_group_reject_percentage, "must be between 0 and 100")
+            )
+        return errors

@@ -65,8 +65,9 @@ class PluginEntry(ApiModel):
         ge=INT32_MIN,
         le=INT32_MAX,
         description=(
-            "Weight of the plugin's score; used only for Score plugins (in score.enabled or multiPoint.enabled). "
-            "Unset or 0 means 1. A weight given in score.enabled takes precedence over the multiPoint weight."
+            "Weight of the plugin's score; used only for Score and PlacementScore plugins (in score.enabled, "
+            "placementScore.enabled or multiPoint.enabled). Unset or 0 means 1. A weight given at the extension "
+            "point takes precedence over the multiPoint weight."
         ),
     )
 
@@ -100,6 +101,14 @@ _POINT_DESCRIPTIONS: dict[str, str] = {
     "preBind": "Plugins run before a pod is bound.",
     "bind": "Plugins that bind the pod to its node; the first that does not skip binds.",
     "postBind": "Plugins run after a pod was bound.",
+    "placementGenerate": (
+        "Plugins that split the nodes into the placements a PodGroup is tried in, in a workload-aware profile's "
+        "pod-group cycle (at most one; none: one placement of every node). Upstream 1.36, alpha."
+    ),
+    "placementScore": (
+        "Plugins that rank the placements a PodGroup fits in, in a workload-aware profile's pod-group cycle; "
+        "weights apply here. Upstream 1.36, alpha."
+    ),
 }
 
 
@@ -125,6 +134,8 @@ class Plugins(ApiModel):
     pre_bind: PluginSet = _point_set("preBind")
     bind: PluginSet = _point_set("bind")
     post_bind: PluginSet = _point_set("postBind")
+    placement_generate: PluginSet = _point_set("placementGenerate")
+    placement_score: PluginSet = _point_set("placementScore")
     multi_point: PluginSet = Field(
         default_factory=PluginSet,
         description=(
@@ -328,7 +339,7 @@ class EffectivePlugin(ApiModel):
     """A plugin that runs at an extension point, with its weight at the score extension point."""
 
     name: str = Field(description="Plugin name.")
-    weight: OptionalInt32 = Field(default=None, description="Score weight (set only under score).")
+    weight: OptionalInt32 = Field(default=None, description="Score weight (set only under score and placementScore).")
 
 
 def _effective(point: str) -> Any:
@@ -350,6 +361,8 @@ class EffectivePlugins(ApiModel):
     pre_bind: list[EffectivePlugin] = _effective("preBind")
     bind: list[EffectivePlugin] = _effective("bind")
     post_bind: list[EffectivePlugin] = _effective("postBind")
+    placement_generate: list[EffectivePlugin] = _effective("placementGenerate")
+    placement_score: list[EffectivePlugin] = _effective("placementScore")
 
     def at(self, point: str) -> list[EffectivePlugin]:
         """The plugins at ``point`` (an ``ExtensionPoint`` or its JSON key)."""

@@ -40,7 +40,11 @@ from kopf_scheduler.framework.interface import (
     NodeScorePlugin,
     NodeToStatus,
     PermitPlugin,
+    PlacementGeneratePlugin,
+    PlacementScorePlugin,
     Plugin,
+    PodGroupPostFilterPlugin,
+    PodGroupPreemption,
     PostBindPlugin,
     PostFilterPlugin,
     PostFilterResult,
@@ -56,6 +60,14 @@ from kopf_scheduler.framework.interface import (
     ScorePlugin,
 )
 from kopf_scheduler.framework.normalize import default_normalize_score
+from kopf_scheduler.framework.placement import (
+    Placement,
+    PlacementPluginScores,
+    PlacementScore,
+    PodGroupAssignments,
+    PodGroupInfo,
+    ProposedAssignment,
+)
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
 from kopf_scheduler.state.cache import NodeInfo, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
@@ -86,7 +98,16 @@ __all__ = [
     "NodeScorePlugin",
     "NodeToStatus",
     "PermitPlugin",
+    "Placement",
+    "PlacementGeneratePlugin",
+    "PlacementPluginScores",
+    "PlacementScore",
+    "PlacementScorePlugin",
     "Plugin",
+    "PodGroupAssignments",
+    "PodGroupInfo",
+    "PodGroupPostFilterPlugin",
+    "PodGroupPreemption",
     "PodInfo",
     "PostBindPlugin",
     "PostFilterPlugin",
@@ -97,6 +118,7 @@ __all__ = [
     "PreFilterPlugin",
     "PreFilterResult",
     "PreScorePlugin",
+    "ProposedAssignment",
     "QueueSortPlugin",
     "QueuedPod",
     "QueueingHint",

@@ -18,7 +18,8 @@ kube-scheduler turns a ``KubeSchedulerProfile`` into a running framework in thre
    point: skipped where that point disables ``*``; a multiPoint plugin also listed explicitly at the point is an
    *override*; multiPoint plugins disabled at the point are left out; the final order is overrides (explicit
    order), then multiPoint plugins (multiPoint order), then the remaining explicit plugins. Then exactly one
-   QueueSort plugin, at least one Bind plugin, and score weights: the first of ``score.enabled`` followed by
+   QueueSort plugin, at least one Bind plugin, at most one PlacementGenerate plugin, and score weights (Score's,
+   then PlacementScore's, each on its own): the first of ``score.enabled`` (``placementScore.enabled``) followed by
    ``multiPoint.enabled`` wins (so an explicit score weight beats the multiPoint one), 0 or unset means 1, and
    the weighted maximum must not overflow int64 (in int64 arithmetic, so a negative weight followed by any
    other Score plugin is refused as an overflow, as upstream refuses it).
@@ -103,6 +104,9 @@ DEFAULT_MULTI_POINT: tuple[tuple[str, int | None], ...] = (
 MAX_TOTAL_SCORE = 2**63 - 1
 
 _MULTI_POINT = "multiPoint"
+
+#: The extension points whose plugins have weights (upstream ``getValidScoreWeights`` for Score and PlacementScore).
+WEIGHTED_POINTS: tuple[ExtensionPoint, ...] = (ExtensionPoint.SCORE, ExtensionPoint.PLACEMENT_SCORE)
 
 
 class ProfileError(ValueError):
@@ -198,13 +202,16 @@ def resolve_profile(
 
     plugins = _build_extension_points(multi_point, points, registry)
     _check_required_points(name, plugins)
-    weights = _score_weights(points[ExtensionPoint.SCORE].enabled + multi_point.enabled, registry)
+    _check_one_gang_api(plugins, registry)
+    weights = {
+        point: _score_weights(points[point].enabled + multi_point.enabled, registry, point) for point in WEIGHTED_POINTS
+    }
 
     resolved: dict[ExtensionPoint, tuple[PluginRef, ...]] = {}
     for point in ExtensionPoint:
         names = plugins.get(point, [])
         if names:
-            resolved[point] = tuple(PluginRef(n, weights[n] if point is ExtensionPoint.SCORE else 1) for n in names)
+            resolved[point] = tuple(PluginRef(n, weights[point][n] if point in weights else 1) for n in names)
 
     enabled_names = dict.fromkeys(n for point in ExtensionPoint for n in plugins.get(point, []))
     omitted = tuple(d for d, _ in default_plugins if d in left_out)
@@ -231,7 +238,7 @@ def effective_plugins(profile: ResolvedProfile) -> EffectivePlugins:
     result = EffectivePlugins()
     for point in ExtensionPoint:
         result.at(point).extend(
-            EffectivePlugin(name=ref.name, weight=ref.weight if point is ExtensionPoint.SCORE else None)
+            EffectivePlugin(name=ref.name, weight=ref.weight if point in WEIGHTED_POINTS else None)
             for ref in profile.enabled(point)
         )
     return result
@@ -442,22 +449,43 @@ def _check_required_points(name: str, plugins: Mapping[ExtensionPoint, Sequence[
     if not plugins.get(ExtensionPoint.BIND):
         text = f"at least one bind plugin is needed for profile with scheduler name {go_value(name)}"
         raise ProfileError([FieldError("plugins.bind", text)])
+    if len(plugins.get(ExtensionPoint.PLACEMENT_GENERATE, [])) > 1:
+        text = f"at most one placement generate plugin is allowed for profile with scheduler name {go_value(name)}"
+        raise ProfileError([FieldError("plugins.placementGenerate", text)])
 
 
-def _score_weights(entries: Sequence[MergedPlugin], registry: Mapping[str, type[Plugin]]) -> dict[str, int]:
-    """Upstream ``getValidScoreWeights`` over ``score.enabled`` then ``multiPoint.enabled``: first one wins."""
+def _check_one_gang_api(plugins: Mapping[ExtensionPoint, Sequence[str]], registry: Mapping[str, type[Plugin]]) -> None:
+    """Not upstream's (one scheduler never hosts both gang APIs): plugins of two gang APIs in one profile would
+    hold a pod that names groups of both in two gang machineries at once, so the profile is refused."""
+    by_api: dict[str, list[str]] = {}
+    for name in dict.fromkeys(n for names in plugins.values() for n in names):
+        cls = registry.get(name)
+        if cls is not None and cls.gang_api:
+            by_api.setdefault(cls.gang_api, []).append(name)
+    if len(by_api) > 1:
+        names = sorted(n for group in by_api.values() for n in group)
+        apis = " and ".join(sorted(by_api))
+        text = f"a profile may enable the plugins of one gang API only, not of {apis}"
+        raise ProfileError([invalid("plugins", names, text)])
+
+
+def _score_weights(
+    entries: Sequence[MergedPlugin], registry: Mapping[str, type[Plugin]], point: ExtensionPoint
+) -> dict[str, int]:
+    """Upstream ``getValidScoreWeights`` over ``<point>.enabled`` then ``multiPoint.enabled`` for the plugins that
+    implement ``point`` (Score, then PlacementScore, each checked on its own): first one wins."""
     weights: dict[str, int] = {}
     total = 0
     for entry in entries:
         cls = registry.get(entry.name)
-        if cls is None or ExtensionPoint.SCORE not in cls.extension_points() or entry.name in weights:
+        if cls is None or point not in cls.extension_points() or entry.name in weights:
             continue
         weight = entry.weight or 1  # 0 is not a way to disable a plugin: it means the default weight 1
         # Upstream's total is an int64 and its bound wraps: after a negative weight the total is below 0, the
         # bound MaxTotalScore - total overflows to a negative number and every later Score plugin trips the
         # check. So a negative weight is refused unless no Score plugin follows it (kube-scheduler v1.36.3).
         if weight * MAX_NODE_SCORE > _wrap_int64(MAX_TOTAL_SCORE - total):
-            raise ProfileError([FieldError("plugins.score", "total score of Score plugins could overflow")])
+            raise ProfileError([FieldError(f"plugins.{point.value}", "total score of Score plugins could overflow")])
         weights[entry.name] = weight
         total = _wrap_int64(total + weight * MAX_NODE_SCORE)
     return weights

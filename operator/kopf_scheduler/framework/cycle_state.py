@@ -21,6 +21,7 @@ class CycleState:
         "_data",
         "pod_group_cycle",
         "record_plugin_metrics",
+        "skip_all_post_filter_plugins",
         "skip_filter_plugins",
         "skip_pre_bind_plugins",
         "skip_score_plugins",
@@ -39,6 +40,9 @@ class CycleState:
         #: Upstream ``IsPodGroupSchedulingCycle``: this cycle places a pod of a PodGroup inside the group's cycle,
         #: so plugins read the group's state from the cycle's snapshot rather than the live cache.
         self.pod_group_cycle = False
+        #: Upstream ``SetSkipAllPostFilterPlugins``: PostFilter does not run in this cycle (workload-aware
+        #: preemption's trial runs of a pod group's algorithm, upstream ``runWithoutPostFilters``).
+        self.skip_all_post_filter_plugins = False
 
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value
@@ -63,4 +67,5 @@ class CycleState:
         other.skip_pre_bind_plugins = set(self.skip_pre_bind_plugins)
         other.record_plugin_metrics = self.record_plugin_metrics
         other.pod_group_cycle = self.pod_group_cycle
+        other.skip_all_post_filter_plugins = self.skip_all_post_filter_plugins
         return other

@@ -109,6 +109,8 @@ class EventResource(StrEnum):
     RESOURCE_SLICE = "resource.k8s.io/ResourceSlice"
     DEVICE_CLASS = "resource.k8s.io/DeviceClass"
     POD_GROUP = "scheduling.k8s.io/PodGroup"
+    #: scheduler-plugins' Coscheduling PodGroup (a custom resource: ``plural.version.group``, as it registers it).
+    COSCHEDULING_POD_GROUP = "podgroups.v1alpha1.scheduling.x-k8s.io"
     # Upstream dropped these kinds from the event vocabulary (no in-tree plugin of 1.36 registers them; the
     # spreading/affinity plugins read them from listers). They are kept so the operator can describe what it
     # saw and a custom plugin could register them; in-tree registrations never match them.

@@ -20,6 +20,10 @@ class ExtensionPoint(StrEnum):
     PRE_BIND = "preBind"
     BIND = "bind"
     POST_BIND = "postBind"
+    #: v1.36's pod-group cycle (upstream TopologyAwareWorkloadScheduling): the placements a PodGroup is tried in,
+    #: and how the feasible ones are ranked. Only a workload-aware profile runs them.
+    PLACEMENT_GENERATE = "placementGenerate"
+    PLACEMENT_SCORE = "placementScore"
 
     @property
     def interface_name(self) -> str:
@@ -45,4 +49,6 @@ FRAMEWORK_BUILD_ORDER: tuple[ExtensionPoint, ...] = (
     ExtensionPoint.PERMIT,
     ExtensionPoint.PRE_ENQUEUE,
     ExtensionPoint.QUEUE_SORT,
+    ExtensionPoint.PLACEMENT_GENERATE,
+    ExtensionPoint.PLACEMENT_SCORE,
 )

@@ -13,7 +13,7 @@ with a :class:`FilterResult` (which nodes fail, with which Status); Score with a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from kopf_scheduler.framework.cycle_state import CycleState
 from kopf_scheduler.framework.extension_points import ExtensionPoint
+from kopf_scheduler.framework.placement import Placement, PlacementScore, PodGroupAssignments, PodGroupInfo
 from kopf_scheduler.framework.status import SUCCESS, Status
 from kopf_scheduler.framework.verdicts import FilterOutcome, PostFilterResult
 
@@ -128,8 +129,9 @@ class Handle(Protocol):
         ``Handle.Activate``); unknown or in-flight pods are ignored."""
         ...
 
-    def reject_waiting_pod(self, uid: str) -> bool:
-        """Reject a pod waiting at Permit in any profile (upstream ``RejectWaitingPod``); True if one waited."""
+    def reject_waiting_pod(self, uid: str, plugin: str = "", message: str = "removed") -> bool:
+        """Reject a pod waiting at Permit in any profile (upstream ``RejectWaitingPod``, or with ``plugin`` and
+        ``message`` ``GetWaitingPod(uid).Reject(plugin, message)``); True if one waited."""
         ...
 
     def allow_waiting_pod(self, uid: str, plugin: str) -> bool:
@@ -150,10 +152,11 @@ class Handle(Protocol):
         reason: str,
         action: str,
         note: str,
-        related: PodInfo | None = None,
+        related: PodInfo | Mapping[str, Any] | None = None,
     ) -> None:
-        """Post an event about a pod (``related``: a second pod it involves), reported by this profile's
-        scheduler name (upstream ``EventRecorder``); fire and forget: a failed POST is logged, never raised."""
+        """Post an event about a pod (``related``: a second object it involves, a pod or a PodGroup), reported by
+        this profile's scheduler name (upstream ``EventRecorder``); fire and forget: a failed POST is logged,
+        never raised."""
         ...
 
     def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:
@@ -189,6 +192,10 @@ class PipelineHandle(Handle, Protocol):
 class PluginsRunner(Protocol):
     """What plugins may run of their profile's pipeline (upstream ``PluginsRunner``, which the Handle embeds):
     the Filter step with nominated pods and the PreFilter extensions, for preemption's dry runs."""
+
+    #: Whether the profile enables a workload-aware plugin: it then behaves as upstream with GenericWorkload,
+    #: GangScheduling, TopologyAwareWorkloadScheduling and WorkloadAwarePreemption on (our per-profile gates).
+    workload_aware: bool
 
     def run_filter_plugins_with_nominated_pods(
         self, state: CycleState, pod: PodInfo, nodes: np.ndarray, snapshot: Snapshot
@@ -312,6 +319,9 @@ class Plugin:
     #: pods of a PodGroup (``spec.schedulingGroup``) in pod-group cycles; any other profile ignores the field,
     #: as upstream does with its workload gates off.
     workload_aware: ClassVar[bool] = False
+    #: The gang API a gang plugin serves (its PodGroup kind); a profile may enable plugins of one gang API only, so
+    #: that no pod is held by two gang machineries at once. "" for every other plugin.
+    gang_api: ClassVar[str] = ""
 
     def __init__(self, *, handle: Handle, args: BaseModel | None = None) -> None:
         self.handle = handle
@@ -357,6 +367,11 @@ class QueuedPod(Protocol):
 
     @property
     def timestamp(self) -> float: ...
+
+    @property
+    def initial_attempt_timestamp(self) -> float | None:
+        """When it first entered activeQ (the queue's clock); None before that (upstream's is nil too)."""
+        ...
 
 
 class PreFilterExtensions(Protocol):
@@ -406,6 +421,34 @@ class PostFilterPlugin(Plugin):
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
     ) -> tuple[PostFilterResult | None, Status]:
         raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupPreemption:
+    """What a PodGroupPostFilter plugin last evicted for a pod group (``kopf-scheduler explain``; ours)."""
+
+    #: When (epoch seconds).
+    at: float
+    #: The victims, most important first: (``namespace/name``, uid).
+    victims: tuple[tuple[str, str], ...]
+
+
+class PodGroupPostFilterPlugin(Plugin):
+    """Upstream ``PodGroupPostFilterPlugin`` (WorkloadAwarePreemption): what the pod-group cycle runs for a whole
+    PodGroup that did not fit. Not an extension point of the profile API: the framework of a workload-aware
+    profile offers the profile's plugins that implement it (upstream: DefaultPreemption, the only one)."""
+
+    def pod_group_post_filter(
+        self, pod_group: Mapping[str, Any], pods: Sequence[PodInfo], schedule: Callable[[], Status]
+    ) -> Status:
+        """Make room for ``pods`` (the group's members being scheduled) of ``pod_group`` (the PodGroup object);
+        ``schedule`` runs the group's algorithm (without PostFilter) on the cache as the plugin left it and says
+        whether the group fits. The cache must be as before when it returns."""
+        raise NotImplementedError
+
+    def last_preemption(self, namespace: str, name: str) -> PodGroupPreemption | None:
+        """The victims this plugin last chose for the pod group ``namespace/name``, if any (explain)."""
+        return None
 
 
 class PreScorePlugin(Plugin):
@@ -478,6 +521,38 @@ class PostBindPlugin(Plugin):
         raise NotImplementedError
 
 
+class PlacementGeneratePlugin(Plugin):
+    """Upstream ``PlacementGeneratePlugin``: splits the nodes a pod group may use into placements (at most one such
+    plugin per profile). Runs in a workload-aware profile's pod-group cycle only."""
+
+    def generate_placements(
+        self, state: CycleState, pod_group: PodGroupInfo, parent: Placement
+    ) -> tuple[list[Placement] | None, Status]:
+        """The placements carved out of ``parent`` (upstream ``GeneratePlacements``); ``state`` is the pod-group
+        cycle's own state."""
+        raise NotImplementedError
+
+
+class PlacementScorePlugin(Plugin):
+    """Upstream ``PlacementScorePlugin``: ranks the placements a pod group fits in."""
+
+    def score_placement(
+        self, state: CycleState, pod_group: PodGroupInfo, assignments: PodGroupAssignments
+    ) -> tuple[int, Status]:
+        """The placement's raw score from the members its trial placed (upstream ``ScorePlacement``)."""
+        raise NotImplementedError
+
+    #: Upstream ``PlacementScoreExtensions() != nil``: only then is :meth:`normalize_placement_score` called (its own
+    #: flag: a plugin may be a Score plugin too, with or without NormalizeScore).
+    has_placement_normalize: ClassVar[bool] = False
+
+    def normalize_placement_score(
+        self, state: CycleState, pod_group: PodGroupInfo, scores: list[PlacementScore]
+    ) -> Status:
+        """Rewrite ``scores`` in place into [MIN_NODE_SCORE, MAX_NODE_SCORE] (upstream ``NormalizePlacementScore``)."""
+        return SUCCESS
+
+
 INTERFACES: dict[ExtensionPoint, type[Plugin]] = {
     ExtensionPoint.PRE_ENQUEUE: PreEnqueuePlugin,
     ExtensionPoint.QUEUE_SORT: QueueSortPlugin,
@@ -491,6 +566,8 @@ INTERFACES: dict[ExtensionPoint, type[Plugin]] = {
     ExtensionPoint.PRE_BIND: PreBindPlugin,
     ExtensionPoint.BIND: BindPlugin,
     ExtensionPoint.POST_BIND: PostBindPlugin,
+    ExtensionPoint.PLACEMENT_GENERATE: PlacementGeneratePlugin,
+    ExtensionPoint.PLACEMENT_SCORE: PlacementScorePlugin,
 }
 
 __all__ = [
@@ -511,6 +588,8 @@ __all__ = [
     "Nominator",
     "PermitPlugin",
     "PipelineHandle",
+    "PlacementGeneratePlugin",
+    "PlacementScorePlugin",
     "Plugin",
     "PluginsRunner",
     "PostBindPlugin",

@@ -190,6 +190,25 @@ class KubeClient:
             content_type="application/strategic-merge-patch+json",
         )
 
+    async def patch_coscheduling_pod_group_status(self, *, namespace: str, name: str, patch: JSON) -> None:
+        """JSON merge patch of a Coscheduling PodGroup's ``status`` subresource (scheduler-plugins' controller
+        patches it so; a custom resource takes no strategic merge)."""
+        await self.send(
+            "PATCH",
+            f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{quote(namespace)}/podgroups/{quote(name)}/status",
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+
+    async def list_labelled_pods(self, *, namespace: str, selector: str) -> list[JSON]:
+        """The pods of ``namespace`` matching the label ``selector`` (one LIST, every page)."""
+        pods: list[JSON] = []
+        async for page in self.list_pages(
+            f"/api/v1/namespaces/{quote(namespace)}/pods", params={"labelSelector": selector}
+        ):
+            pods.extend(page)
+        return pods
+
     async def get_resource_claim(self, *, namespace: str, name: str) -> JSON:
         """GET of a ResourceClaim (DynamicResources' PreBind after a conflict)."""
         return await self.request("GET", _claim_path(namespace, name))

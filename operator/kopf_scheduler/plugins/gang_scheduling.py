@@ -41,13 +41,12 @@ from kopf_scheduler.framework import (
     as_pod,
 )
 from kopf_scheduler.go_format import go_quote
+from kopf_scheduler.plugins.helper.pod_groups import POD_GROUP, pod_group_not_found
 from kopf_scheduler.state.pod_group_state import PodGroupStateData, PodGroupStateNotFound
 
 logger = logging.getLogger("kopf_scheduler.plugins.gang_scheduling")
 
 NAME = "GangScheduling"
-#: The ``cache.objects`` kind of upstream's PodGroup lister.
-POD_GROUP = "PodGroup"
 #: Upstream ``permitTimeoutDuration``: how long a gang's pods wait at Permit for the quorum.
 PERMIT_TIMEOUT_SECONDS = 5 * 60.0
 
@@ -58,11 +57,6 @@ WAITING_FOR_MIN_COUNT_SCHEDULED = "waiting for minCount pods from a gang to be s
 def waiting_for_pod_group_message(pod_group_name: str) -> str:
     """Upstream's PreEnqueue text for a pod whose PodGroup is not there (its typo "pods's" included)."""
     return f"waiting for pods's pod group {go_quote(pod_group_name)} to appear in scheduling queue"
-
-
-def pod_group_not_found(name: str) -> str:
-    """The NotFound error text of upstream's PodGroup lister (``errors.NewNotFound`` of ``podgroup``)."""
-    return f"podgroup.scheduling.k8s.io {go_quote(name)} not found"
 
 
 def gang_min_count(pod_group: dict[str, Any]) -> int | None:
@@ -79,6 +73,7 @@ class GangScheduling(PreEnqueuePlugin, PermitPlugin):
 
     name: ClassVar[str] = NAME
     workload_aware: ClassVar[bool] = True
+    gang_api: ClassVar[str] = "scheduling.k8s.io/v1alpha2 PodGroup"
 
     # -- EnqueueExtensions ---------------------------------------------------------------------------
     def events_to_register(self) -> list[ClusterEventWithHint]:
@@ -198,6 +193,7 @@ def matching_scheduling_group(pod1: PodInfo, pod2: PodInfo) -> bool:
 __all__ = [
     "NAME",
     "PERMIT_TIMEOUT_SECONDS",
+    "POD_GROUP",
     "WAITING_FOR_MIN_COUNT_SCHEDULED",
     "WAITING_FOR_MIN_COUNT_TO_APPEAR",
     "GangScheduling",

@@ -21,6 +21,12 @@ pod-level ``spec.resources.requests`` are ignored and the containers' aggregate 
 plus overhead) is scored instead, although Filter and the node side do honour pod-level requests. Found by
 the differential conformance suite (tests/conformance).
 
+PlacementScore (upstream 1.36's TopologyAwareWorkloadScheduling; only a workload-aware profile's pod-group cycle asks):
+a placement the group fits in scores as if its nodes were one node, MostAllocated over the ``scoringStrategy``'s
+resources whatever the strategy, with the members the placement's trial placed requested on it
+(``helper/resource_allocation.placement_rows``). Upstream's default profile has the plugin at placementScore with
+weight 1 (multiPoint expands it there), and so does ours.
+
 DRA-backed extended resources (DRAExtendedResource, beta and on in 1.36; upstream ``shouldDelegateResourceToDRA``):
 a requested extended resource that a DeviceClass backs (``plugins/helper/device_class_mapping.py``) is not checked on
 a node whose allocatable has none of it; DynamicResources allocates devices for it there. A node that does
@@ -61,11 +67,13 @@ from kopf_scheduler.framework.interface import (
     FilterPlugin,
     FilterResult,
     Handle,
+    PlacementScorePlugin,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
     ScorePlugin,
 )
+from kopf_scheduler.framework.placement import PodGroupAssignments, PodGroupInfo
 from kopf_scheduler.framework.status import SUCCESS, Status
 from kopf_scheduler.plugins.dynamic_resources.capacity import dra_capacity, may_score_dra
 from kopf_scheduler.plugins.helper.device_class_mapping import (
@@ -80,6 +88,8 @@ from kopf_scheduler.plugins.helper.resource_allocation import (
     calculate_allocation,
     least_allocated,
     most_allocated,
+    most_allocated_node,
+    placement_rows,
     requested_to_capacity_ratio,
     scored_resources,
 )
@@ -189,8 +199,9 @@ def scoring_requests_without_pod_level(pod: PodInfo) -> dict[str, int] | None:
     return found
 
 
-class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
-    """Filter on free resources; score by the configured allocation strategy."""
+class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, PlacementScorePlugin):
+    """Filter on free resources; score by the configured allocation strategy; score a pod group's placements by how
+    full the members would make it (MostAllocated)."""
 
     name: ClassVar[str] = NAME
     args_model: ClassVar[type[BaseModel] | None] = NodeResourcesFitArgs
@@ -341,6 +352,21 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             snapshot.table, nodes, self.resources, pod_requests, use_requested=False, dra=dra
         )
         return self.scorer(allocation)
+
+    # -- PlacementScore (upstream ``Fit.ScorePlacement``) -------------------------------------------------------------
+    def score_placement(
+        self, state: CycleState, pod_group: PodGroupInfo, assignments: PodGroupAssignments
+    ) -> tuple[int, Status]:
+        """The placement's nodes as one node, MostAllocated over the scoring resources (whatever the Score
+        strategy), the members its trial placed counted in; no NormalizePlacementScore."""
+        proposed = [0] * len(self.resources)
+        for assignment in assignments.proposed_assignments:
+            for i, request in enumerate(self.pod_requests(assignment.pod)):
+                proposed[i] += request
+        table = self.handle.snapshot().table
+        return most_allocated_node(
+            placement_rows(table, assignments.placement.nodes, self.resources, proposed)
+        ), SUCCESS
 
     # -- EnqueueExtensions --------------------------------------------------------------------------------
     def events_to_register(self) -> list[ClusterEventWithHint]:

@@ -15,6 +15,7 @@ import functools
 
 from kopf_scheduler.framework.interface import Plugin
 from kopf_scheduler.framework.registry import Registry, entry_point_registry
+from kopf_scheduler.plugins.coscheduling import Coscheduling
 from kopf_scheduler.plugins.default_binder import DefaultBinder
 from kopf_scheduler.plugins.default_preemption import DefaultPreemption
 from kopf_scheduler.plugins.dynamic_resources import DynamicResources
@@ -29,16 +30,19 @@ from kopf_scheduler.plugins.node_resources_balanced_allocation import NodeResour
 from kopf_scheduler.plugins.node_resources_fit import NodeResourcesFit
 from kopf_scheduler.plugins.node_unschedulable import NodeUnschedulable
 from kopf_scheduler.plugins.node_volume_limits import NodeVolumeLimits
+from kopf_scheduler.plugins.pod_group_pods_count import PodGroupPodsCount
 from kopf_scheduler.plugins.pod_topology_spread import PodTopologySpread
 from kopf_scheduler.plugins.queue_sort import PrioritySort
 from kopf_scheduler.plugins.scheduling_gates import SchedulingGates
 from kopf_scheduler.plugins.taint_toleration import TaintToleration
+from kopf_scheduler.plugins.topology_placement_generator import TopologyPlacementGenerator
 from kopf_scheduler.plugins.volume_binding import VolumeBinding
 from kopf_scheduler.plugins.volume_restrictions import VolumeRestrictions
 from kopf_scheduler.plugins.volume_zone import VolumeZone
 
 #: Every in-tree plugin class, by upstream name.
 IN_TREE_PLUGINS: tuple[type[Plugin], ...] = (
+    Coscheduling,
     DefaultBinder,
     DefaultPreemption,
     DynamicResources,
@@ -53,10 +57,12 @@ IN_TREE_PLUGINS: tuple[type[Plugin], ...] = (
     NodeResourcesFit,
     NodeUnschedulable,
     NodeVolumeLimits,
+    PodGroupPodsCount,
     PodTopologySpread,
     PrioritySort,
     SchedulingGates,
     TaintToleration,
+    TopologyPlacementGenerator,
     VolumeBinding,
     VolumeRestrictions,
     VolumeZone,

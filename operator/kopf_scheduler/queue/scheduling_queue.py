@@ -172,6 +172,14 @@ class SchedulingQueue:
                     counts[plugin] = counts.get(plugin, 0) + 1
         return counts
 
+    def oldest_failed_attempt(self) -> float | None:
+        """When the longest-waiting pod that failed and waits again (backoffQ, unschedulablePods; gated pods were
+        never attempted) was first attempted; None when there is none."""
+        waiting = itertools.chain(self._backoff.values(), self._unschedulable.values())
+        return min(
+            (q.initial_attempt_timestamp for q in waiting if q.initial_attempt_timestamp is not None), default=None
+        )
+
     def get(self, uid: str) -> QueuedPodInfo | None:
         """The queued (or in-flight) entry of a pod."""
         where = self._where(uid)

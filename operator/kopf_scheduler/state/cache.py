@@ -23,7 +23,7 @@ import numpy as np
 from kopf_scheduler.go_format import go_quote
 from kopf_scheduler.state.node_table import NodeTable
 from kopf_scheduler.state.objects import ClusterObjects
-from kopf_scheduler.state.pod_group_state import PodGroupSnapshot, PodGroupStates
+from kopf_scheduler.state.pod_group_state import PodGroupSnapshot, PodGroupStates, coscheduling_group_key
 from kopf_scheduler.state.pod_info import HostPort, PodInfo, pod_uid, same_scheduling_inputs
 from kopf_scheduler.state.quantity import resource_value
 from kopf_scheduler.state.selector_counts import SelectorPodCounts
@@ -155,6 +155,9 @@ class ClusterCache:
         self.pod_groups = PodGroupStates()
         #: The copy of :attr:`pod_groups` a cycle reads, brought up to date by :meth:`update_pod_group_snapshot`.
         self.pod_group_snapshot = PodGroupSnapshot()
+        #: The same for scheduler-plugins' Coscheduling groups (pods labelled ``scheduling.x-k8s.io/pod-group``),
+        #: kept apart: the two APIs key their groups differently and may name them alike.
+        self.coscheduling_groups = PodGroupStates(coscheduling_group_key)
         self.generation = 0
 
     # -- nodes ---------------------------------------------------------------------------------------
@@ -288,18 +291,31 @@ class ClusterCache:
                 if pod.scheduling_group is not None:  # the same spec: the same group as ``old``'s
                     self.pod_groups.remove_member(old)
                     self.pod_groups.add_member(pod)
+                if old.coscheduling_group is not None or pod.coscheduling_group is not None:
+                    self._leave_coscheduling_group(old)  # its labels were read again: maybe another group
+                    self._join_coscheduling_group(pod)
                 return pod
         if old is not None:
             self._detach(old)
             self._assumed.discard(pod.uid)
             if old.scheduling_group is not None:
                 self.pod_groups.remove_member(old)
+            self._leave_coscheduling_group(old)
         if not pod.node_name or pod.phase in TERMINAL_PHASES:
             return None
         self._add(pod)
         if pod.scheduling_group is not None:
             self.pod_groups.add_member(pod)
+        self._join_coscheduling_group(pod)
         return pod
+
+    def _join_coscheduling_group(self, pod: PodInfo) -> None:
+        if pod.coscheduling_group is not None:
+            self.coscheduling_groups.add_member(pod)
+
+    def _leave_coscheduling_group(self, pod: PodInfo) -> None:
+        if pod.coscheduling_group is not None:
+            self.coscheduling_groups.remove_member(pod)
 
     def remove_pod(self, uid: str, *, dry_run: bool = False) -> None:
         """Drop the pod (its delete event; upstream ``RemovePod``): a member leaves its pod group, and a group
@@ -311,6 +327,8 @@ class ClusterCache:
             self._assumed.discard(uid)
             if pod.scheduling_group is not None and not dry_run:
                 self.pod_groups.remove_member(pod)
+            if not dry_run:
+                self._leave_coscheduling_group(pod)
 
     def restore_pod(self, pod: PodInfo, *, assumed: bool) -> None:
         """Put back the very pod object :meth:`remove_pod` took off in a dry run (e.g. preemption's), with its
@@ -333,6 +351,8 @@ class ClusterCache:
         self._assumed.add(assumed.uid)
         if assumed.scheduling_group is not None and not dry_run:
             self.pod_groups.assume_member(assumed)
+        if assumed.coscheduling_group is not None and not dry_run:
+            self.coscheduling_groups.assume_member(assumed)
         return assumed
 
     @staticmethod
@@ -351,6 +371,8 @@ class ClusterCache:
             self._assumed.discard(uid)
             if pod.scheduling_group is not None and not dry_run:
                 self.pod_groups.forget_member(pod)
+            if pod.coscheduling_group is not None and not dry_run:
+                self.coscheduling_groups.forget_member(pod)
 
     # -- pending members of pod groups (upstream ``AddPodGroupMember`` and its siblings) -------------
     def add_pod_group_member(self, pod: PodInfo) -> None:
@@ -358,17 +380,25 @@ class ClusterCache:
         unscheduled pod); pods of no group are ignored."""
         if pod.scheduling_group is not None:
             self.pod_groups.add_member(pod)
+        self._join_coscheduling_group(pod)
 
     def update_pod_group_member(self, old: PodInfo, new: PodInfo) -> None:
-        """A newer version of a pending member (the event handlers' update of an unscheduled pod)."""
+        """A newer version of a pending member (the event handlers' update of an unscheduled pod); a pod whose
+        ``scheduling.x-k8s.io/pod-group`` label changed moves to its new Coscheduling group."""
         if new.scheduling_group is not None:
             self.pod_groups.update_member(old, new)
+        if old.coscheduling_group != new.coscheduling_group:
+            self._leave_coscheduling_group(old)
+            self._join_coscheduling_group(new)
+        elif new.coscheduling_group is not None:
+            self.coscheduling_groups.update_member(old, new)
 
     def remove_pod_group_member(self, pod: PodInfo) -> None:
         """A pending member deleted from the cluster leaves its group (not one that got bound: the cache's own
         path moves that one)."""
         if pod.scheduling_group is not None:
             self.pod_groups.remove_member(pod)
+        self._leave_coscheduling_group(pod)
 
     def update_pod_group_snapshot(self) -> PodGroupSnapshot:
         """Bring :attr:`pod_group_snapshot` up to date for a cycle (upstream ``UpdateSnapshot``'s pod-group part):
@@ -689,13 +719,52 @@ class ClusterCache:
 class Snapshot:
     """The view one scheduling cycle works on: the cache plus the node order, frozen for the cycle."""
 
-    __slots__ = ("cache", "order", "table")
+    __slots__ = ("_placement", "_placement_set", "cache", "order", "table")
 
     def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
         self.table = cache.table
         #: All nodes as table slots, in node-tree order.
         self.order = cache.node_order()
+        #: The pod-group cycle's assumed placement: the only candidate nodes of the algorithm, None for all nodes.
+        self._placement: np.ndarray | None = None
+        self._placement_set: frozenset[int] = frozenset()
+
+    # -- the pod-group cycle's placement (upstream ``Snapshot.AssumePlacement`` and ``ForgetPlacement``) ------------
+    def assume_placement(self, nodes: np.ndarray) -> None:
+        """Limit the nodes the scheduling algorithm considers on this snapshot to ``nodes`` (slots, in the
+        placement's order) until :meth:`forget_placement`; plugins still see every node, as upstream's do. A
+        placement of every node is no placement. ``LookupError`` (and no placement) if a slot holds no node."""
+        if len(nodes) == len(self.order):
+            self.forget_placement()
+            return
+        alive, names = self.table.alive, self.table.names
+        for slot in nodes.tolist():
+            if not 0 <= slot < len(alive) or not alive[slot]:
+                self.forget_placement()
+                name = names[slot] if 0 <= slot < len(names) else None
+                raise LookupError(f"node {name or slot} in placement is not present in snapshot")
+        self._placement = nodes
+        self._placement_set = frozenset(nodes.tolist())
+
+    def forget_placement(self) -> None:
+        """Every node is a candidate again (upstream ``ForgetPlacement``)."""
+        self._placement = None
+        self._placement_set = frozenset()
+
+    @property
+    def nodes_in_placement(self) -> np.ndarray:
+        """The algorithm's candidate nodes: the placement's, or every node (upstream ``ListNodesInPlacement``)."""
+        return self.order if self._placement is None else self._placement
+
+    @property
+    def num_nodes_in_placement(self) -> int:
+        """How many nodes the algorithm considers (upstream ``NumNodesInPlacement``): the ``N`` of ``0/N nodes``."""
+        return len(self.nodes_in_placement)
+
+    def in_placement(self, slot: int) -> bool:
+        """Whether the node at ``slot`` is a candidate (upstream ``GetNodeInPlacement`` finds it)."""
+        return self._placement is None or slot in self._placement_set
 
     @property
     def num_nodes(self) -> int:

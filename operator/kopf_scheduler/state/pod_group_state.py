@@ -16,6 +16,11 @@ scheduler-wide counter, so a group deleted and created again never repeats a gen
 assume/forget on a copy (the pod-group cycle's trial placements) move the copy's generation too, so the next
 update copies it afresh.
 
+The same machinery keeps scheduler-plugins' Coscheduling groups, keyed by the pods'
+``scheduling.x-k8s.io/pod-group`` label in their namespace (:attr:`PodInfo.coscheduling_group_key`): the cache holds
+one :class:`PodGroupStates` per gang API, each with its own key (two APIs may name groups alike), and the
+Coscheduling plugin reads the same counts (PreFilter: members against minMember; Permit: scheduled against it).
+
 Which pods join a group and when is :class:`ClusterCache`'s part (upstream ``cache.go``): pending pods of our
 profiles as the event handlers see them, assigned pods as the cache accounts them, and the cache's assume,
 forget and the watch event that confirms an assumed pod.
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from kopf_scheduler.state.pod_info import PodGroupKey, PodInfo
 
@@ -220,15 +225,27 @@ class PodGroupSnapshot:
         return snapshot
 
 
+def scheduling_group_key(pod: PodInfo) -> PodGroupKey | None:
+    """Workload-aware scheduling's key of a pod's group (``spec.schedulingGroup``)."""
+    return pod.scheduling_group_key
+
+
+def coscheduling_group_key(pod: PodInfo) -> PodGroupKey | None:
+    """Coscheduling's key of a pod's group (the ``scheduling.x-k8s.io/pod-group`` label)."""
+    return pod.coscheduling_group_key
+
+
 class PodGroupStates:
     """Every known pod group's live state, by (namespace, podGroupName); what upstream's cache keeps in
-    ``podGroupStates`` and changes in its ``*PodGroupMember`` methods. Callers pass only pods that have a
-    scheduling group (:attr:`PodInfo.scheduling_group` not None)."""
+    ``podGroupStates`` and changes in its ``*PodGroupMember`` methods. ``key_of`` says which group a pod is of
+    (workload-aware scheduling's by default, :func:`coscheduling_group_key` for Coscheduling's); callers pass
+    only pods it finds a group for."""
 
-    __slots__ = ("_states",)
+    __slots__ = ("_key_of", "_states")
 
-    def __init__(self) -> None:
+    def __init__(self, key_of: Callable[[PodInfo], PodGroupKey | None] = scheduling_group_key) -> None:
         self._states: dict[PodGroupKey, PodGroupState] = {}
+        self._key_of = key_of
 
     def get(self, namespace: str, name: str) -> PodGroupState:
         """The group's live state; :class:`PodGroupStateNotFound` if no member is known."""
@@ -246,7 +263,7 @@ class PodGroupStates:
 
     def add_member(self, pod: PodInfo) -> None:
         """``pod`` joins its group, which is created if it is the first member (upstream ``addPodGroupMember``)."""
-        key = _key_of(pod)
+        key = self._key(pod)
         state = self._states.get(key)
         if state is None:
             state = self._states[key] = PodGroupState()
@@ -255,7 +272,7 @@ class PodGroupStates:
     def update_member(self, old: PodInfo, new: PodInfo) -> None:
         """A newer version of a member (upstream ``updatePodGroupMember``); a group that was never added to is
         an error logged, as upstream's (a missed add event)."""
-        key = _key_of(new)
+        key = self._key(new)
         state = self._states.get(key)
         if state is None:
             logger.error(
@@ -268,7 +285,7 @@ class PodGroupStates:
 
     def remove_member(self, pod: PodInfo) -> None:
         """``pod`` leaves its group; the group goes when its last member does (upstream ``removePodGroupMember``)."""
-        key = _key_of(pod)
+        key = self._key(pod)
         state = self._states.get(key)
         if state is None:
             return
@@ -279,7 +296,7 @@ class PodGroupStates:
     def assume_member(self, pod: PodInfo) -> None:
         """The assumed copy ``pod`` passed Reserve (upstream ``assumePodGroupMember``). A group not known yet is
         created holding that copy, which (naming its node) then counts as assigned, as upstream's does."""
-        key = _key_of(pod)
+        key = self._key(pod)
         state = self._states.get(key)
         if state is None:
             state = self._states[key] = PodGroupState()
@@ -288,7 +305,7 @@ class PodGroupStates:
 
     def forget_member(self, pod: PodInfo) -> None:
         """Undo :meth:`assume_member` (upstream ``forgetPodGroupMember``); a group not known is an error logged."""
-        key = _key_of(pod)
+        key = self._key(pod)
         state = self._states.get(key)
         if state is None:
             logger.error(
@@ -299,6 +316,12 @@ class PodGroupStates:
             )
             return
         state.forget_pod(pod.uid)
+
+    def _key(self, pod: PodInfo) -> PodGroupKey:
+        key = self._key_of(pod)
+        if key is None:
+            raise ValueError(f"pod {pod.key} has no pod group")
+        return key
 
     def update_snapshot(self, snapshot: PodGroupSnapshot) -> None:
         """Bring ``snapshot`` up to date (upstream ``updatePodGroupStateSnapshot``): groups gone from the cache
@@ -312,10 +335,3 @@ class PodGroupStates:
             existing = copies.get(key)
             if existing is None or existing.generation != state.generation:
                 copies[key] = state.snapshot()
-
-
-def _key_of(pod: PodInfo) -> PodGroupKey:
-    key = pod.scheduling_group_key
-    if key is None:
-        raise ValueError(f"pod {pod.key} has no scheduling group")
-    return key

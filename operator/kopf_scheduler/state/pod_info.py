@@ -95,12 +95,26 @@ class PodInfo:
     #: ``spec.schedulingGroup.podGroupName``: the pod group of workload-aware scheduling the pod belongs to, None
     #: for the pods of no group (nearly all). Parsed with the spec, so a compact pod is never decoded to ask.
     scheduling_group: str | None = None
+    #: The ``scheduling.x-k8s.io/pod-group`` label: the PodGroup of scheduler-plugins' Coscheduling the pod belongs
+    #: to, None without the label (or with an empty one, as scheduler-plugins reads it). Read with the labels.
+    coscheduling_group: str | None = None
 
     @property
     def scheduling_group_key(self) -> PodGroupKey | None:
         """(namespace, podGroupName), the key upstream keeps the group's state by; None without a group."""
         group = self.scheduling_group
         return None if group is None else (self.namespace, group)
+
+    @property
+    def coscheduling_group_key(self) -> PodGroupKey | None:
+        """(namespace, pod-group label), the key Coscheduling's groups are kept by; None without the label."""
+        group = self.coscheduling_group
+        return None if group is None else (self.namespace, group)
+
+    @property
+    def in_pod_group(self) -> bool:
+        """A member of a group of either gang API (what the cache's group states hold)."""
+        return self.scheduling_group is not None or self.coscheduling_group is not None
 
     @property
     def obj(self) -> dict[str, Any]:
@@ -142,10 +156,12 @@ class PodInfo:
         """This pod's parse for a newer version ``obj`` of it whose :func:`same_scheduling_inputs` hold (with
         ``but_labels``: its labels are read again); plugins' memos start empty (they may read more of the
         object than the parse does)."""
+        labels = _labels(obj)
         return dataclasses.replace(
             self,
             raw=obj,
-            labels=_labels(obj),
+            labels=labels,
+            coscheduling_group=_coscheduling_group(labels),
             memo={},
             resource_version=_resource_version(obj),
             nominated_node=_nominated_node(obj),
@@ -160,12 +176,13 @@ class PodInfo:
         containers = spec.get("containers") or []
         init_containers = spec.get("initContainers") or []
         requests, non_zero_cpu, non_zero_memory = pod_resources(obj)
+        labels = _labels(obj)
         return cls(
             raw=obj,
             uid=pod_uid(obj),
             namespace=intern(meta.get("namespace") or "default"),
             name=meta.get("name") or "",
-            labels=_labels(obj),
+            labels=labels,
             priority=int(spec.get("priority") or 0),
             scheduler_name=intern(spec.get("schedulerName") or "default-scheduler"),
             node_name=intern(spec.get("nodeName") or ""),
@@ -186,7 +203,19 @@ class PodInfo:
             nominated_node=_nominated_node(obj),
             start_time=_start_time(obj),
             scheduling_group=_scheduling_group(spec),
+            coscheduling_group=_coscheduling_group(labels),
         )
+
+
+#: The label that names a pod's Coscheduling PodGroup (scheduler-plugins' ``v1alpha1.PodGroupLabel``).
+COSCHEDULING_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+def _coscheduling_group(labels: Mapping[str, str]) -> str | None:
+    """The pod's Coscheduling group: its ``scheduling.x-k8s.io/pod-group`` label, interned; an empty value is no
+    group (scheduler-plugins' ``GetPodGroupFullName`` treats it so)."""
+    name = labels.get(COSCHEDULING_POD_GROUP_LABEL)
+    return intern(name) if name else None
 
 
 def _scheduling_group(spec: Mapping[str, Any]) -> str | None:

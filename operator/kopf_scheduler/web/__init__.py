@@ -1,16 +1,17 @@
-"""The operator's own HTTPS endpoints on the metrics port: ``/metrics``, ``/explain/<namespace>/<pod>``, ``/healthz``.
+"""The operator's own HTTPS endpoints on the metrics port: ``/metrics``, ``/explain/<namespace>/<pod>``, and the
+health paths ``/healthz``, ``/livez``, ``/readyz`` (:mod:`kopf_scheduler.health`).
 
 Served as kube-scheduler serves its secure port (10259): TLS with the given certificate or a self-signed one
-(:mod:`.certs`), every request authenticated and authorized by the API server (:mod:`.delegated`):
-``/healthz`` is open, ``/metrics`` and ``/explain/...`` need ``get`` on that non-resource URL (the chart's
-``<release>-metrics-reader`` ClusterRole grants it). Refusals are the API server's ``Status`` bodies: 401
-``Unauthorized`` for a rejected token, 403 ``forbidden: User "..." cannot get path "..."``. Behind the API
-server's ``pods/proxy`` (``kopf-scheduler explain`` without ``--url``) the caller's token arrives in
-``X-Kopf-Scheduler-Authorization``, as the proxy drops ``Authorization``.
+(:mod:`.certs`), every request authenticated and authorized by the API server (:mod:`.delegated`): the health
+paths are open (``--authorization-always-allow-paths``), ``/metrics`` and ``/explain/...`` need ``get`` on that
+non-resource URL (the chart's ``<release>-metrics-reader`` ClusterRole grants it). Refusals are the API
+server's ``Status`` bodies: 401 ``Unauthorized`` for a rejected token, 403 ``forbidden: User "..." cannot get
+path "..."``. Behind the API server's ``pods/proxy`` (``kopf-scheduler explain`` without ``--url``) the
+caller's token arrives in ``X-Kopf-Scheduler-Authorization``, as the proxy drops ``Authorization``.
 
 Everything is served by aiohttp on kopf's event loop, so ``/explain`` reads the explanations the scheduling
 cycle wrote without a lock (prometheus_client's own server would answer from another thread). kopf's liveness
-endpoint (``/healthz`` on the health port, plain HTTP for the kubelet's probes) is kopf's own.
+endpoint (``/healthz`` on the health port, plain HTTP) is kopf's own.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from kopf_scheduler.health import PING, Answer, HealthCheck, HealthChecks, answer_check, answer_root
+from kopf_scheduler.kube.client import KubeClient
+from kopf_scheduler.kube.kubeconfig import KubeconfigError, load_credentials
 from kopf_scheduler.kube.remote_explain import FORWARDED_AUTHORIZATION_HEADER
 from kopf_scheduler.web.certs import CertificateInChild, certificate_names, reload_pair, server_context, serving_hosts
-from kopf_scheduler.web.delegated import DelegatedAuth, ReviewFailed, Unauthenticated
+from kopf_scheduler.web.delegated import TOKEN_REVIEWS, DelegatedAuth, ReviewFailed, Unauthenticated
 
 Explain = Callable[[str], dict[str, Any] | None]
 #: Seconds between checks of a provided certificate's files.
@@ -105,7 +109,17 @@ def _guard(auth: DelegatedAuth) -> Any:
     return guard
 
 
-def build_app(*, registry: CollectorRegistry, explain: Explain, auth: DelegatedAuth | None = None) -> web.Application:
+#: kube-scheduler's checks when it is given none to run (``/livez``): ping only.
+PING_ONLY: HealthChecks = {"healthz": [PING], "livez": [PING], "readyz": [PING]}
+
+
+def build_app(
+    *,
+    registry: CollectorRegistry,
+    explain: Explain,
+    auth: DelegatedAuth | None = None,
+    health: HealthChecks = PING_ONLY,
+) -> web.Application:
     """The routes; ``auth`` None serves them to anyone (unit tests only: :func:`serve` always guards)."""
 
     async def metrics(request: web.Request) -> web.Response:
@@ -125,14 +139,41 @@ def build_app(*, registry: CollectorRegistry, explain: Explain, auth: DelegatedA
             return web.json_response({"pod": key, "message": message}, status=404)
         return web.json_response(account)
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
     app = web.Application(middlewares=[_guard(auth)] if auth is not None else [])
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/explain/{namespace}/{name}", explanation)
-    app.router.add_get("/healthz", healthz)
+    for path, checks in health.items():
+        _add_health_routes(app, path, checks)
     return app
+
+
+def _add_health_routes(app: web.Application, path: str, checks: Sequence[HealthCheck]) -> None:
+    """``/<path>`` running every check, and ``/<path>/<name>`` for each one (k8s.io/apiserver's healthz mux)."""
+
+    async def root(request: web.Request) -> web.Response:
+        excluded = request.query.getall("exclude", [])
+        return _health_response(answer_root(path, checks, excluded=excluded, verbose="verbose" in request.query))
+
+    app.router.add_get(f"/{path}", root)
+    for check in checks:
+        app.router.add_get(f"/{path}/{check.name}", _one_check(check))
+
+
+def _one_check(check: HealthCheck) -> Any:
+    async def handler(request: web.Request) -> web.Response:
+        return _health_response(answer_check(check))
+
+    return handler
+
+
+def _health_response(answer: Answer) -> web.Response:
+    return web.Response(
+        status=answer.status,
+        text=answer.body,
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
 
 
 async def serve(
@@ -147,6 +188,7 @@ async def serve(
     hosts: Sequence[str] = ("localhost",),
     reload_period: float = CERT_RELOAD_PERIOD,
     self_signed: CertificateInChild | None = None,
+    health: HealthChecks = PING_ONLY,
 ) -> web.AppRunner:
     """Start serving HTTPS; returns the runner to ``cleanup()`` on shutdown.
 
@@ -160,7 +202,7 @@ async def serve(
     else:
         pair = await (self_signed or CertificateInChild.start(certificate_names(hosts))).pair()
     ssl_context = await asyncio.to_thread(server_context, cert_file=cert_file, key_file=key_file, pair=pair)
-    app = build_app(registry=registry, explain=explain, auth=auth)
+    app = build_app(registry=registry, explain=explain, auth=auth, health=health)
     if cert_file and key_file:
         app.cleanup_ctx.append(_reloading(ssl_context, cert_file, key_file, reload_period))
     runner = web.AppRunner(app, access_log=None)
@@ -207,14 +249,44 @@ async def reload_certificate(context: ssl.SSLContext, cert_file: str, key_file: 
             logger.warning("cannot reload the serving certificate %s (still serving the old one): %s", cert_file, e)
 
 
-def review_poster(client: Callable[[], Any]) -> Callable[[str, Mapping[str, Any]], Any]:
-    """The reviews' ``post``: through the operator's current API client (kopf's login replaces it)."""
+def review_poster(
+    client: Callable[[], Any], *, authentication_kubeconfig: str = "", authorization_kubeconfig: str = ""
+) -> Callable[[str, Mapping[str, Any]], Any]:
+    """The reviews' ``post``: through the operator's current API client (kopf's login replaces it), or, as
+    kube-scheduler's ``--authentication-kubeconfig``/``--authorization-kubeconfig``, TokenReviews and
+    SubjectAccessReviews through the API servers those kubeconfigs name (read now: a bad one fails the start)."""
 
-    async def post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+    async def operator_post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
         current = client()
         if current is None:
             raise RuntimeError("not logged in to the API server yet")
         result: Mapping[str, Any] = await current.request("POST", path, body=dict(body))
+        return result
+
+    authentication = _kubeconfig_post(authentication_kubeconfig) or operator_post
+    authorization = _kubeconfig_post(authorization_kubeconfig) or operator_post
+
+    async def post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        result: Mapping[str, Any] = await (authentication if path == TOKEN_REVIEWS else authorization)(path, body)
+        return result
+
+    return post
+
+
+def _kubeconfig_post(kubeconfig: str) -> Callable[[str, Mapping[str, Any]], Any] | None:
+    """A ``post`` through the API server of ``kubeconfig``'s current context; None without one."""
+    if not kubeconfig:
+        return None
+    try:
+        credentials = load_credentials(kubeconfig=kubeconfig)
+    except KubeconfigError as e:
+        raise RuntimeError(f"{kubeconfig}: {e}") from e
+    api = KubeClient(
+        server=credentials.server, headers=credentials.auth_headers(), ssl_context=credentials.ssl_context()
+    )
+
+    async def post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        result: Mapping[str, Any] = await api.request("POST", path, body=dict(body))
         return result
 
     return post

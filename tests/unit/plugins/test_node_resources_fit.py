@@ -751,7 +751,7 @@ def test_go_integer_helpers() -> None:
 
 def test_extension_points_and_no_normalize() -> None:
     points = {point.value for point in NodeResourcesFit.extension_points()}
-    assert points == {"preFilter", "filter", "preScore", "score"}
+    assert points == {"preFilter", "filter", "preScore", "score", "placementScore"}
     assert NodeResourcesFit.has_normalize is False
 
 

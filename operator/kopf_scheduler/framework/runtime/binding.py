@@ -90,11 +90,11 @@ class BindingRunner(PluginTimer):
     def will_wait_on_permit(self, pod: PodInfo) -> bool:
         return pod.uid in self.waiting_pods
 
-    def reject_waiting_pod(self, uid: str) -> bool:
+    def reject_waiting_pod(self, uid: str, plugin: str = "", message: str = "removed") -> bool:
         waiting = self.waiting_pods.get(uid)
         if waiting is None:
             return False
-        waiting.reject("", "removed")
+        waiting.reject(plugin, message)
         return True
 
     def allow_waiting_pod(self, uid: str, plugin: str) -> bool:

@@ -4,8 +4,8 @@ Restates upstream's ``frameworkImpl`` (``framework/runtime/framework.go``): one 
 every extension point it is enabled at; PreEnqueue and QueueSort for the queue; PostFilter until the first
 plugin that does not reject. The other extension points' runners are the parts :class:`Framework` is made of:
 PreFilter and Filter with nominated pods (:mod:`.filtering`), PreScore and Score (:mod:`.scoring`), Reserve,
-Permit and the binding cycle (:mod:`.binding`). Error texts are upstream's, because they end up in events and pod
-conditions.
+Permit and the binding cycle (:mod:`.binding`), PlacementGenerate and PlacementScore (:mod:`.placement`). Error
+texts are upstream's, because they end up in events and pod conditions.
 
 Profile validation is not repeated here: :mod:`kopf_scheduler.framework.builder` checks what upstream's
 ``NewFramework`` checks, and the framework only constructs the plugins of the profile it is given.
@@ -30,7 +30,10 @@ from kopf_scheduler.framework.interface import (
     NoNominator,
     PermitPlugin,
     PipelineHandle,
+    PlacementGeneratePlugin,
+    PlacementScorePlugin,
     Plugin,
+    PodGroupPostFilterPlugin,
     PostBindPlugin,
     PostFilterPlugin,
     PostFilterResult,
@@ -48,6 +51,7 @@ from kopf_scheduler.framework.registry import Registry
 from kopf_scheduler.framework.runtime.binding import BindingRunner
 from kopf_scheduler.framework.runtime.common import ObservePlugin, error_text, wrapped_error
 from kopf_scheduler.framework.runtime.filtering import FilterRunner
+from kopf_scheduler.framework.runtime.placement import PlacementRunner
 from kopf_scheduler.framework.runtime.scoring import ScoreRunner
 from kopf_scheduler.framework.status import SUCCESS, Code, Status
 from kopf_scheduler.framework.verdicts import NodeToStatusMap
@@ -58,11 +62,15 @@ if TYPE_CHECKING:
     from kopf_scheduler.state.pod_info import PodInfo
 
 
+#: Upstream's status of ``RunPostFilterPlugins`` in a cycle that skips them.
+ALL_POST_FILTERS_SKIPPED = "All PostFilter plugins are skipped"
+
+
 class FrameworkError(Exception):
     """A plugin of a valid profile cannot be constructed (its args do not validate, or its ``__init__`` fails)."""
 
 
-class Framework(FilterRunner, ScoreRunner, BindingRunner):
+class Framework(FilterRunner, ScoreRunner, BindingRunner, PlacementRunner):
     """One profile's pipeline: plugin instances per extension point and the ``run_*`` methods over them.
 
     ``profile`` comes from :func:`kopf_scheduler.framework.builder.resolve_profile` with the same ``registry``,
@@ -123,6 +131,23 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner):
         self.pre_bind_plugins: tuple[tuple[str, PreBindPlugin], ...] = tuple(by_point[ExtensionPoint.PRE_BIND])
         self.bind_plugins: tuple[tuple[str, BindPlugin], ...] = tuple(by_point[ExtensionPoint.BIND])
         self.post_bind_plugins: tuple[tuple[str, PostBindPlugin], ...] = tuple(by_point[ExtensionPoint.POST_BIND])
+        self.placement_generate_plugins: tuple[tuple[str, PlacementGeneratePlugin], ...] = tuple(
+            by_point[ExtensionPoint.PLACEMENT_GENERATE]
+        )
+        self.placement_score_plugins: tuple[tuple[str, PlacementScorePlugin], ...] = tuple(
+            by_point[ExtensionPoint.PLACEMENT_SCORE]
+        )
+        self.placement_score_weights: dict[str, int] = {
+            ref.name: ref.weight or 1 for ref in profile.enabled(ExtensionPoint.PLACEMENT_SCORE)
+        }
+        #: Upstream ``PodGroupPostFilterPlugins`` (WorkloadAwarePreemption, on in a workload-aware profile): the
+        #: profile's plugins, at whatever extension point enabled, that preempt for a whole pod group (upstream
+        #: registers DefaultPreemption there when the profile has it, and it is the only in-tree one).
+        self.pod_group_post_filter_plugins: tuple[PodGroupPostFilterPlugin, ...] = (
+            tuple(p for p in self.plugins.values() if isinstance(p, PodGroupPostFilterPlugin))
+            if self.workload_aware
+            else ()
+        )
 
     def __repr__(self) -> str:
         return f"<Framework {self.profile_name}>"
@@ -161,7 +186,10 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner):
     def run_post_filter_plugins(
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatusMap
     ) -> tuple[PostFilterResult | None, Status]:
-        """Until the first Success, UUR or Error; otherwise U with all plugins' reasons (joined by ", ")."""
+        """Until the first Success, UUR or Error; otherwise U with all plugins' reasons (joined by ", ").
+        None runs in a cycle that skips them (upstream ``ShouldSkipAllPostFilterPlugins``)."""
+        if state.skip_all_post_filter_plugins:
+            return None, Status.unschedulable(ALL_POST_FILTERS_SKIPPED)
         result: PostFilterResult | None = None
         reasons: list[str] = []
         rejector = ""

@@ -3,7 +3,9 @@
 Upstream's ``SelectVictimsOnNode`` (``plugins/defaultpreemption/default_preemption.go``) dry-runs on a *copy*
 of a NodeInfo; our plugins read the shared cache's node-table columns, so the victims are taken out of the real
 cache for the dry run and put back exactly (same PodInfo objects, same per-node order, assumed marks) when it
-ends, even on exceptions: :class:`DryRunRemoval` for one node, :class:`NodesDryRun` for a batch of nodes.
+ends, even on exceptions: :class:`DryRunRemoval` for one node, :class:`NodesDryRun` for a batch of nodes,
+:class:`ClusterDryRun` for a pod group's victims anywhere in the cluster (upstream's ``BackupSnapshot`` and its
+restore around workload-aware preemption).
 """
 
 from __future__ import annotations
@@ -78,6 +80,49 @@ class NodesDryRun:
         self.cache.put_on_nodes(pods)
         for pod in pods:
             del self._removed[pod.uid]
+
+
+class ClusterDryRun:
+    """Takes pods off the real cache anywhere in the cluster for workload-aware preemption, and puts them back.
+
+    Upstream removes a pod group's potential victims from the snapshot's NodeInfos and re-runs the group's whole
+    algorithm (PreFilter included) on them, restoring the snapshot afterwards. Here the pods leave the cache as a
+    dry run (:meth:`ClusterCache.remove_pod`: every index, so PreFilter sees them gone; the pod groups' state is
+    left alone, as upstream's NodeInfo removal leaves it) and come back as the same objects. A context manager
+    like :class:`DryRunRemoval`: on exit every pod still off is put back and every touched node's pod dicts get
+    their original order back.
+    """
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self._removed: dict[str, tuple[PodInfo, bool]] = {}
+        self._orders: dict[str, tuple[NodeInfo, _PodOrder]] = {}
+
+    def __enter__(self) -> ClusterDryRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for uid in list(self._removed):
+            self._restore(uid)
+        for node, order in self._orders.values():
+            _restore_pod_order(node, order)
+
+    def remove(self, pods: Sequence[PodInfo]) -> None:
+        for pod in pods:
+            node = self.cache.node(pod.node_name)
+            if node is not None and node.name not in self._orders:
+                self._orders[node.name] = (node, _pod_order(node))
+            assumed = self.cache.is_assumed(pod.uid)
+            self.cache.remove_pod(pod.uid, dry_run=True)
+            self._removed[pod.uid] = (pod, assumed)
+
+    def restore(self, pods: Sequence[PodInfo]) -> None:
+        for pod in pods:
+            self._restore(pod.uid)
+
+    def _restore(self, uid: str) -> None:
+        pod, assumed = self._removed.pop(uid)
+        self.cache.restore_pod(pod, assumed=assumed)
 
 
 _PodOrder = tuple[list[str], list[str], list[str]]

@@ -56,6 +56,7 @@ MIN_DRY_RUN_BATCH = 16
 DryRunVerdict = tuple[list[PodInfo], int, Status]
 
 # Upstream's texts (they end up, after "preemption: ", in FailedScheduling events and pod conditions).
+NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NO_CANDIDATE = "no candidate node for preemption"
@@ -110,6 +111,20 @@ class Budget:
             disruptions_allowed=int(status.get("disruptionsAllowed") or 0),
             disrupted_pods=frozenset((status.get("disruptedPods") or {}).keys()),
         )
+
+
+def counting_budgets(pod: PodInfo, budgets: Sequence[Budget]) -> Iterator[int]:
+    """The indexes of the budgets that count evicting ``pod`` against their allowed disruptions (upstream's loop
+    in ``filterPodsWithPDBViolation``): same namespace, a selector matching its labels (a pod without labels
+    matches none), and not already among the budget's ``disruptedPods``."""
+    if not pod.labels:
+        return
+    for i, budget in enumerate(budgets):
+        if budget.namespace != pod.namespace or budget.selector is None:
+            continue
+        if not budget.selector.matches(pod.labels) or pod.name in budget.disrupted_pods:
+            continue
+        yield i
 
 
 def _pdb_selector(raw: Mapping[str, Any] | None) -> LabelSelector | None:

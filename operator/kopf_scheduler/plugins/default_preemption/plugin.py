@@ -15,6 +15,12 @@ each its own method:
 4. :class:`~.executor.PreemptionExecutor` evicts the victims off the cycle (``Handle.spawn``) while the
    preemptor is held at PreEnqueue; it is re-activated if an API call fails.
 
+In a workload-aware profile (upstream's WorkloadAwarePreemption and TopologyAwareWorkloadScheduling gates, on
+per profile here) a pod of a PodGroup does not preempt on its own: PostFilter says why, and the pod-group cycle
+preempts for the whole group through :meth:`DefaultPreemption.pod_group_post_filter` (:mod:`.pod_group`, upstream
+``PodGroupPostFilter``); PreEnqueue then holds the group's members while their group's victims go. Single pods
+preempt and are chosen as victims exactly as in any other profile.
+
 The dry run works on the shared cache (:mod:`.dry_run`). It is computed a batch of nodes at a time
 (:meth:`select_victims_on_nodes`: all victims off at once and one Filter pass per reprieve round) while no
 PreFilter extension runs (no pod affinity, topology spread or ReadWriteOncePod claim in play); else node by
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,6 +49,8 @@ from kopf_scheduler.framework import (
     CycleState,
     EventResource,
     Handle,
+    PodGroupPostFilterPlugin,
+    PodGroupPreemption,
     PostFilterPlugin,
     PostFilterResult,
     PreEnqueuePlugin,
@@ -57,12 +65,15 @@ from kopf_scheduler.framework.verdicts import FilterOutcome
 from kopf_scheduler.plugins.default_preemption.dry_run import DryRunRemoval, NodesDryRun
 from kopf_scheduler.plugins.default_preemption.evaluator import (
     NO_VICTIMS,
+    NOT_ELIGIBLE_NEVER,
     Budget,
     DryRunVerdict,
     Evaluator,
+    counting_budgets,
     prefixed,
 )
 from kopf_scheduler.plugins.default_preemption.executor import PreemptionExecutor
+from kopf_scheduler.plugins.default_preemption.pod_group import POD_GROUP, PodGroupEvaluator, ScheduleGroup
 from kopf_scheduler.plugins.default_preemption.victims import sort_by_importance
 from kopf_scheduler.state.cache import NodeInfo, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
@@ -70,12 +81,16 @@ from kopf_scheduler.state.pod_info import PodInfo
 NAME = "DefaultPreemption"
 
 # Upstream's texts (they end up, after "preemption: ", in FailedScheduling events and pod conditions).
-NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 NOT_ELIGIBLE_TERMINATING = "not eligible due to a terminating pod on the nominated node."
 WAITING_FOR_PREEMPTION = "waiting for the preemption for this pod to be finished"
+WAITING_FOR_POD_GROUP_PREEMPTION = "waiting for the preemption for this pod group to be finished"
+# PostFilter's answers for a pod of a PodGroup in a workload-aware profile (with the "preemption: " prefix).
+POD_GROUP_NOT_FOUND = "preemption: pod group for pod not found"
+NOT_ELIGIBLE_PLACEMENT = "preemption: not eligible due to placement-based pod group scheduling limitation"
+NOT_ELIGIBLE_WORKLOAD_AWARE = "preemption: not eligible due to workload aware preemption enabled"
 
 
-class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin):
+class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin, PodGroupPostFilterPlugin):
     name: ClassVar[str] = NAME
     args_model = DefaultPreemptionArgs
 
@@ -87,6 +102,8 @@ class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin):
         #: Start time of pods that have none yet (upstream ``time.Now()``); tests replace it.
         self.clock: Callable[[], float] = time.time
         self.executor = PreemptionExecutor(handle, NAME)
+        #: Upstream ``podGroupEvaluator`` (WorkloadAwarePreemption): used by workload-aware profiles only.
+        self.pod_group_evaluator = PodGroupEvaluator(handle, self.executor, lambda: self.clock())
 
     def preempting_extenders(self, pod: PodInfo) -> tuple[Extender, ...]:
         """The extenders :meth:`process_extenders` would call for ``pod``: a preempt verb and interested in it.
@@ -96,8 +113,35 @@ class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin):
         """
         return tuple(e for e in self.handle.extenders if e.supports_preemption and e.is_interested(pod))
 
+    @property
+    def in_workload_aware_profile(self) -> bool:
+        """Whether this profile is workload-aware (upstream's WorkloadAwarePreemption gate, per profile)."""
+        return self.handle.plugins_runner.workload_aware
+
+    def _pod_group(self, pod: PodInfo) -> dict[str, Any] | None:
+        group = pod.scheduling_group
+        if group is None:
+            return None
+        found: dict[str, Any] | None = self.handle.snapshot().cache.objects.get(POD_GROUP, group, pod.namespace)
+        return found
+
+    def _preemptor_uid(self, pod: PodInfo) -> str | None:
+        """Whose preemption holds ``pod``: its own, or (a pod of a PodGroup in a workload-aware profile) its
+        group's; None when its PodGroup is not there."""
+        if pod.scheduling_group is None or not self.in_workload_aware_profile:
+            return pod.uid
+        pod_group = self._pod_group(pod)
+        return None if pod_group is None else str((pod_group.get("metadata") or {}).get("uid") or "")
+
     # -- PreEnqueue / events -------------------------------------------------------------------------
     def pre_enqueue(self, pod: PodInfo) -> Status:
+        """Upstream ``PreEnqueue``: a pod waits while its own preemption runs; a pod of a PodGroup in a
+        workload-aware profile while its group's does (not at all when its PodGroup is not there)."""
+        if pod.scheduling_group is not None and self.in_workload_aware_profile:
+            uid = self._preemptor_uid(pod)
+            if uid is not None and self.executor.is_pod_group_running_preemption(uid):
+                return Status.unschedulable(WAITING_FOR_POD_GROUP_PREEMPTION, plugin=self.name, unresolvable=True)
+            return SUCCESS
         if self.executor.is_pod_running_preemption(pod.uid):
             return Status.unschedulable(WAITING_FOR_PREEMPTION, plugin=self.name, unresolvable=True)
         return SUCCESS
@@ -116,19 +160,45 @@ class DefaultPreemption(Evaluator, PreEnqueuePlugin, PostFilterPlugin):
         about (a victim without the host port that was in the way): without this the preemptor waited in the
         unschedulable pool for the periodic flush (conformance seed 81, p13)."""
         victim = as_pod(old)
-        if victim is None or not self.executor.is_victim_of(pod.uid, victim.uid):
+        uid = self._preemptor_uid(pod)
+        if victim is None or uid is None or not self.executor.is_victim_of(uid, victim.uid):
             return QUEUE_SKIP
-        return QUEUE_SKIP if self.executor.is_pod_running_preemption(pod.uid) else QUEUE
+        return QUEUE_SKIP if self.executor.is_pod_running_preemption(uid) else QUEUE
 
     # -- PostFilter ----------------------------------------------------------------------------------
     def post_filter(
         self, state: CycleState, pod: PodInfo, filtered: NodeToStatus
     ) -> tuple[PostFilterResult | None, Status]:
         try:
+            refused = self.refused_for_pod_group(pod)
+            if refused is not None:
+                return None, Status.unschedulable(refused)
             result, status = self.preempt(state, pod, filtered)
         finally:
             self.handle.metrics.preemption_attempt()
         return result, prefixed(status)
+
+    def refused_for_pod_group(self, pod: PodInfo) -> str | None:
+        """Why a pod of a PodGroup does not preempt on its own in a workload-aware profile (upstream's PostFilter
+        with TopologyAwareWorkloadScheduling and WorkloadAwarePreemption on): its PodGroup is missing, has
+        scheduling constraints, or (any other) is preempted for as a whole by the pod-group cycle. None: go on."""
+        if pod.scheduling_group is None or not self.in_workload_aware_profile:
+            return None
+        pod_group = self._pod_group(pod)
+        if pod_group is None:
+            return POD_GROUP_NOT_FOUND
+        if (pod_group.get("spec") or {}).get("schedulingConstraints") is not None:
+            return NOT_ELIGIBLE_PLACEMENT
+        return NOT_ELIGIBLE_WORKLOAD_AWARE
+
+    def pod_group_post_filter(
+        self, pod_group: Mapping[str, Any], pods: Sequence[PodInfo], schedule: ScheduleGroup
+    ) -> Status:
+        """Upstream ``PodGroupPostFilter``: preemption for the whole group (:class:`PodGroupEvaluator`)."""
+        return self.pod_group_evaluator.preempt(pod_group, pods, schedule)
+
+    def last_preemption(self, namespace: str, name: str) -> PodGroupPreemption | None:
+        return self.pod_group_evaluator.chosen.get((namespace, name))
 
     # -- 1. eligibility ------------------------------------------------------------------------------
     def eligible(self, pod: PodInfo, nominated_status: Status) -> tuple[bool, str]:
@@ -328,15 +398,10 @@ def split_by_pdb_violation(pods: Sequence[PodInfo], budgets: Sequence[Budget]) -
     non_violating: list[PodInfo] = []
     for pod in pods:
         violated = False
-        if pod.labels:
-            for i, budget in enumerate(budgets):
-                if budget.namespace != pod.namespace or budget.selector is None:
-                    continue
-                if not budget.selector.matches(pod.labels) or pod.name in budget.disrupted_pods:
-                    continue
-                allowed[i] -= 1
-                if allowed[i] < 0:
-                    violated = True
+        for i in counting_budgets(pod, budgets):
+            allowed[i] -= 1
+            if allowed[i] < 0:
+                violated = True
         (violating if violated else non_violating).append(pod)
     return violating, non_violating
 

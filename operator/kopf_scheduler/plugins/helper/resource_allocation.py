@@ -562,3 +562,32 @@ class RememberedScores:
             return np.asarray([self.node_scorer(rows(slot)) for slot in nodes.tolist()], dtype=np.int64)
         allocation = calculate_allocation(table, nodes, self.resources, pod_requests, use_requested=self.use_requested)
         return self.strategy(allocation)
+
+
+# -- a placement of a pod group as one node (upstream ``resourceAllocationScorer.scorePlacement``) ----------------
+def placement_rows(
+    table: NodeTable, nodes: np.ndarray, resources: Sequence[ScoredResource], proposed: Sequence[int]
+) -> list[NodeRow]:
+    """The placement's nodes summed into one (weight, allocatable, allocated, requested) row per resource that
+    scores, ``proposed`` being the requests of the group's members the placement's trial placed.
+
+    Upstream adds up each node's allocatable and allocated (non-zero cpu/memory as the node side of Score counts
+    them) over the placement's nodes, skipping a node that has none of a resource, and the requested amount is the
+    proposed members' plus every counted node's allocated. A scalar resource the members do not request is left out
+    (upstream checks the running sum, which stays 0 for it); DRA-backed resources are not counted (no PreScore ran).
+    """
+    rows: list[NodeRow] = []
+    for resource, request in zip(resources, proposed, strict=True):
+        if resource.scalar and request == 0:
+            continue
+        columns = node_allocatable_request(table, nodes, resource.name, use_requested=False)
+        if columns is None:
+            continue
+        allocatable, allocated = columns
+        counted = allocatable != 0
+        total = int(allocatable[counted].sum())
+        if total == 0:
+            continue
+        used = int(allocated[counted].sum())
+        rows.append((resource.weight, total, used, request + used))
+    return rows

@@ -1,0 +1,184 @@
+"""The status of scheduler-plugins' Coscheduling PodGroups, kept as its PodGroup controller keeps it (v0.34.7
+``pkg/controllers/podgroup_controller.go``), so that a cluster needs no scheduler-plugins controller beside us.
+
+The controller reconciles a PodGroup whenever it or one of its pods (``scheduling.x-k8s.io/pod-group: <name>``)
+changes, and moves it one step at a time:
+
+- no phase yet → ``Pending``;
+- ``Pending`` → ``Scheduling`` once the group has minMember pods; ``occupiedBy`` then names the owners of its
+  first pod (``namespace/ownerName``, sorted, comma-joined);
+- from then on it counts the pods in phase Running, Succeeded and Failed and sets ``Pending`` (fewer pods than
+  minMember), ``Scheduling`` (fewer than minMember running or succeeded), ``Running`` (minMember running or
+  succeeded), ``Failed`` (some failed, and failed + running + succeeded reach minMember) or ``Finished``
+  (minMember succeeded), the last two final: a Finished or Failed group is never reconciled again.
+
+Its status is merge-patched through the ``podgroups/status`` subresource, only when it changes. The v0.34.7
+controller never writes ``scheduleStartTime`` (nor the old ``scheduled`` count, gone from the API since v0.26);
+neither does this. Where the controller lists the labelled pods of every namespace (its LIST names no namespace),
+this lists the PodGroup's own namespace (docs/coscheduling.md).
+
+Only the active replica writes: :meth:`CoschedulingStatus.flush` runs from the scheduling loops (which run on
+the active replica only), each flush reconciling the groups touched since the last one; the loop's first flush
+after a takeover reconciles every PodGroup. It is on while some live profile enables Coscheduling.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any
+
+from kopf_scheduler.client import ClientRef
+from kopf_scheduler.plugins.coscheduling.core import parse_timestamp
+from kopf_scheduler.state.pod_info import COSCHEDULING_POD_GROUP_LABEL as LABEL
+
+logger = logging.getLogger("kopf_scheduler")
+
+PENDING, SCHEDULING, RUNNING, FINISHED, FAILED = "Pending", "Scheduling", "Running", "Finished", "Failed"
+_FINAL = (FINISHED, FAILED)
+#: The controller gives up on a group whose scheduling started this long after its creation.
+GIVE_UP_SECONDS = 48 * 3600.0
+
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
+#: The PodGroups the cache holds now: (namespace, name) → object.
+PodGroupsView = Callable[[], Mapping[tuple[str, str], Mapping[str, Any]]]
+
+
+def next_status(pod_group: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The controller's ``Reconcile`` for one PodGroup and its labelled pods: the status it writes next, None
+    for a group in a final phase (left alone). ``pods`` in the order the controller would see them (by name)."""
+    status = dict(pod_group.get("status") or {})
+    phase = status.get("phase") or ""
+    if phase in _FINAL or _given_up(pod_group, status):
+        return None
+    wanted = int((pod_group.get("spec") or {}).get("minMember") or 0)
+    if phase == "":
+        status["phase"] = PENDING
+    elif phase == PENDING:
+        if len(pods) >= wanted:
+            status["phase"] = SCHEDULING
+            if pods:
+                _fill_occupied_by(status, pods[0])
+    else:
+        running, succeeded, failed = pod_counts(pods)
+        status.update(running=running, succeeded=succeeded, failed=failed)
+        status["phase"] = _counted_phase(len(pods), wanted, running, succeeded, failed)
+    # The API type's fields are omitempty: a zero count or an empty string is not written at all.
+    return {key: value for key, value in status.items() if value not in (0, "")}
+
+
+def _given_up(pod_group: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """The controller stops reconciling a Pending or Scheduling group with no pod running whose
+    ``scheduleStartTime`` is over 48 hours after its creation (its pods may have been garbage-collected). Only a
+    status someone else wrote has that time: neither the v0.34.7 controller nor this writes it."""
+    if status.get("phase") not in (PENDING, SCHEDULING) or status.get("running"):
+        return False
+    started = parse_time(status.get("scheduleStartTime"))
+    created = parse_time((pod_group.get("metadata") or {}).get("creationTimestamp"))
+    return started is not None and created is not None and started - created > GIVE_UP_SECONDS
+
+
+def parse_time(value: Any) -> float | None:
+    """A ``metav1.Time`` as epoch seconds; None when unset or malformed."""
+    return parse_timestamp(value) if isinstance(value, str) and value else None
+
+
+def _counted_phase(count: int, wanted: int, running: int, succeeded: int, failed: int) -> str:
+    if count < wanted:
+        return PENDING
+    phase = SCHEDULING if succeeded + running < wanted else RUNNING
+    if failed != 0 and failed + running + succeeded >= wanted:
+        phase = FAILED
+    if succeeded >= wanted:
+        phase = FINISHED
+    return phase
+
+
+def pod_counts(pods: Iterable[Mapping[str, Any]]) -> tuple[int, int, int]:
+    """(running, succeeded, failed) by ``status.phase`` (the controller's ``getCurrentPodStats``)."""
+    phases = [(pod.get("status") or {}).get("phase") for pod in pods]
+    return phases.count("Running"), phases.count("Succeeded"), phases.count("Failed")
+
+
+def _fill_occupied_by(status: dict[str, Any], pod: Mapping[str, Any]) -> None:
+    """The controller's ``fillOccupiedObj``: the first pod's owners as ``namespace/name``, sorted; a pod without
+    owners leaves ``occupiedBy`` as it was."""
+    meta = pod.get("metadata") or {}
+    owners = meta.get("ownerReferences") or []
+    if owners:
+        namespace = meta.get("namespace") or ""
+        status["occupiedBy"] = ",".join(sorted(f"{namespace}/{owner.get('name', '')}" for owner in owners))
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The JSON merge patch from ``old`` status to ``new`` (controller-runtime's ``MergeFrom``): changed and
+    added fields, null for those gone (a count back to zero); None when nothing changed."""
+    changed: dict[str, Any] = {key: value for key, value in new.items() if old.get(key) != value}
+    changed.update((key, None) for key in old if key not in new)
+    return {"status": changed} if changed else None
+
+
+class CoschedulingStatus:
+    """Keeps the status of the Coscheduling PodGroups the operator watches (one per app)."""
+
+    def __init__(self, *, client: ClientRef, pod_groups: PodGroupsView, spawn: Spawn) -> None:
+        self._client = client
+        self._pod_groups = pod_groups
+        self._spawn = spawn
+        self._dirty: set[tuple[str, str]] = set()
+        self._in_flight: set[tuple[str, str]] = set()
+        #: Whether the next flush reconciles every PodGroup (start-up, a takeover).
+        self._all = True
+        #: Some live profile enables Coscheduling (the app sets it as profiles come and go).
+        self.enabled = False
+
+    def touch(self, namespace: str, name: str) -> None:
+        """A PodGroup or one of its pods changed: reconcile it at the next flush."""
+        self._dirty.add((namespace, name))
+
+    def touch_pod(self, obj: Mapping[str, Any]) -> None:
+        """A pod changed: its group, if it names one, is reconciled at the next flush."""
+        meta = obj.get("metadata") or {}
+        group = (meta.get("labels") or {}).get(LABEL)
+        if group:
+            self._dirty.add((meta.get("namespace") or "", group))
+
+    def resync(self) -> None:
+        """Reconcile every PodGroup at the next flush (this replica just became the active one)."""
+        self._all = True
+
+    def flush(self) -> None:
+        """Reconcile the PodGroups touched since the last flush (every one after :meth:`resync`)."""
+        if not self.enabled or self._client() is None:
+            return
+        groups = self._pod_groups()
+        keys = set(groups) if self._all else self._dirty & set(groups)
+        self._all = False
+        self._dirty = set()  # a group without its PodGroup waits for the PodGroup's own event
+        for key in keys:
+            if key in self._in_flight:  # once the running reconcile ends, again with what changed since
+                self._dirty.add(key)
+                continue
+            self._in_flight.add(key)
+            self._spawn(self._reconcile(key, groups[key]))
+
+    async def _reconcile(self, key: tuple[str, str], pod_group: Mapping[str, Any]) -> None:
+        namespace, name = key
+        try:
+            client = self._client()
+            if client is None:
+                return
+            pods = await client.list_labelled_pods(namespace=namespace, selector=f"{LABEL}={name}")
+            pods = sorted(pods, key=lambda pod: (pod.get("metadata") or {}).get("name") or "")
+            new = next_status(pod_group, pods)
+            patch = None if new is None else status_patch(pod_group.get("status") or {}, new)
+            if patch is not None:
+                await client.patch_coscheduling_pod_group_status(namespace=namespace, name=name, patch=patch)
+        except Exception as exc:
+            logger.warning("Coscheduling PodGroup %s/%s: status not updated: %s", namespace, name, exc)
+            self._dirty.add(key)
+        finally:
+            self._in_flight.discard(key)
+
+
+__all__ = ["LABEL", "CoschedulingStatus", "next_status", "pod_counts", "status_patch"]

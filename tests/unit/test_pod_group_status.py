@@ -1,0 +1,169 @@
+"""The Coscheduling PodGroups' status (pod_group_status.py), restating scheduler-plugins v0.34.7's controller
+tests (pkg/controllers/podgroup_controller_test.go: Test_Run, TestFillGroupStatusOccupied), and its keeper."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kopf_scheduler.pod_group_status import LABEL, CoschedulingStatus, next_status, status_patch
+from tests.unit.app_harness import FakeClient
+
+NOW = "2026-11-28T06:00:00Z"
+
+
+def pod_group(phase: str, min_member: int, *, created: str = NOW, start: str = NOW) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "pg", "namespace": "default", "creationTimestamp": created},
+        "spec": {"minMember": min_member},
+        "status": {"occupiedBy": "test", "scheduleStartTime": start, "phase": phase},
+    }
+
+
+def pods(names: list[str], phase: str, owners: list[str] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+    return [
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "labels": {LABEL: "pg"},
+                "ownerReferences": [{"name": owner} for owner in owners],
+            },
+            "status": {"phase": phase},
+        }
+        for name in names
+    ]
+
+
+def reconcile(group: dict[str, Any], members: list[dict[str, Any]], times: int) -> dict[str, Any]:
+    """The controller reconciles once per pod event (Test_Run updates each pod's status, then reconciles)."""
+    for _ in range(times):
+        status = next_status(group, members)
+        if status is not None:
+            group = {**group, "status": status}
+    return group
+
+
+@pytest.mark.parametrize(
+    ("names", "phase", "next_phase", "previous", "min_member", "expected", "created"),
+    [
+        pytest.param(["pod1", "pod2"], "Running", "", "Scheduling", 2, "Running", NOW, id="running"),
+        pytest.param(["pod11", "pod21", "pod31", "pod41"], "Running", "", "Scheduling", 2, "Running", NOW, id="more"),
+        pytest.param(["pod1", "pod2"], "Failed", "", "Scheduling", 2, "Failed", NOW, id="failed"),
+        pytest.param(["pod1", "pod2"], "Succeeded", "", "Scheduling", 2, "Finished", NOW, id="finished"),
+        pytest.param(["pod1", "pod2"], "Pending", "", "Pending", 2, "Scheduling", NOW, id="pending to scheduling"),
+        pytest.param(["pod1", "pod2"], "Pending", "Succeeded", "Scheduling", 2, "Finished", NOW, id="to finished"),
+        pytest.param(["pod1", "pod2"], "Running", "", "Pending", 3, "Pending", NOW, id="keeps pending"),
+        pytest.param(["pod1", "pod2"], "Pending", "Succeeded", "Pending", 2, "Finished", NOW, id="pending to finished"),
+        pytest.param(
+            ["pod1", "pod2"], "Running", "", "Pending", 2, "Pending", "2026-11-25T06:00:00Z", id="created too long ago"
+        ),
+        pytest.param(["pod91", "pod92"], "Pending", "", "Pending", 3, "Pending", NOW, id="fewer pods than min"),
+        pytest.param(["pod101", "pod102"], "Pending", "", "Running", 4, "Pending", NOW, id="running to pending"),
+    ],
+)
+def test_run(
+    names: list[str], phase: str, next_phase: str, previous: str, min_member: int, expected: str, created: str
+) -> None:
+    members = pods(names, next_phase or phase)
+    group = reconcile(pod_group(previous, min_member, created=created), members, len(names))
+    assert group["status"]["phase"] == expected
+
+
+@pytest.mark.parametrize(
+    ("owners", "expected"),
+    [
+        (["new-occupied"], "default/new-occupied"),
+        (["new-occupied-2", "new-occupied-1"], "default/new-occupied-1,default/new-occupied-2"),
+    ],
+)
+def test_fill_group_status_occupied(owners: list[str], expected: str) -> None:
+    status = next_status(pod_group("Pending", 2), pods(["pod1", "pod2"], "Pending", owners))
+    assert status is not None
+    assert (status["phase"], status["occupiedBy"]) == ("Scheduling", expected)
+
+
+def test_a_new_group_becomes_pending_and_counts_come_once_it_schedules() -> None:
+    group = {"metadata": {"name": "pg", "namespace": "default"}, "spec": {"minMember": 2}}
+    assert next_status(group, []) == {"phase": "Pending"}
+    members = pods(["a", "b"], "Running")
+    scheduling = next_status({**group, "status": {"phase": "Pending"}}, members)
+    assert scheduling == {"phase": "Scheduling"}  # no owners: occupiedBy stays unset
+    running = next_status({**group, "status": scheduling}, members)
+    assert running == {"phase": "Running", "running": 2}  # zero counts are omitted, as the API type's omitempty
+    assert status_patch(scheduling, running) == {"status": {"phase": "Running", "running": 2}}
+    assert status_patch(running, {"phase": "Pending"}) == {"status": {"phase": "Pending", "running": None}}
+    assert status_patch(running, running) is None
+    assert next_status({**group, "status": {"phase": "Finished"}}, members) is None
+
+
+def test_the_keeper_patches_only_when_enabled_and_only_what_changed() -> None:
+    client = FakeClient()
+    group = {
+        "metadata": {"name": "pg", "namespace": "default"},
+        "spec": {"minMember": 1},
+        "status": {"phase": "Pending"},
+    }
+    client.lists["/api/v1/pods"] = pods(["a"], "Pending", ["job"])
+    groups = {("default", "pg"): group}
+
+    async def run() -> None:
+        tasks: list[asyncio.Task[None]] = []
+        keeper = CoschedulingStatus(
+            client=lambda: client, pod_groups=lambda: groups, spawn=lambda c: tasks.append(asyncio.ensure_future(c))
+        )
+        keeper.flush()
+        assert tasks == []  # off until a profile enables Coscheduling
+        keeper.enabled = True
+        keeper.flush()  # the first flush reconciles every PodGroup
+        await asyncio.gather(*tasks)
+        assert client.coscheduling_patches == [
+            ("default", "pg", {"status": {"phase": "Scheduling", "occupiedBy": "default/job"}})
+        ]
+        keeper.flush()  # nothing touched since
+        assert len(tasks) == 1
+        keeper.touch_pod(client.lists["/api/v1/pods"][0])
+        keeper.touch("default", "no-such-group")
+        groups[("default", "pg")] = {**group, "status": {"phase": "Scheduling", "occupiedBy": "default/job"}}
+        keeper.flush()
+        await asyncio.gather(*tasks)
+        assert client.coscheduling_patches[1:] == []  # Scheduling with nothing running: nothing to write
+        client.lists["/api/v1/pods"][0]["status"]["phase"] = "Running"
+        keeper.touch_pod(client.lists["/api/v1/pods"][0])
+        keeper.flush()
+        await asyncio.gather(*tasks)
+        assert client.coscheduling_patches[1:] == [("default", "pg", {"status": {"phase": "Running", "running": 1}})]
+
+    asyncio.run(run())
+
+
+COSCHEDULING_PROFILE = {
+    "plugins": {
+        "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+        "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+    }
+}
+
+
+def test_the_app_keeps_the_status_while_a_profile_enables_coscheduling() -> None:
+    from tests.unit.app_harness import new_app
+
+    client = FakeClient()
+    app = new_app(client)
+    assert app.apply_profile(name="default-scheduler", spec={}).ready
+    assert not app.coscheduling_status.enabled
+    assert app.apply_profile(name="gangs", spec=COSCHEDULING_PROFILE).ready
+    assert app.coscheduling_status.enabled
+    group = {"metadata": {"name": "pg", "namespace": "ns", "uid": "u"}, "spec": {"minMember": 1}}
+
+    async def run() -> None:
+        app.on_watch_event("CoschedulingPodGroup", "ADDED", group)
+        app.coscheduling_status.flush()
+        await app.drain()
+
+    asyncio.run(run())
+    assert client.coscheduling_patches == [("ns", "pg", {"status": {"phase": "Pending"}})]
+    app.remove_profile("gangs")
+    assert not app.coscheduling_status.enabled
