@@ -281,6 +281,18 @@ def _without_nodes(outcomes: Counter[PodOutcome]) -> Counter[tuple[str | None, s
     return found
 
 
+def _changes(old: State, new: State) -> list[str]:
+    """What changed between two states of one side (for a state that never settles)."""
+    found = [
+        f"{name}: {old.pods[name][1].text() if name in old.pods else None} -> {outcome.text()}"
+        for name, (_k, outcome) in sorted(new.pods.items())
+        if name not in old.pods or old.pods[name][1] != outcome
+    ]
+    found += [f"PodGroup {name}: {old.groups.get(name)} -> {conds}" for name, conds in new.groups.items()
+              if old.groups.get(name) != conds]  # fmt: skip
+    return found
+
+
 def top_sets_from_log(lines: Iterable[str], namespace: str) -> dict[str, set[str]]:
     """Pod name → upstream's highest-total nodes in the evaluation that preceded its bind (in ``namespace``)."""
     scores: dict[str, dict[str, int]] = {}
@@ -639,18 +651,25 @@ class TimelineHarness:
     def _settle(self, namespace: str) -> tuple[State, State]:
         """Both states once neither has changed for :data:`QUIET` seconds."""
         deadline = time.monotonic() + SETTLE_TIMEOUT
-        last_key = ""
+        last: tuple[State, State] | None = None
+        changing: dict[str, list[str]] = {"upstream": [], "ours": []}
         stable_since = time.monotonic()
         while True:
             states = (self.upstream.snapshot(namespace), self.ours.snapshot(namespace))
-            key = states[0].key() + states[1].key()
             now = time.monotonic()
-            if key != last_key:
-                last_key, stable_since = key, now
+            if last is None or [s.key() for s in states] != [s.key() for s in last]:
+                if last is not None:
+                    for name, old, new in zip(("upstream", "ours"), last, states, strict=True):
+                        if old.key() != new.key():
+                            changing[name] = _changes(old, new)
+                last, stable_since = states, now
             elif now - stable_since >= QUIET:
                 return states
             if now > deadline:
-                raise TimeoutError(f"the state of {namespace} did not settle within {SETTLE_TIMEOUT:.0f}s")
+                raise TimeoutError(
+                    f"the state of {namespace} did not settle within {SETTLE_TIMEOUT:.0f}s; last changes: "
+                    f"upstream {changing['upstream'][:3]}, ours {changing['ours'][:3]}"
+                )
             for side in self.sides:
                 if not side.alive():
                     raise RuntimeError(f"{side.name}'s scheduler or control plane died")
