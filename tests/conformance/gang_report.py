@@ -62,7 +62,8 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         "upstream broke the other way (our node among its highest-score nodes) ends the comparison of that timeline",
         "without a verdict against us.",
         "",
-        f"- run: `{run.get('command', '')}`, {round(float(run.get('seconds') or 0), 1)} s, started {run.get('started', '?')}, "
+        f"- run: `{run.get('command', '')}`, {round(float(run.get('seconds') or 0), 1)} s, "
+        f"started {run.get('started', '?')}, "
         f"commit {run.get('commit', '?')}, machine: {run.get('machine', '?')}",
         f"- versions: kube-scheduler, kube-apiserver and etcd of Kubernetes v{kube_version()} (light control planes "
         f"with the four gates and scheduling.k8s.io/v1alpha2), kopf-scheduler {__version__}",
