@@ -181,6 +181,10 @@ class PodGroupCycle:
         self._metrics = metrics
         self._spawn = spawn
         self._rng = rng or random.Random()
+        #: (namespace, name) → (uid, the PodGroupScheduled condition we last wrote), until the watch shows it.
+        #: Upstream patches synchronously inside the cycle, so its next cycle reads its own write; ours is sent
+        #: asynchronously, and a cycle right after (the rest of a group) must not regress a True it just wrote.
+        self._written: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         #: The placements each group's last cycle tried (``/explain``).
         self.placements = PlacementHistory()
 
@@ -572,14 +576,33 @@ class PodGroupCycle:
             logger.error("Failed to get PodGroup for status update: podGroup=%s", group.key)
             return
         conditions = (pod_group.get("status") or {}).get("conditions") or []
-        existing = next((c for c in conditions if c.get("type") == condition["type"]), None)
+        existing = self._own_write(group, pod_group, conditions, condition["type"])
         if existing is not None and existing.get("status") == "True" and condition["status"] != "True":
             return
         condition["observedGeneration"] = int((pod_group.get("metadata") or {}).get("generation") or 0)
         changed = set_status_condition(existing, condition, now_rfc3339())
         if changed is None:
             return
+        uid = str((pod_group.get("metadata") or {}).get("uid") or "")
+        self._written[(group.namespace, group.name)] = (uid, changed)
         self._reporter.pod_group_status(group.namespace, group.name, {"status": {"conditions": [changed]}})
+
+    def _own_write(
+        self, group: QueuedPodGroupInfo, pod_group: dict[str, Any], conditions: list[dict[str, Any]], kind: str
+    ) -> dict[str, Any] | None:
+        """The condition as upstream's next cycle would see it: ours as last written, while the cached PodGroup
+        (the same object) does not show it yet; otherwise the cached one."""
+        cached = next((c for c in conditions if c.get("type") == kind), None)
+        key = (group.namespace, group.name)
+        written = self._written.get(key)
+        if written is None:
+            return cached
+        uid, condition = written
+        same_object = uid == str((pod_group.get("metadata") or {}).get("uid") or "")
+        if not same_object or (cached is not None and _same_condition(cached, condition)):
+            del self._written[key]
+            return cached
+        return condition
 
 
 def set_status_condition(existing: dict[str, Any] | None, new: dict[str, Any], now: str) -> dict[str, Any] | None:
@@ -599,6 +622,11 @@ def set_status_condition(existing: dict[str, Any] | None, new: dict[str, Any], n
             merged[name] = new[name]
             changed = True
     return merged if changed else None
+
+
+def _same_condition(one: dict[str, Any], other: dict[str, Any]) -> bool:
+    fields = ("type", "status", "reason", "message", "observedGeneration")
+    return all(one.get(name) == other.get(name) for name in fields)
 
 
 def _condition(status: str, reason: str, message: str) -> dict[str, Any]:

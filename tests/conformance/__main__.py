@@ -5,7 +5,10 @@ scenarios (``--scenarios``, default ``$CONFORMANCE_SCENARIOS`` or 100: a few min
 writes ``bench/results/conformance.json`` and ``docs/conformance.md``. Then it compares profile validation
 (``--validation-specs``, default ``$CONFORMANCE_VALIDATION_SPECS`` or 400 generated SchedulerProfile specs,
 no cluster needed: see profile_validation.py) and writes ``bench/results/profile-validation.json`` and the
-page's "Profile validation" section. Exits 1 when a disagreement is not explained by
+page's "Profile validation" section. Then the gang timelines (``--gang-timelines``, default
+``$CONFORMANCE_GANG_TIMELINES`` or 24: workload-aware profiles against kube-scheduler with the four gates on, two
+control planes of their own, see timeline_harness.py; seeds drawn fresh unless ``--gang-seed-start``) write
+``bench/results/conformance-gangs.json`` and the page's gang section. Exits 1 when a disagreement is not explained by
 ``tests/conformance/known.py`` (scenarios) or is not a documented deviation (validation), so it can gate CI too.
 """
 
@@ -14,13 +17,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import shlex
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.conformance import extender_harness, profile_validation, validation_report
+from tests.conformance import extender_harness, gang_report, profile_validation, validation_report
+from tests.conformance.gang_timelines import FEATURES, generate_timeline
 from tests.conformance.generator import SIZES, generate
 from tests.conformance.report import (
     DOC_PATH,
@@ -33,10 +38,13 @@ from tests.conformance.report import (
     write_markdown,
 )
 from tests.conformance.runner import Harness, ProfileDef, ScenarioResult, default_profiles
+from tests.conformance.timeline_harness import TimelineHarness, TimelineResult, workload_aware_profiles
+from tests.conformance.timeline_harness import summary as gang_summary
 
 DEFAULT_SCENARIOS = 100
 DEFAULT_VALIDATION_SPECS = 400
 DEFAULT_EXTENDER_SCENARIOS = 12
+DEFAULT_GANG_TIMELINES = 24
 EXTENDER_JSON_PATH = JSON_PATH.parent / "conformance-extenders.json"
 
 
@@ -81,10 +89,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"scenarios of the extender comparison, a harness of its own (default $CONFORMANCE_EXTENDER_SCENARIOS "
         f"or {DEFAULT_EXTENDER_SCENARIOS}; 0: none)",
     )
+    parser.add_argument(
+        "--gang-timelines",
+        type=int,
+        default=int(os.environ.get("CONFORMANCE_GANG_TIMELINES") or DEFAULT_GANG_TIMELINES),
+        help=f"gang timelines against kube-scheduler with the workload-aware gates on, on control planes of their own "
+        f"(default $CONFORMANCE_GANG_TIMELINES or {DEFAULT_GANG_TIMELINES}; 0: none)",
+    )
+    parser.add_argument(
+        "--gang-seed-start", type=int, default=None, help="seed of the first gang timeline (default: drawn fresh)"
+    )
+    parser.add_argument(
+        "--gang-switches",
+        default=os.environ.get("CONFORMANCE_GANG_SWITCHES", ""),
+        help=f"comma-separated timeline features beyond gangs: {', '.join(FEATURES)} (default "
+        "$CONFORMANCE_GANG_SWITCHES or none: they wait for their features to be merged)",
+    )
+    parser.add_argument("--gang-only", action="store_true", help="only the gang timelines (the page keeps the rest)")
     args = parser.parse_args(argv)
     command = "python -m tests.conformance " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     if args.extender_only:
         return run_extender_scenarios(args, command.strip())
+    if args.gang_only:
+        return run_gang_timelines(args, command.strip())
+    kept_gangs = gang_report.current_section(args.doc)
     kept_section = validation_report.current_section(args.doc)
     failed = 0 if args.validation_only else run_scenarios(args, parser, command.strip())
     extender_section = extender_harness.current_section(args.doc)
@@ -96,7 +124,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         failed |= run_validation(args, command.strip())
     elif kept_section is not None and not args.no_write:
         validation_report.put_section(kept_section, args.doc)  # the scenario report rewrote the page
+    if not args.validation_only and args.gang_timelines > 0:
+        failed |= run_gang_timelines(args, command.strip())
+    elif kept_gangs is not None and not args.no_write:
+        gang_report.put_section(kept_gangs, args.doc)  # the scenario report rewrote the page
     return failed
+
+
+def run_gang_timelines(args: argparse.Namespace, command: str) -> int:
+    """Workload-aware profiles against kube-scheduler with the four gates on: the timelines of fresh seeds."""
+    profiles = workload_aware_profiles()
+    if not profiles:
+        print("gang timelines: no workload-aware profile in examples/, nothing to compare")
+        return 1
+    switches = [s.strip() for s in args.gang_switches.split(",") if s.strip()]
+    seed_start = args.gang_seed_start if args.gang_seed_start is not None else random.SystemRandom().randrange(10**6)
+    print(f"gang timelines: seeds {seed_start}..{seed_start + args.gang_timelines - 1}, switches {switches or 'none'}")
+    work_dir = (args.work_dir or Path(".cluster") / "conformance") / "gangs"
+    started_at = now_utc()
+    started = time.monotonic()
+    results: list[TimelineResult] = []
+    log = lambda text: print(text, flush=True)  # noqa: E731
+    with TimelineHarness(profiles, work_dir=work_dir.resolve(), log=log) as harness:
+        for i in range(args.gang_timelines):
+            seed = seed_start + i
+            profile = profiles[seed % len(profiles)]
+            result = harness.run_timeline(generate_timeline(seed, profile.name, switches))
+            results.append(result)
+            verdict = "agree" if result.agree else "DISAGREE"
+            tie = f", diverged on a tie at step {result.diverged_on_tie}" if result.diverged_on_tie is not None else ""
+            print(f"gang timeline {i + 1}/{args.gang_timelines}: seed {seed} {profile.name}: {verdict} "
+                  f"({len(result.steps)} steps{tie}) in {result.seconds}s", flush=True)  # fmt: skip
+            for step in result.steps:
+                for problem in step.problems:
+                    print(f"  step {step.index} ({step.label}): {problem}", flush=True)
+            if result.error:
+                print(f"  harness error: {result.error}", flush=True)
+    run = RunInfo.collect(
+        command=command, seed_start=seed_start, sizes="-", seconds=time.monotonic() - started, started=started_at
+    )
+    data = {**gang_summary(results), "switches": switches, "run": vars(run)}
+    if not args.no_write:
+        gang_report.write_json(data, results, args.json.parent / gang_report.GANG_JSON_PATH.name)
+        gang_report.put_section(gang_report.section(data, results), args.doc)
+        print(f"wrote {gang_report.GANG_JSON_PATH} and the gang section of {args.doc}")
+    print(
+        f"gang timelines: {data['timelines']} timelines, {data['agree']} agree, {data['disagree']} disagree, "
+        f"{data['diverged_on_tie']} diverged on a tie; steps with pending-feature differences {data['steps_pending']}"
+    )
+    return 1 if data["disagree"] else 0
 
 
 def run_validation(args: argparse.Namespace, command: str) -> int:

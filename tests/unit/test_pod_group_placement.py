@@ -327,7 +327,8 @@ def test_no_rack_can_hold_the_gang_so_it_stays_pending_with_upstreams_message() 
     waiting = {
         name
         for name, note in notes.items()
-        if note == f'pod group is unschedulable, one or more plugins asked to wait and no plugin rejected pod "{name}"'
+        if note == "pod group is unschedulable, waiting for minCount pods from a gang to be scheduled, "
+        "one or more plugins asked to wait and no plugin rejected pod"
     }
     refused = {name for name, note in notes.items() if note.startswith("0/3 nodes are available: 3 Insufficient cpu.")}
     assert (len(waiting), len(refused), waiting | refused) == (3, 2, {f"w{i}" for i in range(5)})

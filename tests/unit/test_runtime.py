@@ -849,14 +849,18 @@ def test_permit_rejection_and_error() -> None:
 
 
 def test_permit_wait_then_allow() -> None:
-    wait = Status(Code.WAIT)
     framework = build(
-        [lifecycle("P1", permit=(wait, 30.0)), lifecycle("P2", permit=(wait, 30.0))], {E.PERMIT: ("P1", "P2")}
+        [
+            lifecycle("P1", permit=(Status(Code.WAIT, ("first",)), 30.0)),
+            lifecycle("P2", permit=(Status(Code.WAIT, ("second",)), 30.0)),
+        ],
+        {E.PERMIT: ("P1", "P2")},
     )
     pod = pod_info(make_pod("waiter"))
     status = framework.run_permit_plugins(CycleState(), pod, "n1")
     assert status.code is Code.WAIT
-    assert status.message == 'one or more plugins asked to wait and no plugin rejected pod "waiter"'
+    # Upstream v1.36.3's RunPermitPlugins: the last waiting plugin's status, this reason appended (no pod name).
+    assert status.message == "second, one or more plugins asked to wait and no plugin rejected pod"
     assert framework.will_wait_on_permit(pod)
     waiting = framework.waiting_pods.get(pod.uid)
     assert waiting is not None

@@ -23,6 +23,8 @@ logger = logging.getLogger("kopf_scheduler.framework.runtime")
 
 #: Upstream caps any Permit wait at 15 minutes.
 MAX_PERMIT_TIMEOUT = 15 * 60.0
+#: The reason upstream's RunPermitPlugins appends to a Wait status (v1.36: without the pod's name).
+PERMIT_WAIT_REASON = "one or more plugins asked to wait and no plugin rejected pod"
 
 
 class BindingRunner(PluginTimer):
@@ -62,6 +64,7 @@ class BindingRunner(PluginTimer):
     def run_permit_plugins(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         """Rejection or error stops at once; Wait from any plugin parks the pod as a :class:`WaitingPod`."""
         waits: dict[str, float] = {}
+        wait_status = SUCCESS
         for name, plugin in self.permit_plugins:
             try:
                 started = self._started(state)
@@ -75,13 +78,13 @@ class BindingRunner(PluginTimer):
                 return status.with_plugin(name)
             if status.code is Code.WAIT:
                 waits[name] = min(float(timeout), MAX_PERMIT_TIMEOUT)
+                wait_status = status
                 continue
             return wrapped_error(f"running Permit plugin {go_quote(name)}", status).with_plugin(name)
         if waits:
             self.waiting_pods[pod.uid] = WaitingPod(pod, waits)
-            return Status(
-                Code.WAIT, (f"one or more plugins asked to wait and no plugin rejected pod {go_quote(pod.name)}",)
-            )
+            # Upstream returns the last waiting plugin's status with this reason appended (no pod name).
+            return Status(Code.WAIT, (*wait_status.reasons, PERMIT_WAIT_REASON), wait_status.plugin, wait_status.error)
         return SUCCESS
 
     def will_wait_on_permit(self, pod: PodInfo) -> bool:

@@ -1,0 +1,132 @@
+"""The gang timelines' part of the report: ``bench/results/conformance-gangs.json`` and a section of
+docs/conformance.md, generated whole from a run (the rest of the page is written by report.py; this section is
+kept when that page is rewritten, as the extender and validation sections are).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kopf_scheduler._version import __version__
+from tests.conformance.gang_known import PENDING
+from tests.conformance.report import JSON_PATH
+from tests.conformance.timeline_harness import TimelineResult
+from tools.localcluster import kube_version
+
+SECTION_START = "<!-- gang-timelines:start -->"
+SECTION_END = "<!-- gang-timelines:end -->"
+GANG_JSON_PATH = JSON_PATH.parent / "conformance-gangs.json"
+
+
+#: What the gang timelines found in our scheduler, and how it was fixed (static: the record of earlier runs).
+FOUND_AND_FIXED = (
+    "**A member of an unschedulable gang had another PodScheduled message** (seed 103 of the first trial runs). "
+    "Upstream's `RunPermitPlugins` returns the last waiting plugin's status with `one or more plugins asked to wait "
+    "and no plugin rejected pod` appended, without the pod's name, so such a member reads `pod group is "
+    "unschedulable, waiting for minCount pods from a gang to be scheduled, one or more plugins asked to wait and no "
+    "plugin rejected pod`; ours said `pod group is unschedulable, one or more plugins asked to wait and no plugin "
+    'rejected pod "pg1-0"` (an older upstream wording). Fixed in `framework/runtime/binding.py`.',
+    "**A basic-policy PodGroup went back to Unschedulable after it was Scheduled** (seed 908630). One member "
+    "placed (group True), the other alone in the next cycle 60 ms later (group Unschedulable, which must not regress "
+    "a True). Upstream patches the condition synchronously, so its next cycle reads its own True; ours patches "
+    "asynchronously and read the cached PodGroup, which did not show the True yet. Fixed: the pod-group cycle goes "
+    "by the condition it last wrote until the watch shows it (`schedule_one_pod_group.py`).",
+)
+
+
+def write_json(data: Mapping[str, Any], results: Sequence[TimelineResult], path: Path = GANG_JSON_PATH) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {**data, "results": [r.to_json() for r in results]}
+    path.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
+
+
+def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
+    run = data.get("run") or {}
+    seeds = data.get("seeds") or []
+    lines = [
+        SECTION_START,
+        "## Workload-aware (gang) scheduling: timelines",
+        "",
+        "A workload-aware SchedulerProfile (one enabling GangScheduling, e.g. `examples/gang-scheduling.yaml`) is",
+        "compared with kube-scheduler v1.36.3 run with `--feature-gates=GenericWorkload=true,GangScheduling=true,",
+        "TopologyAwareWorkloadScheduling=true,WorkloadAwarePreemption=true` and the same plugin set (the gated",
+        "defaults our profile does not enable are disabled in upstream's profile). Each scheduler has a light control",
+        "plane of its own and binds for real; both play the same timeline (`tests/conformance/gang_timelines.py`:",
+        "nodes, then 4-7 steps of gangs whose minCount is met or not, late members, members beyond minCount, pods",
+        "before their PodGroup, basic-policy groups, plain pods, nodes added, pods deleted), and after every step the",
+        "states are compared (`tests/conformance/timeline_harness.py`): every pod's node, PodScheduled condition and",
+        "nomination (the members of one gang as a multiset), every PodGroup's conditions, byte for byte. A tie that",
+        "upstream broke the other way (our node among its highest-score nodes) ends the comparison of that timeline",
+        "without a verdict against us.",
+        "",
+        f"- run: `{run.get('command', '')}`, {round(float(run.get('seconds') or 0), 1)} s, "
+        f"started {run.get('started', '?')}, "
+        f"commit {run.get('commit', '?')}, machine: {run.get('machine', '?')}",
+        f"- versions: kube-scheduler, kube-apiserver and etcd of Kubernetes v{kube_version()} (light control planes "
+        f"with the four gates and scheduling.k8s.io/v1alpha2), kopf-scheduler {__version__}",
+        f"- seeds: {seeds[0] if seeds else '-'}..{seeds[-1] if seeds else '-'} (drawn fresh for this run; replay one "
+        "with `python -m tests.conformance --gang-only --gang-timelines 1 --gang-seed-start SEED`); switches: "
+        f"{', '.join(data.get('switches') or []) or 'none'}",
+        f"- timelines: {data.get('timelines')}, agree: **{data.get('agree')}**, disagree: {data.get('disagree')} "
+        f"({data.get('errors')} harness errors), diverged on a tie: {data.get('diverged_on_tie')}",
+        f"- steps: {data.get('steps')}, agree: {data.get('steps_agree')}; steps with differences that a feature not "
+        f"yet on main explains: {data.get('steps_pending')} ({_features(data.get('pending_features') or {})})",
+        f"- pods at the end of the timelines: {data.get('pods')}; features: {_features(data.get('features') or {})}",
+        "",
+        "Features main lacked when the timelines were written are recognised by their exact shape",
+        f"(`tests/conformance/gang_known.py`; excused now: {', '.join(sorted(PENDING)) or 'none'}). Before",
+        "TopologyAwareWorkloadScheduling and WorkloadAwarePreemption were merged, every unschedulable gang differed",
+        "so: upstream runs the placement algorithm for every pod group (`0/1 placements are available, first",
+        "placement status: pod group is unschedulable`), refuses per-pod preemption for group members (`preemption:",
+        "not eligible due to workload aware preemption enabled`) and appends the group preemption's verdict to the",
+        "group's message (`, No preemption victims found for incoming preemptor`).",
+        "",
+        "`--gang-switches topology,preemption` also gives PodGroups `schedulingConstraints.topology` (a zone or rack",
+        "key), priority classes and `disruptionMode`, and adds low-priority fillers that only preemption makes room",
+        "beside (each action of such a timeline waits for quiet: victims go asynchronously).",
+        "",
+    ]
+    lines += ["Found and fixed:", ""]
+    lines += [f"- {item}" for item in FOUND_AND_FIXED]
+    lines.append("")
+    failing = [r for r in results if not r.agree]
+    if failing:
+        lines.append("Disagreements:")
+        lines.append("")
+        for result in failing:
+            lines.append(f"- seed {result.seed} ({result.profile}): {result.description}")
+            if result.error:
+                lines.append(f"  - harness error: {result.error}")
+            for step in result.steps:
+                for problem in step.problems:
+                    lines.append(f"  - step {step.index} ({step.label}): {problem}")
+    else:
+        lines.append("No disagreement.")
+    lines.append(SECTION_END)
+    return "\n".join(lines)
+
+
+def _features(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in counts.items()) or "none"
+
+
+def put_section(text: str, path: Path) -> None:
+    """Replace the page's gang section with ``text``, or append it."""
+    page = path.read_text() if path.is_file() else ""
+    start, end = page.find(SECTION_START), page.find(SECTION_END)
+    if start >= 0 and end > start:
+        page = page[:start] + text + page[end + len(SECTION_END) :]
+    else:
+        page = page.rstrip("\n") + "\n\n" + text + "\n"
+    path.write_text(page)
+
+
+def current_section(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    page = path.read_text()
+    start, end = page.find(SECTION_START), page.find(SECTION_END)
+    return page[start : end + len(SECTION_END)] if start >= 0 and end > start else None

@@ -1,0 +1,737 @@
+"""Timeline conformance of workload-aware (gang) scheduling: each scheduler on its own cluster, binding for real.
+
+Why not :mod:`tests.conformance.runner`'s design: it compares one pod at a time on one cluster, upstream's
+bindings denied so that both decide on the same state. A gang cannot be judged like that: its members wait at
+PreEnqueue for each other, its pod-group cycle places all of them at once, and what a gang does next depends on
+what was really bound before (a late member joins a scheduled gang; a node added wakes an unschedulable one).
+So here (issue 37, item 1: multi-step timelines) each side gets a light control plane of its own (etcd +
+kube-apiserver serving scheduling.k8s.io/v1alpha2 with the four gates, ``tools/localcluster.py``), and one
+scheduler that binds for real:
+
+- upstream: kube-scheduler v1.36.3 started with ``--feature-gates=GenericWorkload=true,GangScheduling=true,
+  TopologyAwareWorkloadScheduling=true,WorkloadAwarePreemption=true`` (gates are process-wide there), with one
+  profile per compared SchedulerProfile written out so both sides run the same plugin set
+  (:func:`oracle_profile`: with the gates on, upstream's default profile gains GangScheduling,
+  TopologyPlacementGenerator and PodGroupPodsCount; the ones our profile does not enable are disabled);
+- ours: ``kopf-scheduler run`` as a real process hosting the same profiles as SchedulerProfiles.
+
+A :class:`~tests.conformance.gang_timelines.Timeline` is played step by step, the same API actions on both
+clusters in the same order. After each step the harness waits until both clusters are quiet (no change of the
+compared state for :data:`QUIET` seconds) and compares the state (:func:`snapshot`, :func:`compare`): for every
+pod, bound where or waiting with which PodScheduled condition (status, reason, message byte for byte) and which
+nomination; for every PodGroup, its conditions. A step that adds nodes first waits until both schedulers' caches
+hold exactly the cluster's nodes (a probe pod's ``0/N nodes are available``), so no pod meets a cache that lags.
+
+Determinism. Pods of one class (the members of one gang) are interchangeable: their outcomes are compared as a
+multiset. Upstream breaks score ties at random; its per-node scores (``-v=2 --vmodule=schedule_one=10``) give,
+for each pod it bound, its highest-score set. When the step's first differing pod (in creation order) only went
+to another node of upstream's highest-score set, the step diverged on a tie broken the other way (what follows
+in a burst may follow from it), not a disagreement: the timeline is then not compared further (its states may
+rightly differ from there on) and counts as ``diverged on a tie``. Nor after a disagreement: later steps would
+only echo it. A difference is judged after
+a second quiet period :data:`RECHECK` seconds later (longer than the longest backoff), so a pod that a backoff
+holds a moment longer on one side is not reported.
+
+When the timeline preempts, a kubelet stand-in gives pods bound in a step distinct start times, in name order
+on both sides (preemption's tie-breaks read start times), and each action of a step waits for quiet: a
+preemptor's victims go asynchronously, so a pod created right after it may or may not meet them gone, upstream
+against itself as well (seen on seed 336099 with the switches on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kopf_scheduler.api.profile import SchedulerProfileSpec
+from kopf_scheduler.framework.builder import resolve_profile
+from kopf_scheduler.plugins.registry import default_registry
+from tests.conformance import gang_known
+from tests.conformance.gang_timelines import (
+    CLASS_ANNOTATION,
+    GANG_PRIORITY_CLASSES,
+    Action,
+    Step,
+    Timeline,
+)
+from tests.conformance.oracle import LOG_FLAGS, LogCursor, parse_line, scheduler_config
+from tests.conformance.runner import ProfileDef, example_profiles
+from tests.e2e.operator_process import OperatorProcess, apply_crds, create_profile, wait_profile_status
+from tools.localcluster import LocalCluster, feature_gates_flag
+
+#: The plugins upstream's default profile gains with the gates on (apis/config/v1/default_plugins.go).
+GATED_DEFAULTS = ("GangScheduling", "TopologyPlacementGenerator", "PodGroupPodsCount")
+#: A profile enabling one of these is workload-aware (upstream with the four gates is its oracle).
+WORKLOAD_PLUGINS = frozenset(GATED_DEFAULTS)
+UPSTREAM_FLAGS = (LOG_FLAGS[0], f"{LOG_FLAGS[1]},default_binder=3", feature_gates_flag())
+#: Seconds without any change of the compared state (both sides) before a step counts as settled.
+QUIET = 2.5
+#: A step never waits longer than this to settle (a scheduler that never settles is reported).
+SETTLE_TIMEOUT = 60.0
+#: Before a difference is reported: one more settle after this long (upstream's longest backoff is 10 s).
+RECHECK = 11.0
+POLL = 0.25
+#: Upstream's log is emptied between timelines beyond this size (bytes).
+LOG_LIMIT = 50 * 2**20
+PODGROUPS = ("scheduling.k8s.io", "v1alpha2", "podgroups")
+PROBE_SELECTOR = {"conformance.kopf-scheduler.io/probe": "nowhere"}
+
+Log = Callable[[str], None]
+
+
+# -- profiles ---------------------------------------------------------------------------------------------
+def is_workload_aware(profile: ProfileDef) -> bool:
+    spec = SchedulerProfileSpec.model_validate(dict(profile.spec))
+    return bool(WORKLOAD_PLUGINS & set(resolve_profile(profile.name, spec, default_registry()).plugin_names()))
+
+
+def workload_aware_profiles() -> list[ProfileDef]:
+    """The examples' workload-aware SchedulerProfiles (e.g. examples/gang-scheduling.yaml)."""
+    return [p for p in example_profiles() if is_workload_aware(p)]
+
+
+def oracle_profile(profile: ProfileDef, scheduler_name: str | None = None) -> dict[str, Any]:
+    """Upstream's profile (gates on) with the plugin set of ours: the gated defaults ours lacks disabled."""
+    spec = SchedulerProfileSpec.model_validate(dict(profile.spec))
+    ours = set(resolve_profile(profile.name, spec, default_registry()).plugin_names())
+    body = profile.upstream()
+    body["schedulerName"] = scheduler_name or profile.name
+    missing = [name for name in GATED_DEFAULTS if name not in ours]
+    if missing:
+        disabled = body.setdefault("plugins", {}).setdefault("multiPoint", {}).setdefault("disabled", [])
+        present = {entry.get("name") for entry in disabled}
+        disabled.extend({"name": name} for name in missing if name not in present)
+    return body
+
+
+# -- the compared state -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PodOutcome:
+    node: str | None
+    condition: str | None  # "False/Unschedulable: message" of PodScheduled, None if absent
+    nominated: str | None
+    terminating: bool = False
+
+    def sort_key(self) -> tuple[str, str, str, bool]:
+        return (self.node or "", self.condition or "", self.nominated or "", self.terminating)
+
+    def text(self) -> str:
+        where = self.node or "pending"
+        extra = f" nominated {self.nominated}" if self.nominated else ""
+        gone = " (terminating)" if self.terminating else ""
+        return f"{where}{gone}{extra}" + (f" [{self.condition}]" if self.condition else "")
+
+
+@dataclass
+class State:
+    #: pod name → (class, outcome)
+    pods: dict[str, tuple[str, PodOutcome]] = field(default_factory=dict)
+    #: PodGroup name → its conditions, "Type=Status/Reason: message", sorted
+    groups: dict[str, list[str]] = field(default_factory=dict)
+
+    def key(self) -> str:
+        return json.dumps([sorted((k, v[0], asdict(v[1])) for k, v in self.pods.items()), self.groups], default=str)
+
+    def classes(self) -> dict[str, list[PodOutcome]]:
+        out: dict[str, list[PodOutcome]] = {}
+        for klass, outcome in self.pods.values():
+            out.setdefault(klass, []).append(outcome)
+        return {k: sorted(v, key=PodOutcome.sort_key) for k, v in out.items()}
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "pods": {name: outcome.text() for name, (_k, outcome) in sorted(self.pods.items())},
+            "groups": self.groups,
+        }
+
+
+def pod_outcome(pod: Mapping[str, Any]) -> PodOutcome:
+    status = pod.get("status") or {}
+    condition = None
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") != "True":
+            condition = f"{cond.get('status')}/{cond.get('reason', '')}: {cond.get('message', '')}"
+    return PodOutcome(
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        condition=condition,
+        nominated=status.get("nominatedNodeName") or None,
+        terminating=bool((pod.get("metadata") or {}).get("deletionTimestamp")),
+    )
+
+
+def group_conditions(group: Mapping[str, Any]) -> list[str]:
+    return sorted(
+        f"{c.get('type')}={c.get('status')}/{c.get('reason', '')}: {c.get('message', '')}"
+        for c in (group.get("status") or {}).get("conditions") or ()
+    )
+
+
+def state_of(pods: Iterable[Mapping[str, Any]], groups: Iterable[Mapping[str, Any]]) -> State:
+    state = State()
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if (meta.get("labels") or {}).get("probe") == "true":
+            continue
+        klass = (meta.get("annotations") or {}).get(CLASS_ANNOTATION) or str(meta.get("name"))
+        state.pods[str(meta.get("name"))] = (klass, pod_outcome(pod))
+    for group in groups:
+        state.groups[str((group.get("metadata") or {}).get("name"))] = group_conditions(group)
+    return state
+
+
+@dataclass(frozen=True)
+class Problem:
+    text: str
+    #: The features not yet on main that explain it exactly (gang_known.py); empty: a disagreement.
+    pending: tuple[str, ...] = ()
+    #: The pod class whose outcomes differ (None: another kind of difference).
+    klass: str | None = None
+
+
+def compare(upstream: State, ours: State, pending: frozenset[str] = gang_known.PENDING) -> list[Problem]:
+    """Every difference: pods present on one side only, a class's outcomes, a PodGroup's conditions."""
+    problems: list[Problem] = []
+    only_up, only_ours = sorted(set(upstream.pods) - set(ours.pods)), sorted(set(ours.pods) - set(upstream.pods))
+    if only_up or only_ours:
+        problems.append(Problem(f"pods only upstream has {only_up}, only ours has {only_ours}"))
+    up_classes, our_classes = upstream.classes(), ours.classes()
+    for klass in sorted(set(up_classes) | set(our_classes)):
+        up, we = up_classes.get(klass, []), our_classes.get(klass, [])
+        if up != we:
+            text = f"{klass}: upstream {[o.text() for o in up]}, ours {[o.text() for o in we]}"
+            features = (
+                gang_known.explain_class(
+                    [(o.node, o.condition) for o in up if not o.nominated and not o.terminating],
+                    [(o.node, o.condition) for o in we if not o.nominated and not o.terminating],
+                )
+                if len(up) == len(we)
+                else None
+            )
+            problems.append(Problem(text, _pending(features, pending), klass))
+    for name in sorted(set(upstream.groups) | set(ours.groups)):
+        up_group, our_group = upstream.groups.get(name), ours.groups.get(name)
+        if up_group != our_group:
+            text = f"PodGroup {name}: upstream {up_group}, ours {our_group}"
+            features = gang_known.explain_group(up_group or [], our_group or []) if up_group and our_group else None
+            problems.append(Problem(text, _pending(features, pending)))
+    return problems
+
+
+def _pending(features: set[str] | None, pending: frozenset[str]) -> tuple[str, ...]:
+    """The explaining features, if every one of them is still pending."""
+    if not features or not features <= pending:
+        return ()
+    return tuple(sorted(features))
+
+
+def tie_explains(
+    upstream: State,
+    ours: State,
+    problems: Sequence[Problem],
+    top_sets: Mapping[str, set[str]],
+    order: Sequence[str] = (),
+) -> bool:
+    """The first difference is a tie upstream broke the other way: it puts pods of a class on other nodes of
+    upstream's highest-score sets for that class. "First" is by ``order`` (the pods the step created, in order;
+    every later difference may follow from it, as the next pod of a burst scores nodes the tie filled otherwise);
+    without any pod of ``order`` among them, every difference must be such a tie."""
+    unexplained = [p for p in problems if not p.pending]
+    if not unexplained or any(p.klass is None for p in unexplained):
+        return False
+    classes = {p.klass for p in unexplained if p.klass is not None}
+    position = {name: i for i, name in enumerate(order)}
+    rank = {
+        klass: min(
+            (position.get(name, len(order)) for name, (k, _o) in upstream.pods.items() if k == klass),
+            default=len(order),
+        )
+        for klass in classes
+    }
+    first = min(classes, key=lambda klass: (rank[klass], klass))
+    judged = [first] if rank[first] < len(order) else sorted(classes)
+    return all(_class_tie(upstream, ours, klass, top_sets) for klass in judged)
+
+
+def _class_tie(upstream: State, ours: State, klass: str, top_sets: Mapping[str, set[str]]) -> bool:
+    up, we = upstream.classes().get(klass, []), ours.classes().get(klass, [])
+    extra_up, extra_ours = Counter(up) - Counter(we), Counter(we) - Counter(up)
+    ties = set().union(*(top_sets.get(name, set()) for name, (k, _o) in upstream.pods.items() if k == klass))
+    if len(ties) < 2 or sum(extra_up.values()) != sum(extra_ours.values()):
+        return False
+    if _without_nodes(extra_up) != _without_nodes(extra_ours):
+        return False
+    return all(o.node in ties for o in extra_ours) and all(o.node in ties for o in extra_up)
+
+
+def _without_nodes(outcomes: Counter[PodOutcome]) -> Counter[tuple[str | None, str | None, bool]]:
+    found: Counter[tuple[str | None, str | None, bool]] = Counter()
+    for outcome, count in outcomes.items():
+        found[(outcome.condition, outcome.nominated, outcome.terminating)] += count
+    return found
+
+
+def _changes(old: State, new: State) -> list[str]:
+    """What changed between two states of one side (for a state that never settles)."""
+    found = [
+        f"{name}: {old.pods[name][1].text() if name in old.pods else None} -> {outcome.text()}"
+        for name, (_k, outcome) in sorted(new.pods.items())
+        if name not in old.pods or old.pods[name][1] != outcome
+    ]
+    found += [f"PodGroup {name}: {old.groups.get(name)} -> {conds}" for name, conds in new.groups.items()
+              if old.groups.get(name) != conds]  # fmt: skip
+    return found
+
+
+def top_sets_from_log(lines: Iterable[str], namespace: str) -> dict[str, set[str]]:
+    """Pod name → upstream's highest-total nodes in the evaluation that preceded its bind (in ``namespace``)."""
+    scores: dict[str, dict[str, int]] = {}
+    tops: dict[str, set[str]] = {}
+    prefix = f"{namespace}/"
+    for line in lines:
+        if f'pod="{prefix}' not in line:
+            continue
+        parsed = parse_line(line)
+        if parsed is None:
+            continue
+        _source, message, kv = parsed
+        pod = kv.get("pod", "")
+        if not pod.startswith(prefix):
+            continue
+        name = pod[len(prefix) :]
+        if message == "Calculated node's final score for pod":
+            current = scores.setdefault(name, {})
+            if kv["node"] in current:  # a new evaluation of the same pod (another cycle or placement)
+                current.clear()
+            current[kv["node"]] = int(kv["score"])
+        elif message == "Attempting to bind pod to node":
+            current = scores.pop(name, {})
+            if current:
+                best = max(current.values())
+                tops[name] = {node for node, score in current.items() if score == best}
+            else:
+                tops[name] = {kv["node"]}
+    return tops
+
+
+# -- one side ---------------------------------------------------------------------------------------------
+class Side:
+    """One light control plane and the scheduler that binds on it."""
+
+    def __init__(self, name: str, work_dir: Path | None) -> None:
+        self.name = name
+        self.work_dir = work_dir
+        self.cluster: LocalCluster | None = None
+        self.started_pods = 0
+
+    def start_cluster(self) -> None:
+        self.cluster = LocalCluster("light", work_dir=self.work_dir / "cluster" if self.work_dir else None).start()
+        self.api = self.cluster.api_client()
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        for name, value in GANG_PRIORITY_CLASSES.items():
+            body = {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            }
+            with contextlib.suppress(ApiException):
+                client.SchedulingV1Api(self.api).create_priority_class(body)
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+    def alive(self) -> bool:
+        return self.cluster is not None and not self.cluster.dead_components()
+
+    # -- actions ---------------------------------------------------------------------------------------
+    def ensure_namespace(self, namespace: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+
+    def apply(self, action: Action, namespace: str) -> str | None:
+        """Perform one action; the API server's refusal, if any, as text (both sides must refuse alike)."""
+        try:
+            if action.verb == "create":
+                assert action.body is not None
+                self._create(action.kind, action.body, namespace)
+            else:
+                self._delete(action.kind, action.name, namespace)
+        except ApiException as e:
+            return f"{action.describe()}: {e.status} {e.reason}"
+        return None
+
+    def _create(self, kind: str, body: dict[str, Any], namespace: str) -> None:
+        if kind == "Node":
+            self.core.create_node(body)
+        elif kind == "Pod":
+            self.core.create_namespaced_pod(namespace, body)
+        elif kind == "PodGroup":
+            self.custom.create_namespaced_custom_object(*PODGROUPS[:2], namespace, PODGROUPS[2], body)
+        else:
+            raise ValueError(f"cannot create {kind}")
+
+    def _delete(self, kind: str, name: str, namespace: str) -> None:
+        if kind == "Node":
+            self.core.delete_node(name)
+        elif kind == "Pod":
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        elif kind == "PodGroup":
+            self.custom.patch_namespaced_custom_object(
+                *PODGROUPS[:2], namespace, PODGROUPS[2], name, {"metadata": {"finalizers": None}}
+            )
+            self.custom.delete_namespaced_custom_object(*PODGROUPS[:2], namespace, PODGROUPS[2], name)
+        else:
+            raise ValueError(f"cannot delete {kind}")
+
+    # -- state -----------------------------------------------------------------------------------------
+    def snapshot(self, namespace: str) -> State:
+        pods = json.loads(self.core.list_namespaced_pod(namespace, _preload_content=False).data)["items"]
+        groups = self.custom.list_namespaced_custom_object(*PODGROUPS[:2], namespace, PODGROUPS[2])["items"]
+        return state_of(pods, groups)
+
+    def node_count(self) -> int:
+        return len(self.core.list_node().items)
+
+    def give_start_times(self, namespace: str) -> None:
+        """The kubelet stand-in: bound pods without a start time get the next one, in name order."""
+        pods = json.loads(self.core.list_namespaced_pod(namespace, _preload_content=False).data)["items"]
+        base = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            if (pod.get("spec") or {}).get("nodeName") and not (pod.get("status") or {}).get("startTime"):
+                self.started_pods += 1
+                stamp = (base + datetime.timedelta(seconds=self.started_pods)).strftime("%Y-%m-%dT%H:%M:%SZ")
+                with contextlib.suppress(ApiException):
+                    self.core.patch_namespaced_pod_status(
+                        pod["metadata"]["name"], namespace, {"status": {"startTime": stamp}}
+                    )
+
+    def cleanup(self, timeline: Timeline) -> None:
+        namespace = timeline.namespace
+        with contextlib.suppress(ApiException):
+            self.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        with contextlib.suppress(ApiException):
+            for group in self.custom.list_namespaced_custom_object(*PODGROUPS[:2], namespace, PODGROUPS[2])["items"]:
+                self._delete("PodGroup", group["metadata"]["name"], namespace)
+        for node in self.core.list_node().items:
+            with contextlib.suppress(ApiException):
+                self.core.delete_node(node.metadata.name)
+
+
+class UpstreamSide(Side):
+    def start(self, profiles: Sequence[ProfileDef]) -> None:
+        self.start_cluster()
+        assert self.cluster is not None
+        config = scheduler_config(oracle_profile(p) for p in profiles)
+        self.component = self.cluster.start_kube_scheduler(config, extra_args=UPSTREAM_FLAGS)
+        self.log = LogCursor(self.component.log_path)
+
+
+class OurSide(Side):
+    def start(self, profiles: Sequence[ProfileDef], operator_args: Sequence[str] = ()) -> None:
+        self.start_cluster()
+        assert self.cluster is not None
+        apply_crds(self.api)
+        log_dir = (self.work_dir / "logs") if self.work_dir else self.cluster.work_dir / "logs"
+        self.operator = OperatorProcess(
+            self.cluster.kubeconfig,
+            peering_name="conformance",
+            log_dir=log_dir,
+            name="kopf-scheduler",
+            extra_args=operator_args,
+        ).start()
+        for profile in profiles:
+            create_profile(self.api, profile.name, profile.spec)
+        for profile in profiles:
+            wait_profile_status(self.api, profile.name, ready=True, timeout=60)
+
+    def alive(self) -> bool:
+        return super().alive() and self.operator.alive()
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.operator.stop()
+        super().stop()
+
+
+# -- results ----------------------------------------------------------------------------------------------
+@dataclass
+class StepResult:
+    index: int
+    label: str
+    problems: list[str]
+    upstream: dict[str, Any]
+    ours: dict[str, Any]
+    #: The difference is a tie upstream broke the other way (the timeline stops being compared there).
+    tie: bool = False
+    #: The API server refused an action (the same on both sides, or that is a problem too).
+    refused: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    #: Differences a feature not yet on main explains ("[Feature] text"; gang_known.py).
+    pending: list[str] = field(default_factory=list)
+
+    @property
+    def agree(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class TimelineResult:
+    seed: int
+    profile: str
+    features: list[str]
+    description: str
+    steps: list[StepResult]
+    seconds: float
+    diverged_on_tie: int | None = None
+    error: str | None = None
+
+    @property
+    def agree(self) -> bool:
+        return self.error is None and all(s.agree for s in self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["agree"] = self.agree
+        return data
+
+
+# -- the harness ------------------------------------------------------------------------------------------
+class TimelineHarness:
+    """Two light control planes, upstream (gates on) on one and the operator on the other; plays timelines."""
+
+    def __init__(
+        self,
+        profiles: Sequence[ProfileDef],
+        *,
+        work_dir: Path | None = None,
+        log: Log = print,
+        operator_args: Sequence[str] = (),
+        pending: frozenset[str] = gang_known.PENDING,
+        recheck: bool = True,
+    ) -> None:
+        if not profiles:
+            raise ValueError("no workload-aware profiles to compare")
+        #: The features whose absence explains a difference (gang_known.PENDING unless a test says otherwise).
+        self.pending = pending
+        #: Judge a disagreement again after :data:`RECHECK` seconds (off: a quick run reports it at once).
+        self.recheck = recheck
+        self.profiles = list(profiles)
+        self.log = log
+        self.upstream = UpstreamSide("upstream", work_dir / "upstream" if work_dir else None)
+        self.ours = OurSide("ours", work_dir / "ours" if work_dir else None)
+        self.operator_args = tuple(operator_args)
+        self._probes = 0
+
+    def __enter__(self) -> TimelineHarness:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        started = time.monotonic()
+        # One after the other, in this thread: the children die with the thread that spawned them
+        # (PR_SET_PDEATHSIG), so a helper thread would take its control plane with it when it ends.
+        try:
+            self.upstream.start(self.profiles)
+            self.ours.start(self.profiles, self.operator_args)
+        except BaseException:
+            self.stop()
+            raise
+        self.log(
+            f"timeline harness ready in {time.monotonic() - started:.1f}s: profiles "
+            f"{', '.join(p.name for p in self.profiles)}; upstream log {self.upstream.component.log_path}; "
+            f"operator log {self.ours.operator.log_path}"
+        )
+
+    def stop(self) -> None:
+        for side in (self.ours, self.upstream):
+            with contextlib.suppress(Exception):
+                side.stop()
+
+    @property
+    def sides(self) -> tuple[Side, Side]:
+        return self.upstream, self.ours
+
+    # -- playing a timeline ----------------------------------------------------------------------------
+    def run_timeline(self, timeline: Timeline) -> TimelineResult:
+        started = time.monotonic()
+        result = TimelineResult(timeline.seed, timeline.profile, timeline.features, timeline.describe(), [], 0.0)
+        for side in self.sides:
+            side.ensure_namespace(timeline.namespace)
+        try:
+            for index, step in enumerate(timeline.steps):
+                step_result = self._play(timeline, index, step)
+                result.steps.append(step_result)
+                if step_result.tie:
+                    result.diverged_on_tie = index
+                    break
+                if step_result.problems:  # the states differ from here on: later steps would only echo it
+                    break
+        except Exception as e:  # one broken timeline must not end the run
+            result.error = f"{type(e).__name__}: {e}"
+        finally:
+            for side in self.sides:
+                with contextlib.suppress(Exception):
+                    side.cleanup(timeline)
+            # The next timeline's first step waits until both caches hold exactly its nodes (no probe here: with
+            # no node at all the probe's text is another one).
+            self._trim_upstream_log()
+        result.seconds = round(time.monotonic() - started, 1)
+        return result
+
+    def _play(self, timeline: Timeline, index: int, step: Step) -> StepResult:
+        started = time.monotonic()
+        mark = self.upstream.log.mark()
+        refused: dict[str, list[str]] = {"upstream": [], "ours": []}
+        for number, action in enumerate(step.actions):
+            if number and timeline.needs_start_times:
+                # A preempting pod's victims go asynchronously, and a pod created meanwhile may or may not meet
+                # them gone, even upstream against itself: with preemption, every action waits for quiet.
+                self._settle(timeline.namespace)
+            for side in self.sides:
+                error = side.apply(action, timeline.namespace)
+                if error:
+                    refused[side.name].append(error)
+        if step.node_sync:
+            self._sync_nodes(timeline.namespace, timeline.profile)
+        upstream, ours = self._settle(timeline.namespace)
+        problems = compare(upstream, ours, self.pending)
+        if any(not p.pending for p in problems) and self.recheck:
+            time.sleep(RECHECK)  # judged again after the longest backoff, so timing alone is not reported
+            upstream, ours = self._settle(timeline.namespace)
+            problems = compare(upstream, ours, self.pending)
+        if refused["upstream"] != refused["ours"]:
+            problems.append(Problem(f"the API servers refused differently: {refused}"))
+        tie = False
+        if any(not p.pending for p in problems):
+            self.upstream.log.offset = mark
+            tops = top_sets_from_log(self.upstream.log.since(), timeline.namespace)
+            created = [a.name for a in step.actions if a.kind == "Pod" and a.verb == "create"]
+            tie = tie_explains(upstream, ours, problems, tops, created)
+        if timeline.needs_start_times:
+            for side in self.sides:
+                side.give_start_times(timeline.namespace)
+        return StepResult(
+            index,
+            step.label,
+            [] if tie else [p.text for p in problems if not p.pending],
+            upstream.summary(),
+            ours.summary(),
+            tie=tie,
+            refused=refused["upstream"],
+            seconds=round(time.monotonic() - started, 1),
+            pending=[f"[{', '.join(p.pending)}] {p.text}" for p in problems if p.pending],
+        )
+
+    def _trim_upstream_log(self) -> None:
+        """Empty upstream's log between timelines once it is big: a gang upstream retries in a loop (see the
+        report) writes megabytes a second at these verbosities. The file is open for appending, so it goes on."""
+        path = Path(self.upstream.component.log_path)
+        with contextlib.suppress(OSError):
+            if path.stat().st_size > LOG_LIMIT:
+                os.truncate(path, 0)
+                self.upstream.log.offset = 0
+
+    def _settle(self, namespace: str) -> tuple[State, State]:
+        """Both states once neither has changed for :data:`QUIET` seconds."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        last: tuple[State, State] | None = None
+        changing: dict[str, list[str]] = {"upstream": [], "ours": []}
+        stable_since = time.monotonic()
+        while True:
+            states = (self.upstream.snapshot(namespace), self.ours.snapshot(namespace))
+            now = time.monotonic()
+            if last is None or [s.key() for s in states] != [s.key() for s in last]:
+                if last is not None:
+                    for name, old, new in zip(("upstream", "ours"), last, states, strict=True):
+                        if old.key() != new.key():
+                            changing[name] = _changes(old, new)
+                last, stable_since = states, now
+            elif now - stable_since >= QUIET:
+                return states
+            if now > deadline:
+                raise TimeoutError(
+                    f"the state of {namespace} did not settle within {SETTLE_TIMEOUT:.0f}s; last changes: "
+                    f"upstream {changing['upstream'][:3]}, ours {changing['ours'][:3]}"
+                )
+            for side in self.sides:
+                if not side.alive():
+                    raise RuntimeError(f"{side.name}'s scheduler or control plane died")
+            time.sleep(POLL)
+
+    def _sync_nodes(self, namespace: str, profile: str) -> None:
+        """Wait until both schedulers' caches hold exactly the cluster's nodes: a probe pod that fits nowhere
+        must be told ``0/N nodes are available`` with N the cluster's node count."""
+        self._probes += 1
+        name = f"probe-{self._probes}"
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"probe": "true"}},
+            "spec": {
+                "schedulerName": profile,
+                "terminationGracePeriodSeconds": 0,
+                "nodeSelector": PROBE_SELECTOR,
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }
+        for side in self.sides:
+            side.ensure_namespace(namespace)
+            side.core.create_namespaced_pod(namespace, probe)
+        try:
+            for side in self.sides:
+                self._wait_probe(side, namespace, name)
+        finally:
+            for side in self.sides:
+                with contextlib.suppress(ApiException):
+                    side.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+    def _wait_probe(self, side: Side, namespace: str, name: str) -> None:
+        deadline = time.monotonic() + 30
+        message = ""
+        while time.monotonic() < deadline:
+            want = f"0/{side.node_count()} nodes are available"
+            pod = side.core.read_namespaced_pod(name, namespace)
+            for cond in (pod.status.conditions or ()) if pod.status else ():
+                if cond.type == "PodScheduled":
+                    message = cond.message or ""
+            if message.startswith(want):
+                return
+            time.sleep(POLL)
+        raise TimeoutError(f"{side.name}'s scheduler did not see the cluster's nodes: probe says {message!r}")
+
+
+def summary(results: Sequence[TimelineResult]) -> dict[str, Any]:
+    steps = [s for r in results for s in r.steps]
+    return {
+        "timelines": len(results),
+        "agree": sum(r.agree for r in results),
+        "disagree": sum(not r.agree for r in results),
+        "errors": sum(r.error is not None for r in results),
+        "diverged_on_tie": sum(r.diverged_on_tie is not None for r in results),
+        "steps": len(steps),
+        "steps_agree": sum(s.agree for s in steps),
+        "steps_pending": sum(bool(s.pending) for s in steps),
+        "pending_features": dict(
+            sorted(Counter(f for s in steps for p in s.pending for f in p[1 : p.index("]")].split(", ")).items())
+        ),
+        "pods": sum(len(r.steps[-1].upstream["pods"]) for r in results if r.steps),
+        "features": dict(sorted(Counter(f for r in results for f in r.features).items())),
+        "seeds": [r.seed for r in results],
+    }
