@@ -51,8 +51,12 @@ class ApiModel(FakeClient):
         self.bound_by_us: dict[str, str] = {}
         #: Bindings posted for a pod the app had bound already (a double booking); must stay empty.
         self.double_binds: list[tuple[str, str]] = []
-        #: Errors the next Bindings fail with (popped in order; e.g. a 500 of an overloaded API server).
-        self.bind_faults: list[APIError] = []
+        #: Faults of the next Bindings, popped in order: an HTTP status the API server answers instead (500, 429,
+        #: 503: nothing is bound), or 0 for a Binding that is made but whose answer is lost (a connection reset
+        #: after the commit: the client sees an error, the watch then brings the bound pod).
+        self.bind_faults: list[int] = []
+        #: Pods whose Binding was made but answered with an error (their next Binding meets a 409: not a double).
+        self.unacknowledged: set[str] = set()
         self._version = 0
 
     def next_version(self) -> str:
@@ -74,19 +78,23 @@ class ApiModel(FakeClient):
         self.undelivered.append(("Pod", event_type, copy.deepcopy(pod)))
 
     async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
-        if self.bind_faults:
-            raise self.bind_faults.pop(0)
+        fault = self.bind_faults.pop(0) if self.bind_faults else None
+        if fault:
+            raise APIError(fault, f"injected {fault}")
         pod = self.pods.get(uid)
         if pod is None:
             raise APIError(404, f'pods "{name}" not found')
         if pod["spec"].get("nodeName"):
-            if uid in self.bound_by_us:
+            if uid in self.bound_by_us and uid not in self.unacknowledged:
                 self.double_binds.append((uid, node_name))
             raise APIError(409, f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned')
         pod["spec"]["nodeName"] = node_name
         self.bound_by_us[uid] = node_name
         self.bindings.append((namespace, name, node_name))
         self._changed(pod)
+        if fault == 0:
+            self.unacknowledged.add(uid)
+            raise APIError(500, "the connection was reset after the Binding was made")
 
     async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> Any:
         self.status_patches.append((name, patch))

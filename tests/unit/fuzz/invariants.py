@@ -107,10 +107,12 @@ def _parse_matches(pod: PodInfo) -> list[str]:
 
 
 def bindings(app: SchedulerApp, api: ApiModel) -> list[str]:
-    """No pod bound twice; every assumed pod is one whose Binding is in flight or was accepted (not forgotten
-    yet confirmed); a pod the API server holds bound by us is never back in a sub-queue."""
+    """No pod bound twice (a second Binding after one acknowledged); a pod whose Binding the API server
+    acknowledged is never back in a sub-queue (that the cache holds no bound pod in a sub-queue: :func:`queues`)."""
     problems = [f"{uid} bound a second time (to {node})" for uid, node in api.double_binds]
     for uid, node in api.bound_by_us.items():
+        if uid in api.unacknowledged:
+            continue  # the app was told the Binding failed: it requeues the pod until the watch says otherwise
         for name, runtime in app.profiles.items():
             if uid in runtime.queue:
                 problems.append(f"{uid}, bound to {node}, re-queued in {name} ({runtime.queue.location(uid)})")
