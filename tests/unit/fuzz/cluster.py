@@ -87,7 +87,9 @@ class ApiModel(FakeClient):
         if pod["spec"].get("nodeName"):
             if uid in self.bound_by_us and uid not in self.unacknowledged:
                 self.double_binds.append((uid, node_name))
-            raise APIError(409, f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned')
+            raise APIError(
+                409, f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned'
+            )
         pod["spec"]["nodeName"] = node_name
         self.bound_by_us[uid] = node_name
         self.bindings.append((namespace, name, node_name))
@@ -310,6 +312,11 @@ class Cluster:
         self.flush_events_of(uid)
         self.api.stamp(pod)
         self.deliver("Pod", "DELETED", pod)
+
+    def put_object(self, kind: str, obj: dict[str, Any], *, deleted: bool = False) -> None:
+        """Any other watched kind (storage, workloads, PDBs, namespaces), created, updated or deleted."""
+        body = self.api.stamp(copy.deepcopy(obj))
+        self.app.on_watch_event(kind, "DELETED" if deleted else "MODIFIED", body)
 
     def deliver_one(self, index: int) -> None:
         event = self.api.take_event(index)

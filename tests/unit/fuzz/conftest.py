@@ -17,7 +17,7 @@ import os
 
 from hypothesis import HealthCheck, Phase, settings
 
-#: The per-test number of examples of the ``ci`` profile; a test may scale it with ``settings(max_examples=…)``.
+#: The per-test number of examples of the ``ci`` profile; each test scales it by its cost (``scaled``).
 CI_EXAMPLES = 40
 
 settings.register_profile(
@@ -38,3 +38,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("KOPF_SCHEDULER_FUZZ", "ci"))
+
+
+def scaled(factor: float) -> settings:
+    """The loaded profile with ``factor`` times its examples (a cheap test runs more of them, in either profile)."""
+    return settings(max_examples=max(1, int(settings.default.max_examples * factor)))

@@ -135,7 +135,11 @@ def profile_spec() -> st.SearchStrategy[Any]:
         st.none(),
         st.sampled_from(
             [
-                {"pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}]},
+                {
+                    "pluginConfig": [
+                        {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}
+                    ]
+                },
                 {"plugins": {"score": {"disabled": [{"name": "*"}]}}},
                 {"plugins": {"multiPoint": {"disabled": [{"name": "NodeResourcesFit"}]}}},
                 {"percentageOfNodesToScore": 50},

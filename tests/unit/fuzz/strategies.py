@@ -134,7 +134,10 @@ def node_selector_term(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def pod_affinity_term(draw: st.DrawFn) -> dict[str, Any]:
-    term: dict[str, Any] = {"labelSelector": draw(label_selector()), "topologyKey": draw(st.sampled_from(TOPOLOGY_KEYS))}
+    term: dict[str, Any] = {
+        "labelSelector": draw(label_selector()),
+        "topologyKey": draw(st.sampled_from(TOPOLOGY_KEYS)),
+    }
     choice = draw(st.integers(0, 5))
     if choice == 0:
         term["namespaces"] = draw(st.lists(st.sampled_from(NAMESPACES), min_size=1, max_size=2, unique=True))
@@ -238,7 +241,9 @@ def pod_spec(draw: st.DrawFn, *, scheduler: str | None = None) -> dict[str, Any]
     optional: dict[str, Any] = {
         "overhead": st.fixed_dictionaries({"cpu": cpu, "memory": memory}),
         "resources": st.fixed_dictionaries({"requests": st.fixed_dictionaries({"cpu": cpu, "memory": memory})}),
-        "nodeSelector": st.dictionaries(st.sampled_from(NODE_LABEL_KEYS[:2]), st.sampled_from(LABEL_VALUES), max_size=2),
+        "nodeSelector": st.dictionaries(
+            st.sampled_from(NODE_LABEL_KEYS[:2]), st.sampled_from(LABEL_VALUES), max_size=2
+        ),
         "affinity": affinity(),
         "topologySpreadConstraints": st.lists(spread_constraint(), min_size=1, max_size=2),
         "tolerations": st.lists(toleration(), min_size=1, max_size=3),
@@ -352,3 +357,70 @@ def node(draw: st.DrawFn, name: str | None = None) -> dict[str, Any]:
         "spec": {"taints": taints, "unschedulable": draw(st.integers(0, 5)) == 0},
         "status": status,
     }
+
+
+# -- the other objects plugins read ----------------------------------------------------------------------------
+def _pvc(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, "spec": spec, "status": {}}
+
+
+#: (kind, object) the cluster may hold: storage for VolumeBinding/VolumeZone/NodeVolumeLimits/VolumeRestrictions,
+#: a Service and a PDB (PodTopologySpread's default constraints, preemption), namespace labels (affinity terms).
+OBJECTS: tuple[tuple[str, dict[str, Any]], ...] = (
+    (
+        "StorageClass",
+        {"metadata": {"name": "wait"}, "provisioner": "x.csi.io", "volumeBindingMode": "WaitForFirstConsumer"},
+    ),
+    ("StorageClass", {"metadata": {"name": "now"}, "provisioner": "x.csi.io", "volumeBindingMode": "Immediate"}),
+    ("PersistentVolumeClaim", _pvc("c0", accessModes=["ReadWriteOnce"], volumeName="pv0", storageClassName="now")),
+    ("PersistentVolumeClaim", _pvc("c1", accessModes=["ReadWriteOnce"], storageClassName="wait")),
+    (
+        "PersistentVolume",
+        {
+            "metadata": {"name": "pv0", "labels": {ZONE: "z1"}},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "now",
+                "claimRef": {"namespace": "default", "name": "c0", "uid": "uid-c0"},
+                "csi": {"driver": "x.csi.io", "volumeHandle": "h0"},
+            },
+            "status": {"phase": "Bound"},
+        },
+    ),
+    (
+        "PersistentVolume",
+        {
+            "metadata": {"name": "pv1"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "wait",
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["z1"]}]}]
+                    }
+                },
+                "csi": {"driver": "x.csi.io", "volumeHandle": "h1"},
+            },
+            "status": {"phase": "Available"},
+        },
+    ),
+    (
+        "CSINode",
+        {
+            "metadata": {"name": "n0"},
+            "spec": {"drivers": [{"name": "x.csi.io", "nodeID": "n0", "allocatable": {"count": 1}}]},
+        },
+    ),
+    ("Service", {"metadata": {"name": "s", "namespace": "default"}, "spec": {"selector": {"app": "a"}}}),
+    (
+        "PodDisruptionBudget",
+        {
+            "metadata": {"name": "pdb", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "a"}}, "maxUnavailable": 0},
+            "status": {"disruptionsAllowed": 0},
+        },
+    ),
+    ("Namespace", {"metadata": {"name": "other", "labels": {"team": "x"}}}),
+)

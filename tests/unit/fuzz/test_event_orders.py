@@ -6,8 +6,9 @@ of none) added, changed as the API server allows (labels, gates removed, tolerat
 a graceful deletion, another scheduler's binding), deleted; scheduling cycles; the binding cycles' tasks let run
 a step at a time or to the end; the watch events of the app's own writes (Bindings, status patches,
 preemption's deletions) delivered in any order across objects; Bindings failing (500, 429, the API server's own
-409 for a pod bound meanwhile, 404 for one gone; and a Binding made whose answer is lost); backoff and the unschedulable timeout elapsing; the profiles changed to other valid and invalid
-specs, removed and created again.
+409 for a pod bound meanwhile and 404 for one gone, and a Binding made whose answer is lost); backoff and the
+unschedulable timeout elapsing; the profiles changed to other valid and invalid specs, removed and created
+again; storage objects, a Service, a PodDisruptionBudget and namespace labels created and deleted.
 
 Invariants, after every operation (``invariants.py``): no task raises and nothing logs an error; every queue is a
 partition (a pod in exactly one sub-queue or in flight) holding only its profile's pods and no pod the cache
@@ -28,8 +29,18 @@ from hypothesis import strategies as st
 
 from tests.unit.fuzz import invariants
 from tests.unit.fuzz.cluster import Cluster
+from tests.unit.fuzz.conftest import scaled
 from tests.unit.fuzz.profiles import profile_spec
-from tests.unit.fuzz.strategies import NODE_NAMES, LABEL_VALUES, bound_pod, node, pending_pod, pod_labels, toleration
+from tests.unit.fuzz.strategies import (
+    LABEL_VALUES,
+    NODE_NAMES,
+    OBJECTS,
+    bound_pod,
+    node,
+    pending_pod,
+    pod_labels,
+    toleration,
+)
 
 LIVE_PROFILES = ("sp", "sp2")
 
@@ -65,6 +76,7 @@ changes = st.one_of(
     st.sampled_from([0.5, 2.0, 11.0, 301.0]).map(lambda s: ("tick", s)),
     st.tuples(st.sampled_from(LIVE_PROFILES), profile_spec()).map(lambda t: ("profile", *t)),
     st.sampled_from(LIVE_PROFILES).map(lambda name: ("remove-profile", name)),
+    st.tuples(st.sampled_from(range(len(OBJECTS))), st.booleans()).map(lambda t: ("object", *t)),
 )
 operations = st.one_of(progress, changes)
 
@@ -122,6 +134,8 @@ async def _apply(cluster: Cluster, op: tuple[Any, ...]) -> None:
         _apply_profile(cluster, op[1], op[2])
     elif kind == "remove-profile":
         app.remove_profile(op[1])
+    elif kind == "object":
+        cluster.put_object(*OBJECTS[op[1]], deleted=op[2])
     else:
         raise ValueError(kind)
 
@@ -134,9 +148,11 @@ def _apply_profile(cluster: Cluster, name: str, spec: Any) -> None:
     outcome = app.apply_profile(name=name, spec=spec, generation=1)
     after = app.profiles.get(name)
     if outcome.ready:
-        assert after is not None and after.framework is not serving
+        assert after is not None
+        assert after.framework is not serving
     else:
-        assert outcome.reason == "InvalidProfile" and outcome.message
+        assert outcome.reason == "InvalidProfile"
+        assert outcome.message
         assert (after.framework if after is not None else None) is serving
         if serving is not None:
             assert "previous valid pipeline keeps serving" in outcome.message
@@ -189,6 +205,7 @@ def run_operations(operations_list: list[tuple[Any, ...]]) -> None:
         asyncio.run(scenario())
 
 
+@scaled(3)
 @given(scenario())
 def test_any_order_of_events_keeps_cache_queues_and_bindings_sound(operations_list: list[tuple[Any, ...]]) -> None:
     run_operations(operations_list)

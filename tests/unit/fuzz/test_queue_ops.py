@@ -34,6 +34,7 @@ from kopf_scheduler.framework.status import SUCCESS, Status
 from kopf_scheduler.queue import SchedulingQueue
 from kopf_scheduler.state.pod_info import PodInfo
 from tests.unit.factories import events_to_register, make_node, make_pod
+from tests.unit.fuzz.conftest import scaled
 from tests.unit.fuzz.invariants import queue_partition
 from tests.unit.test_queue import DEFAULT_PLUGINS, FakeClock, priority_sort
 
@@ -199,6 +200,7 @@ operation = st.one_of(
 )
 
 
+@scaled(10)
 @given(st.lists(operation, max_size=60))
 def test_any_sequence_of_queue_operations_keeps_every_pod_in_one_place(ops: list[tuple[Any, ...]]) -> None:
     model = Model()
