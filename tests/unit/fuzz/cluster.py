@@ -34,6 +34,7 @@ from kopf_scheduler.framework.runtime import scoring as runtime_scoring
 from kopf_scheduler.framework.status import Status
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.state.pod_info import PodInfo, is_extended_resource_name
+from kopf_scheduler.watched import WATCHED_KINDS
 from tests.unit.app_harness import FakeClient, FakeClock
 
 Event = tuple[str, str, dict[str, Any]]  # (kind, event type, object)
@@ -46,6 +47,8 @@ class ApiModel(FakeClient):
         super().__init__()
         self.pods: dict[str, dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
+        #: Every other kind's objects, by (kind, namespace, name).
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.undelivered: list[Event] = []
         #: uid → node of every Binding the app posted that the API server accepted.
         self.bound_by_us: dict[str, str] = {}
@@ -123,11 +126,13 @@ class ApiModel(FakeClient):
         self._changed(pod, "DELETED")
 
     async def list_all(self, path: str) -> list[dict[str, Any]]:
-        if path == "/api/v1/nodes":
+        """The reconciling LIST: what the API server holds now (every watch event before it is superseded)."""
+        kind = _KIND_OF_PATH.get(path)
+        if kind == "Node":
             return [copy.deepcopy(n) for n in self.nodes.values()]
-        if path == "/api/v1/pods":
+        if kind == "Pod":
             return [copy.deepcopy(p) for p in self.pods.values()]
-        return []
+        return [copy.deepcopy(o) for (k, _, _), o in self.objects.items() if k == kind]
 
     def take_event(self, index: int) -> Event | None:
         """The ``index``-th (modulo) object's oldest undelivered event, taken off the list."""
@@ -143,6 +148,9 @@ class ApiModel(FakeClient):
         mine = [e for e in self.undelivered if _uid(e) == uid]
         self.undelivered = [e for e in self.undelivered if _uid(e) != uid]
         return mine
+
+
+_KIND_OF_PATH = {watched.path: watched.kind for watched in WATCHED_KINDS}
 
 
 def _uid(event: Event) -> str:
@@ -316,7 +324,19 @@ class Cluster:
     def put_object(self, kind: str, obj: dict[str, Any], *, deleted: bool = False) -> None:
         """Any other watched kind (storage, workloads, PDBs, namespaces), created, updated or deleted."""
         body = self.api.stamp(copy.deepcopy(obj))
-        self.app.on_watch_event(kind, "DELETED" if deleted else "MODIFIED", body)
+        key = (kind, body["metadata"].get("namespace", ""), body["metadata"]["name"])
+        if deleted:
+            self.api.objects.pop(key, None)
+        else:
+            self.api.objects[key] = body
+        self.app.on_watch_event(kind, "DELETED" if deleted else "MODIFIED", copy.deepcopy(body))
+
+    async def relist(self) -> None:
+        """kopf paused and resumed the replica: its watches stopped (the events meanwhile are lost), and the
+        cache is rebuilt from a reconciling LIST of what the API server holds now."""
+        self.app.watch.invalidate()
+        self.api.undelivered.clear()
+        await self.app.ensure_reconciled()
 
     def deliver_one(self, index: int) -> None:
         event = self.api.take_event(index)

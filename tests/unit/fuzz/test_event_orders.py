@@ -8,7 +8,8 @@ a step at a time or to the end; the watch events of the app's own writes (Bindin
 preemption's deletions) delivered in any order across objects; Bindings failing (500, 429, the API server's own
 409 for a pod bound meanwhile and 404 for one gone, and a Binding made whose answer is lost); backoff and the
 unschedulable timeout elapsing; the profiles changed to other valid and invalid specs, removed and created
-again; storage objects, a Service, a PodDisruptionBudget and namespace labels created and deleted.
+again; storage objects, a Service, a PodDisruptionBudget and namespace labels created and deleted; a pause
+and resume (the watch events meanwhile lost, the cache rebuilt by the reconciling LIST).
 
 Invariants, after every operation (``invariants.py``): no task raises and nothing logs an error; every queue is a
 partition (a pod in exactly one sub-queue or in flight) holding only its profile's pods and no pod the cache
@@ -52,6 +53,7 @@ progress = st.one_of(
     st.integers(0, 6).map(lambda n: ("steps", n)),
     st.just(("drain",)),
     index.map(lambda i: ("deliver", i)),
+    st.just(("relist",)),
 )
 changes = st.one_of(
     node().map(lambda obj: ("put-node", obj)),
@@ -124,6 +126,8 @@ async def _apply(cluster: Cluster, op: tuple[Any, ...]) -> None:
             await asyncio.sleep(0)
     elif kind == "drain":
         await app.drain()
+    elif kind == "relist":
+        await cluster.relist()
     elif kind == "deliver":
         cluster.deliver_one(op[1])
     elif kind == "bind-fault":
