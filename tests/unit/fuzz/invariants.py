@@ -119,6 +119,18 @@ def bindings(app: SchedulerApp, api: ApiModel) -> list[str]:
     return problems
 
 
+def assumed_after_binding(app: SchedulerApp, api: ApiModel) -> list[str]:
+    """With no binding cycle running, each pod the cache still assumes is one the API server holds bound by us, to
+    the node assumed (its watch event not delivered yet): a failed binding forgot its pod."""
+    problems = []
+    for uid in sorted(app.cache._assumed):
+        pod = app.cache.pod(uid)
+        node = api.bound_by_us.get(uid)
+        if pod is None or node is None or pod.node_name != node:
+            problems.append(f"{uid} assumed on {pod.node_name if pod else None} with no Binding there (API: {node})")
+    return problems
+
+
 def quiescent(app: SchedulerApp, api: ApiModel) -> list[str]:
     """Once every task has finished and every watch event is delivered: the cache is the API server's view
     (nodes; bound, live pods on their nodes), nothing is assumed any more, and every pending pod of a live profile

@@ -15,9 +15,10 @@ Invariants, after every operation (``invariants.py``): no task raises and nothin
 partition (a pod in exactly one sub-queue or in flight) holding only its profile's pods and no pod the cache
 has on a node; a pod we bound is never queued again and never bound twice; every node's columns equal the sums
 over its pods, each pod parsed as a fresh parse would; each pod a profile with NodeResourcesFit assumes leaves
-its node within its allocatable (checked as it is assumed). At the end, with every task done and every watch
-event delivered: the cache is the API server's view, nothing stays assumed, and every pending pod of a live
-profile waits in a sub-queue.
+its node within its allocatable (checked as it is assumed); once the binding cycles are done, a pod still assumed
+is one whose Binding the API server made (its event not delivered yet), every other one forgotten. At the end,
+with every task done and every watch event delivered: the cache is the API server's view, nothing stays
+assumed, and every pending pod of a live profile waits in a sub-queue.
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ async def _apply(cluster: Cluster, op: tuple[Any, ...]) -> None:
             await asyncio.sleep(0)
     elif kind == "drain":
         await app.drain()
+        problems = invariants.assumed_after_binding(app, cluster.api)
+        assert not problems, "\n".join(problems)
     elif kind == "relist":
         await cluster.relist()
     elif kind == "deliver":
