@@ -255,7 +255,7 @@ def pod_spec(draw: st.DrawFn, *, scheduler: str | None = None) -> dict[str, Any]
         "resourceClaims": st.just([{"name": "rc", "resourceClaimName": "claim-missing"}]),
     }
     for field, strategy in optional.items():
-        if draw(st.integers(0, 4)) == 0:
+        if draw(st.integers(0, 6)) == 0:
             value = draw(strategy)
             if value:
                 spec[field] = value
@@ -329,19 +329,16 @@ def node(draw: st.DrawFn, name: str | None = None) -> dict[str, Any]:
         allocatable[GPU] = draw(st.sampled_from([4, 1, 0]))
     if draw(st.booleans()):
         allocatable[HUGEPAGES] = draw(st.sampled_from(["0", "4Mi", "1Gi"]))
-    taints = draw(
-        st.lists(
-            st.fixed_dictionaries(
-                {
-                    "key": st.sampled_from(TAINT_KEYS),
-                    "value": st.sampled_from(LABEL_VALUES),
-                    "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]),
-                }
-            ),
-            max_size=2,
-            unique_by=lambda t: (t["key"], t["effect"]),
+    taints = []
+    if draw(st.integers(0, 3)) == 0:  # most nodes are untainted, so that most pods find somewhere to go
+        taint = st.fixed_dictionaries(
+            {
+                "key": st.sampled_from(TAINT_KEYS),
+                "value": st.sampled_from(LABEL_VALUES),
+                "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+            }
         )
-    )
+        taints = draw(st.lists(taint, min_size=1, max_size=2, unique_by=lambda t: (t["key"], t["effect"])))
     images = [
         {"names": [image], "sizeBytes": draw(st.sampled_from([10_000_000, 500_000_000]))}
         for image in draw(st.lists(st.sampled_from(IMAGES), max_size=2, unique=True))
@@ -354,7 +351,7 @@ def node(draw: st.DrawFn, name: str | None = None) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"taints": taints, "unschedulable": draw(st.integers(0, 5)) == 0},
+        "spec": {"taints": taints, "unschedulable": draw(st.integers(0, 9)) == 0},
         "status": status,
     }
 
