@@ -405,7 +405,8 @@ class SchedulingQueue:
     ) -> None:
         """The profile changed (hot reload): swap its PreEnqueue and registrations, keeping every pending pod.
 
-        Gated pods are judged again by the new PreEnqueue (a removed gate plugin releases them); rejected pods
+        Gated pods are judged again by the new PreEnqueue (a removed gate plugin releases them), and so are the pods
+        of activeQ and backoffQ (a new gate plugin parks them as gated); rejected pods
         keep waiting, now for the events the new registrations (or, for plugins no longer registered, any
         event) allow. Upstream has no equivalent: it restarts on configuration changes.
         """
@@ -414,6 +415,12 @@ class SchedulingQueue:
         self._hints.replace(plugin_events)
         for qpod in self._unschedulable.values():
             self._hints.note_plugins(qpod.rejectors)
+        # Pods waiting in activeQ and backoffQ passed the old PreEnqueue only: a new gate holds them too (upstream
+        # restarts on a configuration change, and every pod enters its queue through PreEnqueue again).
+        for qpod in [*self._active.values(), *self._backoff.values()]:
+            self._run_pre_enqueue(qpod)
+            if qpod.gated:
+                self._put_unschedulable(qpod)
         woke = False
         for qpod in [q for q in self._unschedulable.values() if q.gated]:
             woke |= self._requeue(qpod, Strategy.AFTER_BACKOFF, FORCE_ACTIVATE) != UNSCHEDULABLE_Q
