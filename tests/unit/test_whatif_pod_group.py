@@ -20,8 +20,12 @@ GANG = {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}
 
 
 def not_whole(pod: str) -> str:
-    """A placed member of a gang not whole: the group's error, then its Permit's Wait (upstream RunPermitPlugins)."""
-    return f'pod group is unschedulable, one or more plugins asked to wait and no plugin rejected pod "{pod}"'
+    """A placed member of a gang not whole: the group's error, then its Permit's Wait (upstream RunPermitPlugins:
+    GangScheduling's reason and the framework's, without the pod's name in v1.36.3)."""
+    return (
+        "pod group is unschedulable, waiting for minCount pods from a gang to be scheduled, "
+        "one or more plugins asked to wait and no plugin rejected pod"
+    )
 
 
 def pod_group(name: str = "g", min_count: int = 3) -> dict[str, Any]:
