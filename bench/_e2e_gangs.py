@@ -8,6 +8,12 @@ TopologyAwareWorkloadScheduling plugins the gate adds, which our profile does no
 plugins. After a run :func:`gang_outcome` counts the gangs bound whole, partly, or not at all (nothing may be lost:
 a complete run has every gang whole). The light control plane runs no podgroup-protection controller, so
 :func:`delete_pod_groups` drops the finalizer admission puts on every PodGroup before deleting them.
+
+The same gangs as scheduler-plugins' Coscheduling PodGroups (``gangs-coscheduling``, issue 36's "within 10% of the
+same gangs on the upstream API"): a ``scheduling.x-k8s.io/v1alpha1`` PodGroup with ``minMember`` = the size, its pods
+labelled ``scheduling.x-k8s.io/pod-group``, scheduled by a profile with Coscheduling as
+``examples/coscheduling.yaml`` configures it (:data:`KOPF_COSCHEDULING_SPEC`). kube-scheduler has no such plugin,
+so only kopf-scheduler runs it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,15 @@ GANG_SIZE = 8
 #: kopf-scheduler's profile for the gang workload: upstream's defaults and GangScheduling.
 KOPF_GANG_SPEC: dict[str, Any] = {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}
 POD_GROUPS = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups"
+#: kopf-scheduler's profile for the Coscheduling gangs: scheduler-plugins' configuration of the plugin.
+KOPF_COSCHEDULING_SPEC: dict[str, Any] = {
+    "plugins": {
+        "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+        "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+    }
+}
+COSCHEDULING_POD_GROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups"
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
 class Requests(Protocol):
@@ -56,15 +71,37 @@ def pod_group_manifest(name: str, min_count: int) -> dict[str, Any]:
     }
 
 
+def coscheduling_pod_group_manifest(name: str, min_member: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": min_member},
+    }
+
+
+def with_coscheduling_group(pod: dict[str, Any], group: str) -> dict[str, Any]:
+    pod["metadata"]["labels"][COSCHEDULING_LABEL] = group
+    pod["metadata"]["labels"]["gang"] = group
+    return pod
+
+
 def with_scheduling_group(pod: dict[str, Any], group: str) -> dict[str, Any]:
     pod["spec"]["schedulingGroup"] = {"podGroupName": group}
     pod["metadata"]["labels"]["gang"] = group
     return pod
 
 
-async def create_pod_groups(api: Requests, namespace: str, pods: int, gang_size: int) -> None:
-    """One PodGroup per ``gang_size`` pods (the last one smaller if ``pods`` is not a multiple)."""
+async def create_pod_groups(
+    api: Requests, namespace: str, pods: int, gang_size: int, *, coscheduling: bool = False
+) -> None:
+    """One PodGroup per ``gang_size`` pods (the last one smaller if ``pods`` is not a multiple): upstream's, or
+    scheduler-plugins' with ``coscheduling``."""
     sizes = Counter(gang_name(i, gang_size) for i in range(pods))
+    if coscheduling:
+        groups = [coscheduling_pod_group_manifest(name, size) for name, size in sorted(sizes.items())]
+        await api.create_many(COSCHEDULING_POD_GROUPS.format(namespace=namespace), groups)
+        return
     groups = [pod_group_manifest(name, size) for name, size in sorted(sizes.items())]
     await api.create_many(POD_GROUPS.format(namespace=namespace), groups)
 

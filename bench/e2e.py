@@ -105,6 +105,7 @@ import aiohttp
 
 from bench._e2e_gangs import (
     GANG_SIZE,
+    KOPF_COSCHEDULING_SPEC,
     KOPF_GANG_SPEC,
     KUBE_GATE_PLUGINS_NOT_IN_OUR_PROFILE,
     KUBE_GATES,
@@ -112,6 +113,7 @@ from bench._e2e_gangs import (
     delete_pod_groups,
     gang_name,
     gang_outcome,
+    with_coscheduling_group,
     with_scheduling_group,
 )
 from bench._e2e_stats import ThroughputSampler, latency_percentiles_ms, pod_latencies, summarize
@@ -124,6 +126,12 @@ KUBE, KOPF, CEILING = "kube-scheduler", "kopf-scheduler", "ceiling"
 SCHEDULER_NAMES = {KUBE: "bench-kube", KOPF: "bench-kopf", CEILING: "bench-ceiling"}
 #: kopf-scheduler's SchedulerProfile for the gang workload (GangScheduling enabled; bench/_e2e_gangs.py).
 KOPF_GANG_PROFILE = "bench-kopf-gangs"
+#: kopf-scheduler's SchedulerProfile for the same gangs as Coscheduling PodGroups (scheduler-plugins' API).
+KOPF_COSCHEDULING_PROFILE = "bench-kopf-coscheduling"
+#: scheduler-plugins' PodGroup CRD, as the chart ships it (coscheduling.installCRD).
+COSCHEDULING_CRD = (
+    REPO_ROOT / "charts" / "kopf-scheduler" / "files" / "coscheduling" / "scheduling.x-k8s.io_podgroups.yaml"
+)
 
 HOSTNAME_KEY = "kubernetes.io/hostname"
 ZONE_KEY = "topology.kubernetes.io/zone"
@@ -169,6 +177,11 @@ def basic_pod(name: str, scheduler_name: str) -> dict[str, Any]:
 def gang_pod(name: str, scheduler_name: str) -> dict[str, Any]:
     """pod-default as a member of its gang: pods ``pod-00000`` to ``pod-00007`` make ``gang-00000``, and so on."""
     return with_scheduling_group(base_pod(name, scheduler_name), gang_name(int(name.rsplit("-", 1)[1]), GANG_SIZE))
+
+
+def coscheduling_gang_pod(name: str, scheduler_name: str) -> dict[str, Any]:
+    """:func:`gang_pod`'s gangs as Coscheduling groups: the pod-group label instead of ``spec.schedulingGroup``."""
+    return with_coscheduling_group(base_pod(name, scheduler_name), gang_name(int(name.rsplit("-", 1)[1]), GANG_SIZE))
 
 
 def topology_spread_pod(name: str, scheduler_name: str) -> dict[str, Any]:
@@ -394,6 +407,8 @@ class Workload:
     claims: bool = False
     #: The pods are gangs of this many (a PodGroup each, minCount = the size); 0 = no gangs.
     gang_size: int = 0
+    #: The gangs are scheduler-plugins' Coscheduling PodGroups (kopf-scheduler only: kube-scheduler has no such plugin).
+    coscheduling: bool = False
 
 
 #: The issue's workloads at their default sizes; ``BENCH_<ID>=NODESxPODS`` overrides one (ID upper-cased, - → _).
@@ -478,6 +493,18 @@ DEFAULT_WORKLOADS: tuple[Workload, ...] = (
         f"gangs of {GANG_SIZE} pod-default pods, a PodGroup each (minCount {GANG_SIZE}); kube-scheduler with "
         "GenericWorkload, GangScheduling, TopologyAwareWorkloadScheduling and WorkloadAwarePreemption on",
         gang_size=GANG_SIZE,
+    ),
+    # Issue 36: the same gangs as Coscheduling PodGroups, against the row above (kopf-scheduler only).
+    Workload(
+        "gangs-coscheduling",
+        "Coscheduling",
+        1000,
+        500 * GANG_SIZE,
+        coscheduling_gang_pod,
+        f"the gangs above as scheduler-plugins' PodGroups (minMember {GANG_SIZE}) with Coscheduling; "
+        "kopf-scheduler only",
+        gang_size=GANG_SIZE,
+        coscheduling=True,
     ),
 )
 
@@ -768,8 +795,10 @@ def kube_scheduler_config(workload: Workload | None = None) -> dict[str, Any]:
 
 
 def scheduler_name(scheduler: str, workload: Workload) -> str:
-    """The pods' ``schedulerName``: kopf-scheduler's gang workload has its own SchedulerProfile."""
-    return KOPF_GANG_PROFILE if scheduler == KOPF and workload.gang_size else SCHEDULER_NAMES[scheduler]
+    """The pods' ``schedulerName``: kopf-scheduler's gang workloads have their own SchedulerProfiles."""
+    if scheduler == KOPF and workload.gang_size:
+        return KOPF_COSCHEDULING_PROFILE if workload.coscheduling else KOPF_GANG_PROFILE
+    return SCHEDULER_NAMES[scheduler]
 
 
 class Runner:
@@ -1060,7 +1089,7 @@ async def create_pods(api: Api, workload: Workload, namespace: str, scheduler_na
         claims = [resource_claim_manifest(namespace, n) for n in names]
         await api.create_many(f"{DRA_API}/namespaces/{namespace}/resourceclaims", claims)
     if workload.gang_size:
-        await create_pod_groups(api, namespace, workload.pods, workload.gang_size)
+        await create_pod_groups(api, namespace, workload.pods, workload.gang_size, coscheduling=workload.coscheduling)
     await api.create_many(f"/api/v1/namespaces/{namespace}/pods", [workload.make_pod(n, scheduler_name) for n in names])
 
 
@@ -1283,6 +1312,8 @@ async def prepare_kopf(cluster: LocalCluster) -> None:
         spec = json.loads(os.environ.get("BENCH_KOPF_SPEC") or "{}")
         create_profile(api, SCHEDULER_NAMES[KOPF], spec)
         create_profile(api, KOPF_GANG_PROFILE, {**spec, **KOPF_GANG_SPEC})
+        create_profile(api, KOPF_COSCHEDULING_PROFILE, {**spec, **KOPF_COSCHEDULING_SPEC})
+        apply_crds(api, COSCHEDULING_CRD.parent)  # before the operator starts: its discovery finds the API
     finally:
         api.close()
 
@@ -1331,6 +1362,8 @@ async def run_all(config: Config) -> dict[str, Any]:
                 print(f"{workload.id}: {workload.name}, {workload.nodes} nodes, {workload.pods} pods", flush=True)
                 for rep in range(1, config.reps + 1):
                     for scheduler in scheduler_order(config.schedulers, rep):
+                        if workload.coscheduling and scheduler != KOPF:
+                            continue  # scheduler-plugins' Coscheduling: kopf-scheduler only
                         row, timeline = await run_one(api, cluster, config, workload, scheduler, rep, log_dir)
                         rows.append(row)
                         timelines[f"{workload.id}/{scheduler}/{rep}"] = timeline

@@ -451,3 +451,28 @@ def test_the_gang_workload_runs_the_same_plugins_and_counts_gangs_bound_partly(
     names = {f"u{i}": f"pod-{i:05d}" for i in range(24)}  # three gangs
     bound = {f"u{i}": "n" for i in [*range(8), *range(8, 12)]}  # the first whole, the second half, the third none
     assert gang_outcome(names, bound, 8) == {"gangs": 3, "gangs_whole": 1, "gangs_partial": 1}
+
+
+def test_the_coscheduling_gangs_are_the_same_gangs_under_scheduler_plugins_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36's comparison: the gang workload's gangs as Coscheduling PodGroups, under a profile that applies."""
+    from bench._e2e_gangs import COSCHEDULING_LABEL, KOPF_COSCHEDULING_SPEC, coscheduling_pod_group_manifest
+    from bench.e2e import KOPF, KOPF_COSCHEDULING_PROFILE, Config, coscheduling_gang_pod, gang_pod, scheduler_name
+    from kopf_scheduler.api.profile import SchedulerProfileSpec
+    from kopf_scheduler.framework.builder import resolve_profile
+    from kopf_scheduler.plugins.registry import default_registry
+
+    monkeypatch.setenv("BENCH_WORKLOADS", "gangs,gangs-coscheduling")
+    gangs, coscheduling = Config.from_env().workloads
+    assert (coscheduling.nodes, coscheduling.pods, coscheduling.gang_size) == (gangs.nodes, gangs.pods, 8)
+    assert coscheduling.coscheduling
+    assert not gangs.coscheduling
+    pod = coscheduling_gang_pod("pod-00015", "s")
+    assert pod["metadata"]["labels"][COSCHEDULING_LABEL] == "gang-00001"
+    assert "schedulingGroup" not in pod["spec"]
+    assert pod["spec"] == {k: v for k, v in gang_pod("pod-00015", "s")["spec"].items() if k != "schedulingGroup"}
+    assert coscheduling_pod_group_manifest("gang-00001", 8)["spec"] == {"minMember": 8}
+    assert scheduler_name(KOPF, coscheduling) == KOPF_COSCHEDULING_PROFILE
+    resolved = resolve_profile(
+        KOPF_COSCHEDULING_PROFILE, SchedulerProfileSpec.model_validate(KOPF_COSCHEDULING_SPEC), default_registry()
+    )
+    assert "Coscheduling" in str(resolved)
