@@ -300,13 +300,15 @@ class ClusterCache:
             self._assumed.discard(pod.uid)
             if old.scheduling_group is not None:
                 self.pod_groups.remove_member(old)
-            self._leave_coscheduling_group(old)
+            if old.coscheduling_group is not None:  # (tested inline, here and below: the hot path of every pod)
+                self.coscheduling_groups.remove_member(old)
         if not pod.node_name or pod.phase in TERMINAL_PHASES:
             return None
         self._add(pod)
         if pod.scheduling_group is not None:
             self.pod_groups.add_member(pod)
-        self._join_coscheduling_group(pod)
+        if pod.coscheduling_group is not None:
+            self.coscheduling_groups.add_member(pod)
         return pod
 
     def _join_coscheduling_group(self, pod: PodInfo) -> None:
@@ -760,7 +762,7 @@ class Snapshot:
     @property
     def num_nodes_in_placement(self) -> int:
         """How many nodes the algorithm considers (upstream ``NumNodesInPlacement``): the ``N`` of ``0/N nodes``."""
-        return len(self.nodes_in_placement)
+        return len(self.order if self._placement is None else self._placement)
 
     def in_placement(self, slot: int) -> bool:
         """Whether the node at ``slot`` is a candidate (upstream ``GetNodeInPlacement`` finds it)."""

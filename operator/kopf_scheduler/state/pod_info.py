@@ -161,7 +161,7 @@ class PodInfo:
             self,
             raw=obj,
             labels=labels,
-            coscheduling_group=_coscheduling_group(labels),
+            coscheduling_group=intern(group) if (group := labels.get(COSCHEDULING_POD_GROUP_LABEL)) else None,
             memo={},
             resource_version=_resource_version(obj),
             nominated_node=_nominated_node(obj),
@@ -203,19 +203,14 @@ class PodInfo:
             nominated_node=_nominated_node(obj),
             start_time=_start_time(obj),
             scheduling_group=_scheduling_group(spec),
-            coscheduling_group=_coscheduling_group(labels),
+            coscheduling_group=intern(group) if (group := labels.get(COSCHEDULING_POD_GROUP_LABEL)) else None,
         )
 
 
-#: The label that names a pod's Coscheduling PodGroup (scheduler-plugins' ``v1alpha1.PodGroupLabel``).
+#: The label that names a pod's Coscheduling PodGroup (scheduler-plugins' ``v1alpha1.PodGroupLabel``). A pod's
+#: ``coscheduling_group`` is its value, interned (read inline where a PodInfo is built: every pod's hot path); an
+#: empty value is no group (scheduler-plugins' ``GetPodGroupFullName`` treats it so).
 COSCHEDULING_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-
-
-def _coscheduling_group(labels: Mapping[str, str]) -> str | None:
-    """The pod's Coscheduling group: its ``scheduling.x-k8s.io/pod-group`` label, interned; an empty value is no
-    group (scheduler-plugins' ``GetPodGroupFullName`` treats it so)."""
-    name = labels.get(COSCHEDULING_POD_GROUP_LABEL)
-    return intern(name) if name else None
 
 
 def _scheduling_group(spec: Mapping[str, Any]) -> str | None:
