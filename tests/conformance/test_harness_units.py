@@ -251,6 +251,18 @@ def test_example_profiles_are_found_in_multi_document_files(tmp_path: Path) -> N
     ]
 
 
+def test_example_profiles_with_plugins_kube_scheduler_lacks_are_not_compared(tmp_path: Path) -> None:
+    """examples/coscheduling.yaml's profile (scheduler-plugins' Coscheduling, its own QueueSort) would make
+    kube-scheduler refuse the whole configuration; the repository's example is left out, as a written one is."""
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "c.yaml").write_text(
+        "apiVersion: kopf-scheduler.io/v1alpha1\nkind: SchedulerProfile\nmetadata: {name: gangs}\n"
+        "spec: {plugins: {queueSort: {enabled: [{name: Coscheduling}], disabled: [{name: '*'}]}}}\n"
+    )
+    assert example_profiles(tmp_path / "examples") == []
+    assert "coscheduling" not in [p.name for p in default_profiles()]
+
+
 def test_default_profiles_include_examples_and_args_profiles() -> None:
     names = [p.name for p in default_profiles()]
     assert len(names) == len(set(names))

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -206,8 +207,12 @@ def test_the_loaded_image_runs_as_the_packaged_chart_installs_it(
 def test_an_image_with_extra_plugins_from_the_plugins_dockerfile(loaded_image: str, tmp_path: Path) -> None:
     context = tmp_path / "context"
     env = {**os.environ, "PIP_CONSTRAINT": str(REPO_ROOT / "constraints.txt")}
+    # Built from a copy: setuptools leaves build/ and an .egg-info beside the sources, and an .egg-info under
+    # examples/plugins/src would register the example plugins in every later test that puts src on sys.path.
+    source = tmp_path / "plugins"
+    shutil.copytree(REPO_ROOT / "examples" / "plugins", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(context), str(REPO_ROOT / "examples" / "plugins")],
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(context), str(source)],
         capture_output=True, env=env, timeout=300, check=True,
     )  # fmt: skip
     (wheel,) = (p.name for p in context.glob("*.whl"))
