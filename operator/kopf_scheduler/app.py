@@ -452,6 +452,7 @@ class SchedulerApp:
         if runtime is not None:
             runtime.queue.close()
             self.watch.disown_pending_pods(name)
+        self.metrics.forget_profile(name)
         self._profiles_changed()
 
     # -- watch events and the reconciling LIST (eventhandlers.py) -------------------------------------
@@ -573,6 +574,7 @@ class SchedulerApp:
             for queue, count in runtime.queue.pending_pods().items():
                 totals[queue] = totals.get(queue, 0) + count
         self.metrics.set_pending(totals)
+        self.metrics.set_cache_size(self.cache.sizes())
         now = self.clock()
         for name, runtime in self.profiles.items():
             self.metrics.set_unschedulable(name, runtime.queue.unschedulable_plugins())

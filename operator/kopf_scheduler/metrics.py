@@ -11,6 +11,7 @@ DefaultPreemption observes itself), handed to them through the profiles' Handle.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import random
 from collections.abc import Callable, Mapping
@@ -252,6 +253,18 @@ class SchedulerMetrics:
 
     def set_longest_waiting(self, profile: str, seconds: float) -> None:
         self.longest_waiting_pod.labels(profile=profile).set(seconds)
+
+    def set_cache_size(self, sizes: Mapping[str, int]) -> None:
+        for kind, size in sizes.items():
+            self.cache_size.labels(type=kind).set(size)
+
+    def forget_profile(self, profile: str) -> None:
+        """A deleted profile's gauges go (its last values would otherwise stay for ever)."""
+        for plugin in self._unschedulable_labels.pop(profile, set()):
+            with contextlib.suppress(KeyError):
+                self.unschedulable_pods.remove(plugin, profile)
+        with contextlib.suppress(KeyError):
+            self.longest_waiting_pod.remove(profile)
 
     def set_unschedulable(self, profile: str, counts: Mapping[str, int]) -> None:
         """``scheduler_unschedulable_pods{profile}``: queued pods per rejecting plugin; plugins no longer

@@ -149,3 +149,23 @@ def test_the_longest_waiting_pod_and_the_active_gauge_are_published() -> None:
     app.on_pod_event("DELETED", too_big)
     app._publish_pending()
     assert _sample(app, "kopf_scheduler_longest_waiting_pod_seconds", profile="sp") == 0.0
+
+
+def test_cache_size_is_published_and_a_deleted_profiles_gauges_go() -> None:
+    """scheduler_cache_size (documented, and upstream's, but never set before) and no stale per-profile gauges."""
+    clock = FakeClock()
+    app = new_app(_client(), clock)
+    asyncio.run(app.ensure_reconciled())
+    app.apply_profile(name="sp", spec={})
+    too_big = pending("too-big", requests={"cpu": "64"})
+    app.on_pod_event("ADDED", too_big)
+    drive(app)
+    app._publish_pending()
+    sizes = {kind: _sample(app, "scheduler_cache_size", type=kind) for kind in ("nodes", "pods", "assumed_pods")}
+    # The listed node, and the listed pending pod: bound by this cycle, assumed until a watch event confirms it.
+    assert sizes == {"nodes": 1.0, "pods": 1.0, "assumed_pods": 1.0}
+    assert _sample(app, "scheduler_unschedulable_pods", plugin="NodeResourcesFit", profile="sp") == 1.0
+    assert _sample(app, "kopf_scheduler_longest_waiting_pod_seconds", profile="sp") == 0.0
+    app.remove_profile("sp")
+    assert _sample(app, "scheduler_unschedulable_pods", plugin="NodeResourcesFit", profile="sp") is None
+    assert _sample(app, "kopf_scheduler_longest_waiting_pod_seconds", profile="sp") is None

@@ -250,6 +250,10 @@ class ClusterCache:
     def num_nodes(self) -> int:
         return len(self._nodes)
 
+    def sizes(self) -> dict[str, int]:
+        """``scheduler_cache_size{type}`` (upstream ``cacheImpl.updateMetrics``); pods include assumed ones."""
+        return {"nodes": len(self._nodes), "pods": len(self._pods), "assumed_pods": len(self._assumed)}
+
     def node_names(self) -> Iterator[str]:
         return iter(self._nodes)
 
