@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.conformance import page_sections
+
 REFUSED_REASON = "the conformance extender refuses this node"
 UNRESOLVABLE_REASON = "the conformance extender can never use this node"
 EXTENDER_PROFILE_NAME = "extender-equivalent"
@@ -167,19 +169,9 @@ def section(data: Mapping[str, Any], calls: Mapping[str, int]) -> str:
 
 def put_section(text: str, path: Any) -> None:
     """Replace the page's extender section with ``text``, or append it."""
-    page = path.read_text() if path.is_file() else ""
-    start, end = page.find(SECTION_START), page.find(SECTION_END)
-    if start >= 0 and end > start:
-        page = page[:start] + text + page[end + len(SECTION_END) :]
-    else:
-        page = page.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(page)
+    page_sections.put_section(text, path, SECTION_START, SECTION_END)
 
 
 def current_section(path: Any) -> str | None:
     """The extender section as the page has it now (markers included), or None."""
-    if not path.is_file():
-        return None
-    page = path.read_text()
-    start, end = page.find(SECTION_START), page.find(SECTION_END)
-    return page[start : end + len(SECTION_END)] if start >= 0 and end > start else None
+    return page_sections.current_section(path, SECTION_START, SECTION_END)

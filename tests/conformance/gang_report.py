@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kopf_scheduler._version import __version__
+from tests.conformance import page_sections
 from tests.conformance.gang_known import PENDING
 from tests.conformance.report import JSON_PATH
 from tests.conformance.timeline_harness import TimelineResult
@@ -115,18 +116,9 @@ def _features(counts: Mapping[str, int]) -> str:
 
 def put_section(text: str, path: Path) -> None:
     """Replace the page's gang section with ``text``, or append it."""
-    page = path.read_text() if path.is_file() else ""
-    start, end = page.find(SECTION_START), page.find(SECTION_END)
-    if start >= 0 and end > start:
-        page = page[:start] + text + page[end + len(SECTION_END) :]
-    else:
-        page = page.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(page)
+    page_sections.put_section(text, path, SECTION_START, SECTION_END)
 
 
 def current_section(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    page = path.read_text()
-    start, end = page.find(SECTION_START), page.find(SECTION_END)
-    return page[start : end + len(SECTION_END)] if start >= 0 and end > start else None
+    """The gang section as the page has it now (markers included), or None."""
+    return page_sections.current_section(path, SECTION_START, SECTION_END)
