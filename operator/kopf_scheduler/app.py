@@ -225,6 +225,7 @@ class SchedulerApp:
         self.coscheduling_status = CoschedulingStatus(
             client=lambda: self.client, pod_groups=self._coscheduling_pod_groups, spawn=self.spawn
         )
+        self.watch.pod_observer = self.coscheduling_status.observe_pod
 
     def _coscheduling_pod_groups(self) -> dict[tuple[str, str], dict[str, Any]]:
         groups: dict[tuple[str, str], dict[str, Any]] = {}
@@ -465,8 +466,6 @@ class SchedulerApp:
         if event_type is None:
             self._listed_at = self.clock()
         self.watch.on_pod_event(event_type, obj)
-        if self.coscheduling_status.enabled:
-            self.coscheduling_status.touch_pod(obj)
 
     def kopf_is_listing(self) -> bool:
         """kopf handed over a listed pod or node within the last LISTING_QUIET_SECONDS."""

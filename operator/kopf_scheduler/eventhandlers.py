@@ -143,6 +143,8 @@ class EventHandlers:
         self._discovery_lock = asyncio.Lock()
         #: Kind → how its watch events are applied: the feed its row in ``watched.py`` names.
         self._appliers: dict[str, EventApplier] = {watched.kind: self._applier(watched) for watched in WATCHED_KINDS}
+        #: Told of every pod event first, the reconciling LIST's included (the Coscheduling groups' members).
+        self.pod_observer: EventApplier | None = None
 
     def _applier(self, watched: WatchedKind) -> EventApplier:
         if watched.feed is Feed.NODE:
@@ -178,6 +180,8 @@ class EventHandlers:
         self._broadcast(node_events(old_obj, obj), old_obj, obj)
 
     def on_pod_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
+        if self.pod_observer is not None:
+            self.pod_observer(event_type, obj)
         uid = _uid(obj)
         old_assigned = self._cache.pod(uid)
         old_unassigned = self._unassigned.get(uid)

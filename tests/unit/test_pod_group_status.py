@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kopf_scheduler.pod_group_status import LABEL, CoschedulingStatus, next_status, status_patch
+from kopf_scheduler.pod_group_status import LABEL, CoschedulingStatus, GroupMembers, next_status, status_patch
 from tests.unit.app_harness import FakeClient
 
 NOW = "2026-11-28T06:00:00Z"
@@ -28,6 +28,7 @@ def pods(names: list[str], phase: str, owners: list[str] = ()) -> list[dict[str,
             "metadata": {
                 "name": name,
                 "namespace": "default",
+                "uid": f"uid-{name}",
                 "labels": {LABEL: "pg"},
                 "ownerReferences": [{"name": owner} for owner in owners],
             },
@@ -124,17 +125,81 @@ def test_the_keeper_patches_only_when_enabled_and_only_what_changed() -> None:
         ]
         keeper.flush()  # nothing touched since
         assert len(tasks) == 1
-        keeper.touch_pod(client.lists["/api/v1/pods"][0])
+        keeper.observe_pod("MODIFIED", client.lists["/api/v1/pods"][0])
         keeper.touch("default", "no-such-group")
         groups[("default", "pg")] = {**group, "status": {"phase": "Scheduling", "occupiedBy": "default/job"}}
         keeper.flush()
         await asyncio.gather(*tasks)
         assert client.coscheduling_patches[1:] == []  # Scheduling with nothing running: nothing to write
         client.lists["/api/v1/pods"][0]["status"]["phase"] = "Running"
-        keeper.touch_pod(client.lists["/api/v1/pods"][0])
+        keeper.observe_pod("MODIFIED", client.lists["/api/v1/pods"][0])
         keeper.flush()
         await asyncio.gather(*tasks)
         assert client.coscheduling_patches[1:] == [("default", "pg", {"status": {"phase": "Running", "running": 1}})]
+
+    asyncio.run(run())
+
+
+def test_the_members_follow_the_pod_events_relabels_and_deletions() -> None:
+    members = GroupMembers()
+    a, b = pods(["b", "a"], "Pending", ["job"])
+    assert members.observe(None, {"metadata": {"uid": "plain", "namespace": "default"}}) == (None, None)
+    assert members.observe(None, a) == (None, ("default", "pg"))
+    assert members.observe("ADDED", b) == (None, ("default", "pg"))
+    assert [pod["metadata"]["name"] for pod in members.pods(("default", "pg"))] == ["a", "b"]  # by name
+    assert members.pods(("default", "pg"))[0] == {
+        "metadata": {"name": "a", "namespace": "default", "ownerReferences": [{"name": "job"}]},
+        "status": {"phase": "Pending"},
+    }
+    moved = {**b, "metadata": {**b["metadata"], "labels": {LABEL: "other"}}}
+    assert members.observe("MODIFIED", moved) == (("default", "pg"), ("default", "other"))
+    assert members.observe("DELETED", moved) == (("default", "other"), None)
+    assert members.pods(("default", "other")) == []
+    unlabelled = {**a, "metadata": {**a["metadata"], "labels": {}}}
+    assert members.observe("MODIFIED", unlabelled) == (("default", "pg"), None)
+    assert members.pods(("default", "pg")) == []
+
+
+def test_the_keeper_lists_only_after_a_takeover_or_when_a_pod_is_terminal() -> None:
+    """The controller reads its informer's cache: so does the keeper, but where its view may be incomplete."""
+    client = FakeClient()
+    group = {"metadata": {"name": "pg", "namespace": "default"}, "spec": {"minMember": 2}, "status": {}}
+    groups = {("default", "pg"): group}
+    client.lists["/api/v1/pods"] = pods(["a", "b"], "Pending")
+
+    async def run() -> None:
+        tasks: list[asyncio.Task[None]] = []
+        keeper = CoschedulingStatus(
+            client=lambda: client, pod_groups=lambda: groups, spawn=lambda c: tasks.append(asyncio.ensure_future(c))
+        )
+        for pod in client.lists["/api/v1/pods"]:
+            keeper.observe_pod(None, pod)
+        keeper.enabled = True
+        keeper.flush()  # the first flush after being switched on: every group, each from a LIST
+        await asyncio.gather(*tasks)
+        assert client.list_counts == {"/api/v1/namespaces/default/pods": 1}
+        group["status"] = {"phase": "Pending"}
+        client.lists["/api/v1/pods"] = []  # what a LIST would say now: nothing (the keeper must not ask)
+        keeper.observe_pod("MODIFIED", pods(["a"], "Pending")[0])
+        keeper.flush()
+        await asyncio.gather(*tasks)
+        assert client.list_counts == {"/api/v1/namespaces/default/pods": 1}
+        assert client.coscheduling_patches[-1] == ("default", "pg", {"status": {"phase": "Scheduling"}})
+        group["status"] = {"phase": "Scheduling"}
+        client.lists["/api/v1/pods"] = pods(["a"], "Succeeded") + pods(["b"], "Running")
+        keeper.observe_pod("MODIFIED", client.lists["/api/v1/pods"][0])  # terminal: the keeper asks
+        keeper.flush()
+        await asyncio.gather(*tasks)
+        assert client.list_counts == {"/api/v1/namespaces/default/pods": 2}
+        assert client.coscheduling_patches[-1] == (
+            "default",
+            "pg",
+            {"status": {"phase": "Running", "running": 1, "succeeded": 1}},
+        )
+        keeper.resync()  # a takeover: every group from a LIST again
+        keeper.flush()
+        await asyncio.gather(*tasks)
+        assert client.list_counts == {"/api/v1/namespaces/default/pods": 3}
 
     asyncio.run(run())
 
