@@ -17,12 +17,13 @@ controller never writes ``scheduleStartTime`` (nor the old ``scheduled`` count, 
 neither does this.
 
 The controller reads a group's pods from its informer's cache, never from the API server; so does this:
-:class:`GroupMembers` keeps the labelled pods of every group from the pod watch (terminal ones included, which
+:class:`GroupMembers` keeps the labelled pods of every group from every pod event the operator gets (the
+reconciling LIST's included, on the standby too, whether the keeper is on or not; terminal pods included, which
 the scheduler's own cache drops). A reconcile asks the API server (one LIST of the group's namespace and label)
-only where that view may be incomplete: the first reconcile of every group after a takeover or after the keeper
-is switched on, and a group with a Succeeded or Failed pod (a terminal pod deleted while a watch was down would
-otherwise stay counted). A reconcile per pod event was a LIST per pod event, most of the API server's extra work
-in the Coscheduling bench (docs/benchmarks.md).
+only for a group with a Succeeded or Failed pod: a terminal pod deleted while a watch was down would otherwise
+stay counted (the reconciling LIST purges only the pods the scheduler's cache holds). It also reads its own last
+write until the watch shows it, so a slow watch does not make it write the same step twice. (A LIST per
+reconcile, and a step written again, were most of the API server's extra work in the Coscheduling bench.)
 
 Only the active replica writes: :meth:`CoschedulingStatus.flush` runs from the scheduling loops (which run on
 the active replica only), each flush reconciling the groups touched since the last one; the loop's first flush
@@ -186,7 +187,9 @@ class CoschedulingStatus:
         self._members = GroupMembers()
         self._dirty: set[GroupKey] = set()
         self._in_flight: set[GroupKey] = set()
-        #: Whether the next flush reconciles every PodGroup (start-up, a takeover), each from a LIST.
+        #: Group → (the PodGroup's resourceVersion our last write was based on, the status it wrote).
+        self._written: dict[GroupKey, tuple[str, dict[str, Any]]] = {}
+        #: Whether the next flush reconciles every PodGroup (start-up, a takeover, switched on).
         self._all = True
         self._enabled = False
 
@@ -225,8 +228,9 @@ class CoschedulingStatus:
         if not self._enabled or self._client() is None:
             return
         groups = self._pod_groups()
-        listing = self._all
-        keys = set(groups) if listing else self._dirty & set(groups)
+        for gone in [key for key in self._written if key not in groups]:
+            del self._written[gone]
+        keys = set(groups) if self._all else self._dirty & set(groups)
         self._all = False
         self._dirty = set()  # a group without its PodGroup waits for the PodGroup's own event
         for key in keys:
@@ -234,27 +238,39 @@ class CoschedulingStatus:
                 self._dirty.add(key)
                 continue
             self._in_flight.add(key)
-            self._spawn(self._reconcile(key, groups[key], listing))
+            self._spawn(self._reconcile(key, groups[key]))
 
-    async def _reconcile(self, key: GroupKey, pod_group: Mapping[str, Any], listing: bool) -> None:
+    async def _reconcile(self, key: GroupKey, pod_group: Mapping[str, Any]) -> None:
         namespace, name = key
         try:
             client = self._client()
             if client is None:
                 return
             pods: Sequence[Mapping[str, Any]] = self._members.pods(key)
-            if listing or _has_terminal_pod(pods):
+            if _has_terminal_pod(pods):
                 listed = await client.list_labelled_pods(namespace=namespace, selector=f"{LABEL}={name}")
                 pods = sorted(listed, key=lambda pod: (pod.get("metadata") or {}).get("name") or "")
-            new = next_status(pod_group, pods)
-            patch = None if new is None else status_patch(pod_group.get("status") or {}, new)
-            if patch is not None:
+            version, current = self._current_status(key, pod_group)
+            new = next_status({**pod_group, "status": current}, pods)
+            patch = None if new is None else status_patch(current, new)
+            if new is not None and patch is not None:
                 await client.patch_coscheduling_pod_group_status(namespace=namespace, name=name, patch=patch)
+                self._written[key] = (version, new)
         except Exception as exc:
             logger.warning("Coscheduling PodGroup %s/%s: status not updated: %s", namespace, name, exc)
             self._dirty.add(key)
         finally:
             self._in_flight.discard(key)
+
+    def _current_status(self, key: GroupKey, pod_group: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The PodGroup's resourceVersion and its status as it stands: our last write while the cached object is
+        still the one that write was based on, otherwise the cached object's."""
+        version = str((pod_group.get("metadata") or {}).get("resourceVersion") or "")
+        written = self._written.get(key)
+        if written is not None and written[0] == version:
+            return version, dict(written[1])
+        self._written.pop(key, None)
+        return version, dict(pod_group.get("status") or {})
 
 
 __all__ = ["LABEL", "CoschedulingStatus", "GroupMembers", "next_status", "pod_counts", "status_patch"]

@@ -115,6 +115,7 @@ def test_the_keeper_patches_only_when_enabled_and_only_what_changed() -> None:
         keeper = CoschedulingStatus(
             client=lambda: client, pod_groups=lambda: groups, spawn=lambda c: tasks.append(asyncio.ensure_future(c))
         )
+        keeper.observe_pod(None, client.lists["/api/v1/pods"][0])
         keeper.flush()
         assert tasks == []  # off until a profile enables Coscheduling
         keeper.enabled = True
@@ -160,46 +161,45 @@ def test_the_members_follow_the_pod_events_relabels_and_deletions() -> None:
     assert members.pods(("default", "pg")) == []
 
 
-def test_the_keeper_lists_only_after_a_takeover_or_when_a_pod_is_terminal() -> None:
+def test_the_keeper_counts_from_the_watch_and_lists_only_for_a_group_with_a_terminal_pod() -> None:
     """The controller reads its informer's cache: so does the keeper, but where its view may be incomplete."""
     client = FakeClient()
-    group = {"metadata": {"name": "pg", "namespace": "default"}, "spec": {"minMember": 2}, "status": {}}
+    group = {"metadata": {"name": "pg", "namespace": "default", "resourceVersion": "1"}, "spec": {"minMember": 2}}
     groups = {("default", "pg"): group}
-    client.lists["/api/v1/pods"] = pods(["a", "b"], "Pending")
 
     async def run() -> None:
         tasks: list[asyncio.Task[None]] = []
         keeper = CoschedulingStatus(
             client=lambda: client, pod_groups=lambda: groups, spawn=lambda c: tasks.append(asyncio.ensure_future(c))
         )
-        for pod in client.lists["/api/v1/pods"]:
-            keeper.observe_pod(None, pod)
+        for pod in pods(["a", "b"], "Pending"):
+            keeper.observe_pod(None, pod)  # seen before a profile switched the keeper on
         keeper.enabled = True
-        keeper.flush()  # the first flush after being switched on: every group, each from a LIST
-        await asyncio.gather(*tasks)
-        assert client.list_counts == {"/api/v1/namespaces/default/pods": 1}
-        group["status"] = {"phase": "Pending"}
-        client.lists["/api/v1/pods"] = []  # what a LIST would say now: nothing (the keeper must not ask)
-        keeper.observe_pod("MODIFIED", pods(["a"], "Pending")[0])
         keeper.flush()
         await asyncio.gather(*tasks)
-        assert client.list_counts == {"/api/v1/namespaces/default/pods": 1}
-        assert client.coscheduling_patches[-1] == ("default", "pg", {"status": {"phase": "Scheduling"}})
-        group["status"] = {"phase": "Scheduling"}
+        keeper.observe_pod("MODIFIED", pods(["a"], "Pending")[0])
+        keeper.flush()  # the watch has not shown the first write yet: the keeper goes on from it
+        await asyncio.gather(*tasks)
+        assert client.list_counts == {}  # nothing asked of the API server
+        assert client.coscheduling_patches == [
+            ("default", "pg", {"status": {"phase": "Pending"}}),
+            ("default", "pg", {"status": {"phase": "Scheduling"}}),
+        ]
+        group.update(metadata={**group["metadata"], "resourceVersion": "3"}, status={"phase": "Scheduling"})
         client.lists["/api/v1/pods"] = pods(["a"], "Succeeded") + pods(["b"], "Running")
         keeper.observe_pod("MODIFIED", client.lists["/api/v1/pods"][0])  # terminal: the keeper asks
         keeper.flush()
         await asyncio.gather(*tasks)
-        assert client.list_counts == {"/api/v1/namespaces/default/pods": 2}
+        assert client.list_counts == {"/api/v1/namespaces/default/pods": 1}
         assert client.coscheduling_patches[-1] == (
             "default",
             "pg",
             {"status": {"phase": "Running", "running": 1, "succeeded": 1}},
         )
-        keeper.resync()  # a takeover: every group from a LIST again
+        keeper.resync()  # a takeover: every group reconciled, from what the watch showed
         keeper.flush()
         await asyncio.gather(*tasks)
-        assert client.list_counts == {"/api/v1/namespaces/default/pods": 3}
+        assert len(client.coscheduling_patches) == 3
 
     asyncio.run(run())
 
