@@ -482,8 +482,21 @@ def assume_and_reserve(
     (upstream reports such failures as ``0/1 nodes are available``); on errors a SchedulingError. A Permit
     Wait is not a failure: the binding cycle waits for it.
     """
-    host = result.suggested_host
     assumed = assume_and_run_reserve(framework, state, pod, result, cache)
+    return permit_or_undo(framework, state, pod, assumed, result, cache)
+
+
+def permit_or_undo(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    assumed: PodInfo,
+    result: ScheduleResult,
+    cache: ClusterCache,
+) -> PodInfo:
+    """Permit for a pod assumed and Reserved (:func:`assume_and_reserve`'s end): ``assumed`` on Success or Wait;
+    a rejection or an error undoes the assumption and raises as :func:`assume_and_reserve` does."""
+    host = result.suggested_host
     status = framework.run_permit_plugins(state, assumed, host)
     if status.is_success or status.code is Code.WAIT:
         return assumed
