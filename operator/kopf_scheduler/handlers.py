@@ -131,6 +131,11 @@ async def serve_endpoints(memo: Any, **_: Any) -> None:
             hosts=web.serving_hosts(app.hostname, address),
             self_signed=getattr(memo, "self_signed_certificate", None),
             health=app.health_checks(),
+            front_proxy=web.front_proxy_reader(
+                lambda: app.client, authentication_kubeconfig=run.authentication_kubeconfig
+            ),
+            is_active=lambda: not app.standby.paused,
+            replica=app.hostname,
         )
     except (OSError, RuntimeError) as e:  # RuntimeError: the self-signed certificate's child process failed
         # Fail fast, as a bad flag does: kopf would otherwise retry a startup handler for ever.

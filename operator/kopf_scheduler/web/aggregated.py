@@ -1,0 +1,147 @@
+"""``explain`` as an aggregated API: ``explain.kopf-scheduler.io/v1alpha1``, resource ``podexplanations``.
+
+An APIService (the chart's, or the demo's) tells kube-apiserver to proxy ``/apis/explain.kopf-scheduler.io/
+v1alpha1/...`` to the operator, as metrics-server serves ``metrics.k8s.io``. The API server authenticates the
+user however it is configured to (client certificates, tokens, OIDC), authorizes ``get`` on the resource with
+RBAC, and forwards who the user is (:mod:`.requestheader`); the operator authorizes the same attributes again
+with a SubjectAccessReview (:meth:`~.delegated.DelegatedAuth.authorize_resource`), as k8s.io/apiserver's
+delegated authorization does. So::
+
+    kubectl get --raw /apis/explain.kopf-scheduler.io/v1alpha1/namespaces/NS/podexplanations/POD
+    kubectl get podexplanation POD -n NS -o yaml
+
+answer with a ``PodExplanation`` whose ``account`` is what ``/explain/NS/POD`` serves, and RBAC grants it with
+``get`` on ``podexplanations`` in group ``explain.kopf-scheduler.io`` (per namespace, or per pod name).
+
+Discovery is what the aggregator asks for: ``/apis`` (an ``APIGroupList``: the aggregator's first request
+accepts only the aggregated ``APIGroupDiscoveryList``, so a plain list makes it fall back to the next), then
+``/apis/<group>/<version>`` (an ``APIResourceList``: kube-aggregator's discovery manager and its availability
+check, which needs a 2xx), and ``/apis/<group>`` (an ``APIGroup``). Discovery is the same on every replica;
+the explanation comes from the active replica's memory, so a standby answers it with 503 (the chart's Service
+selects the active replica only, so it sees such requests only while a takeover is under way).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from kopf_scheduler.web.delegated import ResourceAttributes
+
+GROUP = "explain.kopf-scheduler.io"
+VERSION = "v1alpha1"
+GROUP_VERSION = f"{GROUP}/{VERSION}"
+RESOURCE = "podexplanations"
+KIND = "PodExplanation"
+#: The APIService's name (``<version>.<group>``), as the chart and the demo register it.
+API_SERVICE = f"{VERSION}.{GROUP}"
+PREFIX = f"/apis/{GROUP_VERSION}"
+
+Explain = Callable[[str], dict[str, Any] | None]
+
+
+def api_group() -> dict[str, Any]:
+    version = {"groupVersion": GROUP_VERSION, "version": VERSION}
+    return {"kind": "APIGroup", "apiVersion": "v1", "name": GROUP, "versions": [version], "preferredVersion": version}
+
+
+def api_group_list() -> dict[str, Any]:
+    group = api_group()
+    del group["kind"], group["apiVersion"]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+
+
+def api_resource_list() -> dict[str, Any]:
+    resource = {
+        "name": RESOURCE,
+        "singularName": "podexplanation",
+        "namespaced": True,
+        "kind": KIND,
+        "verbs": ["get"],
+    }
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION, "resources": [resource]}
+
+
+def resource_attributes(method: str, path: str) -> ResourceAttributes | None:
+    """The attributes a request for one of our objects is authorized with; None for any other path (discovery
+    and the rest are non-resource URLs, as the API server's RequestInfo has them)."""
+    if not path.startswith(PREFIX + "/"):
+        return None
+    parts = [unquote(p) for p in path[len(PREFIX) + 1 :].split("/")]
+    if len(parts) not in (3, 4) or parts[0] != "namespaces" or not parts[1]:
+        return None
+    verb = "get" if method in ("GET", "HEAD") else method.lower()
+    if len(parts) == 3:  # namespaces/NS/podexplanations: a list
+        return ResourceAttributes(
+            verb="list" if verb == "get" else verb, group=GROUP, version=VERSION, resource=parts[2], namespace=parts[1]
+        )
+    return ResourceAttributes(
+        verb=verb, group=GROUP, version=VERSION, resource=parts[2], namespace=parts[1], name=parts[3]
+    )
+
+
+def status(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> web.Response:
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+    }
+    if details is not None:
+        body["details"] = details
+    body["code"] = code
+    return web.Response(
+        status=code,
+        text=json.dumps(body, separators=(",", ":")) + "\n",
+        content_type="application/json",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
+
+
+def add_routes(app: web.Application, explain: Explain, is_active: Callable[[], bool], replica: str) -> None:
+    """Discovery and ``GET .../namespaces/{namespace}/podexplanations/{name}``."""
+
+    def fixed(document: dict[str, Any]) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            return web.json_response(document)
+
+        return handler
+
+    async def explanation(request: web.Request) -> web.Response:
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        details = {"name": name, "group": GROUP, "kind": RESOURCE}
+        if not is_active():
+            return status(
+                503,
+                "ServiceUnavailable",
+                f"replica {replica} is a standby: only the active replica schedules and keeps explanations; "
+                "the Service routes to the active one once it has taken over: try again",
+                details,
+            )
+        account = explain(f"{namespace}/{name}")
+        if account is None:
+            message = (
+                f'{RESOURCE}.{GROUP} "{name}" not found: no failed scheduling attempt recorded for pod '
+                f"{namespace}/{name}, nor a success account: it was never attempted by this replica, or it was "
+                "bound by a profile without spec.explain.successes or longer ago than the last explainBoundPods "
+                "pods, or deleted"
+            )
+            return status(404, "NotFound", message, details)
+        document = {
+            "apiVersion": GROUP_VERSION,
+            "kind": KIND,
+            "metadata": {"name": name, "namespace": namespace},
+            "account": account,
+        }
+        return web.json_response(document)
+
+    app.router.add_get("/apis", fixed(api_group_list()))
+    app.router.add_get(f"/apis/{GROUP}", fixed(api_group()))
+    app.router.add_get(PREFIX, fixed(api_resource_list()))
+    app.router.add_get(PREFIX + "/namespaces/{namespace}/" + RESOURCE + "/{name}", explanation)
