@@ -5,6 +5,7 @@ are read, the discovery documents the aggregator asks for, and the resource's Su
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import ssl
 from collections.abc import Mapping
@@ -314,3 +315,79 @@ def test_through_the_front_proxy_only_with_its_certificate(pki: dict[str, Path])
     assert status == 503
     assert body["message"].startswith("replica sched-1 is a standby")
     assert results["other-ca"][0] == 0  # refused in the handshake
+
+
+# ---- the CLI: the aggregated API first, pods/proxy where it is not served ------------------------------------
+
+
+class FakeTransport:
+    def __init__(self, responses: Mapping[str, tuple[int, Any]]) -> None:
+        self.responses = dict(responses)
+        self.calls: list[str] = []
+
+    def __call__(self, path: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
+        self.calls.append(path)
+        status, body = self.responses.get(path, (404, "404 page not found"))
+        return status, (body if isinstance(body, str) else json.dumps(body)).encode()
+
+
+EXPLANATION = "/apis/explain.kopf-scheduler.io/v1alpha1/namespaces/default/podexplanations/web"
+OURS = {"group": "explain.kopf-scheduler.io", "kind": "podexplanations", "name": "web"}
+
+
+def test_the_explanation_comes_from_the_api_service_or_says_why_not() -> None:
+    from kopf_scheduler.kube.explain_api import Unserved, fetch_from_api_service
+    from kopf_scheduler.kube.remote_explain import RemoteExplainError
+
+    def fetch(status: int, body: Any) -> Any:
+        return fetch_from_api_service(FakeTransport({EXPLANATION: (status, body)}), "default", "web")
+
+    document = {"kind": "PodExplanation", "account": {"pod": "default/web"}}
+    assert fetch(200, document) == (200, {"pod": "default/web"})
+    assert fetch(404, {"kind": "Status", "message": "nothing recorded", "details": OURS}) == (
+        404,
+        {"pod": "default/web", "message": "nothing recorded"},
+    )
+    assert fetch(404, "404 page not found") == Unserved(
+        "the API server does not serve explain.kopf-scheduler.io/v1alpha1 (no APIService "
+        "v1alpha1.explain.kopf-scheduler.io)"
+    )
+    unserved = fetch(503, "service unavailable\n")
+    assert isinstance(unserved, Unserved)
+    assert unserved.reason == (
+        "the APIService v1alpha1.explain.kopf-scheduler.io is not available (service unavailable)"
+    )
+    with pytest.raises(RemoteExplainError, match="is a standby"):  # the operator's own 503 is not a fallback
+        fetch(503, {"kind": "Status", "message": "replica r is a standby", "details": OURS})
+    forbidden = {"kind": "Status", "message": 'podexplanations.explain.kopf-scheduler.io "web" is forbidden: ...'}
+    with pytest.raises(RemoteExplainError, match=r"is forbidden: \.\.\.; explain through the API server needs get"):
+        fetch(403, forbidden)
+
+
+def test_the_cli_falls_back_to_pods_proxy_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kopf_scheduler import cli
+    from kopf_scheduler.kube import remote_explain
+    from tests.unit.test_remote_explain import PEERING, healthy_api, peering_body, write_kubeconfig
+
+    kubeconfig = write_kubeconfig(tmp_path / "k", user={"token": "user-token"})
+    args = ["explain", "default/web", "--kubeconfig", str(kubeconfig), "--json"]
+    served = FakeTransport({EXPLANATION: (200, {"kind": "PodExplanation", "account": {"pod": "default/web"}})})
+    monkeypatch.setattr(remote_explain, "APIServer", lambda credentials: served)
+    assert cli.main(args) == 0
+    assert json.loads(capsys.readouterr().out) == {"pod": "default/web"}
+    assert served.calls == [EXPLANATION]  # one GET: no peering object, no pod, no proxy
+
+    now = datetime.datetime.now(datetime.UTC)  # the CLI reads the clock
+    fallback = healthy_api(**{PEERING: (200, peering_body({"kopf-scheduler.io/namespace": "sched"}, now))})
+    monkeypatch.setattr(remote_explain, "APIServer", lambda credentials: fallback)
+    assert cli.main(args) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"pod": "default/web", "nodes": {}}
+    assert captured.err.startswith(
+        "kopf-scheduler explain: the API server does not serve explain.kopf-scheduler.io/v1alpha1 (no APIService "
+        "v1alpha1.explain.kopf-scheduler.io): asking the active replica through pods/proxy\n"
+    )
+    assert fallback.calls[0][0] == EXPLANATION
+    assert fallback.calls[1][0] == "/apis/kopf.dev/v1/clusterkopfpeerings/kopf-scheduler"

@@ -30,15 +30,9 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from kopf_scheduler.kube.explain_api import GROUP, GROUP_VERSION, KIND, RESOURCE, VERSION
 from kopf_scheduler.web.delegated import ResourceAttributes
 
-GROUP = "explain.kopf-scheduler.io"
-VERSION = "v1alpha1"
-GROUP_VERSION = f"{GROUP}/{VERSION}"
-RESOURCE = "podexplanations"
-KIND = "PodExplanation"
-#: The APIService's name (``<version>.<group>``), as the chart and the demo register it.
-API_SERVICE = f"{VERSION}.{GROUP}"
 PREFIX = f"/apis/{GROUP_VERSION}"
 
 Explain = Callable[[str], dict[str, Any] | None]
