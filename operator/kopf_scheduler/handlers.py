@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -135,7 +136,7 @@ async def serve_endpoints(memo: Any, **_: Any) -> None:
                 lambda: app.client, authentication_kubeconfig=run.authentication_kubeconfig
             ),
             is_active=lambda: not app.standby.paused,
-            replica=app.hostname,
+            replica=os.environ.get("POD_ID") or app.hostname,  # the chart's pod name
         )
     except (OSError, RuntimeError) as e:  # RuntimeError: the self-signed certificate's child process failed
         # Fail fast, as a bad flag does: kopf would otherwise retry a startup handler for ever.
