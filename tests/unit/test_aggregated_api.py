@@ -391,3 +391,36 @@ def test_the_cli_falls_back_to_pods_proxy_and_says_so(
     )
     assert fallback.calls[0][0] == EXPLANATION
     assert fallback.calls[1][0] == "/apis/kopf.dev/v1/clusterkopfpeerings/kopf-scheduler"
+
+
+def test_the_active_replica_labels_its_pod_for_the_service_and_the_standby_unlabels_it() -> None:
+    class FakeClient:
+        def __init__(self) -> None:
+            self.patches: list[tuple[str, str, Any, str]] = []
+            self.fail = 1  # the first patch fails: tried again at the next look
+
+        async def request(self, method: str, path: str, *, body: Any, content_type: str) -> Any:
+            if self.fail:
+                self.fail -= 1
+                raise ConnectionError("refused")
+            self.patches.append((method, path, body, content_type))
+            return {}
+
+    fake = FakeClient()
+    active = [False]
+    pod = aggregated.OwnPod(namespace="sched", name="ks-0", client=lambda: fake)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(aggregated.label_while_active(pod, lambda: active[0], period=0.01))
+        await asyncio.sleep(0.1)
+        active[0] = True
+        await asyncio.sleep(0.1)
+        active[0] = False
+        await asyncio.sleep(0.1)
+        task.cancel()
+
+    asyncio.run(main())
+    labels = [body["metadata"]["labels"]["kopf-scheduler.io/active"] for _, _, body, _ in fake.patches]
+    assert labels == ["false", "true", "false"]  # once per change, not once per look
+    assert fake.patches[0][::3] == ("PATCH", "application/merge-patch+json")
+    assert fake.patches[0][1] == "/api/v1/namespaces/sched/pods/ks-0"

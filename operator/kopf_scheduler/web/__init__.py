@@ -240,6 +240,7 @@ async def serve(
     front_proxy: ReadFrontProxy | None = None,
     is_active: Callable[[], bool] = lambda: True,
     replica: str = "",
+    own_pod: aggregated.OwnPod | None = None,
 ) -> web.AppRunner:
     """Start serving HTTPS; returns the runner to ``cleanup()`` on shutdown.
 
@@ -267,6 +268,8 @@ async def serve(
         app.cleanup_ctx.append(_reloading(ssl_context, cert_file, key_file, reload_period))
     if front_proxy is not None:
         app.cleanup_ctx.append(_background(follow_front_proxy(front_proxy, ssl_context, trusted)))
+    if own_pod is not None:
+        app.cleanup_ctx.append(_background(aggregated.label_while_active(own_pod, is_active)))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, address, port, ssl_context=ssl_context).start()

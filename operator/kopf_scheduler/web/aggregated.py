@@ -17,16 +17,22 @@ Discovery is what the aggregator asks for: ``/apis`` (an ``APIGroupList``: the a
 accepts only the aggregated ``APIGroupDiscoveryList``, so a plain list makes it fall back to the next), then
 ``/apis/<group>/<version>`` (an ``APIResourceList``: kube-aggregator's discovery manager and its availability
 check, which needs a 2xx), and ``/apis/<group>`` (an ``APIGroup``). Discovery is the same on every replica;
-the explanation comes from the active replica's memory, so a standby answers it with 503 (the chart's Service
-selects the active replica only, so it sees such requests only while a takeover is under way).
+the explanation comes from the active replica's memory, so a standby answers it with 503. The chart's Service
+selects the active replica only: each replica keeps the label :data:`ACTIVE_LABEL` of its own pod "true" while it
+is active and "false" while it stands by (:func:`label_while_active`), so a standby sees such requests only in
+the moment of a takeover. A replica that dies while active keeps the label, but its pod is no longer Ready and
+leaves the Service's endpoints; one that restarts in place sets "false" first thing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from aiohttp import web
 
@@ -34,6 +40,10 @@ from kopf_scheduler.kube.explain_api import GROUP, GROUP_VERSION, KIND, RESOURCE
 from kopf_scheduler.web.delegated import ResourceAttributes
 
 PREFIX = f"/apis/{GROUP_VERSION}"
+#: The label the chart's explain Service selects: "true" on the active replica's pod only.
+ACTIVE_LABEL = "kopf-scheduler.io/active"
+
+logger = logging.getLogger(__name__)
 
 Explain = Callable[[str], dict[str, Any] | None]
 
@@ -139,3 +149,37 @@ def add_routes(app: web.Application, explain: Explain, is_active: Callable[[], b
     app.router.add_get(f"/apis/{GROUP}", fixed(api_group()))
     app.router.add_get(PREFIX, fixed(api_resource_list()))
     app.router.add_get(PREFIX + "/namespaces/{namespace}/" + RESOURCE + "/{name}", explanation)
+
+
+@dataclass(frozen=True)
+class OwnPod:
+    """The replica's own pod (the chart's ``POD_ID`` and ``POD_NAMESPACE``) and how to reach the API server."""
+
+    namespace: str
+    name: str
+    client: Callable[[], Any]
+
+
+async def label_while_active(pod: OwnPod, is_active: Callable[[], bool], *, period: float = 1.0) -> None:
+    """Keep :data:`ACTIVE_LABEL` on ``pod`` equal to ``is_active()``, looked at every ``period`` seconds.
+
+    A merge patch of one label, only when it changes (and once at start); a failed patch is tried again at the
+    next look.
+    """
+    path = f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods/{quote(pod.name, safe='')}"
+    labelled: bool | None = None
+    failure = ""
+    while True:
+        active, current = is_active(), pod.client()
+        if active != labelled and current is not None:
+            body = {"metadata": {"labels": {ACTIVE_LABEL: "true" if active else "false"}}}
+            try:
+                await current.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+            except Exception as e:  # the API server away, the Role missing: say so once, try again
+                if str(e) != failure:
+                    logger.warning("cannot label pod %s/%s %s=%s: %s", pod.namespace, pod.name, ACTIVE_LABEL, active, e)
+                    failure = str(e)
+            else:
+                labelled, failure = active, ""
+                logger.info("labelled pod %s/%s %s=%s", pod.namespace, pod.name, ACTIVE_LABEL, str(active).lower())
+        await asyncio.sleep(period)
