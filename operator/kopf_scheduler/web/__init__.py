@@ -1,5 +1,7 @@
-"""The operator's own HTTPS endpoints on the metrics port: ``/metrics``, ``/explain/<namespace>/<pod>``, and the
-health paths ``/healthz``, ``/livez``, ``/readyz`` (:mod:`kopf_scheduler.health`).
+"""The operator's own HTTPS endpoints on the metrics port: ``/metrics``, ``/explain/<namespace>/<pod>``, the
+health paths ``/healthz``, ``/livez``, ``/readyz`` (:mod:`kopf_scheduler.health`), and the aggregated API
+``explain.kopf-scheduler.io/v1alpha1`` (:mod:`.aggregated`: discovery and ``podexplanations``), whose callers the
+API server's front proxy names in headers (:mod:`.requestheader`; its CA is read by :func:`follow_front_proxy`).
 
 Served as kube-scheduler serves its secure port (10259): TLS with the given certificate or a self-signed one
 (:mod:`.certs`), every request authenticated and authorized by the API server (:mod:`.delegated`): the health
