@@ -114,20 +114,26 @@ def new_ca(name: str) -> tuple[bytes, bytes]:
 
     key = _key()
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    certificate = _builder(subject, subject, key, ca=True).sign(key, hashes.SHA256())
+    return certificate.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+
+
+def _builder(subject: Any, issuer: Any, key: Any, *, ca: bool) -> Any:
+    """A certificate of ``key`` for ``subject`` by ``issuer``, valid from an hour ago for ten days."""
+    from cryptography import x509
+
     now = datetime.datetime.now(datetime.UTC)
-    certificate = (
+    return (
         x509.CertificateBuilder()
         .subject_name(subject)
-        .issuer_name(subject)
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(hours=1))
         .not_valid_after(now + datetime.timedelta(days=10))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(_usage(ca=True), critical=True)
-        .sign(key, hashes.SHA256())
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(_usage(ca=ca), critical=True)
     )
-    return certificate.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
 def issue(
@@ -152,19 +158,9 @@ def issue(
     key = _key()
     attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     subject = x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
     purpose = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=10))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_usage(ca=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([purpose]), critical=False)
+    builder = _builder(subject, ca_cert.subject, key, ca=False).add_extension(
+        x509.ExtendedKeyUsage([purpose]), critical=False
     )
     if hosts:
         names: list[x509.GeneralName] = []
@@ -174,7 +170,7 @@ def issue(
             except ValueError:
                 names.append(x509.DNSName(host))
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    certificate = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]  # an EC key, as made above
+    certificate = builder.sign(ca_key, hashes.SHA256())
     return certificate.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 

@@ -138,6 +138,11 @@ def test_explain_as_a_certificate_user_and_a_token_user_and_refused_without_righ
         {"name": "waiting", "namespace": namespace},
         account,
     )
+    printed_table = kubectl(carol, "get", "podexplanation", "waiting", "-n", namespace)
+    assert printed_table.returncode == 0, printed_table.stderr
+    header, row = printed_table.stdout.splitlines()[:2]
+    assert header.split() == ["NAME", "RESULT", "NODE", "PROFILE", "TIME"]
+    assert row.split()[:4] == ["waiting", "Unschedulable", "<none>", profile]
     got = kubectl(carol, "get", "podexplanation", "waiting", "-n", namespace, "-o", "json")
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout)["account"] == account

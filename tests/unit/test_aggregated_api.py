@@ -424,3 +424,19 @@ def test_the_active_replica_labels_its_pod_for_the_service_and_the_standby_unlab
     assert labels == ["false", "true", "false"]  # once per change, not once per look
     assert fake.patches[0][::3] == ("PATCH", "application/merge-patch+json")
     assert fake.patches[0][1] == "/api/v1/namespaces/sched/pods/ks-0"
+
+
+def test_kubectl_get_prints_a_table_of_result_node_profile_and_time() -> None:
+    kubectl = (
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,"
+        "application/json"
+    )
+    assert aggregated._wants_table(kubectl)
+    assert not aggregated._wants_table("application/json")
+    account = {"result": "Scheduled", "node": "n1", "profile": "sp", "time": "2026-11-28T09:00:00Z"}
+    table = aggregated.table({"name": "web", "namespace": "ns"}, account)
+    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Result", "Node", "Profile", "Time"]
+    assert table["rows"][0]["cells"] == ["web", "Scheduled", "n1", "sp", "2026-11-28T09:00:00Z"]
+    assert table["rows"][0]["object"]["metadata"] == {"name": "web", "namespace": "ns"}
+    pending = aggregated.table({"name": "p", "namespace": "ns"}, {"result": "Unschedulable"})
+    assert pending["rows"][0]["cells"] == ["p", "Unschedulable", "<none>", "<none>", "<none>"]

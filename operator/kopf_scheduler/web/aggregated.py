@@ -108,6 +108,40 @@ def status(code: int, reason: str, message: str, details: dict[str, Any] | None 
     )
 
 
+#: ``kubectl get podexplanation``'s columns (the server-side printing kubectl asks for with ``as=Table``).
+COLUMNS = (
+    ("Name", "name", "The pod's name."),
+    ("Result", "", "The last attempt's result: Scheduled, Unschedulable, or another failure's reason."),
+    ("Node", "", "Where a scheduled pod went."),
+    ("Profile", "", "The SchedulerProfile that tried the pod."),
+    ("Time", "", "When."),
+)
+
+
+def _wants_table(accept: str) -> bool:
+    return any("as=Table" in part and "g=meta.k8s.io" in part and "v=v1" in part for part in accept.split(","))
+
+
+def table(metadata: dict[str, str], account: dict[str, Any]) -> dict[str, Any]:
+    """A ``meta.k8s.io/v1`` Table of one explanation (``kubectl get`` prints it; ``-o yaml`` asks for the object)."""
+    cells = [metadata["name"], *(str(account.get(k) or "<none>") for k in ("result", "node", "profile", "time"))]
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {},
+        "columnDefinitions": [
+            {"name": column, "type": "string", "format": format_, "description": text, "priority": 0}
+            for column, format_, text in COLUMNS
+        ],
+        "rows": [
+            {
+                "cells": cells,
+                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata},
+            }
+        ],
+    }
+
+
 def add_routes(app: web.Application, explain: Explain, is_active: Callable[[], bool], replica: str) -> None:
     """Discovery and ``GET .../namespaces/{namespace}/podexplanations/{name}``."""
 
@@ -137,13 +171,10 @@ def add_routes(app: web.Application, explain: Explain, is_active: Callable[[], b
                 "pods, or deleted"
             )
             return status(404, "NotFound", message, details)
-        document = {
-            "apiVersion": GROUP_VERSION,
-            "kind": KIND,
-            "metadata": {"name": name, "namespace": namespace},
-            "account": account,
-        }
-        return web.json_response(document)
+        metadata = {"name": name, "namespace": namespace}
+        if _wants_table(request.headers.get("Accept", "")):
+            return web.json_response(table(metadata, account))
+        return web.json_response({"apiVersion": GROUP_VERSION, "kind": KIND, "metadata": metadata, "account": account})
 
     app.router.add_get("/apis", fixed(api_group_list()))
     app.router.add_get(f"/apis/{GROUP}", fixed(api_group()))
