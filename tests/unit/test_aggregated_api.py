@@ -360,8 +360,14 @@ def test_the_explanation_comes_from_the_api_service_or_says_why_not() -> None:
     with pytest.raises(RemoteExplainError, match="is a standby"):  # the operator's own 503 is not a fallback
         fetch(503, {"kind": "Status", "message": "replica r is a standby", "details": OURS})
     forbidden = {"kind": "Status", "message": 'podexplanations.explain.kopf-scheduler.io "web" is forbidden: ...'}
+    discovery = "/apis/explain.kopf-scheduler.io/v1alpha1"
+    served = FakeTransport({EXPLANATION: (403, forbidden), discovery: (200, aggregated.api_resource_list())})
     with pytest.raises(RemoteExplainError, match=r"is forbidden: \.\.\.; explain through the API server needs get"):
-        fetch(403, forbidden)
+        fetch_from_api_service(served, "default", "web")
+    assert served.calls == [EXPLANATION, discovery]
+    # The API server refuses a path of a group it does not serve too, before routing: discovery says it is not served.
+    unregistered = FakeTransport({EXPLANATION: (403, forbidden)})
+    assert isinstance(fetch_from_api_service(unregistered, "default", "web"), Unserved)
 
 
 def test_the_cli_falls_back_to_pods_proxy_and_says_so(
