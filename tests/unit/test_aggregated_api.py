@@ -359,7 +359,11 @@ def test_the_explanation_comes_from_the_api_service_or_says_why_not() -> None:
     )
     with pytest.raises(RemoteExplainError, match="is a standby"):  # the operator's own 503 is not a fallback
         fetch(503, {"kind": "Status", "message": "replica r is a standby", "details": OURS})
-    forbidden = {"kind": "Status", "message": 'podexplanations.explain.kopf-scheduler.io "web" is forbidden: ...'}
+    forbidden = {  # the API server's and the operator's alike
+        "kind": "Status",
+        "message": 'podexplanations.explain.kopf-scheduler.io "web" is forbidden: ...',
+        "details": OURS,
+    }
     discovery = "/apis/explain.kopf-scheduler.io/v1alpha1"
     served = FakeTransport({EXPLANATION: (403, forbidden), discovery: (200, aggregated.api_resource_list())})
     with pytest.raises(RemoteExplainError, match=r"is forbidden: \.\.\.; explain through the API server needs get"):

@@ -72,9 +72,10 @@ def fetch_from_api_service(api: Transport, namespace: str, name: str) -> tuple[i
     message = _message(decoded, body)
     if status == 404 and ours:
         return 404, {"pod": f"{namespace}/{name}", "message": message}
-    if status == 403 and not ours:
+    if status == 403:
         # The API server authorizes before it routes: a path of a group it does not serve is refused as well
-        # to a user without the right. Discovery (open to every authenticated user) tells which it is.
+        # to a user without the right, in the same words as a served one (the operator's own refusals too).
+        # Discovery (open to every authenticated user) tells which it is.
         discovery, discovered = api(f"/apis/{GROUP_VERSION}", {})
         if discovery in (404, 503):
             status, message = discovery, _message(_decode(discovered), discovered)
