@@ -183,3 +183,28 @@ def test_a_standby_behind_the_api_service_says_so(
         f"replica {standby.identity} is a standby: only the active replica schedules and keeps explanations"
         in answer.stderr
     )
+
+
+def test_the_active_replica_labels_its_pod_and_the_label_follows_a_takeover(
+    cluster: Cluster, namespace: str, operator_factory: OperatorFactory
+) -> None:
+    """The chart's explain Service selects kopf-scheduler.io/active=true: each replica (POD_ID, POD_NAMESPACE)
+    keeps that label on its own pod, and after the active one dies the new active replica's pod carries it."""
+    names = ("ks-0", "ks-1")
+    for name in names:  # the replicas' Pod objects, as the StatefulSet would make them (nothing runs them here)
+        container = {"name": "kopf-scheduler", "image": "kopf-scheduler"}
+        body = {"metadata": {"name": name}, "spec": {"nodeName": "no-such-node", "containers": [container]}}
+        cluster.core.create_namespaced_pod(namespace, body)
+
+    def labels() -> tuple[str | None, ...]:
+        found = (cluster.core.read_namespaced_pod(n, namespace).metadata.labels or {} for n in names)
+        return tuple(pod.get("kopf-scheduler.io/active") for pod in found)
+
+    lifetime = ["--peering-lifetime", "5"]
+    env = {"POD_NAMESPACE": namespace}
+    active = operator_factory(100, lifetime, identity=names[0], env=env)
+    operator_factory(99, lifetime, identity=names[1], env=env)
+    wait_for(lambda: labels() == ("true", "false"), timeout=60, message=lambda: f"labels {labels()}")
+    active.kill()
+    wait_for(lambda: labels() == ("true", "true"), timeout=60, message=lambda: f"labels {labels()}")
+    # The dead replica's label stays (its pod would leave the Service's endpoints once not Ready).
