@@ -450,3 +450,32 @@ def test_kubectl_get_prints_a_table_of_result_node_profile_and_time() -> None:
     assert table["rows"][0]["object"]["metadata"] == {"name": "web", "namespace": "ns"}
     pending = aggregated.table({"name": "p", "namespace": "ns"}, {"result": "Unschedulable"})
     assert pending["rows"][0]["cells"] == ["p", "Unschedulable", "<none>", "<none>", "<none>"]
+
+
+def test_the_requestheader_config_is_read_until_it_comes_and_trusted_from_then_on(pki: dict[str, Path]) -> None:
+    """Before login (or with the API server away) the read fails and is tried again soon; a cluster without a
+    requestheader CA trusts no front proxy, and the TLS context keeps asking no client for a certificate."""
+    config = RequestHeaderConfig(client_ca_pem=pki["ca"].read_text(), allowed_names=("front-proxy-client",))
+    answers: list[Any] = [RuntimeError("not logged in to the API server yet"), None, config]
+
+    async def read() -> RequestHeaderConfig | None:
+        answer = answers.pop(0) if answers else config
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    trusted = web.FrontProxy()
+    seen: list[tuple[RequestHeaderConfig | None, ssl.VerifyMode]] = []
+
+    async def main() -> None:
+        task = asyncio.ensure_future(web.follow_front_proxy(read, context, trusted, period=0.05, retry=0.01))
+        for _ in range(40):
+            await asyncio.sleep(0.01)
+            seen.append((trusted.config, context.verify_mode))
+        task.cancel()
+
+    asyncio.run(main())
+    assert (None, ssl.CERT_NONE) in seen  # read, but no CA published: nothing trusted yet
+    assert seen[-1] == (config, ssl.CERT_OPTIONAL)
+    assert context.cert_store_stats()["x509_ca"] == 1  # loaded once, though read again every period
