@@ -263,6 +263,8 @@ def test_through_the_front_proxy_only_with_its_certificate(pki: dict[str, Path])
                 "proxy",
                 **{"X-Remote-User": "root", "X-Remote-Group": "system:masters"},
             )
+            root = {"X-Remote-User": "root", "X-Remote-Group": "system:masters"}
+            await get("list", f"{prefix}/namespaces/ns/podexplanations", "proxy", **root)
             active[0] = False
             await get("standby", f"{prefix}/namespaces/ns/podexplanations/stuck", "proxy", **carol)
             try:
@@ -311,6 +313,8 @@ def test_through_the_front_proxy_only_with_its_certificate(pki: dict[str, Path])
     assert status == 404
     assert body["reason"] == "NotFound"
     assert body["message"].startswith('podexplanations.explain.kopf-scheduler.io "gone" not found: no failed')
+    status, body = results["list"]
+    assert (status, body["reason"]) == (405, "MethodNotAllowed")
     status, body = results["standby"]
     assert status == 503
     assert body["message"].startswith("replica sched-1 is a standby")

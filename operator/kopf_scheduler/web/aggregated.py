@@ -181,6 +181,14 @@ def add_routes(app: web.Application, explain: Explain, is_active: Callable[[], b
     app.router.add_get(PREFIX, fixed(api_resource_list()))
     app.router.add_get(PREFIX + "/namespaces/{namespace}/" + RESOURCE + "/{name}", explanation)
 
+    async def not_listed(request: web.Request) -> web.Response:
+        """Only ``get`` is served (discovery says so): a list is the API server's 405 for an unsupported verb."""
+        message = "the server does not allow this method on the requested resource"
+        return status(405, "MethodNotAllowed", message, {"group": GROUP, "kind": RESOURCE})
+
+    app.router.add_get(PREFIX + "/namespaces/{namespace}/" + RESOURCE, not_listed)
+    app.router.add_get(PREFIX + "/" + RESOURCE, not_listed)
+
 
 @dataclass(frozen=True)
 class OwnPod:
