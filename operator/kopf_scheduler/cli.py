@@ -387,8 +387,10 @@ def _add_explain_command(commands: Any) -> None:
         help="why a pending pod fits nowhere: each node's verdict and the plugin behind it",
         description=(
             "Asks the active kopf-scheduler replica for the last failed scheduling attempt of a pod. Without "
-            "--url it finds the active replica in the ClusterKopfPeering and asks it through the API server "
-            "(pods/proxy) with your kubeconfig's credentials; --url asks a replica's metrics port directly."
+            "--url it asks the API server with your kubeconfig's credentials for the pod's PodExplanation "
+            "(explain.kopf-scheduler.io/v1alpha1, the APIService the chart registers); where that API is not "
+            "served it finds the active replica in the ClusterKopfPeering and asks it through pods/proxy; --url "
+            "asks a replica's metrics port directly."
         ),
     )
     explain.add_argument("pod", help="NAMESPACE/NAME of the pod")
@@ -445,8 +447,9 @@ def explain_through_api_server(args: dict[str, Any]) -> int:
     import dataclasses
 
     from kopf_scheduler.explain import format_account
+    from kopf_scheduler.kube.explain_api import Unserved, fetch_from_api_service
     from kopf_scheduler.kube.kubeconfig import KubeconfigError, load_credentials
-    from kopf_scheduler.kube.remote_explain import APIServer, RemoteExplainError, fetch_explanation, find_target
+    from kopf_scheduler.kube.remote_explain import APIServer, RemoteExplainError
 
     namespace, sep, name = args["pod"].partition("/")
     if not sep or not namespace or not name:
@@ -462,16 +465,14 @@ def explain_through_api_server(args: dict[str, Any]) -> int:
         if args.get("insecure_skip_tls_verify"):
             credentials = dataclasses.replace(credentials, insecure_skip_tls_verify=True)
         api = APIServer(credentials)
-        target = find_target(
-            api,
-            peering_name=args["peering_name"],
-            namespace=namespace,
-            name=name,
-            operator_namespace=args.get("operator_namespace"),
-            fallback_namespace=credentials.namespace,
-            port=args.get("port"),
-        )
-        status, account = fetch_explanation(api, target, token=credentials.token, peering_name=args["peering_name"])
+        served = fetch_from_api_service(api, namespace, name)
+        if isinstance(served, Unserved):
+            print(
+                f"kopf-scheduler explain: {served.reason}: asking the active replica through pods/proxy",
+                file=sys.stderr,
+            )
+            served = _explain_through_pods_proxy(api, args, credentials, namespace, name)
+        status, account = served
     except (KubeconfigError, RemoteExplainError, OSError) as e:
         print(f"kopf-scheduler explain: {e}", file=sys.stderr)
         return 1
@@ -480,6 +481,24 @@ def explain_through_api_server(args: dict[str, Any]) -> int:
         return 1
     print(json.dumps(account, indent=2) if args["json"] else format_account(account))
     return 0
+
+
+def _explain_through_pods_proxy(
+    api: Any, args: dict[str, Any], credentials: Any, namespace: str, name: str
+) -> tuple[int, dict[str, Any]]:
+    """The active replica's ``/explain`` through ``pods/proxy`` (without the aggregated API)."""
+    from kopf_scheduler.kube.remote_explain import fetch_explanation, find_target
+
+    target = find_target(
+        api,
+        peering_name=args["peering_name"],
+        namespace=namespace,
+        name=name,
+        operator_namespace=args.get("operator_namespace"),
+        fallback_namespace=credentials.namespace,
+        port=args.get("port"),
+    )
+    return fetch_explanation(api, target, token=credentials.token, peering_name=args["peering_name"])
 
 
 def run_completion(args: dict[str, Any]) -> int:

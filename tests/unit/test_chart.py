@@ -222,6 +222,13 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found[0]
 
 
+def headless(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The StatefulSet's headless Service (not the explain APIService's)."""
+    found = [d for d in docs if d["kind"] == "Service" and d["spec"].get("clusterIP") == "None"]
+    assert len(found) == 1, f"expected one headless Service, got {len(found)}"
+    return found[0]
+
+
 def container_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
     pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
     assert len(pod["containers"]) == 1
@@ -229,8 +236,9 @@ def container_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def operator_role(docs: list[dict[str, Any]], kind: str = "ClusterRole") -> dict[str, Any]:
-    """The operator's own ClusterRole (or its binding), not the metrics-reader one."""
-    found = [d for d in docs if d["kind"] == kind and not d["metadata"]["name"].endswith("-metrics-reader")]
+    """The operator's own ClusterRole (or its binding), not the metrics-reader one nor the explain API's."""
+    others = ("-metrics-reader", "-explain-viewer", "-auth-delegator")
+    found = [d for d in docs if d["kind"] == kind and not d["metadata"]["name"].endswith(others)]
     assert len(found) == 1, f"expected one operator {kind}, got {len(found)}"
     return found[0]
 
@@ -277,6 +285,7 @@ def test_rendered_manifests_validate_against_the_pinned_kubernetes_schemas(value
         "Service",
         "StatefulSet",
         "PodDisruptionBudget",
+        "APIService",
     }
     optional = {"NetworkPolicy", "ConfigMap", "RoleBinding", "Secret"}
     custom = {"ClusterKopfPeering", "SchedulerProfile", "ServiceMonitor", "PrometheusRule"}
@@ -316,7 +325,7 @@ def test_custom_objects_are_well_formed() -> None:
     assert profiles[1]["spec"] == {}
     assert profiles[2]["spec"] == FULL_VALUES["profiles"][2]["spec"]
     monitor = one(docs, "ServiceMonitor")
-    service = one(docs, "Service")
+    service = headless(docs)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
@@ -423,7 +432,7 @@ def test_statefulset_shape() -> None:
     spec = sts["spec"]
     assert spec["replicas"] == 2
     assert spec["podManagementPolicy"] == "Parallel"
-    assert spec["serviceName"] == one(docs, "Service")["metadata"]["name"]
+    assert spec["serviceName"] == headless(docs)["metadata"]["name"]
     template = spec["template"]
     assert spec["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     container = container_of(docs)
@@ -463,7 +472,7 @@ def test_pdb_and_service_select_the_pods() -> None:
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    service = one(docs, "Service")
+    service = headless(docs)
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"].items() <= labels.items()
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 10259, "targetPort": "metrics", "protocol": "TCP"}]
@@ -573,6 +582,7 @@ def test_metrics_reader_role_grants_metrics_explain_and_the_way_to_the_active_re
             "resourceNames": ["kopf-scheduler"],
             "verbs": ["get"],
         },
+        {"apiGroups": ["explain.kopf-scheduler.io"], "resources": ["podexplanations"], "verbs": ["get"]},
     ]
     (role,) = reader_roles(docs, "Role")
     assert role["metadata"]["namespace"] == "kube-system"
@@ -632,8 +642,8 @@ def test_service_monitor_scrapes_https_with_a_token_under_the_chosen_job() -> No
     assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]  # /metrics and nothing else
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
     job_label = one(docs, "ServiceMonitor")["spec"]["jobLabel"]
-    assert one(docs, "Service")["metadata"]["labels"][job_label] == "kube-scheduler"
-    assert one(docs_of(), "Service")["metadata"]["labels"][job_label] == "kopf-scheduler"
+    assert headless(docs)["metadata"]["labels"][job_label] == "kube-scheduler"
+    assert headless(docs_of())["metadata"]["labels"][job_label] == "kopf-scheduler"
 
 
 def test_a_tls_secret_is_mounted_and_served() -> None:
@@ -771,3 +781,58 @@ def test_the_coscheduling_crd_is_rendered_only_when_asked_and_kept_on_uninstall(
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert set(spec) == {"minMember", "minResources", "scheduleTimeoutSeconds"}
     assert spec["minMember"]["minimum"] == 1
+
+
+def test_the_explain_api_service_routes_to_the_active_replica_with_the_rbac_it_needs() -> None:
+    """The APIService and its Service (the pod labelled active), the operator's rights to serve it (the requestheader
+    ConfigMap, reviews, labelling its own pods), and get on podexplanations for whoever may view a namespace."""
+    docs = docs_of()
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    api_service = by_name[("APIService", "v1alpha1.explain.kopf-scheduler.io")]
+    assert api_service["spec"] == {
+        "group": "explain.kopf-scheduler.io",
+        "version": "v1alpha1",
+        "service": {"name": "ks-kopf-scheduler-explain", "namespace": "kube-system", "port": 443},
+        "groupPriorityMinimum": 100,
+        "versionPriority": 100,
+        "insecureSkipTLSVerify": True,
+    }
+    service = by_name[("Service", "ks-kopf-scheduler-explain")]
+    assert service["spec"]["selector"]["kopf-scheduler.io/active"] == "true"
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "metrics", "protocol": "TCP"}]
+    account = {
+        "kind": "ServiceAccount",
+        "name": one(docs, "ServiceAccount")["metadata"]["name"],
+        "namespace": "kube-system",
+    }
+    delegator = by_name[("ClusterRoleBinding", "ks-kopf-scheduler-auth-delegator")]
+    assert (delegator["roleRef"]["name"], delegator["subjects"]) == ("system:auth-delegator", [account])
+    reader = by_name[("RoleBinding", "ks-kopf-scheduler-extension-apiserver-authentication")]
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert (reader["roleRef"]["name"], reader["subjects"]) == ("extension-apiserver-authentication-reader", [account])
+    own = by_name[("Role", "ks-kopf-scheduler-own-pods")]
+    assert own["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "resourceNames": ["ks-kopf-scheduler-0", "ks-kopf-scheduler-1"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    env = {e["name"]: e for e in container_of(docs)["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    viewer = by_name[("ClusterRole", "ks-kopf-scheduler-explain-viewer")]
+    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert viewer["rules"] == [
+        {"apiGroups": ["explain.kopf-scheduler.io"], "resources": ["podexplanations"], "verbs": ["get"]}
+    ]
+
+    pinned = docs_of({"explain": {"apiService": {"caBundle": "Q0E="}, "aggregateToDefaultRoles": False}})
+    spec = next(d for d in pinned if d["kind"] == "APIService")["spec"]
+    assert spec["caBundle"] == "Q0E="
+    assert "insecureSkipTLSVerify" not in spec
+    assert not [d for d in pinned if d["metadata"]["name"].endswith("-explain-viewer")]
+    off = docs_of({"explain": {"apiService": {"enabled": False}}})
+    assert not [
+        d for d in off if d["kind"] == "APIService" or d["metadata"]["name"].endswith(("-explain", "-own-pods"))
+    ]
