@@ -390,6 +390,9 @@ def test_upgrades_apply_the_chart_crd_first_from_a_pre_upgrade_job() -> None:
     assert pod["securityContext"] == statefulset_pod["securityContext"]
     assert container["securityContext"] == statefulset_pod["containers"][0]["securityContext"]
     assert not _hooks({"crds": {"enabled": False}}, "pre-upgrade")  # CRDs managed apart
+    # `helm upgrade --reuse-values` from a release made before `crds` existed: its values have none, and the
+    # defaults hold (null deletes the key, as the old release's values lack it).
+    assert [d["kind"] for d in _hooks({"crds": None}, "pre-upgrade")].count("Job") == 1
 
 
 def test_crds_keep_false_has_the_pre_delete_hook_delete_the_crd() -> None:

@@ -141,3 +141,17 @@ resources:
 securityContext:
   {{- toYaml .Values.securityContext | nindent 2 }}
 {{- end }}
+
+{{/*
+`crds.enabled` and `crds.keep` ("true" or ""), true when unset: `helm upgrade --reuse-values` from a release made
+by a chart without them reuses that release's values, where `crds` does not exist.
+*/}}
+{{- define "kopf-scheduler.crdsEnabled" -}}
+{{- $crds := .Values.crds | default dict }}
+{{- if or (not (hasKey $crds "enabled")) $crds.enabled }}true{{ end }}
+{{- end }}
+
+{{- define "kopf-scheduler.crdsKeep" -}}
+{{- $crds := .Values.crds | default dict }}
+{{- if or (not (hasKey $crds "keep")) $crds.keep }}true{{ end }}
+{{- end }}
