@@ -232,3 +232,23 @@ def test_the_app_keeps_the_status_while_a_profile_enables_coscheduling() -> None
     assert client.coscheduling_patches == [("ns", "pg", {"status": {"phase": "Pending"}})]
     app.remove_profile("gangs")
     assert not app.coscheduling_status.enabled
+
+
+def test_schedule_start_time_is_never_written_and_never_cleared() -> None:
+    """v0.34.7 writes ``scheduleStartTime`` nowhere: its controller only reads it (the 48-hour give-up) and the
+    Coscheduling plugin stopped setting it with the ``scheduled`` count (v0.26; up to v0.25 its PostBind set it
+    on a group's first bound pod). A group walked from no status to Running gets none; one someone else wrote
+    stays as it is (the merge patch never names it)."""
+    group = pod_group("", 2)
+    group["status"] = {}
+    members = pods(["pod1", "pod2"], "Running", owners=["job"])
+    walked = reconcile(group, members, 3)
+    assert walked["status"]["phase"] == "Running"
+    assert "scheduleStartTime" not in walked["status"]
+    written = {**group, "status": {"phase": "Pending", "scheduleStartTime": NOW}}
+    new = next_status(written, members)
+    assert new is not None
+    assert new["scheduleStartTime"] == NOW
+    patch = status_patch(written["status"], new)
+    assert patch is not None
+    assert "scheduleStartTime" not in patch["status"]
