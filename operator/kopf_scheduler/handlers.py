@@ -55,6 +55,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.peering.priority = run.peering_priority
     settings.peering.lifetime = run.peering_lifetime
     settings.peering.stealth = True
+    app.start_standing()  # the renew-deadline gate beside kopf's peering (standing.py)
     settings.persistence.finalizer = FINALIZER
     # We post kube-scheduler-style events ourselves; kopf's per-handler events would be noise.
     settings.posting.enabled = False

@@ -136,7 +136,13 @@ class KubeClient:
             await self._connections.room()
 
     async def _call(
-        self, method: str, path: str, *, body: JSON | None, params: Mapping[str, str] | None, content_type: str
+        self,
+        method: str,
+        path: str,
+        *,
+        body: JSON | list[JSON] | None,
+        params: Mapping[str, str] | None,
+        content_type: str,
     ) -> bytes:
         url = self.server + path + ("?" + urlencode(params) if params else "")
         data = None if body is None else json.dumps(body, separators=(",", ":"))
@@ -263,6 +269,18 @@ class KubeClient:
                 return False
             raise
         return True
+
+    async def renew_peering_record(self, *, name: str, identity: str, lastseen: str) -> JSON:
+        """Set ``status[identity].lastseen`` of the ClusterKopfPeering ``name`` (what kopf's keep-alive writes) and
+        return the object as written: the renew-deadline gate's write and read in one call (``standing.py``).
+
+        A JSON patch ``replace`` fails (422) where the record is missing, so this never re-creates a record kopf has
+        not written yet or removed at a graceful exit."""
+        pointer = "/status/" + identity.replace("~", "~0").replace("/", "~1") + "/lastseen"
+        patch = [{"op": "replace", "path": pointer, "value": lastseen}]
+        path = f"/apis/kopf.dev/v1/clusterkopfpeerings/{quote(name)}"
+        raw = await self._call("PATCH", path, body=patch, params=None, content_type="application/json-patch+json")
+        return self._decode(raw)
 
     async def api_resources(self, api_prefix: str) -> set[str] | None:
         """The resource names of the API group version's discovery document (``GET /apis/<group>/<version>``);
