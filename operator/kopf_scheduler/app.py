@@ -163,6 +163,7 @@ class SchedulerApp:
             clock=clock,
             enabled=settings.leader_elect and identity is not None,
         )
+        self._renewer: PeeringRenewer | None = None
         self._renewer_task: asyncio.Task[None] | None = None
         #: Replaced on every kopf login; the parts read it through ``lambda: self.client``.
         self.client = client
@@ -516,6 +517,8 @@ class SchedulerApp:
         watch starts where the cache is, if our LIST or stream can stand in for kopf's LIST
         (``EventHandlers.version_for_watch``)."""
         await self.standby.hand_over()
+        if self._renewer is not None:
+            self._renewer.nudge()  # confirm the standing now: the loops bind once it is
         return await self.watch.version_for_watch(path)
 
     # -- the renew-deadline gate (standing.py) ------------------------------------------------------
@@ -531,6 +534,7 @@ class SchedulerApp:
                 refresh=self._refresh_view,
                 clock=self.clock,
             )
+            self._renewer = renewer
             self._renewer_task = asyncio.ensure_future(renewer.run())
 
     async def _refresh_view(self) -> None:

@@ -33,6 +33,7 @@ a request that is merely slow.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import math
@@ -267,6 +268,11 @@ class PeeringRenewer:
         self._refresh = refresh
         self._clock = clock
         self._wall = wall
+        self._nudged = asyncio.Event()
+
+    def nudge(self) -> None:
+        """Renew now rather than at the end of the retry period (kopf has just resumed the replica: a takeover)."""
+        self._nudged.set()
 
     async def run(self) -> None:
         """For as long as the operator runs (cancel it before kopf leaves the peering)."""
@@ -276,8 +282,11 @@ class PeeringRenewer:
             if self._standing.refresh_due():
                 await self.refresh_once()
             started = self._clock()
-            await asyncio.sleep(retry)
-            self._standing.slept(retry, started)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(retry):
+                    await self._nudged.wait()
+            self._nudged.clear()
+            self._standing.slept(min(retry, self._clock() - started), started)
 
     async def renew_once(self) -> None:
         client = self._client()

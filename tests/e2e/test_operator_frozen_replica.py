@@ -152,7 +152,8 @@ def _check_outcome(replicas: Replicas, namespace: str, *, returned_wall: object,
     assert len(bound) == CAPACITY
     assert max(scheduled.values()) == 1, figures
     assert set(scheduled) <= set(bound)
-    assert active_binds + standby_binds == len(bound)
+    # A Binding that landed while its answer was lost (the cut) counts for neither replica: never more than bound.
+    assert active_binds + standby_binds <= len(bound)
     # The cluster was full when the replica came back: it bound nothing, and sent no Binding for a pod the other
     # one had bound (its stale queue) before its view was refreshed.
     assert after_return == {}, f"bound after the faulted replica came back: {after_return}"
@@ -183,10 +184,10 @@ def test_active_replica_frozen_past_the_lifetime_then_resumed(
         frozen_for = time.monotonic() - frozen_at
     finally:
         thaw(replicas.active)
-    figures = _check_outcome(replicas, namespace, returned_wall=returned_wall, log_mark=log_mark)
+    print(f"\nfrozen {frozen_for:.1f}s; standby's first bind {takeover:.2f}s after SIGSTOP")
     record_property("takeover_s", round(takeover, 2))
     record_property("frozen_s", round(frozen_for, 1))
-    print(f"frozen {frozen_for:.1f}s; standby's first bind {takeover:.2f}s after SIGSTOP; {figures}")
+    figures = _check_outcome(replicas, namespace, returned_wall=returned_wall, log_mark=log_mark)
     assert takeover <= LIFETIME + TAKEOVER_SLACK, f"takeover took {takeover:.1f}s"
     assert figures["standing_lapses_logged"], "the frozen replica did not notice it lost its standing"
 
@@ -218,10 +219,10 @@ def test_active_replica_cut_off_from_the_api_server_then_reconnected(
         cut_for = time.monotonic() - cut_at
         assert replicas.active.alive()
         proxy.restore()
-        figures = _check_outcome(replicas, namespace, returned_wall=returned_wall, log_mark=log_mark)
+        print(f"\ncut off {cut_for:.1f}s; standby's first bind {takeover:.2f}s after the cut")
+        record_property("takeover_s", round(takeover, 2))
+        record_property("cut_s", round(cut_for, 1))
+        _check_outcome(replicas, namespace, returned_wall=returned_wall, log_mark=log_mark)
     finally:
         proxy.stop()
-    record_property("takeover_s", round(takeover, 2))
-    record_property("cut_s", round(cut_for, 1))
-    print(f"cut off {cut_for:.1f}s; standby's first bind {takeover:.2f}s after the cut; {figures}")
     assert takeover <= LIFETIME + TAKEOVER_SLACK, f"takeover took {takeover:.1f}s"

@@ -322,3 +322,33 @@ def test_the_kube_client_escapes_the_identity_in_the_json_pointer(identity: str)
     assert sent["body"] == [{"op": "replace", "path": pointer, "value": "t"}]
     assert sent["content_type"] == "application/json-patch+json"
     assert sent["path"] == "/apis/kopf.dev/v1/clusterkopfpeerings/p"
+
+
+def test_a_nudge_renews_at_once_instead_of_after_the_retry_period() -> None:
+    """kopf resumed the replica (a takeover): the standing is confirmed now, so the loops need not wait up to a
+    retry period; a nudge is not mistaken for a pause."""
+    standing = Standing(Timings(lease_duration=600, renew_deadline=300, retry_period=100))
+    api = PeeringApi({"me": _entry(0, 100)})
+
+    async def scenario() -> None:
+        async def refresh() -> None:
+            return None
+
+        renewer = PeeringRenewer(standing, client=lambda: api, name="p", identity="me", priority=100, refresh=refresh)
+        task = asyncio.create_task(renewer.run())
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if api.calls:
+                break
+        renewer.nudge()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if len(api.calls) == 2:
+                break
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert len(api.calls) == 2
+    assert standing.may_bind()
+    assert standing.lapses == 0
