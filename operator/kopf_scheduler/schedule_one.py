@@ -26,6 +26,10 @@
   success is reported as Scheduled; failures go to :meth:`ScheduleOne._handle_binding_cycle_error`. When
   PreBind has work (or Permit makes the pod wait), the pod's ``status.nominatedNodeName`` is set to the chosen
   node first (upstream's NominatedNodeNameForExpectation), through :meth:`Reporter.nominate`.
+- Binds pass the renew-deadline gate (``standing.py``): the binding cycle carries the standing's epoch of its
+  scheduling cycle, and PreBind and Bind go on only while the replica's standing in the peering is confirmed and
+  that epoch is current; a refusal undoes the assumption like any failure and requeues the pod with no event
+  (nothing was decided about the pod; the replica that holds the standing schedules it).
 - A failed binding cycle freed what the assumed pod held, so, as upstream's ``handleBindingCycleError``, it
   moves parked pods with an AssignedPodDelete event (``move_all``, the event handlers' broadcast), and clears
   the nomination with the failure's status patch.
