@@ -16,6 +16,7 @@ The peering timings are the defaults (lifetime 15 s, renew deadline 10 s, retry 
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
@@ -54,8 +55,10 @@ BURST = 2 * CAPACITY
 FAULT_AFTER = 15
 #: Beyond the lifetime: the standby's resume on a loaded 2-core box.
 TAKEOVER_SLACK = 15.0
-#: How long the returning replica is watched (beyond the renew deadline and its refresh).
-OBSERVE_AFTER_RETURN = 25.0
+#: How long the returning replica may take to refresh its view (a renewal, the renew deadline, kopf's keep-alive
+#: if kopf dropped its record, the LIST), and how long it is watched after that.
+OBSERVE_AFTER_RETURN = 40.0
+OBSERVE_AFTER_REFRESH = 5.0
 
 
 class Replicas:
@@ -120,7 +123,17 @@ def _wait_takeover_and_full(replicas: Replicas, namespace: str, faulted_at: floa
 def _check_outcome(replicas: Replicas, namespace: str, *, returned_wall: object, log_mark: int) -> dict[str, object]:
     """The invariants after the faulted replica came back; the figures for the report."""
     core, api = replicas.cluster.core, replicas.cluster.api
-    time.sleep(OBSERVE_AFTER_RETURN)
+    returned_at = time.monotonic()
+
+    def refreshed() -> bool:
+        lines = replicas.active.log_text().splitlines()[log_mark:]
+        return any("the view is refreshed" in line for line in lines)
+
+    # Until the returning replica may bind again (it re-listed after its lapse), then a little longer.
+    with contextlib.suppress(TimeoutError):
+        wait_for(refreshed, timeout=OBSERVE_AFTER_RETURN, interval=0.2)
+    ready_after = time.monotonic() - returned_at if refreshed() else None
+    time.sleep(OBSERVE_AFTER_REFRESH)
     bound = replicas.bound(namespace)
     over = overcommitted_nodes(core, replicas.nodes)
     standby_binds = int(replicas.standby.scheduled_count(replicas.profile))
@@ -146,6 +159,7 @@ def _check_outcome(replicas: Replicas, namespace: str, *, returned_wall: object,
         "pods_with_2_scheduled_events": sorted(name for name, n in scheduled.items() if n > 1),
         "binds_without_event": len(set(bound) - set(scheduled)),
         "standing_lapses_logged": len(replicas.active.log_lines("standing lost")),
+        "ready_to_bind_after_return_s": None if ready_after is None else round(ready_after, 1),
     }
     print(f"\nfigures: {figures}")
     assert over == {}, f"over-committed nodes: {over}"
@@ -158,6 +172,7 @@ def _check_outcome(replicas: Replicas, namespace: str, *, returned_wall: object,
     # one had bound (its stale queue) before its view was refreshed.
     assert after_return == {}, f"bound after the faulted replica came back: {after_return}"
     assert conflicts == [], conflicts[:5]
+    assert ready_after is not None, "the returning replica never refreshed its view"
     return figures
 
 

@@ -89,3 +89,22 @@ def test_the_loop_runs_no_cycle_while_the_standing_is_not_confirmed() -> None:
 
     asyncio.run(run_briefly())
     assert client.bindings == [("default", "p1", "n1")]
+
+
+def test_a_lagging_watch_event_older_than_the_listed_pod_is_ignored() -> None:
+    """After the refresh LIST, a stream still replaying older events (the pod pending before the other replica
+    bound it) must not undo the LIST: the pod stays on its node, its requests counted."""
+    client, clock = FakeClient(), FakeClock()
+    app = _app(client, clock)
+    pod = pending("p1", requests={"cpu": "1"})
+    pod["metadata"]["resourceVersion"] = "5"
+    app.on_pod_event("ADDED", pod)
+    bound = {**pod, "metadata": {**pod["metadata"], "resourceVersion": "9"}, "spec": {**pod["spec"], "nodeName": "n1"}}
+    app.on_pod_event(None, bound)  # the refresh LIST
+    uid = pod["metadata"]["uid"]
+    assert app.cache.pod(uid) is not None
+    app.on_pod_event("MODIFIED", pod)  # the lagging stream's older version (pending, resourceVersion 5)
+    assert app.cache.pod(uid) is not None
+    assert uid not in app.unassigned
+    app.on_pod_event("DELETED", pod)  # a deletion always counts
+    assert app.cache.pod(uid) is None
