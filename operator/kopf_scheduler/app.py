@@ -159,7 +159,7 @@ class SchedulerApp:
         self.identity = identity
         #: The renew-deadline gate (``standing.py``): binds only on a standing confirmed within the renew deadline.
         self.standing = Standing(
-            Timings(settings.peering_lifetime, settings.peering_renew_deadline, settings.peering_retry_period),
+            Timings(*settings.leader_election()),
             clock=clock,
             enabled=settings.leader_elect and identity is not None,
         )

@@ -85,6 +85,8 @@ async def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
         app = _app(memo)
         old = app.client
         app.client = client = KubeClient.from_connection_info(info)
+        if app.standing.enabled:
+            client.bind_guard = app.standing.may_bind  # asked again right before each Binding is written
         if isinstance(old, KubeClient):
             await old.close()
         else:

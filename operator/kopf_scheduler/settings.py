@@ -21,6 +21,9 @@ CONFIG_API_VERSION = "kopf-scheduler.io/v1alpha1"
 CONFIG_KIND = "KopfSchedulerConfiguration"
 #: client-go's leaderelection JitterFactor: the renew deadline must exceed the retry period times it.
 RETRY_JITTER_FACTOR = 1.2
+#: client-go's defaults (kube-scheduler's --leader-elect-renew-deadline, --leader-elect-retry-period).
+DEFAULT_RENEW_DEADLINE = 10.0
+DEFAULT_RETRY_PERIOD = 2.0
 
 
 class SettingsError(ValueError):
@@ -36,16 +39,22 @@ class RunSettings(BaseModel):
     peering_name: str = Field(default="kopf-scheduler", min_length=1, description="ClusterKopfPeering name.")
     peering_priority: int = Field(default=0, description="This replica's peering priority; unique per replica.")
     peering_lifetime: int = Field(default=15, ge=2, le=3600, description="Seconds a silent peer stays alive.")
-    peering_renew_deadline: float = Field(
-        default=10.0,
+    peering_renew_deadline: float | None = Field(
+        default=None,
         gt=0,
         description=(
             "The active replica binds only while its peering record was written and read back this recently "
-            "(kube-scheduler's leaderElection.renewDeadline); shorter than peeringLifetime."
+            "(kube-scheduler's leaderElection.renewDeadline); shorter than peeringLifetime. Unset: 10, or two "
+            "thirds of peeringLifetime when that is shorter than 15."
         ),
     )
-    peering_retry_period: float = Field(
-        default=2.0, gt=0, description="Seconds between the renewals of this replica's peering record (retryPeriod)."
+    peering_retry_period: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Seconds between the renewals of this replica's peering record (retryPeriod). Unset: 2, or half the "
+            "renew deadline when that is shorter than 4."
+        ),
     )
     metrics_port: int = Field(default=10259, ge=0, le=65535, description="Port of /metrics; 0 disables it.")
     health_port: int = Field(default=10260, ge=0, le=65535, description="Port of /healthz; 0 disables it.")
@@ -94,14 +103,26 @@ class RunSettings(BaseModel):
             )
         return self
 
+    def leader_election(self) -> tuple[float, float, float]:
+        """(lease duration, renew deadline, retry period) in seconds: client-go's 15/10/2 by default, the renew
+        deadline and retry period scaled down with a shorter lifetime unless set."""
+        renew = self.peering_renew_deadline
+        if renew is None:
+            renew = min(DEFAULT_RENEW_DEADLINE, round(self.peering_lifetime * 2 / 3, 3))
+        retry = self.peering_retry_period
+        if retry is None:
+            retry = min(DEFAULT_RETRY_PERIOD, round(renew / 2, 3))
+        return float(self.peering_lifetime), renew, retry
+
     @model_validator(mode="after")
     def _leader_election_timings(self) -> RunSettings:
         """client-go's checks of a LeaderElectionConfig (``NewLeaderElector``), the lease being the lifetime."""
-        if self.peering_lifetime <= self.peering_renew_deadline:
+        lifetime, renew, retry = self.leader_election()
+        if lifetime <= renew:
             raise ValueError(
                 "peeringLifetime (leaseDuration) must be greater than peeringRenewDeadline (renewDeadline)"
             )
-        if self.peering_renew_deadline <= RETRY_JITTER_FACTOR * self.peering_retry_period:
+        if renew <= RETRY_JITTER_FACTOR * retry:
             raise ValueError("peeringRenewDeadline (renewDeadline) must be greater than peeringRetryPeriod*1.2")
         return self
 

@@ -42,6 +42,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kopf_scheduler.framework import StandingLostError
+
 logger = logging.getLogger("kopf_scheduler")
 
 #: kopf's default lifetime of a peer that publishes none (``Peer.__init__``).
@@ -229,10 +231,6 @@ class Standing:
             why,
             self.timings.renew_deadline,
         )
-
-
-class StandingLostError(RuntimeError):
-    """A Bind refused by the gate: the pod goes back to its queue, with no event (nothing about it was decided)."""
 
 
 class PeeringClient(Protocol):

@@ -206,12 +206,11 @@ def test_kube_scheduler_command_lines_carry_over(tmp_path: Path) -> None:
 def test_kube_scheduler_leader_election_durations_set_the_renew_deadline_gate(tmp_path: Path) -> None:
     """kube-scheduler's --leader-elect-{lease-duration,renew-deadline,retry-period} (client-go's 15s/10s/2s by
     default) become the peering lifetime and the renew-deadline gate's timings (standing.py)."""
-    defaults = _effective(tmp_path, [])
-    assert (defaults["peeringLifetime"], defaults["peeringRenewDeadline"], defaults["peeringRetryPeriod"]) == (
-        15,
-        10,
-        2,
-    )
+    from kopf_scheduler.settings import RunSettings
+
+    assert RunSettings().leader_election() == (15, 10, 2)
+    assert RunSettings(peering_lifetime=5).leader_election() == (5, 3.333, 1.667)  # scaled down with the lifetime
+    assert RunSettings(peering_lifetime=30).leader_election() == (30, 10, 2)
     argv = ["--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s"]
     effective = _effective(tmp_path, argv)
     assert (effective["peeringLifetime"], effective["peeringRenewDeadline"], effective["peeringRetryPeriod"]) == (

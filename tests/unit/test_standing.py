@@ -352,3 +352,29 @@ def test_a_nudge_renews_at_once_instead_of_after_the_retry_period() -> None:
     assert len(api.calls) == 2
     assert standing.may_bind()
     assert standing.lapses == 0
+
+
+def test_a_binding_is_not_written_when_the_bind_guard_says_no_at_the_last_moment() -> None:
+    """A Binding that waited for a connection across a lapse (a freeze while it was queued) is not written."""
+    from aiohttp import web
+
+    from kopf_scheduler.framework import StandingLostError
+    from tests.unit.test_kube_client import serve
+
+    seen: list[str] = []
+    allowed = [False]
+
+    async def binding(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path)
+        return web.Response(status=201)
+
+    async def scenario(client: Any) -> None:
+        client.bind_guard = lambda: allowed[0]
+        with pytest.raises(StandingLostError):
+            await client.bind(namespace="ns", name="p", uid="u1", node_name="n1")
+        assert seen == []
+        allowed[0] = True
+        await client.bind(namespace="ns", name="p", uid="u1", node_name="n1")  # the kept connection still works
+
+    serve({("POST", "/api/v1/namespaces/ns/pods/p/binding"): binding}, scenario)
+    assert seen == ["/api/v1/namespaces/ns/pods/p/binding"]
