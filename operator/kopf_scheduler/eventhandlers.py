@@ -188,6 +188,10 @@ class EventHandlers:
         self._note_watch(event_type, obj)
         if event_type != "DELETED" and (_same_pod_version(old_unassigned, obj) or _same_pod_version(old_assigned, obj)):
             return  # a version we hold already (kopf's LIST after ours); upstream's informers never repeat one
+        if event_type != "DELETED" and (
+            _older_pod_version(old_unassigned, obj) or _older_pod_version(old_assigned, obj)
+        ):
+            return  # a stream lagging behind a newer LIST (the view refreshed after a pause, standing.py)
         obj = json_codec.without_managed_fields(obj)
         phase = (obj.get("status") or {}).get("phase")
         if event_type == "DELETED" or phase in TERMINAL_PHASES:
@@ -674,6 +678,18 @@ def _same_pod_version(known: PodInfo | None, obj: dict[str, Any]) -> bool:
         return False
     version = (obj.get("metadata") or {}).get("resourceVersion")
     return bool(version) and version == known.resource_version
+
+
+def _older_pod_version(known: PodInfo | None, obj: dict[str, Any]) -> bool:
+    """``obj`` is an older version of a pod we hold (both versions numeric, as the node events' check reads them)."""
+    if known is None:
+        return False
+    try:
+        held = int(known.resource_version or 0)
+    except ValueError:
+        return False
+    version = _rv(obj)
+    return bool(held and version) and version < held
 
 
 def _key(obj: dict[str, Any]) -> str:

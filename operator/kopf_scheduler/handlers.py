@@ -56,6 +56,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.peering.priority = run.peering_priority
     settings.peering.lifetime = run.peering_lifetime
     settings.peering.stealth = True
+    app.start_standing()  # the renew-deadline gate beside kopf's peering (standing.py)
     settings.persistence.finalizer = FINALIZER
     # We post kube-scheduler-style events ourselves; kopf's per-handler events would be noise.
     settings.posting.enabled = False
@@ -85,6 +86,8 @@ async def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
         app = _app(memo)
         old = app.client
         app.client = client = KubeClient.from_connection_info(info)
+        if app.standing.enabled:
+            client.bind_guard = app.standing.may_bind  # asked again right before each Binding is written
         if isinstance(old, KubeClient):
             await old.close()
         else:
