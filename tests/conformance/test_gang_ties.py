@@ -66,3 +66,16 @@ def test_a_gang_in_another_tied_placement_diverged_on_a_tie() -> None:
     # A member left pending on one side only is no tie either.
     fewer = state_of([_pod("pg0-0", "pg0", None), *(_pod(f"pg0-{i}", "pg0", "n1") for i in (1, 2))], [])
     assert not tie_explains(up, fewer, compare(up, fewer), {}, ["pg0-0"], placements)
+
+
+def test_members_of_a_gang_gone_on_either_side_are_compared_as_a_multiset() -> None:
+    # Seed 582093: the sides had swapped which pg4 member sat on which node; a filler then preempted the latest
+    # started member on n1, pg4-3 upstream and pg4-2 ours. What is left of pg4 is the same multiset.
+    up = state_of([_pod("pg4-0", "pg4", "n1"), _pod("pg4-1", "pg4", "n3"), _pod("pg4-2", "pg4", "n3")], [])
+    ours = state_of([_pod("pg4-0", "pg4", "n3"), _pod("pg4-1", "pg4", "n1"), _pod("pg4-3", "pg4", "n3")], [])
+    assert compare(up, ours) == []
+    # One more gone on one side, or a member of another class gone instead, still differs.
+    fewer = state_of([_pod("pg4-0", "pg4", "n3"), _pod("pg4-1", "pg4", "n1")], [])
+    assert compare(up, fewer)[0].text == "pods only upstream has ['pg4-2'], only ours has []"
+    other = state_of([_pod("pg4-0", "pg4", "n1"), _pod("pg4-1", "pg4", "n3"), _pod("pg5-0", "pg5", "n3")], [])
+    assert compare(up, other)[0].text == "pods only upstream has ['pg4-2'], only ours has ['pg5-0']"
