@@ -112,7 +112,7 @@ def placement_tie(upstream: State, ours: State, klass: str, placements: Sequence
 # -- placement order: messages that never settle -------------------------------------------------------------
 #: How long upstream's pods may keep changing only their PodScheduled messages (nodes, nominations, reasons and
 #: PodGroup conditions unchanged) before the step counts as settled on the messages upstream cycles through.
-CHURN = 15.0
+CHURN = 10.0
 
 
 def structure_key(state: State) -> str:
