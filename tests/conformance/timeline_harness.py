@@ -23,12 +23,17 @@ nomination; for every PodGroup, its conditions. A step that adds nodes first wai
 hold exactly the cluster's nodes (a probe pod's ``0/N nodes are available``), so no pod meets a cache that lags.
 
 Determinism. Pods of one class (the members of one gang) are interchangeable: their outcomes are compared as a
-multiset. Upstream breaks score ties at random; its per-node scores (``-v=2 --vmodule=schedule_one=10``) give,
-for each pod it bound, its highest-score set. When the step's first differing pod (in creation order) only went
-to another node of upstream's highest-score set, the step diverged on a tie broken the other way (what follows
-in a burst may follow from it), not a disagreement: the timeline is then not compared further (its states may
-rightly differ from there on) and counts as ``diverged on a tie``. Nor after a disagreement: later steps would
-only echo it. A difference is judged after
+multiset, and so are the pods gone on one side only. Upstream breaks score ties at random; its per-node scores
+(``-v=2 --vmodule=schedule_one=10``) give, for each pod it bound, its highest-score set, and its placement scores
+(``schedule_one_podgroup=10``) the placements it scored alike for a gang (gang_ties.py). When the step's first
+differing pod (in creation order) only went to another node of upstream's highest-score set, or its gang into
+another of the tied placements, the step diverged on a tie broken the other way (what follows in a burst may
+follow from it), not a disagreement: the timeline is then not compared further (its states may rightly differ
+from there on) and counts as ``diverged on a tie``. Nor after a disagreement: later steps would only echo it.
+Upstream also tries a gang's placements in random order and words an unschedulable gang's members after the
+first one, and may retry such a gang without end: a step where only pods' messages keep changing settles after
+:data:`~tests.conformance.gang_ties.CHURN` seconds, and ours must show one of the states upstream cycled
+through. A difference is judged after
 a second quiet period :data:`RECHECK` seconds later (longer than the longest backoff), so a pod that a backoff
 holds a moment longer on one side is not reported.
 
@@ -272,9 +277,9 @@ def tie_explains(
     """The first difference is a tie upstream broke the other way: it puts pods of a class on other nodes of
     upstream's highest-score sets for that class, or (``placements``: class → the node sets of the placements
     upstream scored alike for its PodGroup, gang_ties.py) inside another of those placements. "First" is by
-    ``order`` (the pods the step created, in order;
-    every later difference may follow from it, as the next pod of a burst scores nodes the tie filled otherwise);
-    without any pod of ``order`` among them, every difference must be such a tie."""
+    ``order`` (the pods the step created, in order; every later difference may follow from it, as the next pod
+    of a burst scores nodes the tie filled otherwise); without any pod of ``order`` among them, every difference
+    must be such a tie."""
     unexplained = [p for p in problems if not p.pending]
     if not unexplained or any(p.klass is None for p in unexplained):
         return False
