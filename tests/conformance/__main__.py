@@ -7,7 +7,8 @@ writes ``bench/results/conformance.json`` and ``docs/conformance.md``. Then it c
 no cluster needed: see profile_validation.py) and writes ``bench/results/profile-validation.json`` and the
 page's "Profile validation" section. Then the gang timelines (``--gang-timelines``, default
 ``$CONFORMANCE_GANG_TIMELINES`` or 24: workload-aware profiles against kube-scheduler with the four gates on, two
-control planes of their own, see timeline_harness.py; seeds drawn fresh unless ``--gang-seed-start``) write
+control planes of their own, see timeline_harness.py; seeds drawn fresh unless ``--gang-seed-start``; topology
+constraints and preemption on unless ``--gang-switches`` says otherwise) write
 ``bench/results/conformance-gangs.json`` and the page's gang section. Exits 1 when a disagreement is not explained by
 ``tests/conformance/known.py`` (scenarios) or is not a documented deviation (validation), so it can gate CI too.
 """
@@ -101,9 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--gang-switches",
-        default=os.environ.get("CONFORMANCE_GANG_SWITCHES", ""),
+        default=os.environ.get("CONFORMANCE_GANG_SWITCHES") or ",".join(FEATURES),
         help=f"comma-separated timeline features beyond gangs: {', '.join(FEATURES)} (default "
-        "$CONFORMANCE_GANG_SWITCHES or none: they wait for their features to be merged)",
+        f"$CONFORMANCE_GANG_SWITCHES or all of them, {','.join(FEATURES)}; 'none': plain gangs only)",
     )
     parser.add_argument("--gang-only", action="store_true", help="only the gang timelines (the page keeps the rest)")
     args = parser.parse_args(argv)
@@ -137,7 +138,7 @@ def run_gang_timelines(args: argparse.Namespace, command: str) -> int:
     if not profiles:
         print("gang timelines: no workload-aware profile in examples/, nothing to compare")
         return 1
-    switches = [s.strip() for s in args.gang_switches.split(",") if s.strip()]
+    switches = [s.strip() for s in args.gang_switches.split(",") if s.strip() and s.strip() != "none"]
     seed_start = args.gang_seed_start if args.gang_seed_start is not None else random.SystemRandom().randrange(10**6)
     print(f"gang timelines: seeds {seed_start}..{seed_start + args.gang_timelines - 1}, switches {switches or 'none'}")
     work_dir = (args.work_dir or Path(".cluster") / "conformance") / "gangs"
