@@ -108,11 +108,11 @@ def _node(
         labels["pool"] = "batch"
     spec: dict[str, Any] = {}
     roll = rng.random()
-    if roll < 0.08:
+    if roll < 0.18:  # infeasible for most pods: the search passes over them
         spec["taints"] = [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]
-    elif roll < 0.12:
+    elif roll < 0.23:
         spec["taints"] = [{"key": "spot", "effect": "PreferNoSchedule"}]
-    if rng.random() < 0.03:
+    if rng.random() < 0.05:
         spec["unschedulable"] = True
     node = {
         "apiVersion": "v1",
@@ -136,7 +136,8 @@ _MENU: tuple[tuple[str, tuple[str, ...], int], ...] = (
     ("spread-host-soft", ("PodTopologySpread",), 2),
     ("anti-affinity-host", ("InterPodAffinity",), 2),
     ("affinity-zone-preferred", ("InterPodAffinity",), 2),
-    ("disk-ssd", ("NodeAffinity",), 3),
+    ("disk-ssd", ("NodeAffinity",), 2),
+    ("disk-any", ("NodeAffinity",), 4),  # 60 % of the nodes: more feasible than sampled, many passed over
     ("rank-preferred", ("NodeAffinity",), 3),
     ("pool-batch", ("NodeAffinity",), 1),
     ("tolerate-infra", ("TaintToleration",), 2),
@@ -149,7 +150,9 @@ def _pending(rng: random.Random, namespace: str, index: int, zones: int) -> Pend
     app = rng.choice(APPS)
     # A cpu request of its own per pod: no two pods share a batching signature.
     cpu = rng.choice([100, 250, 500, 1000]) + index + 1
-    features = set(rng.choices([m[0] for m in _MENU], weights=[m[2] for m in _MENU], k=rng.randint(1, 3)))
+    draws = 1 if rng.random() < 0.4 else rng.randint(1, 3)
+    features = {"plain"} if draws == 1 and rng.random() < 0.5 else set()
+    features |= set(rng.choices([m[0] for m in _MENU], weights=[m[2] for m in _MENU], k=draws))
     spec: dict[str, Any] = {"containers": [_container(f"{cpu}m", rng)], "terminationGracePeriodSeconds": 0}
     if "big-request" in features:
         spec["containers"][0]["resources"]["requests"]["cpu"] = f"{9000 + index}m"
@@ -178,6 +181,8 @@ def _pending(rng: random.Random, namespace: str, index: int, zones: int) -> Pend
     node_terms = []
     if "disk-ssd" in features:
         node_terms.append({"key": "disk", "operator": "In", "values": ["ssd"]})
+    elif "disk-any" in features:
+        node_terms.append({"key": "disk", "operator": "Exists"})
     if "nowhere" in features:
         node_terms.append({"key": "disk", "operator": "In", "values": ["tape"]})
     if node_terms:
