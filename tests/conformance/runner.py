@@ -141,6 +141,9 @@ _CHOSE = re.compile(r"conformance: upstream chose (\S+)")
 
 PROBE_LABEL = "conformance.kopf-scheduler.io/probe"
 DECISION_TIMEOUT = 30.0
+UPSTREAM_BACKOFF_SECONDS = 60
+#: Upstream's log lines that end a cycle which searched the nodes (bound, or unschedulable).
+UPSTREAM_CYCLE_ENDS = ("Attempting to bind pod to node", "Unable to schedule pod; no fit; waiting")
 #: How long our preempting pod may take to bind once nominated (its victims must go first).
 PREEMPTION_TIMEOUT = 20.0
 POLL = 0.02
@@ -525,6 +528,11 @@ class Harness:
         }
         self._create_ignoring_conflict(lambda: client.NodeV1Api(self.api).create_runtime_class(runtime_class))
         config = scheduler_config((p.upstream() for p in self.profiles.values()), parallelism=1)
+        # Upstream's copies are refused their binding (an error: backoff, then a retry) until the harness deletes
+        # them. A retry is a cycle that moves upstream's node-search start index (big_clusters.py): keep it later
+        # than any deletion. Only retries wait; every compared verdict is a first attempt.
+        config["podInitialBackoffSeconds"] = UPSTREAM_BACKOFF_SECONDS
+        config["podMaxBackoffSeconds"] = 2 * UPSTREAM_BACKOFF_SECONDS
         extenders = {json.dumps(p.extenders, sort_keys=True) for p in self.profiles.values()}
         if len(extenders) > 1:
             raise ValueError("upstream configures extenders for all its profiles: compared profiles must agree")
@@ -914,6 +922,7 @@ class Harness:
         big = len(scenario.nodes) >= BIG_THRESHOLD
         if big:
             self._reset_search_start(profile)
+        scenario_mark = self._mark()
         for obj in scenario.namespaces:
             model.load(self._create(obj))
         # Many nodes are created by many threads; the model takes them in the order the watches deliver them.
@@ -960,6 +969,8 @@ class Harness:
         finally:
             self._scenario = None
             self._cleanup(scenario)
+        if big:
+            self._check_one_upstream_cycle(scenario_mark, results)
         return ScenarioResult(
             seed=scenario.seed,
             size=scenario.size,
@@ -970,6 +981,18 @@ class Harness:
             seconds=time.monotonic() - started,
             invalid=invalid,
         )
+
+    def _check_one_upstream_cycle(self, since: int, results: Sequence[PodResult]) -> None:
+        """Big clusters: upstream must have run one cycle per pod (a retry would have moved its start index)."""
+        cycles = Counter(
+            parsed[2].get("pod")
+            for parsed in map(parse_line, self._upstream_lines(since))
+            if parsed is not None and parsed[1] in UPSTREAM_CYCLE_ENDS
+        )
+        for result in results:
+            count = cycles[f"{result.namespace}/{result.name}"]
+            if count > 1:
+                result.problems.append(f"harness: upstream ran {count} cycles for the pod (its start index moved)")
 
     def _reset_search_start(self, profile: ProfileDef) -> None:
         """Both schedulers' node-search start index to 0: a pod reaches Filter in a cluster of one node, where
