@@ -68,7 +68,7 @@ def write_json(data: Mapping[str, Any], json_path: Path) -> Path:
     if json_path.is_file():
         main = json.loads(json_path.read_text())
         main["big_clusters"] = {k: v for k, v in data.items() if k != "rows"}
-        json_path.write_text(json.dumps(main, indent=2, sort_keys=True) + "\n")
+        json_path.write_text(json.dumps(main, indent=2) + "\n")  # as report.write_json: the file's own order
     return path
 
 
@@ -94,8 +94,8 @@ def section(data: Mapping[str, Any]) -> str:
         f"started {run.get('started', '?')}, {run.get('seconds', 0):.0f} s, {run.get('machine', '')}.",
         "",
         f"**{data['agree']} of {data['pods']} pods agree** in {data['scenarios']} scenarios "
-        f"({data['scenarios_1000_plus']} of 1000 nodes or more); {data['sampled']} bound pods had their sample "
-        "compared (upstream scored exactly K nodes of more feasible ones).",
+        f"({data['scenarios_1000_plus']} of 1000 nodes or more); {data['sampled']} bound pods had a sample of the "
+        "full size compared (upstream scored K nodes, K = `numFeasibleNodesToFind`).",
         "",
         "| seed | nodes | profile | existing pods | pods | bound | unschedulable | K | sampled | agree | seconds |",
         "|---|---|---|---|---|---|---|---|---|---|---|",

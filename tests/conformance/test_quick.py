@@ -79,7 +79,7 @@ def test_a_500_node_cluster_agrees_exactly(harness: Harness) -> None:
     # Sampling compared (big_clusters.py): 500 nodes → upstream scores 230 feasible nodes (the adaptive 46 %),
     # from the start index that each cycle moves; ours must score the very same nodes and agree on every pod.
     default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
-    result = harness.run_scenario(generate_big(BIG_QUICK_SEED, 500, pods=8), default)
+    result = harness.run_scenario(generate_big(BIG_QUICK_SEED, 500, pods=10), default)
     assert not result.invalid, f"the API server refused generated pods {result.invalid}"
     disagreements = [p for p in result.pods if not p.agree]
     assert not disagreements, "disagreements with upstream kube-scheduler:\n" + _describe(disagreements)
