@@ -48,7 +48,7 @@ from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build
 from kopf_scheduler.framework.interface import PodGroupPreemption
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry
-from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.framework.runtime import Framework, SearchStart
 from kopf_scheduler.framework.status import Status
 from kopf_scheduler.framework.waiting_pods import WaitingPod
 from kopf_scheduler.health import HEALTHY, PING, Health, HealthCheck, HealthChecks
@@ -189,6 +189,8 @@ class SchedulerApp:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Every profile's nominated pods (upstream's one queue, one nominator).
         self.nominator = PodNominator(self.unassigned.get)
+        #: Where the next node search begins, for every profile (upstream's one ``nextStartNodeIndex``).
+        self.search_start = SearchStart()
         #: The plugins' work off the scheduling cycle (``Handle.spawn``).
         self.jobs = BackgroundJobs()
         self.reporter = Reporter(
@@ -380,6 +382,7 @@ class SchedulerApp:
                 nominator=self.nominator,
                 observe_plugin=self.metrics.observe_plugin,
                 extenders=extenders,
+                search_start=self.search_start,
             )
         except Exception as e:  # nothing a user applies may crash the operator
             message = str(e) or type(e).__name__
