@@ -27,7 +27,9 @@ pytestmark = pytest.mark.e2e
 
 #: (seed, size, profile): small scenarios (3-6 nodes, 8-12 pending pods) that between them bind pods, leave
 #: pods unschedulable with multi-reason messages, and run the default profile and one with non-default args.
-#: ``None`` = the default profile (the example with an empty spec, or the built-in one).
+#: ``None`` = the default profile (the example with an empty spec, or the built-in one). ``make conformance``
+#: draws fresh seeds on every run: a disagreement it finds is pinned here, as the (seed, size, profile) it prints,
+#: once fixed (issue 37).
 QUICK_SCENARIOS = ((1, "small", None), (2, "small", "conformance-args-a"))
 
 CONTROL = ProfileDef(

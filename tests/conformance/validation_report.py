@@ -142,7 +142,8 @@ def section(data: dict[str, Any], run: RunInfo) -> str:
         "",
         f"- Run: `{run.command}` at {run.started}, {run.seconds:.0f} s, commit {run.commit}.",
         f"- Machine: {run.machine}.",
-        f"- {data['specs']} specs (seeds {run.seed_start}–{run.seed_start + data['specs'] - 1}): "
+        f"- {data['specs']} specs (seeds {run.seed_start}–{run.seed_start + data['specs'] - 1}, "
+        f"{'drawn fresh for this run' if run.seeds_fresh else 'given with --seed-start'}): "
         f"upstream accepted {data['accepted_upstream']}, refused {data['specs'] - data['accepted_upstream']}.",
         f"- **{data['agree']} agree, {data['disagree']} disagree** (no disagreement is excused in advance: "
         "every one fails the run).",
