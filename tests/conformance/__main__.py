@@ -153,10 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_extender_scenarios(args, command.strip())
     if args.gang_only:
         return run_gang_timelines(args, command.strip())
+    # The generated sections of the other comparisons, read before the scenario report rewrites the page.
     kept_gangs = gang_report.current_section(args.doc)
     kept_section = validation_report.current_section(args.doc)
-    failed = 0 if args.validation_only else run_scenarios(args, parser, command.strip())
     extender_section = extender_harness.current_section(args.doc)
+    failed = 0 if args.validation_only else run_scenarios(args, parser, command.strip())
     if not args.validation_only and args.extender_scenarios > 0:
         failed |= run_extender_scenarios(args, command.strip())
     elif extender_section is not None and not args.no_write:
