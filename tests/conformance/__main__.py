@@ -330,7 +330,7 @@ def run_extender_scenarios(args: argparse.Namespace, command: str) -> int:
     annotate_known(results)
     run = RunInfo.collect(
         command=command, seed_start=args.seed_start, sizes=args.size, seconds=time.monotonic() - started,
-        started=started_at,
+        started=started_at, seeds_fresh=args.seeds_fresh,
     )  # fmt: skip
     data = summary(results, [profile], run)
     if not args.no_write:

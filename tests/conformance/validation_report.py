@@ -39,8 +39,8 @@ VERDICTS = (
     "key `NodeResourcesFitArgs`, which no pluginConfig entry has, so only the plugin's constructor validates the "
     "args, and `NewFramework` constructs only the plugins `pluginsNeeded` finds in an `enabled` list. Ours now "
     "does the same: such args are decoded (a wrong type or an unknown field is still refused, as upstream's strict "
-    "decoding refuses it) and judged only when the plugin is needed (`CONSTRUCTOR_VALIDATED_ARGS`, "
-    "framework/builder.py).\n"
+    "decoding refuses it) and judged only when the plugin is needed (`judged_only_when_needed` of the args "
+    "model, api/args.py; framework/builder.py).\n"
     '- Empty plugin names: upstream ignores `{name: ""}` in a `disabled` list and a `pluginConfig` entry for '
     '`""` (two are a duplicate), and refuses it in an `enabled` list (`FilterPlugin "" does not exist`). The '
     "CRD schema's `minLength: 1` on plugin names is gone, so the builder gives upstream's verdicts and texts.\n"

@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -220,6 +220,9 @@ def _semantics_wanted(info: ValidationInfo) -> bool:
 
 class ArgsModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    #: Upstream validates these args only in the plugin's constructor: the builder judges them only when the
+    #: plugin is needed (and decodes them with :data:`STRUCTURE_ONLY` otherwise).
+    judged_only_when_needed: ClassVar[bool] = False
 
     def field_errors(self) -> list[FieldError]:
         """Upstream's semantic validation of these args, paths relative to the args object. Empty = valid."""
@@ -303,6 +306,10 @@ def _function_shape_errors(shape: Sequence[UtilizationShapePoint], path: str) ->
 
 
 class NodeResourcesFitArgs(ArgsModel):
+    # validation.go registers ValidateNodeResourcesFitArgs under "NodeResourcesFitArgs", a key no pluginConfig
+    # entry has: only the plugin's constructor (NewFit) validates these args.
+    judged_only_when_needed: ClassVar[bool] = True
+
     ignored_resources: list[str] = Field(default_factory=list)
     ignored_resource_groups: list[str] = Field(default_factory=list)
     scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy)

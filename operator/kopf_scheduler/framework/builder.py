@@ -39,11 +39,11 @@ Where we deliberately differ from upstream, for a profile-per-object operator:
 - removed plugins are also refused in ``multiPoint`` (upstream only checks the single points and would
   report ``PreFilterPlugin "EBSLimits" does not exist`` instead).
 
-As upstream, NodeResourcesFit's args are judged only when the plugin is needed (named in an ``enabled`` list
-after merging, upstream ``pluginsNeeded``): upstream's config validator for them is registered under the key
-``NodeResourcesFitArgs``, which no plugin has, so only the plugin's constructor validates them. Args of a
-NodeResourcesFit that is disabled everywhere are decoded (a wrong type or unknown field is still refused) and
-otherwise accepted.
+As upstream, args whose model says ``judged_only_when_needed`` (NodeResourcesFit's) are judged only when the
+plugin is needed (named in an ``enabled`` list after merging, upstream ``pluginsNeeded``): upstream's config
+validator for NodeResourcesFit is registered under the key ``NodeResourcesFitArgs``, which no plugin has, so only
+the plugin's constructor validates them. Such args of a plugin disabled everywhere are decoded (a wrong type or
+unknown field is still refused) and otherwise accepted.
 """
 
 from __future__ import annotations
@@ -104,10 +104,6 @@ DEFAULT_MULTI_POINT: tuple[tuple[str, int | None], ...] = (
     ("NodeDeclaredFeatures", None),
 )
 
-
-#: Plugins whose args upstream validates only in the plugin's constructor, so only when the plugin is needed
-#: (validation.go registers NodeResourcesFit's validator under "NodeResourcesFitArgs", a name no plugin has).
-CONSTRUCTOR_VALIDATED_ARGS = frozenset({"NodeResourcesFit"})
 
 #: Upstream ``MaxTotalScore`` (math.MaxInt64): the weighted sum of all maximum scores must stay below it.
 MAX_TOTAL_SCORE = 2**63 - 1
@@ -302,7 +298,7 @@ def _validate_config(
             # Out-of-tree args without a model go to the plugin as they are (upstream passes them raw).
             decoded.setdefault(config.name, dict(config.args))
             continue
-        structure_only = config.name in CONSTRUCTOR_VALIDATED_ARGS and config.name not in needed
+        structure_only = config.name not in needed and getattr(model, "judged_only_when_needed", False)
         args, args_errors = _decode_args(config.name, config.args, model, f"{path}.args", structure_only)
         errors += args_errors
         if args is not None:
