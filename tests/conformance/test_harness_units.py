@@ -502,6 +502,32 @@ def test_most_scenarios_run_the_default_profile_and_every_other_profile_keeps_a_
 
 
 # -- known differences -------------------------------------------------------------------------------------
+def test_a_victim_sharing_a_host_port_explains_only_preemptions_part() -> None:
+    # Seed 728710 (a make conformance run): on n02 a priority -100 pod and a priority 0 pod both hold port 443.
+    from tests.conformance import known
+
+    scenario = generate(728710, "normal")
+    assert known.shared_host_port_nodes(scenario) == {"c728710-n02": (-100, 0)}
+    main = "0/13 nodes are available: 2 node(s) didn't match pod anti-affinity rules. "
+    upstream = Decision("unschedulable", note=main + "preemption: 0/13 nodes are available: 2 node(s) didn't match "
+                        "pod anti-affinity rules, 11 No preemption victims found for incoming pod.")  # fmt: skip
+    ours = Decision("unschedulable", note=main + "preemption: 0/13 nodes are available: 1 node(s) didn't have free "
+                    "ports for the requested pod ports, 1 node(s) didn't match pod anti-affinity rules, 11 No "
+                    "preemption victims found for incoming pod.")  # fmt: skip
+
+    def result(pod_priority: int, ours: Decision = ours) -> PodResult:
+        return PodResult(
+            seed=728710, profile="p", index=11, name="p11", namespace="ns", features=["NodePorts"], plugins=[],
+            upstream=upstream, ours=ours, hints=known.scenario_hints(scenario),
+            manifest={"spec": {"priority": pod_priority}}, problems=["message: FailedScheduling notes differ"],
+        )  # fmt: skip
+
+    assert known.explain(result(0)) is not None
+    assert known.explain(result(-100)) is None  # no holder is a victim: not this cause
+    other = Decision("unschedulable", note="0/13 nodes are available: 3 Insufficient cpu. " + ours.note.split(". ")[1])
+    assert known.explain(result(0, other)) is None  # the main part differs too: not this cause
+
+
 def test_freed_host_port_nodes_and_predicate() -> None:
     from tests.conformance import known
 

@@ -30,7 +30,13 @@ pytestmark = pytest.mark.e2e
 #: ``None`` = the default profile (the example with an empty spec, or the built-in one). ``make conformance``
 #: draws fresh seeds on every run: a disagreement it finds is pinned here, as the (seed, size, profile) it prints,
 #: once fixed (issue 37).
-QUICK_SCENARIOS = ((1, "small", None), (2, "small", "conformance-args-a"))
+QUICK_SCENARIOS = (
+    (1, "small", None),
+    (2, "small", "conformance-args-a"),
+    # Found by make conformance on fresh seeds 728664..728723: pod p11's preemption part differs where a victim
+    # shares a host port with a pod that stays (known.py freed-host-port, preemption's dry run).
+    (728710, "normal", None),
+)
 
 CONTROL = ProfileDef(
     "conformance-control",
