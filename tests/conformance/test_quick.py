@@ -1,6 +1,7 @@
 """The quick subset of the differential conformance suite that ``make test`` runs (~30 s on 2 cores).
 
-Two small seeded scenarios and a pinned preemption case are scheduled by upstream kube-scheduler v1.36.3
+Seeded scenarios (two small ones and the seeds pinned after a fresh-seed run found a disagreement) and pinned
+preemption cases are scheduled by upstream kube-scheduler v1.36.3
 and by ``kopf-scheduler run`` (see runner.py for how both decide on the same state); any disagreement that
 ``known.py`` does not explain fails the test. The known difference is pinned by its own reproducer, and a
 negative control proves the harness can see a difference at all: a profile whose upstream side scores with
