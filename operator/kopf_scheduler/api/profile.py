@@ -53,8 +53,9 @@ class ApiModel(BaseModel):
 class PluginEntry(ApiModel):
     """A plugin named at an extension point (upstream Plugin)."""
 
+    # No minLength: kube-scheduler ignores an empty name in a "disabled" list and refuses it in an "enabled"
+    # one as a plugin that does not exist (the builder's text), so the schema must let both through.
     name: str = Field(
-        min_length=1,
         description=(
             'Name of the plugin, as registered (for example "NodeResourcesFit"). In a "disabled" list, "*" stands '
             "for every default plugin of the extension point."
@@ -160,7 +161,8 @@ _FIELD_BY_KEY: dict[str, str] = {info.alias or name: name for name, info in Plug
 class PluginConfig(ApiModel):
     """Arguments for one plugin (upstream PluginConfig)."""
 
-    name: str = Field(min_length=1, description="Name of the plugin the arguments are for.")
+    # No minLength: kube-scheduler accepts (and ignores) args for a plugin named "" (twice: a duplicate).
+    name: str = Field(description="Name of the plugin the arguments are for.")
     args: FreeFormObject = Field(
         default_factory=dict,
         description=(
