@@ -8,8 +8,11 @@ no cluster needed: see profile_validation.py) and writes ``bench/results/profile
 page's "Profile validation" section. Then the gang timelines (``--gang-timelines``, default
 ``$CONFORMANCE_GANG_TIMELINES`` or 24: workload-aware profiles against kube-scheduler with the four gates on, two
 control planes of their own, see timeline_harness.py; seeds drawn fresh unless ``--gang-seed-start``) write
-``bench/results/conformance-gangs.json`` and the page's gang section. Exits 1 when a disagreement is not explained by
-``tests/conformance/known.py`` (scenarios) or is not a documented deviation (validation), so it can gate CI too.
+``bench/results/conformance-gangs.json`` and the page's gang section. Then the default-profile timelines
+(``--timelines``, default ``$CONFORMANCE_TIMELINES`` or 24: multi-step scenarios, see timeline_run.py) write
+``bench/results/conformance-timelines.json`` and the page's timelines section. Exits 1 when a disagreement is not
+explained by ``tests/conformance/known.py`` (scenarios) or is not a documented deviation (validation), so it can gate
+CI too.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.conformance import extender_harness, gang_report, profile_validation, validation_report
+from tests.conformance import (
+    extender_harness,
+    gang_report,
+    profile_validation,
+    timeline_report,
+    timeline_run,
+    validation_report,
+)
 from tests.conformance.gang_timelines import FEATURES, generate_timeline
 from tests.conformance.generator import SIZES, generate
 from tests.conformance.report import (
@@ -106,12 +116,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "$CONFORMANCE_GANG_SWITCHES or none: they wait for their features to be merged)",
     )
     parser.add_argument("--gang-only", action="store_true", help="only the gang timelines (the page keeps the rest)")
+    timeline_run.add_arguments(parser)
     args = parser.parse_args(argv)
     command = "python -m tests.conformance " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     if args.extender_only:
         return run_extender_scenarios(args, command.strip())
     if args.gang_only:
         return run_gang_timelines(args, command.strip())
+    if args.timelines_only:
+        return timeline_run.run_default_timelines(args, command.strip())
+    kept_timelines = timeline_report.current_section(args.doc)
     kept_gangs = gang_report.current_section(args.doc)
     kept_section = validation_report.current_section(args.doc)
     failed = 0 if args.validation_only else run_scenarios(args, parser, command.strip())
@@ -128,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         failed |= run_gang_timelines(args, command.strip())
     elif kept_gangs is not None and not args.no_write:
         gang_report.put_section(kept_gangs, args.doc)  # the scenario report rewrote the page
+    if not args.validation_only and args.timelines > 0:
+        failed |= timeline_run.run_default_timelines(args, command.strip())
+    elif kept_timelines is not None and not args.no_write:
+        timeline_report.put_section(kept_timelines, args.doc)  # the scenario report rewrote the page
     return failed
 
 
