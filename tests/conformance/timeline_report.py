@@ -85,7 +85,9 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         f"kopf-scheduler {__version__}",
         f"- seeds: {seeds[0] if seeds else '-'}..{seeds[-1] if seeds else '-'} (drawn fresh for this run; replay one "
         "with `python -m tests.conformance --timelines-only --timelines 1 --timeline-seed-start SEED`)",
-        f"- timelines: {data.get('timelines')}, agree: **{data.get('agree')}**, disagree: {data.get('disagree')} "
+        f"- timelines: {data.get('timelines')} of {data.get('requested')} requested"
+        + (f" (time budget {data.get('budget_seconds'):.0f} s)" if data.get("budget_seconds") else "")
+        + f", agree: **{data.get('agree')}**, disagree: {data.get('disagree')} "
         f"({data.get('errors')} harness errors), diverged on a tie: {data.get('diverged_on_tie')}",
         f"- steps compared: {data.get('steps')}, agree: {data.get('steps_agree')}; pods at the end: {data.get('pods')}",
         "",

@@ -41,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=int(os.environ.get("CONFORMANCE_TIMELINE_WORKERS") or 1),
         help="harnesses run side by side (default $CONFORMANCE_TIMELINE_WORKERS or 1)",
     )
+    parser.add_argument(
+        "--timeline-budget",
+        type=float,
+        default=float(os.environ.get("CONFORMANCE_TIMELINE_BUDGET") or 0),
+        help="seconds after which no further timeline starts (the report says how many ran; default 0: no limit)",
+    )
     parser.add_argument("--timelines-only", action="store_true", help="only the default-profile timelines")
 
 
@@ -60,6 +66,9 @@ def run_default_timelines(args: argparse.Namespace, command: str) -> int:
         harness = TimelineHarness([DEFAULT_PROFILE], work_dir=work_dir / str(index), log=log, workload_aware=False)
         with harness:
             for seed in range(seed_start + index, seed_start + count, workers):
+                if args.timeline_budget and time.monotonic() - started > args.timeline_budget:
+                    log(f"time budget of {args.timeline_budget:.0f}s spent: no further timeline starts")
+                    break
                 result = harness.run_timeline(generate_default_timeline(seed, DEFAULT_PROFILE.name))
                 with lock:
                     results.append(result)
@@ -77,6 +86,8 @@ def run_default_timelines(args: argparse.Namespace, command: str) -> int:
     data = {
         **summary(results),
         "workers": workers,
+        "requested": count,
+        "budget_seconds": args.timeline_budget,
         "feature_table": timeline_report.feature_table(results),
         "timing": timeline_report.timing(results),
         "run": vars(run),
@@ -89,7 +100,8 @@ def run_default_timelines(args: argparse.Namespace, command: str) -> int:
         f"default timelines: {data['timelines']} timelines, {data['agree']} agree, {data['disagree']} disagree, "
         f"{data['diverged_on_tie']} diverged on a tie, in {round(run.seconds)}s"
     )
-    return 1 if data["disagree"] or len(results) < count else 0
+    stopped_early = len(results) < count and not args.timeline_budget
+    return 1 if data["disagree"] or stopped_early else 0
 
 
 def _print(result: TimelineResult, done: int, count: int) -> None:
