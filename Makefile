@@ -59,7 +59,7 @@ help:
 	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400):"
 	@echo "                  and gang timelines (CONFORMANCE_GANG_TIMELINES, default 24, fresh seeds):"
 	@echo "                  docs/conformance.md + bench/results/conformance.json + profile-validation.json"
-	@echo "                  + conformance-gangs.json"
+	@echo "                  + conformance-gangs.json + conformance-timelines.json"
 
 $(VENV_STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
