@@ -61,7 +61,7 @@ help:
 	@echo "                  and big clusters (CONFORMANCE_BIG_CLUSTERS, default 10 of 1000-5000 nodes), on fresh seeds"
 	@echo "                  each run (printed and recorded; rerun one with python -m tests.conformance --seed-start N):"
 	@echo "                  docs/conformance.md + bench/results/conformance.json + profile-validation.json"
-	@echo "                  + conformance-gangs.json + conformance-big-clusters.json"
+	@echo "                  + conformance-gangs.json + conformance-big-clusters.json + conformance-timelines.json"
 
 $(VENV_STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

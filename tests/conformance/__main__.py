@@ -14,7 +14,9 @@ default ``$CONFORMANCE_BIG_CLUSTERS`` or 10 scenarios of 1000-5000 nodes, sampli
 their own, see big_clusters.py; seeds drawn fresh unless ``--big-seed-start``) write
 ``bench/results/conformance-big-clusters.json`` and the page's big-cluster section. Exits 1 when a disagreement
 is not explained by ``tests/conformance/known.py`` (scenarios; big clusters allow none) or is not a documented
-deviation (validation), so it can gate CI too.
+deviation (validation), so it can gate CI too. Then the default-profile timelines (``--timelines``, default
+``$CONFORMANCE_TIMELINES`` or 24: multi-step scenarios, see timeline_run.py) write
+``bench/results/conformance-timelines.json`` and the page's timelines section.
 
 Seeds are fresh on every run (issue 37): the first seed is drawn at random unless ``--seed-start`` gives it, and
 is printed and recorded, so any run is reproduced with ``--seed-start``; the scenarios, the extender scenarios
@@ -36,7 +38,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.conformance import big_report, extender_harness, gang_report, profile_validation, validation_report
+from tests.conformance import (
+    big_report,
+    extender_harness,
+    gang_report,
+    profile_validation,
+    timeline_report,
+    timeline_run,
+    validation_report,
+)
 from tests.conformance.big_clusters import big_size_for, generate_big
 from tests.conformance.gang_timelines import FEATURES, generate_timeline
 from tests.conformance.generator import SIZES, generate
@@ -161,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--big-seed-start", type=int, default=None, help="seed of the first big-cluster scenario (default: fresh)"
     )
     parser.add_argument("--big-only", action="store_true", help="only the big clusters (the page keeps the rest)")
+    timeline_run.add_arguments(parser)
     args = parser.parse_args(argv)
     command = "python -m tests.conformance " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     args.seeds_fresh = args.seed_start is None
@@ -173,7 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_gang_timelines(args, command.strip())
     if args.big_only:
         return run_big_clusters(args, command.strip())
+    if args.timelines_only:
+        return timeline_run.run_default_timelines(args, command.strip())
     # The generated sections of the other comparisons, read before the scenario report rewrites the page.
+    kept_timelines = timeline_report.current_section(args.doc)
     kept_gangs = gang_report.current_section(args.doc)
     kept_big = big_report.current_section(args.doc)
     kept_section = validation_report.current_section(args.doc)
@@ -195,6 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         failed |= run_big_clusters(args, command.strip())
     elif kept_big is not None and not args.no_write:
         big_report.put_section(kept_big, args.doc)  # the scenario report rewrote the page
+    if not args.validation_only and args.timelines > 0:
+        failed |= timeline_run.run_default_timelines(args, command.strip())
+    elif kept_timelines is not None and not args.no_write:
+        timeline_report.put_section(kept_timelines, args.doc)  # the scenario report rewrote the page
     return failed
 
 
