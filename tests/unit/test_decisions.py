@@ -3,6 +3,7 @@ that a profile without the opt-in writes nothing, and that explain answers from 
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -175,3 +176,29 @@ def test_annotations_written_by_someone_else_are_no_account() -> None:
     assert account_from_annotations("ns/p", {RESULT: "not json"}) is None
     assert account_from_annotations("ns/p", {RESULT: "[1]"}) is None
     assert account_from_annotations("ns/p", {RESULT: '{"result":"Scheduled","weights":3}'}) is None
+
+
+def test_the_failures_patch_does_not_requeue_the_pod_and_its_later_binding_empties_filter_result() -> None:
+    app, client = three_node_app(ANNOTATED)
+    late = pending("late", requests={"cpu": "10"})
+    app.on_pod_event("ADDED", late)
+    drive(app)
+    [(_, annotations)] = client.annotation_patches
+    # The watch brings the pod back with them: no new attempt for that alone (nothing else changed).
+    annotated = copy.deepcopy(late)
+    annotated["metadata"]["annotations"] = annotations
+    annotated["metadata"]["resourceVersion"] = "2"
+    app.on_pod_event("MODIFIED", annotated)
+    assert app.profiles["sp"].queue.pending_pods()["unschedulable"] == 1  # still parked, not moved by its update
+    drive(app)
+    assert client.bindings == []
+    assert len(client.annotation_patches) == 1
+    # A node where it fits: bound, and the Binding empties the failure's filter-result.
+    app.on_node_event(None, make_node("big", cpu="16", memory="16Gi"))
+    app.profiles["sp"].queue.flush_backoff_completed()
+    drive(app)
+    assert client.bindings == [("default", "late", "big")]
+    carried = client.binding_annotations["late"]
+    assert carried[FILTER_RESULT] == "{}"
+    assert carried[SELECTED_NODE] == "big"
+    assert json.loads(carried[RESULT])["result"] == "Scheduled"
