@@ -26,9 +26,11 @@ from bench._synthetic import WORKLOADS, make_cluster
 from bench.algo import CYCLES, SEED, default_framework, machine, measure
 from kopf_scheduler.algorithm import FitError, ScheduleResult, schedule_pod
 from kopf_scheduler.decisions import failure_annotations, success_annotations, unchanged, with_stale_cleared
-from kopf_scheduler.explain import Explanations, ScoreCapture, capture_scores, explain_fit_error
+from kopf_scheduler.explain import Explanations, capture_scores, explain_fit_error
 from kopf_scheduler.framework.cycle_state import CycleState
+from kopf_scheduler.framework.runtime import Framework
 from kopf_scheduler.schedule_one import assume_and_reserve
+from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 
 
@@ -42,18 +44,27 @@ def _best_us(calls: int, passes: int, run: Callable[[], object]) -> float:
     return best
 
 
-def annotations_cost(workload: str, nodes: int, *, cycles: int = 1000, passes: int = 7) -> dict[str, float]:
-    """µs per bound pod's and per failed attempt's annotations, and their bytes (``--annotations``)."""
+def _cycles(
+    workload: str, nodes: int, cycles: int
+) -> tuple[ClusterCache, Framework, random.Random, list[ScheduleResult]]:
+    """A cluster of ``nodes`` and the results of ``cycles`` real cycles of ``workload`` on it, each pod assumed."""
     cache = make_cluster(nodes)
     framework = default_framework(cache)
     rng = random.Random(SEED)
-    captures: list[ScoreCapture] = []
+    results: list[ScheduleResult] = []
     for i in range(cycles):
         pod = PodInfo.from_obj(WORKLOADS[workload](i))
         state = CycleState()
         result = schedule_pod(framework, state, pod, cache.snapshot(), rng=rng)
         assume_and_reserve(framework, state, pod, result, cache)
-        captures.append(capture_scores(result, cache.table.names, at=0.0))
+        results.append(result)
+    return cache, framework, rng, results
+
+
+def annotations_cost(workload: str, nodes: int, *, cycles: int = 1000, passes: int = 7) -> dict[str, float]:
+    """µs per bound pod's and per failed attempt's annotations, and their bytes (``--annotations``)."""
+    cache, framework, rng, results = _cycles(workload, nodes, cycles)
+    captures = [capture_scores(result, cache.table.names, at=0.0) for result in results]
     success = _best_us(
         len(captures), passes, lambda: [with_stale_cleared(success_annotations("sp", c), {}) for c in captures]
     )
@@ -79,16 +90,7 @@ def annotations_cost(workload: str, nodes: int, *, cycles: int = 1000, passes: i
 
 def capture_alone_us(workload: str, nodes: int, *, cycles: int = 1000, passes: int = 7) -> float:
     """Microseconds per :func:`capture_scores` call over the results of ``cycles`` real cycles (fastest pass)."""
-    cache = make_cluster(nodes)
-    framework = default_framework(cache)
-    rng = random.Random(SEED)
-    results: list[ScheduleResult] = []
-    for i in range(cycles):
-        pod = PodInfo.from_obj(WORKLOADS[workload](i))
-        state = CycleState()
-        result = schedule_pod(framework, state, pod, cache.snapshot(), rng=rng)
-        assume_and_reserve(framework, state, pod, result, cache)
-        results.append(result)
+    cache, _, _, results = _cycles(workload, nodes, cycles)
     names = cache.table.names
     best = float("inf")
     for _ in range(passes):
