@@ -279,6 +279,15 @@ class ExplainOptions(ApiModel):
             "default: it adds a measurable share to each scheduling cycle (docs/benchmarks.md)."
         ),
     )
+    annotations: bool = Field(
+        default=False,
+        description=(
+            "Write each pod's last attempt onto the pod as kopf-scheduler.io/ annotations (result, filter-result, "
+            "score-result, finalscore-result, selected-node; the kube-scheduler-simulator's shapes, at most 8 KiB), "
+            "readable with kubectl and by explain after a failover. A bound pod's go in its Binding (no extra "
+            "write); a failure's in one merge patch when it differs from the last. Off by default (docs/explain.md)."
+        ),
+    )
 
 
 class SchedulerProfileSpec(ApiModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kopf_scheduler.framework import SUCCESS, BindPlugin, ClusterEventWithHint, CycleState, Status
+from kopf_scheduler.framework import BINDING_ANNOTATIONS, SUCCESS, BindPlugin, ClusterEventWithHint, CycleState, Status
 from kopf_scheduler.state.pod_info import PodInfo
 
 #: Our own text for a framework started without an API client (tests, dry runs): binding cannot happen.
@@ -32,7 +32,13 @@ class DefaultBinder(BindPlugin):
         if client is None:
             return Status.as_error(NoClientError(ERR_NO_CLIENT), plugin=self.name)
         try:
-            await client.bind(namespace=pod.namespace, name=pod.name, uid=pod.uid, node_name=node_name)
+            annotations = state.get(BINDING_ANNOTATIONS)
+            if annotations:  # spec.explain.annotations: the attempt's account goes onto the pod in the same write
+                await client.bind(
+                    namespace=pod.namespace, name=pod.name, uid=pod.uid, node_name=node_name, annotations=annotations
+                )
+            else:
+                await client.bind(namespace=pod.namespace, name=pod.name, uid=pod.uid, node_name=node_name)
         except Exception as exc:  # APIError and transport errors alike: upstream makes any error an Error status
             return Status.as_error(exc, plugin=self.name)
         return SUCCESS
