@@ -376,8 +376,13 @@ class ScheduleOne:
         """Decide whether the pod goes back to a queue, and report it (clearing its nomination)."""
         http_status = getattr(status.error, "status", None)
         if http_status == 409:
-            # Already bound (another replica during a peering overlap): its watch event brings the truth.
+            # Bound elsewhere (another replica during a peering overlap; DefaultBinder found it not bound here): its
+            # watch event brings the truth and takes it off the queue. Until then it waits in the backoff queue,
+            # unreported: a 409 the watch never follows (the pod still unbound) would otherwise lose the pod.
             logger.info("pod %s was already bound elsewhere (409); dropping our assumption", pod.key)
+            if pod.uid in self._unassigned:
+                qpod.clear_rejector_plugins()
+                runtime.queue.add_unschedulable_if_not_present(qpod)
             runtime.queue.done(pod.uid)
             return
         if http_status == 404:

@@ -31,6 +31,8 @@ class FakeClient:
         #: Coscheduling PodGroup status patches, as (namespace, name, patch).
         self.coscheduling_patches: list[tuple[str, str, dict[str, Any]]] = []
         self.bind_errors: dict[str, APIError] = {}
+        #: What get_pod answers, by (namespace, name) (absent: 404).
+        self.live_pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.lists: dict[str, list[dict[str, Any]]] = {}
         #: Path → the resourceVersion its LIST reports (none when absent).
         self.versions: dict[str, str] = {}
@@ -64,6 +66,11 @@ class FakeClient:
         if name in self.bind_errors:
             raise self.bind_errors[name]
         self.bindings.append((namespace, name, node_name))
+
+    async def get_pod(self, *, namespace: str, name: str) -> dict[str, Any]:
+        if (namespace, name) not in self.live_pods:
+            raise APIError(404, f'pods "{name}" not found')
+        return copy.deepcopy(self.live_pods[namespace, name])
 
     async def replace_persistent_volume(self, *, body: dict[str, Any]) -> dict[str, Any]:
         self.replaced.append(("PersistentVolume", body))

@@ -158,6 +158,10 @@ class KubeClient:
         }
         await self.send("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body=body)
 
+    async def get_pod(self, *, namespace: str, name: str) -> JSON:
+        """GET a pod (DefaultBinder, after a Binding whose answer was lost or an error)."""
+        return await self.request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}")
+
     async def replace_persistent_volume(self, *, body: JSON) -> JSON:
         """PUT a PersistentVolume (VolumeBinding writes a claimRef); the stored object. 409 if ``body`` is stale."""
         name = (body.get("metadata") or {}).get("name") or ""
