@@ -57,9 +57,10 @@ help:
 	@echo "make bench-takeover  SIGKILL of the active replica with a 50000-pod backlog: bench/results/takeover.json"
 	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~4 min) and"
 	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400):"
-	@echo "                  and gang timelines (CONFORMANCE_GANG_TIMELINES, default 24, fresh seeds):"
+	@echo "                  and gang timelines (CONFORMANCE_GANG_TIMELINES, default 24, fresh seeds)"
+	@echo "                  and big clusters (CONFORMANCE_BIG_CLUSTERS, default 10 of 1000-5000 nodes, fresh seeds):"
 	@echo "                  docs/conformance.md + bench/results/conformance.json + profile-validation.json"
-	@echo "                  + conformance-gangs.json"
+	@echo "                  + conformance-gangs.json + conformance-big-clusters.json"
 
 $(VENV_STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

@@ -103,6 +103,8 @@ from typing import Any
 
 import aiohttp
 
+from bench._e2e_apicalls import requests_between, writes_per_pod
+from bench._e2e_apicalls import scrape as scrape_requests
 from bench._e2e_gangs import (
     GANG_SIZE,
     KOPF_COSCHEDULING_SPEC,
@@ -636,6 +638,13 @@ class Api:
                 raise RuntimeError(f"{method} {path}: HTTP {r.status}: {text[:500]}")
             return json.loads(text) if text else {}
 
+    async def get_text(self, path: str) -> str:
+        """A GET whose answer is not JSON (the API server's ``/metrics``)."""
+        async with self.session.get(self.server + path) as r:
+            if r.status >= 400:
+                raise RuntimeError(f"GET {path}: HTTP {r.status}")
+            return await r.text()
+
     async def create(self, path: str, body: dict[str, Any]) -> None:
         """POST with retries; an object that already exists (409) counts as created."""
         for attempt in range(5):
@@ -1112,6 +1121,7 @@ async def run_one(
     load_before = load1()
     speed_before = speed_probe_ms()
     runner = Runner(scheduler, cluster, namespace, config, log_dir, workload)
+    requests_before = await scrape_requests(api.get_text)
     spawn = time.monotonic()
     runner.start()
     profiler = _start_profiler(config, runner, namespace)
@@ -1121,6 +1131,7 @@ async def run_one(
     peak_rss = cpu = math.nan
     last_count, last_progress = 0, spawn
     rss_timeline: list[tuple[float, float]] = []
+    api_requests: dict[str, int] = {}
     tick = 0
     try:
         while True:
@@ -1146,6 +1157,7 @@ async def run_one(
                 break
         if runner.alive():
             peak_rss, cpu = proc_stats(runner.pid)
+        api_requests = requests_between(requests_before, await scrape_requests(api.get_text))
     finally:
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
@@ -1184,6 +1196,8 @@ async def run_one(
         "speed_probe_ms_after": round(speed_after, 1),
         "error": error.splitlines()[0] if error else "",
         "rss_timeline": rss_timeline,
+        "api_writes_per_pod": writes_per_pod(api_requests, len(watch.bound)),
+        "api_requests": api_requests,
     }
     if workload.gang_size:  # nothing lost: every gang bound whole
         row.update(gang_outcome(watch.name_of, watch.node_of, workload.gang_size))
@@ -1205,7 +1219,8 @@ async def run_one(
         f"  {workload.id:16s} {scheduler:15s} rep {rep}: avg {row['throughput_avg']:7.1f} pods/s "
         f"p50 {row['p50']:7.1f} p99 {row['p99']:7.1f} | lat p50 {row['latency_p50_ms']:8.0f} ms "
         f"p99 {row['latency_p99_ms']:8.0f} ms | rss {peak_rss:6.0f} MiB cpu {cpu:6.1f} s | "
-        f"startup {row['startup_s']:.1f}s | created in {created_s:.1f}s | load {load_before:.2f}{gangs}",
+        f"startup {row['startup_s']:.1f}s | created in {created_s:.1f}s | load {load_before:.2f}{gangs} | "
+        f"API writes/pod {row['api_writes_per_pod']}: {dict(list(api_requests.items())[:8])}",
         flush=True,
     )
     return row, timeline

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
+from tools.aggregation import register_operator, wait_available
 from tools.localcluster import (
     REPO_ROOT,
     LocalCluster,
@@ -136,12 +137,25 @@ def _show(cluster: LocalCluster, title: str, *args: str) -> None:
     sys.stdout.write(result.stdout or result.stderr)
 
 
-def _show_explain(pod: str, *, metrics_port: int, kubeconfig: Path, why: str) -> None:
-    """``kopf-scheduler explain``: what kube-scheduler's histogram cannot say, node by node."""
-    # HTTPS with a self-signed certificate; the kubeconfig's (admin) token is the credential. The operator runs
-    # outside a pod here, so --url names it directly (in a cluster, explain finds the active replica itself).
-    url = f"https://127.0.0.1:{metrics_port}"
-    _show_cli(["explain", pod, "--url", url, "--insecure-skip-tls-verify"], why, kubeconfig)
+def _show_explain(pod: str, *, kubeconfig: Path, why: str) -> None:
+    """``kopf-scheduler explain``: what kube-scheduler's histogram cannot say, node by node.
+
+    Through the API server, as in a cluster: the operator is registered as the explain.kopf-scheduler.io
+    APIService (:func:`_register_operator`)."""
+    _show_cli(["explain", pod], why, kubeconfig)
+
+
+def _register_operator(api: client.ApiClient, *, metrics_port: int) -> None:
+    """The operator (a process on 127.0.0.1) as the aggregated API explain.kopf-scheduler.io/v1alpha1, so that
+    ``kopf-scheduler explain NS/POD`` and ``kubectl get podexplanation`` work with the printed KUBECONFIG."""
+    register_operator(api, port=metrics_port)
+    try:
+        wait_available(api, timeout=60)
+    except TimeoutError as e:
+        url = f"https://127.0.0.1:{metrics_port}"
+        print(
+            f"!! {e}: ask the operator directly: explain NS/POD --url {url} --insecure-skip-tls-verify", file=sys.stderr
+        )
 
 
 def _show_cli(args: list[str], why: str, kubeconfig: Path) -> None:
@@ -172,7 +186,7 @@ def _apply_docs(cluster: LocalCluster, docs: Sequence[dict[str, object]], name: 
     return result.returncode == 0
 
 
-def _gang_demo(cluster: LocalCluster, core: client.CoreV1Api, *, metrics_port: int) -> None:
+def _gang_demo(cluster: LocalCluster, core: client.CoreV1Api) -> None:
     """A gang that waits for its last member and then binds at once (``examples/gang-scheduling.yaml``)."""
     docs = [d for d in yaml.safe_load_all(GANG_EXAMPLE.read_text()) if d]
     pods = [d for d in docs if d["kind"] == "Pod"]
@@ -191,7 +205,7 @@ def _gang_demo(cluster: LocalCluster, core: client.CoreV1Api, *, metrics_port: i
     selector = f"involvedObject.name={names[0]}"
     _show(cluster, "and nothing reported: PreEnqueue holds them", "get", "events", "--field-selector", selector)
     why = "the gang's state: members against minCount, the PreEnqueue verdict"
-    _show_explain(f"default/{names[0]}", metrics_port=metrics_port, kubeconfig=cluster.kubeconfig, why=why)
+    _show_explain(f"default/{names[0]}", kubeconfig=cluster.kubeconfig, why=why)
     if not _apply_docs(cluster, pods[-1:], "gang-last-pod.yaml"):
         return
 
@@ -236,7 +250,9 @@ Try:
 {crd_hint}    {kubectl} get pods -o wide --sort-by=.spec.nodeName
     {kubectl} get events --field-selector reason=FailedScheduling
     {kubectl} describe pod too-big
-    {explain} explain default/too-big --url https://127.0.0.1:{metrics_port} --insecure-skip-tls-verify   # per node
+    {explain} explain default/too-big      # per node, through the API server (the explain APIService)
+    {kubectl} get podexplanation too-big -o yaml   # the same account with kubectl alone
+    {explain} explain default/too-big --url https://127.0.0.1:{metrics_port} --insecure-skip-tls-verify   # direct
     {explain} what-if --profile default-equivalent --pod default/too-big   # where it would go now (read-only)
     {kubectl} edit sp bin-packing          # change the profile: the next pods follow it, no restart
     {kubectl} scale deployment batch --replicas=10
@@ -280,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _wait_crds_established(cluster)
             print("starting kopf-scheduler ...", flush=True)
             operator = _start_operator(cluster, metrics_port=metrics_port)
+            _register_operator(api, metrics_port=metrics_port)
             _apply_dir(cluster, REPO_ROOT / "examples" / "profiles")
             _wait_for("SchedulerProfiles Ready", lambda: _profiles_ready(cluster), 60)
             _apply_dir(cluster, REPO_ROOT / "examples" / "workloads")
@@ -289,14 +306,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             _show(cluster, "why the others wait", "get", "events", "--field-selector", "reason=FailedScheduling")
             kubeconfig = cluster.kubeconfig
             why = "per node, per plugin"
-            _show_explain("default/too-big", metrics_port=metrics_port, kubeconfig=kubeconfig, why=why)
+            _show_explain("default/too-big", kubeconfig=kubeconfig, why=why)
             bound = _a_bound_pod(core, "bin-packing")
             if bound is not None:
                 why = "why there: the winner's and runners-up's scores"
-                _show_explain(bound, metrics_port=metrics_port, kubeconfig=kubeconfig, why=why)
+                _show_explain(bound, kubeconfig=kubeconfig, why=why)
             what_if = ["what-if", "--profile", "default-equivalent", "--pod", "default/too-big"]
             _show_cli(what_if, "the pending pod under another profile, offline (get/list only)", kubeconfig)
-            _gang_demo(cluster, core, metrics_port=metrics_port)
+            _gang_demo(cluster, core)
         print(f"\nready in {time.monotonic() - started:.1f}s", flush=True)
         print(_instructions(cluster, metrics_port=metrics_port), flush=True)
         try:

@@ -7,7 +7,8 @@ This module starts the upstream binaries built by ``tools/build-upstream.sh`` as
 * **etcd**, data on tmpfs (``/dev/shm``) with ``--unsafe-no-fsync``: the cluster is disposable and fsync
   dominates small-write latency otherwise;
 * **kube-apiserver**, token auth (one admin token in ``system:masters``, which is also exempt from API
-  Priority and Fairness), RBAC authorization, a service-account key pair, a self-signed serving cert;
+  Priority and Fairness), client certificates of a client CA, RBAC authorization, a service-account key pair,
+  a self-signed serving cert, and the aggregation layer's front proxy (``tools/aggregation.py``);
 * **kube-controller-manager** (full mode): Deployments create pods, the service-account controller creates
   ``default`` ServiceAccounts, the node-lifecycle controller removes the ``not-ready`` taint, namespaces and
   garbage get cleaned up;
@@ -57,6 +58,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 import yaml
+
+from tools.aggregation import Pki, write_pki
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, CoreV1Api
@@ -297,6 +300,8 @@ class LocalCluster:
         self.work_dir: Path = Path()
         self.etcd_dir: Path = Path()
         self.apiserver_port = 0
+        #: The client and front-proxy CAs and certificates (tools/aggregation.py), made at start.
+        self.pki = Pki(Path())
         self._started = False
         self._stopping = False
         self._lock = threading.RLock()
@@ -507,6 +512,7 @@ class LocalCluster:
         (pki / "tokens.csv").write_text(f'{self.token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
         (pki / "tokens.csv").chmod(0o600)
         _generate_rsa_key(pki / "sa.key")
+        self.pki = write_pki(pki)
 
     def _spawn(
         self, name: str, args: list[str], *, ports: dict[str, int] | None = None, env: Mapping[str, str] | None = None
@@ -579,6 +585,8 @@ class LocalCluster:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",  # no kubernetes Service endpoints pointing at 127.0.0.1
+            # The aggregation layer (APIServices): client certificates, the front proxy (tools/aggregation.py).
+            *self.pki.apiserver_args(),
             feature_gates_flag(),
             "--runtime-config=" + ",".join(f"{version}=true" for version in RUNTIME_CONFIG),
         ]

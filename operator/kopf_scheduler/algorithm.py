@@ -10,14 +10,17 @@ awaited between the phases (their wire format and transport are ``framework/exte
 :func:`run_post_filter` adds PostFilter's verdict to a FitError. What happens to the pod around the algorithm
 (assume, Reserve, Permit, the binding cycle, failure handling) is ``schedule_one.py``'s.
 
-Sampling is upstream's with the race taken out. Upstream checks nodes in parallel from ``nextStartNodeIndex``
-and cancels once it has ``numFeasibleNodesToFind`` feasible nodes, so which nodes it saw is racy; here the
-nodes are judged in rotated order, the first K feasible win, nodes after the K-th feasible one do not count
-as evaluated, and the start index advances by the number of nodes that do (upstream's formula, fed with
-the deterministic count). Filters run on a window of the rotated list a bit larger than K first and on the
-rest only when the window did not yield K feasible nodes, so a big healthy cluster costs about K nodes. When a
-PreFilter marked its Filter costly for the pod (``COSTLY_FILTER``: DynamicResources' allocator) the windows have
-no slack and the next one is sized by the feasible rate seen; the window sizes never change the verdicts.
+Sampling is upstream's with one worker (kube-scheduler with ``parallelism: 1``, whose search is not racy).
+Upstream checks nodes from ``nextStartNodeIndex`` and cancels the search when a node beyond the
+``numFeasibleNodesToFind``-th (K) turns out feasible: with one worker it keeps judging after the K-th feasible
+node until it meets a (K+1)-th, which it drops; the infeasible nodes met on the way keep their statuses and
+count in ``processedNodes``, so they move the start index. Here the nodes are judged in rotated order, the
+first K feasible win, rejections before the (K+1)-th feasible node count (all of them when there is none), and
+the start index advances by K plus those rejections, as upstream's formula does. Filters run on a window of
+the rotated list a bit larger than K first and on the rest only when the window did not yield K+1 feasible
+nodes, so a big healthy cluster costs about K nodes. When a PreFilter marked its Filter costly for the pod
+(``COSTLY_FILTER``: DynamicResources' allocator) the windows have no slack and the next one is sized by the
+feasible rate seen; the window sizes never change the verdicts.
 """
 
 from __future__ import annotations
@@ -502,6 +505,8 @@ def _find_nodes_that_pass_filters(
     """The first K feasible nodes in round-robin order from ``next_start_node_index``; rejections go to diagnosis.
 
     ``scoring``: Score plugins or filter/prioritize extenders follow (else any one feasible node will do).
+    The search goes on to the (K+1)-th feasible node, which is dropped: the rejections met before it are kept
+    (upstream's one-worker search cancels only when a feasible node finds the list full).
     """
     count = len(nodes)
     if count == 0:
@@ -512,6 +517,8 @@ def _find_nodes_that_pass_filters(
     start = framework.next_start_node_index % count
     if not framework.has_filter_plugins:
         return nodes[(start + np.arange(to_find)) % count], None
+    # The feasible node that ends the search: the one after the K-th.
+    stop_at = to_find + 1
 
     rotated = np.concatenate((nodes[start:], nodes[:start])) if start else nodes
     statuses = diagnosis.statuses
@@ -520,7 +527,7 @@ def _find_nodes_that_pass_filters(
     total = 0
     begin = 0
     costly = bool(state.get(COSTLY_FILTER))
-    size = min(count, to_find + (0 if costly else max(to_find // _WINDOW_SLACK_DIVISOR, _WINDOW_SLACK_MIN)))
+    size = min(count, stop_at + (0 if costly else max(to_find // _WINDOW_SLACK_DIVISOR, _WINDOW_SLACK_MIN)))
     while begin < count:
         outcome = framework.run_filter_plugins_with_nominated_pods(
             state,
@@ -535,17 +542,17 @@ def _find_nodes_that_pass_filters(
         found.append(outcome.feasible)
         found_positions.append(outcome.feasible_positions)
         total += len(outcome.feasible)
-        if total >= to_find:
+        if total >= stop_at:
             break
         begin += size
-        size = _next_window(count - begin, to_find - total, begin, total) if costly else count - begin
+        size = _next_window(count - begin, stop_at - total, begin, total) if costly else count - begin
     feasible = found[0] if len(found) == 1 else np.concatenate(found)
-    if len(feasible) >= to_find:
+    if len(feasible) >= stop_at:
         positions = found_positions[0] if len(found_positions) == 1 else np.concatenate(found_positions)
-        # Nodes after the K-th feasible one were judged only because we work in windows: forget them.
-        statuses.truncate(int(positions[to_find - 1]) + 1)
-        feasible = feasible[:to_find]
-    return feasible, None
+        # The (K+1)-th feasible node ends the search; nodes after it were judged only because we work in
+        # windows: forget them.
+        statuses.truncate(int(positions[to_find]))
+    return feasible[:to_find], None
 
 
 def _next_window(left: int, needed: int, judged: int, feasible: int) -> int:

@@ -48,7 +48,7 @@ from kopf_scheduler.framework.extender import Extender, ExtenderTransport, build
 from kopf_scheduler.framework.interface import PodGroupPreemption
 from kopf_scheduler.framework.profile import ResolvedProfile
 from kopf_scheduler.framework.registry import Registry
-from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.framework.runtime import Framework, SearchStart
 from kopf_scheduler.framework.status import Status
 from kopf_scheduler.framework.waiting_pods import WaitingPod
 from kopf_scheduler.health import HEALTHY, PING, Health, HealthCheck, HealthChecks
@@ -73,6 +73,7 @@ from kopf_scheduler.schedule_one import ScheduleOne
 from kopf_scheduler.schedule_one_pod_group import PodGroupCycle
 from kopf_scheduler.settings import RunSettings
 from kopf_scheduler.standby import PauseToggle, WarmStandby
+from kopf_scheduler.standing import PeeringRenewer, Standing, Timings
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_group_state import PodGroupState, PodGroupStateNotFound
 from kopf_scheduler.state.pod_info import PodInfo
@@ -151,8 +152,19 @@ class SchedulerApp:
         clock: Callable[[], float] = time.monotonic,
         hostname: str | None = None,
         extender_transport: ExtenderTransport | None = None,
+        identity: str | None = None,
     ) -> None:
         self.settings = settings
+        #: This replica's identity in the peering (kopf's), or None: no renew-deadline gate (unit tests).
+        self.identity = identity
+        #: The renew-deadline gate (``standing.py``): binds only on a standing confirmed within the renew deadline.
+        self.standing = Standing(
+            Timings(*settings.leader_election()),
+            clock=clock,
+            enabled=settings.leader_elect and identity is not None,
+        )
+        self._renewer: PeeringRenewer | None = None
+        self._renewer_task: asyncio.Task[None] | None = None
         #: Replaced on every kopf login; the parts read it through ``lambda: self.client``.
         self.client = client
         self.metrics = metrics or SchedulerMetrics()
@@ -177,6 +189,8 @@ class SchedulerApp:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Every profile's nominated pods (upstream's one queue, one nominator).
         self.nominator = PodNominator(self.unassigned.get)
+        #: Where the next node search begins, for every profile (upstream's one ``nextStartNodeIndex``).
+        self.search_start = SearchStart()
         #: The plugins' work off the scheduling cycle (``Handle.spawn``).
         self.jobs = BackgroundJobs()
         self.reporter = Reporter(
@@ -210,6 +224,7 @@ class SchedulerApp:
             move_all=self.watch.move_all_to_active_or_backoff,
             nominator=self.nominator,
             rng=self.rng,
+            standing=self.standing,
         )
         #: The pod-group cycle, where ScheduleOne sends the pods of a pod group of a workload-aware profile.
         self.pod_group_cycles = PodGroupCycle(
@@ -225,6 +240,7 @@ class SchedulerApp:
         self.coscheduling_status = CoschedulingStatus(
             client=lambda: self.client, pod_groups=self._coscheduling_pod_groups, spawn=self.spawn
         )
+        self.watch.pod_observer = self.coscheduling_status.observe_pod
 
     def _coscheduling_pod_groups(self) -> dict[tuple[str, str], dict[str, Any]]:
         groups: dict[tuple[str, str], dict[str, Any]] = {}
@@ -366,6 +382,7 @@ class SchedulerApp:
                 nominator=self.nominator,
                 observe_plugin=self.metrics.observe_plugin,
                 extenders=extenders,
+                search_start=self.search_start,
             )
         except Exception as e:  # nothing a user applies may crash the operator
             message = str(e) or type(e).__name__
@@ -465,8 +482,6 @@ class SchedulerApp:
         if event_type is None:
             self._listed_at = self.clock()
         self.watch.on_pod_event(event_type, obj)
-        if self.coscheduling_status.enabled:
-            self.coscheduling_status.touch_pod(obj)
 
     def kopf_is_listing(self) -> bool:
         """kopf handed over a listed pod or node within the last LISTING_QUIET_SECONDS."""
@@ -504,7 +519,33 @@ class SchedulerApp:
         watch starts where the cache is, if our LIST or stream can stand in for kopf's LIST
         (``EventHandlers.version_for_watch``)."""
         await self.standby.hand_over()
+        if self._renewer is not None:
+            self._renewer.nudge()  # confirm the standing now: the loops bind once it is
         return await self.watch.version_for_watch(path)
+
+    # -- the renew-deadline gate (standing.py) ------------------------------------------------------
+    def start_standing(self) -> None:
+        """Renew this replica's peering record every retry period from now on (once; with peering only)."""
+        if self.standing.enabled and self.identity is not None and self._renewer_task is None:
+            renewer = PeeringRenewer(
+                self.standing,
+                client=lambda: self.client,
+                name=self.settings.peering_name,
+                identity=self.identity,
+                priority=self.settings.peering_priority,
+                refresh=self._refresh_view,
+                clock=self.clock,
+            )
+            self._renewer = renewer
+            self._renewer_task = asyncio.ensure_future(renewer.run())
+
+    async def _refresh_view(self) -> None:
+        """The view after a lapse of the standing: a reconciling LIST (what another replica bound meanwhile), unless
+        the replica is paused, where the warm standby's streams keep the cache."""
+        if self.standby.paused:
+            return
+        self.watch.invalidate()
+        await self.watch.ensure_reconciled()
 
     # -- the scheduling loop -------------------------------------------------------------------------
     async def run_profile(self, name: str, *, stopped: Callable[[], bool], poll: float = 0.5) -> None:
@@ -548,6 +589,10 @@ class SchedulerApp:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(poll):
                             await client.write_room()
+                    continue
+                if not self.standing.may_bind():
+                    # No cycle on a standing that is not confirmed, or on a view not refreshed since it lapsed.
+                    await asyncio.sleep(poll)
                     continue
                 qpod = runtime.queue.pop_nowait()
                 if qpod is None:
@@ -597,6 +642,9 @@ class SchedulerApp:
         """Graceful shutdown: cancel the plugins' jobs (a preemption cut short is retried by the next
         leader: its victims are still there, or already gone), then wait for binds and reports."""
         self._shutting_down = True
+        if self._renewer_task is not None:  # before kopf removes our record: the renewer must not write after it
+            self._renewer_task.cancel()
+            await asyncio.wait([self._renewer_task])
         if self._standby_task is not None:
             self._standby_task.cancel()
             await asyncio.wait([self._standby_task])

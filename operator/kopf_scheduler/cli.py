@@ -43,6 +43,8 @@ _SETTING_FLAGS = {
     "peering_name": "peering_name",
     "peering_priority": "peering_priority",
     "peering_lifetime": "peering_lifetime",
+    "peering_renew_deadline": "peering_renew_deadline",
+    "peering_retry_period": "peering_retry_period",
     "metrics_port": "metrics_port",
     "health_port": "health_port",
     "bind_address": "bind_address",
@@ -90,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="priority BASE minus the StatefulSet ordinal that ends $POD_ID (the Helm chart's replicas)",
     )
     run.add_argument("--peering-lifetime", type=int, help="seconds a silent peer counts as alive (default 15)")
+    run.add_argument(
+        "--peering-renew-deadline",
+        type=float,
+        help="seconds the active replica binds after it last confirmed its standing in the peering (default 10)",
+    )
+    run.add_argument(
+        "--peering-retry-period", type=float, help="seconds between renewals of its peering record (default 2)"
+    )
     run.add_argument("--metrics-port", type=int, help="HTTPS port of /metrics and /explain, 0 disables (10259)")
     run.add_argument("--health-port", type=int, help="port of /healthz, 0 disables (default 10260)")
     run.add_argument("--bind-address", help="address of the metrics and health servers (default 0.0.0.0)")
@@ -377,8 +387,10 @@ def _add_kube_scheduler_flags(run: argparse.ArgumentParser) -> None:
     flags.add_argument("--leader-elect-resource-name", metavar="NAME", help="= --peering-name")
     flags.add_argument("--leader-elect-resource-namespace", metavar="NS", help="accepted; the peering is cluster-wide")
     flags.add_argument("--leader-elect-resource-lock", metavar="leases", help="only leases")
-    flags.add_argument("--leader-elect-renew-deadline", metavar="DURATION", help="refused: kopf peering has none")
-    flags.add_argument("--leader-elect-retry-period", metavar="DURATION", help="refused: kopf peering has none")
+    flags.add_argument(
+        "--leader-elect-renew-deadline", metavar="DURATION", help="= --peering-renew-deadline (e.g. 10s)"
+    )
+    flags.add_argument("--leader-elect-retry-period", metavar="DURATION", help="= --peering-retry-period (e.g. 2s)")
 
 
 def _add_explain_command(commands: Any) -> None:
@@ -387,8 +399,10 @@ def _add_explain_command(commands: Any) -> None:
         help="why a pending pod fits nowhere: each node's verdict and the plugin behind it",
         description=(
             "Asks the active kopf-scheduler replica for the last failed scheduling attempt of a pod. Without "
-            "--url it finds the active replica in the ClusterKopfPeering and asks it through the API server "
-            "(pods/proxy) with your kubeconfig's credentials; --url asks a replica's metrics port directly."
+            "--url it asks the API server with your kubeconfig's credentials for the pod's PodExplanation "
+            "(explain.kopf-scheduler.io/v1alpha1, the APIService the chart registers); where that API is not "
+            "served it finds the active replica in the ClusterKopfPeering and asks it through pods/proxy; --url "
+            "asks a replica's metrics port directly."
         ),
     )
     explain.add_argument("pod", help="NAMESPACE/NAME of the pod")
@@ -445,8 +459,9 @@ def explain_through_api_server(args: dict[str, Any]) -> int:
     import dataclasses
 
     from kopf_scheduler.explain import format_account
+    from kopf_scheduler.kube.explain_api import Unserved, fetch_from_api_service
     from kopf_scheduler.kube.kubeconfig import KubeconfigError, load_credentials
-    from kopf_scheduler.kube.remote_explain import APIServer, RemoteExplainError, fetch_explanation, find_target
+    from kopf_scheduler.kube.remote_explain import APIServer, RemoteExplainError
 
     namespace, sep, name = args["pod"].partition("/")
     if not sep or not namespace or not name:
@@ -462,16 +477,14 @@ def explain_through_api_server(args: dict[str, Any]) -> int:
         if args.get("insecure_skip_tls_verify"):
             credentials = dataclasses.replace(credentials, insecure_skip_tls_verify=True)
         api = APIServer(credentials)
-        target = find_target(
-            api,
-            peering_name=args["peering_name"],
-            namespace=namespace,
-            name=name,
-            operator_namespace=args.get("operator_namespace"),
-            fallback_namespace=credentials.namespace,
-            port=args.get("port"),
-        )
-        status, account = fetch_explanation(api, target, token=credentials.token, peering_name=args["peering_name"])
+        served = fetch_from_api_service(api, namespace, name)
+        if isinstance(served, Unserved):
+            print(
+                f"kopf-scheduler explain: {served.reason}: asking the active replica through pods/proxy",
+                file=sys.stderr,
+            )
+            served = _explain_through_pods_proxy(api, args, credentials, namespace, name)
+        status, account = served
     except (KubeconfigError, RemoteExplainError, OSError) as e:
         print(f"kopf-scheduler explain: {e}", file=sys.stderr)
         return 1
@@ -480,6 +493,24 @@ def explain_through_api_server(args: dict[str, Any]) -> int:
         return 1
     print(json.dumps(account, indent=2) if args["json"] else format_account(account))
     return 0
+
+
+def _explain_through_pods_proxy(
+    api: Any, args: dict[str, Any], credentials: Any, namespace: str, name: str
+) -> tuple[int, dict[str, Any]]:
+    """The active replica's ``/explain`` through ``pods/proxy`` (without the aggregated API)."""
+    from kopf_scheduler.kube.remote_explain import fetch_explanation, find_target
+
+    target = find_target(
+        api,
+        peering_name=args["peering_name"],
+        namespace=namespace,
+        name=name,
+        operator_namespace=args.get("operator_namespace"),
+        fallback_namespace=credentials.namespace,
+        port=args.get("port"),
+    )
+    return fetch_explanation(api, target, token=credentials.token, peering_name=args["peering_name"])
 
 
 def run_completion(args: dict[str, Any]) -> int:
@@ -599,7 +630,8 @@ def run(settings: RunSettings, *, notices: Sequence[str] = ()) -> int:
     for notice in notices:
         logging.getLogger("kopf_scheduler").info("%s", notice)
     disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves this one unannotated
-    app = SchedulerApp(settings=settings, extender_transport=HTTPExtenderTransport())
+    identity = peering_identity()
+    app = SchedulerApp(settings=settings, extender_transport=HTTPExtenderTransport(), identity=identity)
     liveness = f"http://{settings.bind_address}:{settings.health_port}/healthz" if settings.health_port else None
     kopf.run(
         loop=_new_event_loop(),
@@ -608,10 +640,26 @@ def run(settings: RunSettings, *, notices: Sequence[str] = ()) -> int:
         peering_name=settings.peering_name,
         priority=settings.peering_priority,
         standalone=not settings.leader_elect,
+        identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str that kopf does not export
         liveness_endpoint=liveness,
         memo=kopf.Memo(app=app, self_signed_certificate=self_signed),
     )
     return 0
+
+
+def peering_identity() -> str:
+    """This replica's identity in the peering, given to kopf and to the renew-deadline gate alike: ``$POD_ID`` (the
+    chart's pod name), else one made as kopf makes it (``user@host/timestamp/random``)."""
+    pod = os.environ.get("POD_ID")
+    if pod:
+        return pod
+    import datetime
+    import getpass
+    import secrets
+    import socket
+
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
+    return f"{getpass.getuser()}@{socket.gethostname()}/{now}/{secrets.token_hex(2)}"
 
 
 #: Client libraries kopf imports whenever they are installed, to recognise their objects; the operator talks

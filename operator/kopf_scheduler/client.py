@@ -60,6 +60,11 @@ class Client(Protocol):
 
     async def create_event(self, *, namespace: str, body: dict[str, Any]) -> None: ...
 
+    async def renew_peering_record(self, *, name: str, identity: str, lastseen: str) -> dict[str, Any]:
+        """Renew this replica's record in the ClusterKopfPeering (only if it is there); the object as written
+        (the renew-deadline gate, ``standing.py``)."""
+        ...
+
     async def api_resources(self, api_prefix: str) -> set[str] | None:
         """Discovery: the resources (plurals, and subresources as ``plural/sub``) the API server serves under
         ``api_prefix`` (``/apis/<group>/<version>``); None when it does not serve that group version (404)."""

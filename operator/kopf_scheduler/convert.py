@@ -50,7 +50,8 @@ _PROFILE_FIELDS = frozenset({"schedulerName", "percentageOfNodesToScore", "plugi
 #: Top-level fields with no place in a SchedulerProfile: why, and what to use instead.
 _NOT_CARRIED_OVER: dict[str, str] = {
     "parallelism": (
-        "no counterpart: kopf-scheduler filters and scores nodes on one event loop, there are no worker goroutines"
+        "no counterpart: kopf-scheduler filters and scores nodes on one event loop, there are no worker goroutines; "
+        "its sampled node search decides as kube-scheduler's does with parallelism: 1"
     ),
     "leaderElection": (
         "replicas choose the active one by kopf peering (a ClusterKopfPeering), not a Lease: set the chart's "

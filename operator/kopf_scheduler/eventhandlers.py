@@ -147,6 +147,8 @@ class EventHandlers:
         self._discovery_lock = asyncio.Lock()
         #: Kind → how its watch events are applied: the feed its row in ``watched.py`` names.
         self._appliers: dict[str, EventApplier] = {watched.kind: self._applier(watched) for watched in WATCHED_KINDS}
+        #: Told of every pod event first, the reconciling LIST's included (the Coscheduling groups' members).
+        self.pod_observer: EventApplier | None = None
 
     def _applier(self, watched: WatchedKind) -> EventApplier:
         if watched.feed is Feed.NODE:
@@ -182,12 +184,18 @@ class EventHandlers:
         self._broadcast(node_events(old_obj, obj), old_obj, obj)
 
     def on_pod_event(self, event_type: str | None, obj: dict[str, Any]) -> None:
+        if self.pod_observer is not None:
+            self.pod_observer(event_type, obj)
         uid = _uid(obj)
         old_assigned = self._cache.pod(uid)
         old_unassigned = self._unassigned.get(uid)
         self._note_watch(event_type, obj)
         if event_type != "DELETED" and (_same_pod_version(old_unassigned, obj) or _same_pod_version(old_assigned, obj)):
             return  # a version we hold already (kopf's LIST after ours); upstream's informers never repeat one
+        if event_type != "DELETED" and (
+            _older_pod_version(old_unassigned, obj) or _older_pod_version(old_assigned, obj)
+        ):
+            return  # a stream lagging behind a newer LIST (the view refreshed after a pause, standing.py)
         obj = json_codec.without_managed_fields(obj)
         phase = (obj.get("status") or {}).get("phase")
         if event_type == "DELETED" or phase in TERMINAL_PHASES:
@@ -705,6 +713,18 @@ def _same_pod_version(known: PodInfo | None, obj: dict[str, Any]) -> bool:
         return False
     version = (obj.get("metadata") or {}).get("resourceVersion")
     return bool(version) and version == known.resource_version
+
+
+def _older_pod_version(known: PodInfo | None, obj: dict[str, Any]) -> bool:
+    """``obj`` is an older version of a pod we hold (both versions numeric, as the node events' check reads them)."""
+    if known is None:
+        return False
+    try:
+        held = int(known.resource_version or 0)
+    except ValueError:
+        return False
+    version = _rv(obj)
+    return bool(held and version) and version < held
 
 
 def _key(obj: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -55,6 +56,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.peering.priority = run.peering_priority
     settings.peering.lifetime = run.peering_lifetime
     settings.peering.stealth = True
+    app.start_standing()  # the renew-deadline gate beside kopf's peering (standing.py)
     settings.persistence.finalizer = FINALIZER
     # We post kube-scheduler-style events ourselves; kopf's per-handler events would be noise.
     settings.posting.enabled = False
@@ -84,6 +86,8 @@ async def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
         app = _app(memo)
         old = app.client
         app.client = client = KubeClient.from_connection_info(info)
+        if app.standing.enabled:
+            client.bind_guard = app.standing.may_bind  # asked again right before each Binding is written
         if isinstance(old, KubeClient):
             await old.close()
         else:
@@ -131,10 +135,24 @@ async def serve_endpoints(memo: Any, **_: Any) -> None:
             hosts=web.serving_hosts(app.hostname, address),
             self_signed=getattr(memo, "self_signed_certificate", None),
             health=app.health_checks(),
+            front_proxy=web.front_proxy_reader(
+                lambda: app.client, authentication_kubeconfig=run.authentication_kubeconfig
+            ),
+            is_active=lambda: not app.standby.paused,
+            replica=os.environ.get("POD_ID") or app.hostname,  # the chart's pod name
+            own_pod=_own_pod(app),
         )
     except (OSError, RuntimeError) as e:  # RuntimeError: the self-signed certificate's child process failed
         # Fail fast, as a bad flag does: kopf would otherwise retry a startup handler for ever.
         raise kopf.PermanentError(f"cannot serve /metrics on {address}:{port}: {e}") from e
+
+
+def _own_pod(app: SchedulerApp) -> web.aggregated.OwnPod | None:
+    """The replica's pod in the chart (POD_ID, POD_NAMESPACE): labelled while active, for the explain Service."""
+    name, namespace = os.environ.get("POD_ID"), os.environ.get("POD_NAMESPACE")
+    if not name or not namespace:
+        return None
+    return web.aggregated.OwnPod(namespace=namespace, name=name, client=lambda: app.client)
 
 
 @kopf.on.cleanup()

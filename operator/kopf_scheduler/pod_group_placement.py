@@ -167,15 +167,16 @@ def placement_algorithm(
     framework: Framework,
     snapshot: Snapshot,
     group: PodGroupInfo,
-    default_algorithm: Callable[[], R],
+    default_algorithm: Callable[[bool], R],
     failed: Callable[[Status], R],
     *,
     rng: random.Random,
     tried: PlacementsTried | None = None,
 ) -> R:
     """Upstream ``podGroupSchedulingPlacementAlgorithm`` over ``snapshot``: ``default_algorithm`` runs the default
-    pod-group algorithm on the snapshot as it is (with the placement assumed), ``failed`` makes a result of a
-    group-wide status alone. ``tried`` (if given) collects what happened, for ``/explain``."""
+    pod-group algorithm on the snapshot as it is (with the placement assumed; told whether it is the only
+    placement, whose result is then the answer), ``failed`` makes a result of a group-wide status alone. ``tried``
+    (if given) collects what happened, for ``/explain``."""
     # The pod-group cycle's own state (upstream ``podGroupCycleState``); its plugin metrics are always recorded.
     state = CycleState()
     state.record_plugin_metrics = True
@@ -197,7 +198,7 @@ def placement_algorithm(
             status = Status.as_error(RuntimeError(f"failed to assume pod group placement: {error}"))
             return _done(tried, failed(status))
         try:
-            result = default_algorithm()
+            result = default_algorithm(len(placements) == 1)
         finally:
             snapshot.forget_placement()
         if tried is not None:

@@ -14,8 +14,16 @@ changes, and moves it one step at a time:
 
 Its status is merge-patched through the ``podgroups/status`` subresource, only when it changes. The v0.34.7
 controller never writes ``scheduleStartTime`` (nor the old ``scheduled`` count, gone from the API since v0.26);
-neither does this. Where the controller lists the labelled pods of every namespace (its LIST names no namespace),
-this lists the PodGroup's own namespace (docs/coscheduling.md).
+neither does this.
+
+The controller reads a group's pods from its informer's cache, never from the API server; so does this:
+:class:`GroupMembers` keeps the labelled pods of every group from every pod event the operator gets (the
+reconciling LIST's included, on the standby too, whether the keeper is on or not; terminal pods included, which
+the scheduler's own cache drops). A reconcile asks the API server (one LIST of the group's namespace and label)
+only for a group with a Succeeded or Failed pod: a terminal pod deleted while a watch was down would otherwise
+stay counted (the reconciling LIST purges only the pods the scheduler's cache holds). It also reads its own last
+write until the watch shows it, so a slow watch does not make it write the same step twice. (A LIST per
+reconcile, and a step written again, were most of the API server's extra work in the Coscheduling bench.)
 
 Only the active replica writes: :meth:`CoschedulingStatus.flush` runs from the scheduling loops (which run on
 the active replica only), each flush reconciling the groups touched since the last one; the loop's first flush
@@ -118,6 +126,57 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
     return {"status": changed} if changed else None
 
 
+GroupKey = tuple[str, str]
+
+
+class GroupMembers:
+    """The pods of each Coscheduling group as the pod watch last showed them (the controller's informer, reduced
+    to what its reconcile reads: name, namespace, owners and phase), terminal pods included."""
+
+    def __init__(self) -> None:
+        self._by_group: dict[GroupKey, dict[str, dict[str, Any]]] = {}
+        self._group_of: dict[str, GroupKey] = {}
+
+    def observe(self, event_type: str | None, obj: Mapping[str, Any]) -> tuple[GroupKey | None, GroupKey | None]:
+        """Apply one pod event; returns the group the pod left and the group it is in now (None: none)."""
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid") or ""
+        label = None if event_type == "DELETED" else (meta.get("labels") or {}).get(LABEL)
+        before = self._group_of.get(uid)
+        if label is None and before is None:
+            return None, None  # the hot path: a pod of no group
+        now = (meta.get("namespace") or "", label) if label else None
+        if before is not None and before != now:
+            self._forget(uid, before)
+        if now is not None:
+            self._group_of[uid] = now
+            self._by_group.setdefault(now, {})[uid] = _member_view(meta, obj.get("status") or {})
+        return (before if before != now else None), now
+
+    def _forget(self, uid: str, key: GroupKey) -> None:
+        del self._group_of[uid]
+        members = self._by_group.get(key)
+        if members is not None:
+            members.pop(uid, None)
+            if not members:
+                del self._by_group[key]
+
+    def pods(self, key: GroupKey) -> list[dict[str, Any]]:
+        """The group's pods, by name (the order the controller's List gives)."""
+        return sorted(self._by_group.get(key, {}).values(), key=lambda pod: pod["metadata"]["name"])
+
+
+def _member_view(meta: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    kept = {"name": meta.get("name") or "", "namespace": meta.get("namespace") or ""}
+    if meta.get("ownerReferences"):
+        kept["ownerReferences"] = [{"name": owner.get("name", "")} for owner in meta["ownerReferences"]]
+    return {"metadata": kept, "status": {"phase": status.get("phase")}}
+
+
+def _has_terminal_pod(pods: Iterable[Mapping[str, Any]]) -> bool:
+    return any((pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") for pod in pods)
+
+
 class CoschedulingStatus:
     """Keeps the status of the Coscheduling PodGroups the operator watches (one per app)."""
 
@@ -125,23 +184,40 @@ class CoschedulingStatus:
         self._client = client
         self._pod_groups = pod_groups
         self._spawn = spawn
-        self._dirty: set[tuple[str, str]] = set()
-        self._in_flight: set[tuple[str, str]] = set()
-        #: Whether the next flush reconciles every PodGroup (start-up, a takeover).
+        self._members = GroupMembers()
+        self._dirty: set[GroupKey] = set()
+        self._in_flight: set[GroupKey] = set()
+        #: Group → (the PodGroup's resourceVersion our last write was based on, the status it wrote).
+        self._written: dict[GroupKey, tuple[str, dict[str, Any]]] = {}
+        #: Whether the next flush reconciles every PodGroup (start-up, a takeover, switched on).
         self._all = True
-        #: Some live profile enables Coscheduling (the app sets it as profiles come and go).
-        self.enabled = False
+        self._enabled = False
+
+    @property
+    def enabled(self) -> bool:
+        """Some live profile enables Coscheduling (the app sets it as profiles come and go)."""
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        if value and not self._enabled:
+            self._all = True  # the groups changed unseen while it was off
+        self._enabled = value
 
     def touch(self, namespace: str, name: str) -> None:
-        """A PodGroup or one of its pods changed: reconcile it at the next flush."""
+        """A PodGroup changed: reconcile it at the next flush."""
         self._dirty.add((namespace, name))
 
-    def touch_pod(self, obj: Mapping[str, Any]) -> None:
-        """A pod changed: its group, if it names one, is reconciled at the next flush."""
-        meta = obj.get("metadata") or {}
-        group = (meta.get("labels") or {}).get(LABEL)
-        if group:
-            self._dirty.add((meta.get("namespace") or "", group))
+    def observe_pod(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """A pod event (every one, the reconciling LIST's included, whether or not the keeper is on): the group
+        the pod left and the one it is in are reconciled at the next flush."""
+        left, now = self._members.observe(event_type, obj)
+        if not self._enabled:
+            return
+        if left is not None:
+            self._dirty.add(left)
+        if now is not None:
+            self._dirty.add(now)
 
     def resync(self) -> None:
         """Reconcile every PodGroup at the next flush (this replica just became the active one)."""
@@ -149,9 +225,11 @@ class CoschedulingStatus:
 
     def flush(self) -> None:
         """Reconcile the PodGroups touched since the last flush (every one after :meth:`resync`)."""
-        if not self.enabled or self._client() is None:
+        if not self._enabled or self._client() is None:
             return
         groups = self._pod_groups()
+        for gone in [key for key in self._written if key not in groups]:
+            del self._written[gone]
         keys = set(groups) if self._all else self._dirty & set(groups)
         self._all = False
         self._dirty = set()  # a group without its PodGroup waits for the PodGroup's own event
@@ -162,23 +240,37 @@ class CoschedulingStatus:
             self._in_flight.add(key)
             self._spawn(self._reconcile(key, groups[key]))
 
-    async def _reconcile(self, key: tuple[str, str], pod_group: Mapping[str, Any]) -> None:
+    async def _reconcile(self, key: GroupKey, pod_group: Mapping[str, Any]) -> None:
         namespace, name = key
         try:
             client = self._client()
             if client is None:
                 return
-            pods = await client.list_labelled_pods(namespace=namespace, selector=f"{LABEL}={name}")
-            pods = sorted(pods, key=lambda pod: (pod.get("metadata") or {}).get("name") or "")
-            new = next_status(pod_group, pods)
-            patch = None if new is None else status_patch(pod_group.get("status") or {}, new)
-            if patch is not None:
+            pods: Sequence[Mapping[str, Any]] = self._members.pods(key)
+            if _has_terminal_pod(pods):
+                listed = await client.list_labelled_pods(namespace=namespace, selector=f"{LABEL}={name}")
+                pods = sorted(listed, key=lambda pod: (pod.get("metadata") or {}).get("name") or "")
+            version, current = self._current_status(key, pod_group)
+            new = next_status({**pod_group, "status": current}, pods)
+            patch = None if new is None else status_patch(current, new)
+            if new is not None and patch is not None:
                 await client.patch_coscheduling_pod_group_status(namespace=namespace, name=name, patch=patch)
+                self._written[key] = (version, new)
         except Exception as exc:
             logger.warning("Coscheduling PodGroup %s/%s: status not updated: %s", namespace, name, exc)
             self._dirty.add(key)
         finally:
             self._in_flight.discard(key)
 
+    def _current_status(self, key: GroupKey, pod_group: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The PodGroup's resourceVersion and its status as it stands: our last write while the cached object is
+        still the one that write was based on, otherwise the cached object's."""
+        version = str((pod_group.get("metadata") or {}).get("resourceVersion") or "")
+        written = self._written.get(key)
+        if written is not None and written[0] == version:
+            return version, dict(written[1])
+        self._written.pop(key, None)
+        return version, dict(pod_group.get("status") or {})
 
-__all__ = ["LABEL", "CoschedulingStatus", "next_status", "pod_counts", "status_patch"]
+
+__all__ = ["LABEL", "CoschedulingStatus", "GroupMembers", "next_status", "pod_counts", "status_patch"]

@@ -26,6 +26,10 @@
   success is reported as Scheduled; failures go to :meth:`ScheduleOne._handle_binding_cycle_error`. When
   PreBind has work (or Permit makes the pod wait), the pod's ``status.nominatedNodeName`` is set to the chosen
   node first (upstream's NominatedNodeNameForExpectation), through :meth:`Reporter.nominate`.
+- Binds pass the renew-deadline gate (``standing.py``): the binding cycle carries the standing's epoch of its
+  scheduling cycle, and PreBind and Bind go on only while the replica's standing in the peering is confirmed and
+  that epoch is current; a refusal undoes the assumption like any failure and requeues the pod with no event
+  (nothing was decided about the pod; the replica that holds the standing schedules it).
 - A failed binding cycle freed what the assumed pod held, so, as upstream's ``handleBindingCycleError``, it
   moves parked pods with an AssignedPodDelete event (``move_all``, the event handlers' broadcast), and clears
   the nomination with the failure's status patch.
@@ -41,7 +45,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +71,7 @@ from kopf_scheduler.live_profiles import ProfileRuntime
 from kopf_scheduler.metrics import ERROR, SCHEDULED, UNSCHEDULABLE, SchedulerMetrics, sample_plugin_metrics
 from kopf_scheduler.queue import QueuedPodInfo
 from kopf_scheduler.reporting import Reporter, Spawn
+from kopf_scheduler.standing import Standing, StandingLostError, Timings
 from kopf_scheduler.state.cache import ClusterCache
 from kopf_scheduler.state.pod_info import PodInfo
 from kopf_scheduler.unassigned_pods import UnassignedPods
@@ -100,6 +105,9 @@ MoveAll = Callable[[ClusterEvent, Any, Any, Callable[[PodInfo], bool] | None], N
 #: Publishes that ``pod`` is about to be bound to ``node`` (its ``status.nominatedNodeName``); best effort.
 Nominate = Callable[[PodInfo, str], Awaitable[None]]
 
+#: The renew-deadline gate's question (``Standing.may_bind`` for the pod's ticket).
+MayBind = Callable[[], bool]
+
 #: Upstream's ``clearNominatedNode`` (a NominatingInfo of mode Override to ""), as ``nominated_node``.
 CLEAR_NOMINATION = ""
 
@@ -119,8 +127,11 @@ class ScheduleOne:
         move_all: MoveAll,
         nominator: Nominator | None = None,
         rng: random.Random | None = None,
+        standing: Standing | None = None,
     ) -> None:
         self._cache = cache
+        #: The renew-deadline gate every Bind asks (``standing.py``); a disabled one without peering.
+        self._standing = standing if standing is not None else Standing(Timings(), enabled=False)
         #: Every pending pod by uid, as the event handlers keep it (its latest version is what is scheduled).
         self._unassigned = unassigned
         self._reporter = reporter
@@ -311,7 +322,7 @@ class ScheduleOne:
             return None, CLEAR_NOMINATION
         return _nomination(await run_post_filter_with_extenders(framework, state, pod, fit))
 
-    async def binding_cycle(
+    def binding_cycle(
         self,
         runtime: ProfileRuntime,
         qpod: QueuedPodInfo,
@@ -321,6 +332,23 @@ class ScheduleOne:
         result: ScheduleResult,
         started: float,
         scores: ScoreCapture | None = None,
+    ) -> Coroutine[Any, Any, None]:
+        """The binding cycle of the pod the scheduling cycle just assumed, to spawn: it binds only under the standing
+        it was assumed under (``standing.py``: a lapse since refuses its Bind)."""
+        ticket = self._standing.ticket()
+        return self._binding_cycle(runtime, qpod, found, state, pod, result, started, scores, ticket)
+
+    async def _binding_cycle(
+        self,
+        runtime: ProfileRuntime,
+        qpod: QueuedPodInfo,
+        found: Found,
+        state: CycleState,
+        pod: PodInfo,
+        result: ScheduleResult,
+        started: float,
+        scores: ScoreCapture | None,
+        ticket: int,
     ) -> None:
         """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod`` (:func:`bind_pod`, which never raises and
         undoes the assumption on failure); then settle it either way."""
@@ -333,6 +361,7 @@ class ScheduleOne:
             self._cache,
             nominate=self._reporter.nominate,
             extenders=found.extenders,
+            may_bind=lambda: self._standing.may_bind(ticket),
         )
         if status.is_success:
             await self._bound(runtime, qpod, pod, result.suggested_host, started, scores)
@@ -374,6 +403,15 @@ class ScheduleOne:
         self, runtime: ProfileRuntime, qpod: QueuedPodInfo, pod: PodInfo, status: Status, started: float
     ) -> None:
         """Decide whether the pod goes back to a queue, and report it (clearing its nomination)."""
+        if isinstance(status.error, StandingLostError):
+            # Refused by the renew-deadline gate before any write: back to the queue (backoff), no event, no
+            # condition; the replica that holds the standing (this one later, or another) schedules it.
+            logger.info("pod %s not bound: %s; queued again", pod.key, status.error)
+            qpod.clear_rejector_plugins()
+            if pod.uid in self._unassigned:
+                runtime.queue.add_unschedulable_if_not_present(qpod)
+            runtime.queue.done(pod.uid)
+            return
         http_status = getattr(status.error, "status", None)
         if http_status == 409:
             # Bound elsewhere (another replica during a peering overlap; DefaultBinder found it not bound here): its
@@ -487,8 +525,21 @@ def assume_and_reserve(
     (upstream reports such failures as ``0/1 nodes are available``); on errors a SchedulingError. A Permit
     Wait is not a failure: the binding cycle waits for it.
     """
-    host = result.suggested_host
     assumed = assume_and_run_reserve(framework, state, pod, result, cache)
+    return permit_or_undo(framework, state, pod, assumed, result, cache)
+
+
+def permit_or_undo(
+    framework: Framework,
+    state: CycleState,
+    pod: PodInfo,
+    assumed: PodInfo,
+    result: ScheduleResult,
+    cache: ClusterCache,
+) -> PodInfo:
+    """Permit for a pod assumed and Reserved (:func:`assume_and_reserve`'s end): ``assumed`` on Success or Wait;
+    a rejection or an error undoes the assumption and raises as :func:`assume_and_reserve` does."""
+    host = result.suggested_host
     status = framework.run_permit_plugins(state, assumed, host)
     if status.is_success or status.code is Code.WAIT:
         return assumed
@@ -537,8 +588,12 @@ async def bind_pod(
     *,
     nominate: Nominate | None = None,
     extenders: Sequence[Extender] = (),
+    may_bind: MayBind | None = None,
 ) -> Status:
     """The binding cycle: PreBindPreFlight → WaitOnPermit → PreBind → Bind → PostBind; on failure Unreserve, forget.
+
+    ``may_bind`` (the renew-deadline gate, ``standing.py``) is asked before PreBind's writes and again right before
+    Bind: a no is an Error status of :class:`StandingLostError`, undone like any failure, with nothing written.
 
     When PreBind has work (a PreBindPreFlight said Success) or the pod waits on Permit, ``nominate`` is awaited
     first with the chosen node, so that others see where the pod is about to go while it is not bound yet
@@ -551,7 +606,7 @@ async def bind_pod(
     """
     host = result.suggested_host
     try:
-        status = await _wait_pre_bind_and_bind(framework, state, assumed, result, nominate, extenders)
+        status = await _wait_pre_bind_and_bind(framework, state, assumed, result, nominate, extenders, may_bind)
     except Exception as exc:
         status = Status.as_error(exc)
     if status.is_success:
@@ -568,6 +623,7 @@ async def _wait_pre_bind_and_bind(
     result: ScheduleResult,
     nominate: Nominate | None,
     extenders: Sequence[Extender],
+    may_bind: MayBind | None = None,
 ) -> Status:
     host = result.suggested_host
     status = await _pre_flight(framework, state, assumed, host, nominate)
@@ -578,10 +634,17 @@ async def _wait_pre_bind_and_bind(
         fit_error = FitError.on_one_node(assumed, result.slot, status, result.diagnosis.names)
         status = Status(status.code, (fit_error.message,), status.plugin)
     if status.is_success:
-        status = await framework.run_pre_bind_plugins(state, assumed, host)
+        status = _standing_status(may_bind) or await framework.run_pre_bind_plugins(state, assumed, host)
     if status.is_success:
-        status = await _bind(framework, state, assumed, host, extenders)
+        status = _standing_status(may_bind) or await _bind(framework, state, assumed, host, extenders)
     return status
+
+
+def _standing_status(may_bind: MayBind | None) -> Status | None:
+    """None while the gate allows binds; else the Error status that refuses the bind."""
+    if may_bind is None or may_bind():
+        return None
+    return Status.as_error(StandingLostError("this replica's standing in the peering is not confirmed"))
 
 
 async def _bind(

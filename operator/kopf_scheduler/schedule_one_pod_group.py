@@ -62,6 +62,7 @@ from kopf_scheduler.schedule_one import (
     assume_and_reserve,
     assume_and_run_reserve,
     new_cycle_state,
+    permit_or_undo,
     unreserve_and_forget,
 )
 from kopf_scheduler.state.cache import ClusterCache, Snapshot
@@ -132,6 +133,10 @@ class AlgorithmResult:
     requires_preemption: bool = False
     #: Permit's verdict (Success or Wait) for a member that was placed.
     permit_status: Status | None = None
+    #: A member whose trial placement was kept (its group fit in its only placement): the member as its trial
+    #: assumed it (in the snapshot, Reserved), and how to undo that trial.
+    trial: PodInfo | None = None
+    undo_trial: Callable[[], None] | None = None
 
     @property
     def pod(self) -> PodInfo:
@@ -239,17 +244,20 @@ class PodGroupCycle:
     def _pod_group_cycle(self, runtime: ProfileRuntime, framework: Framework, group: QueuedPodGroupInfo) -> None:
         """Upstream ``podGroupCycle``: :meth:`decide`, then the result submitted."""
         start = time.perf_counter()
-        result = self.decide(framework, group)
+        result = self.decide(framework, group, keep_trial=True)
         self._submit(runtime, framework, group, result, start)
 
-    def decide(self, framework: Framework, group: QueuedPodGroupInfo) -> PodGroupAlgorithmResult:
+    def decide(
+        self, framework: Framework, group: QueuedPodGroupInfo, *, keep_trial: bool = False
+    ) -> PodGroupAlgorithmResult:
         """``podGroupCycle`` up to its submit (what-if stops here too): the algorithm on a snapshot brought up to
         date; an Unschedulable group then runs workload-aware preemption (victims chosen: it waits on preemption;
-        otherwise its message gains the preemption's, or an Error replaces it)."""
+        otherwise its message gains the preemption's, or an Error replaces it). ``keep_trial``: a group that fits
+        in its only placement keeps its trial placement for :meth:`_submit` (see :meth:`_default_algorithm`)."""
         start = time.perf_counter()
         self._cache.update_pod_group_snapshot()
         snapshot = self._cache.snapshot()
-        result = self._scheduling_algorithm(framework, snapshot, group)
+        result = self._scheduling_algorithm(framework, snapshot, group, keep_trial=keep_trial)
         self._metrics.podgroup_scheduling_algorithm_duration.observe(time.perf_counter() - start)
         if result.status.code is Code.UNSCHEDULABLE:
             status = self._run_workload_aware_preemption(framework, snapshot, group)
@@ -288,7 +296,13 @@ class PodGroupCycle:
             return Status.as_error(e)
 
     def _scheduling_algorithm(
-        self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo, *, skip_post_filters: bool = False
+        self,
+        framework: Framework,
+        snapshot: Snapshot,
+        group: QueuedPodGroupInfo,
+        *,
+        skip_post_filters: bool = False,
+        keep_trial: bool = False,
     ) -> PodGroupAlgorithmResult:
         """Upstream ``podGroupSchedulingAlgorithm`` with TopologyAwareWorkloadScheduling on: the placement algorithm
         (``pod_group_placement.py``: placements generated, each tried with the default algorithm, the best scored).
@@ -300,7 +314,9 @@ class PodGroupCycle:
             framework,
             snapshot,
             info,
-            lambda: self._default_algorithm(framework, snapshot, group, skip_post_filters=skip_post_filters),
+            lambda only: self._default_algorithm(
+                framework, snapshot, group, skip_post_filters=skip_post_filters, keep_feasible=keep_trial and only
+            ),
             PodGroupAlgorithmResult,
             rng=self._rng,
             tried=tried,
@@ -310,15 +326,28 @@ class PodGroupCycle:
         return result
 
     def _default_algorithm(
-        self, framework: Framework, snapshot: Snapshot, group: QueuedPodGroupInfo, *, skip_post_filters: bool = False
+        self,
+        framework: Framework,
+        snapshot: Snapshot,
+        group: QueuedPodGroupInfo,
+        *,
+        skip_post_filters: bool = False,
+        keep_feasible: bool = False,
     ) -> PodGroupAlgorithmResult:
         """Upstream ``podGroupSchedulingDefaultAlgorithm``: each member in order, the ones placed so far assumed
         for the next; a rejected member does not stop the others, an error does. Feasible once a member's Permit
         says Success (Unschedulable, waiting on preemption, if any placed member needs it). Every placement is
-        undone before it returns, the last first (upstream's deferred reverts)."""
+        undone before it returns, the last first (upstream's deferred reverts).
+
+        With ``keep_feasible`` a feasible group's placements stay, each member's undo kept with its result:
+        upstream undoes them and :meth:`_submit` assumes, Reserves and Permits the same members on the same nodes
+        again, in the same order, to the same end; keeping them spares placing every member twice (a third of the
+        gang path's cycle). :meth:`_submit` makes them the cache's own, or undoes them."""
         result = PodGroupAlgorithmResult(pod_group_unschedulable())
         reverts: list[Callable[[], None]] = []
+        placed: list[AlgorithmResult] = []
         requires_preemption = False
+        completed = False
         try:
             for qpod in group.queued_pod_infos:
                 pod_result, revert = self._pod_algorithm(framework, snapshot, qpod, skip_post_filters)
@@ -333,6 +362,7 @@ class PodGroupCycle:
                     break
                 if revert is not None:
                     reverts.append(revert)
+                    placed.append(pod_result)
                 requires_preemption = requires_preemption or pod_result.requires_preemption
                 if pod_result.permit_status is not None and pod_result.permit_status.is_success:
                     if requires_preemption:
@@ -340,9 +370,14 @@ class PodGroupCycle:
                         result.waiting_on_preemption = True
                     else:
                         result.status = SUCCESS
+            completed = True
         finally:
-            for revert in reversed(reverts):
-                revert()
+            if completed and keep_feasible and result.status.is_success:
+                for pod_result, revert in zip(placed, reverts, strict=True):
+                    pod_result.undo_trial = revert
+            else:
+                for revert in reversed(reverts):
+                    revert()
         return result
 
     def _pod_algorithm(
@@ -413,6 +448,7 @@ class PodGroupCycle:
             post_filter,
             requires_preemption,
             permit,
+            trial=assumed,
         )
         return pod_result, revert
 
@@ -428,6 +464,7 @@ class PodGroupCycle:
         every other member to the failure handler; then the PodGroup's condition and the group's metrics."""
         scheduled = unschedulable = 0
         group_status = group_result.status
+        _undo_trials_not_kept(group_result)
         for i, qpod in enumerate(group.queued_pod_infos):
             if i < len(group_result.pod_results):
                 pod_result = group_result.pod_results[i]
@@ -482,7 +519,11 @@ class PodGroupCycle:
         assert result is not None
         state.pod_group_cycle = False
         try:
-            assumed = assume_and_reserve(framework, state, qpod.pod, result, self._cache)
+            if pod_result.trial is not None and pod_result.undo_trial is not None:
+                assumed = _keep_trial(self._cache, pod_result.trial)
+                assumed = permit_or_undo(framework, state, qpod.pod, assumed, result, self._cache)
+            else:
+                assumed = assume_and_reserve(framework, state, qpod.pod, result, self._cache)
         except Exception as e:  # unlikely: just this member is rejected
             status = e.status if isinstance(e, FitError) else _error_status(e)
             failed = AlgorithmResult(qpod, state, status, failure=e)
@@ -603,6 +644,30 @@ class PodGroupCycle:
             del self._written[key]
             return cached
         return condition
+
+
+def _undo_trials_not_kept(group_result: PodGroupAlgorithmResult) -> None:
+    """The kept trials of members that will not go to a binding cycle (a member placed only if PostFilter's
+    victims go, after the group's quorum): undone, last first, before the others are submitted (upstream undid
+    every trial by then)."""
+    going = group_result.status.is_success
+    for pod_result in reversed(group_result.pod_results):
+        undo = pod_result.undo_trial
+        if undo is not None and not (going and pod_result.status.is_success and pod_result.result is not None):
+            pod_result.undo_trial = pod_result.trial = None
+            undo()
+
+
+def _keep_trial(cache: ClusterCache, trial: PodInfo) -> PodInfo:
+    """A kept trial's assumption becomes the cache's own, as :meth:`ClusterCache.assume` would have made it: the
+    pod is on its node already (assumed in the snapshot, Reserved); its pod group counts it as assumed now."""
+    if not cache.is_assumed(trial.uid):
+        raise LookupError(f"assumed pod {go_quote(trial.key)} not found in the snapshot")
+    if trial.scheduling_group is not None:
+        cache.pod_groups.assume_member(trial)
+    if trial.coscheduling_group is not None:
+        cache.coscheduling_groups.assume_member(trial)
+    return trial
 
 
 def set_status_condition(existing: dict[str, Any] | None, new: dict[str, Any], now: str) -> dict[str, Any] | None:

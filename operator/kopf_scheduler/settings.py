@@ -19,6 +19,11 @@ from pydantic.alias_generators import to_camel
 
 CONFIG_API_VERSION = "kopf-scheduler.io/v1alpha1"
 CONFIG_KIND = "KopfSchedulerConfiguration"
+#: client-go's leaderelection JitterFactor: the renew deadline must exceed the retry period times it.
+RETRY_JITTER_FACTOR = 1.2
+#: client-go's defaults (kube-scheduler's --leader-elect-renew-deadline, --leader-elect-retry-period).
+DEFAULT_RENEW_DEADLINE = 10.0
+DEFAULT_RETRY_PERIOD = 2.0
 
 
 class SettingsError(ValueError):
@@ -34,6 +39,23 @@ class RunSettings(BaseModel):
     peering_name: str = Field(default="kopf-scheduler", min_length=1, description="ClusterKopfPeering name.")
     peering_priority: int = Field(default=0, description="This replica's peering priority; unique per replica.")
     peering_lifetime: int = Field(default=15, ge=2, le=3600, description="Seconds a silent peer stays alive.")
+    peering_renew_deadline: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "The active replica binds only while its peering record was written and read back this recently "
+            "(kube-scheduler's leaderElection.renewDeadline); shorter than peeringLifetime. Unset: 10, or two "
+            "thirds of peeringLifetime when that is shorter than 15."
+        ),
+    )
+    peering_retry_period: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Seconds between the renewals of this replica's peering record (retryPeriod). Unset: 2, or half the "
+            "renew deadline when that is shorter than 4."
+        ),
+    )
     metrics_port: int = Field(default=10259, ge=0, le=65535, description="Port of /metrics; 0 disables it.")
     health_port: int = Field(default=10260, ge=0, le=65535, description="Port of /healthz; 0 disables it.")
     bind_address: str = Field(default="0.0.0.0", description="Address the metrics and health servers bind to.")
@@ -79,6 +101,29 @@ class RunSettings(BaseModel):
             raise ValueError(
                 "podMaxBackoffSeconds: Invalid value: must be greater than or equal to podInitialBackoffSeconds"
             )
+        return self
+
+    def leader_election(self) -> tuple[float, float, float]:
+        """(lease duration, renew deadline, retry period) in seconds: client-go's 15/10/2 by default, the renew
+        deadline and retry period scaled down with a shorter lifetime unless set."""
+        renew = self.peering_renew_deadline
+        if renew is None:
+            renew = min(DEFAULT_RENEW_DEADLINE, round(self.peering_lifetime * 2 / 3, 3))
+        retry = self.peering_retry_period
+        if retry is None:
+            retry = min(DEFAULT_RETRY_PERIOD, round(renew / 2, 3))
+        return float(self.peering_lifetime), renew, retry
+
+    @model_validator(mode="after")
+    def _leader_election_timings(self) -> RunSettings:
+        """client-go's checks of a LeaderElectionConfig (``NewLeaderElector``), the lease being the lifetime."""
+        lifetime, renew, retry = self.leader_election()
+        if lifetime <= renew:
+            raise ValueError(
+                "peeringLifetime (leaseDuration) must be greater than peeringRenewDeadline (renewDeadline)"
+            )
+        if renew <= RETRY_JITTER_FACTOR * retry:
+            raise ValueError("peeringRenewDeadline (renewDeadline) must be greater than peeringRetryPeriod*1.2")
         return self
 
     @model_validator(mode="after")
@@ -147,10 +192,10 @@ KUBE_SCHEDULER_FLAGS = {
     "leader_elect": "leader_elect",
     "leader_elect_resource_name": "peering_name",
 }
-#: kube-scheduler's flags that kopf peering cannot honour: why, for the error.
-REFUSED_FLAGS = {
-    "leader_elect_renew_deadline": "kopf peering has no renew deadline",
-    "leader_elect_retry_period": "kopf peering keeps itself alive on its own schedule",
+#: kube-scheduler's leader-election durations (Go durations) → the RunSettings field (seconds) each sets.
+DURATION_FLAGS = {
+    "leader_elect_renew_deadline": "peering_renew_deadline",
+    "leader_elect_retry_period": "peering_retry_period",
 }
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -170,18 +215,16 @@ def kube_scheduler_overrides(flags: Mapping[str, Any], given: Mapping[str, Any])
 
     Same meaning: ``--secure-port``, ``--logging-format``, ``--authentication-kubeconfig``,
     ``--authorization-kubeconfig``, ``--leader-elect``, ``--leader-elect-resource-name`` (the peering's name),
-    ``--leader-elect-lease-duration`` (the peering lifetime, whole seconds), ``-v`` (4 or more: debug, else info).
+    ``--leader-elect-lease-duration`` (the peering lifetime, whole seconds), ``--leader-elect-renew-deadline`` and
+    ``--leader-elect-retry-period`` (the renew-deadline gate, ``standing.py``), ``-v`` (4 or more: debug, else info).
     ``--leader-elect-resource-lock`` accepts ``leases``, ``--leader-elect-resource-namespace`` changes nothing (the
-    peering is cluster-scoped); the renew deadline and retry period are refused.
+    peering is cluster-scoped).
     """
     overrides = {KUBE_SCHEDULER_FLAGS[dest]: value for dest, value in flags.items() if dest in KUBE_SCHEDULER_FLAGS}
     notices: list[str] = []
-    for dest, why in REFUSED_FLAGS.items():
+    for dest, field in DURATION_FLAGS.items():
         if dest in flags:
-            flag = "--" + dest.replace("_", "-")
-            raise SettingsError(
-                f"{flag} is not supported: {why}; use --leader-elect-lease-duration (--peering-lifetime)"
-            )
+            overrides[field] = go_duration_seconds(flags[dest])
     if "verbosity" in flags:
         overrides["log_level"] = "debug" if int(flags["verbosity"]) >= 4 else "info"
     if "leader_elect_lease_duration" in flags:

@@ -7,9 +7,14 @@ writes ``bench/results/conformance.json`` and ``docs/conformance.md``. Then it c
 no cluster needed: see profile_validation.py) and writes ``bench/results/profile-validation.json`` and the
 page's "Profile validation" section. Then the gang timelines (``--gang-timelines``, default
 ``$CONFORMANCE_GANG_TIMELINES`` or 24: workload-aware profiles against kube-scheduler with the four gates on, two
-control planes of their own, see timeline_harness.py; seeds drawn fresh unless ``--gang-seed-start``) write
-``bench/results/conformance-gangs.json`` and the page's gang section. Exits 1 when a disagreement is not explained by
-``tests/conformance/known.py`` (scenarios) or is not a documented deviation (validation), so it can gate CI too.
+control planes of their own, see timeline_harness.py; seeds drawn fresh unless ``--gang-seed-start``; topology
+constraints and preemption on unless ``--gang-switches`` says otherwise) write
+``bench/results/conformance-gangs.json`` and the page's gang section. Then the big clusters (``--big-clusters``,
+default ``$CONFORMANCE_BIG_CLUSTERS`` or 10 scenarios of 1000-5000 nodes, sampling compared exactly, a harness of
+their own, see big_clusters.py; seeds drawn fresh unless ``--big-seed-start``) write
+``bench/results/conformance-big-clusters.json`` and the page's big-cluster section. Exits 1 when a disagreement
+is not explained by ``tests/conformance/known.py`` (scenarios; big clusters allow none) or is not a documented
+deviation (validation), so it can gate CI too.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.conformance import extender_harness, gang_report, profile_validation, validation_report
+from tests.conformance import big_report, extender_harness, gang_report, profile_validation, validation_report
+from tests.conformance.big_clusters import big_size_for, generate_big
 from tests.conformance.gang_timelines import FEATURES, generate_timeline
 from tests.conformance.generator import SIZES, generate
 from tests.conformance.report import (
@@ -37,7 +43,7 @@ from tests.conformance.report import (
     write_json,
     write_markdown,
 )
-from tests.conformance.runner import Harness, ProfileDef, ScenarioResult, default_profiles
+from tests.conformance.runner import DEFAULT_PROFILE, Harness, ProfileDef, ScenarioResult, default_profiles
 from tests.conformance.timeline_harness import TimelineHarness, TimelineResult, workload_aware_profiles
 from tests.conformance.timeline_harness import summary as gang_summary
 
@@ -45,6 +51,7 @@ DEFAULT_SCENARIOS = 100
 DEFAULT_VALIDATION_SPECS = 400
 DEFAULT_EXTENDER_SCENARIOS = 12
 DEFAULT_GANG_TIMELINES = 24
+DEFAULT_BIG_CLUSTERS = 10
 EXTENDER_JSON_PATH = JSON_PATH.parent / "conformance-extenders.json"
 
 
@@ -101,18 +108,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--gang-switches",
-        default=os.environ.get("CONFORMANCE_GANG_SWITCHES", ""),
+        default=os.environ.get("CONFORMANCE_GANG_SWITCHES") or ",".join(FEATURES),
         help=f"comma-separated timeline features beyond gangs: {', '.join(FEATURES)} (default "
-        "$CONFORMANCE_GANG_SWITCHES or none: they wait for their features to be merged)",
+        f"$CONFORMANCE_GANG_SWITCHES or all of them, {','.join(FEATURES)}; 'none': plain gangs only)",
     )
     parser.add_argument("--gang-only", action="store_true", help="only the gang timelines (the page keeps the rest)")
+    parser.add_argument(
+        "--big-clusters",
+        type=int,
+        default=int(os.environ.get("CONFORMANCE_BIG_CLUSTERS") or DEFAULT_BIG_CLUSTERS),
+        help=f"big-cluster scenarios (1000-5000 nodes, sampling compared exactly) on a control plane of their own "
+        f"(default $CONFORMANCE_BIG_CLUSTERS or {DEFAULT_BIG_CLUSTERS}; 0: none)",
+    )
+    parser.add_argument(
+        "--big-seed-start", type=int, default=None, help="seed of the first big-cluster scenario (default: fresh)"
+    )
+    parser.add_argument("--big-only", action="store_true", help="only the big clusters (the page keeps the rest)")
     args = parser.parse_args(argv)
     command = "python -m tests.conformance " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     if args.extender_only:
         return run_extender_scenarios(args, command.strip())
     if args.gang_only:
         return run_gang_timelines(args, command.strip())
+    if args.big_only:
+        return run_big_clusters(args, command.strip())
     kept_gangs = gang_report.current_section(args.doc)
+    kept_big = big_report.current_section(args.doc)
     kept_section = validation_report.current_section(args.doc)
     failed = 0 if args.validation_only else run_scenarios(args, parser, command.strip())
     extender_section = extender_harness.current_section(args.doc)
@@ -128,7 +149,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         failed |= run_gang_timelines(args, command.strip())
     elif kept_gangs is not None and not args.no_write:
         gang_report.put_section(kept_gangs, args.doc)  # the scenario report rewrote the page
+    if not args.validation_only and args.big_clusters > 0:
+        failed |= run_big_clusters(args, command.strip())
+    elif kept_big is not None and not args.no_write:
+        big_report.put_section(kept_big, args.doc)  # the scenario report rewrote the page
     return failed
+
+
+def run_big_clusters(args: argparse.Namespace, command: str) -> int:
+    """Scenarios of 1000-5000 nodes, sampling and rotation compared exactly (big_clusters.py)."""
+    profiles = [DEFAULT_PROFILE, big_report.SAMPLING_PROFILE]
+    seed_start = args.big_seed_start if args.big_seed_start is not None else random.SystemRandom().randrange(10**6)
+    print(f"big clusters: seeds {seed_start}..{seed_start + args.big_clusters - 1}", flush=True)
+    work_dir = (args.work_dir or Path(".cluster") / "conformance") / "big"
+    started_at = now_utc()
+    started = time.monotonic()
+    rows = []
+    with Harness(profiles, work_dir=work_dir.resolve(), log=lambda text: print(text, flush=True)) as harness:
+        for i in range(args.big_clusters):
+            seed = seed_start + i
+            profile = profiles[i % len(profiles)]
+            result = harness.run_scenario(generate_big(seed, big_size_for(i)), profile.name)
+            rows.append(big_report.scenario_row(result, profile))
+            agree = sum(p.agree for p in result.pods)
+            print(f"big cluster {i + 1}/{args.big_clusters}: seed {seed} ({result.nodes} nodes) {profile.name}: "
+                  f"{agree}/{len(result.pods)} agree in {result.seconds:.1f}s", flush=True)  # fmt: skip
+    run = RunInfo.collect(
+        command=command, seed_start=seed_start, sizes="big", seconds=time.monotonic() - started, started=started_at
+    )
+    data = big_report.summary(rows, vars(run))
+    if not args.no_write:
+        path = big_report.write_json(data, args.json)
+        big_report.put_section(big_report.section(data), args.doc)
+        print(f"wrote {path} and the big-cluster section of {args.doc}")
+    print(f"big clusters: {data['scenarios']} scenarios, {data['pods']} pods, {data['agree']} agree, "
+          f"{data['sampled']} samples compared")  # fmt: skip
+    return 1 if data["disagree"] else 0
 
 
 def run_gang_timelines(args: argparse.Namespace, command: str) -> int:
@@ -137,7 +193,7 @@ def run_gang_timelines(args: argparse.Namespace, command: str) -> int:
     if not profiles:
         print("gang timelines: no workload-aware profile in examples/, nothing to compare")
         return 1
-    switches = [s.strip() for s in args.gang_switches.split(",") if s.strip()]
+    switches = [s.strip() for s in args.gang_switches.split(",") if s.strip() and s.strip() != "none"]
     seed_start = args.gang_seed_start if args.gang_seed_start is not None else random.SystemRandom().randrange(10**6)
     print(f"gang timelines: seeds {seed_start}..{seed_start + args.gang_timelines - 1}, switches {switches or 'none'}")
     work_dir = (args.work_dir or Path(".cluster") / "conformance") / "gangs"

@@ -60,8 +60,12 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         "before their PodGroup, basic-policy groups, plain pods, nodes added, pods deleted), and after every step the",
         "states are compared (`tests/conformance/timeline_harness.py`): every pod's node, PodScheduled condition and",
         "nomination (the members of one gang as a multiset), every PodGroup's conditions, byte for byte. A tie that",
-        "upstream broke the other way (our node among its highest-score nodes) ends the comparison of that timeline",
-        "without a verdict against us.",
+        "upstream broke the other way (our node among its highest-score nodes, or a gang in another of the",
+        "placements upstream scored alike: `tests/conformance/gang_ties.py`) ends the comparison of that timeline",
+        "without a verdict against us. Upstream tries a gang's placements in random order (a Go map) and words an",
+        "unschedulable gang's members after the first one, and may retry such a gang for as long as the timeline",
+        "runs: when only pods' messages keep changing for 10 s, the step is judged on the states upstream cycled",
+        "through (ours must show one of them).",
         "",
         f"- run: `{run.get('command', '')}`, {round(float(run.get('seconds') or 0), 1)} s, "
         f"started {run.get('started', '?')}, "
@@ -85,9 +89,10 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         "not eligible due to workload aware preemption enabled`) and appends the group preemption's verdict to the",
         "group's message (`, No preemption victims found for incoming preemptor`).",
         "",
-        "`--gang-switches topology,preemption` also gives PodGroups `schedulingConstraints.topology` (a zone or rack",
-        "key), priority classes and `disruptionMode`, and adds low-priority fillers that only preemption makes room",
-        "beside (each action of such a timeline waits for quiet: victims go asynchronously).",
+        "The switches `topology` and `preemption` (both on by default; `--gang-switches none` turns them off) give",
+        "PodGroups `schedulingConstraints.topology` (a zone or rack key), priority classes and `disruptionMode`, and",
+        "add low-priority fillers that only preemption makes room beside (each action of such a timeline waits for",
+        "quiet: victims go asynchronously).",
         "",
     ]
     lines += ["Found and fixed:", ""]

@@ -464,3 +464,40 @@ def pinned_timelines(profile: str) -> list[Timeline]:
         ["gang", "late-members", "partial", "plain-pods", "node-added", "extra-member", "group-after-pods"],
     )
     return [timeline]
+
+
+def pinned_topology_timeline(profile: str) -> Timeline:
+    """Hand-written: the topology-constrained gangs of seeds 582087/582093 (no domain holds the gang, so upstream
+    words its members after a random first placement and may retry it without end) and 582091 (two domains
+    fit alike: upstream's tie), then the gang bound in the one domain that a new node makes big enough."""
+    ns = "gang-pinned-topology"
+    nodes = [
+        create(_node(f"top-n{i}", cpu, mem, f"zone-{i % 2}", f"rack-{i}"))
+        for i, (cpu, mem) in enumerate(((4000, 8), (3000, 12), (2000, 6)))
+    ]
+
+    def member(group: str, index: int, cpu: int) -> Action:
+        return create(pod_manifest(f"{group}-{index}", ns, profile, cpu, 512, klass=group, group=group))
+
+    steps = [
+        Step("nodes", copy.deepcopy(nodes), node_sync=True),
+        # One rack each: top-n0 holds two members, the others one; no rack holds three.
+        Step(
+            "gang t minCount=3 x3 in one rack (no rack holds it)",
+            [
+                create(pod_group_manifest("t", ns, min_count=3, topology_key=RACK_KEY)),
+                *(member("t", i, 1500) for i in range(3)),
+            ],
+        ),
+        # rack-0 gains a node: the only rack that holds the gang now, all three bind there.
+        Step("a node is added to rack-0", [create(_node("top-n3", 6000, 16, "zone-1", "rack-0"))], node_sync=True),
+        # Two small members that either zone holds: upstream's placement scores may tie (a tie, not a verdict).
+        Step(
+            "gang u minCount=2 x2 in one zone",
+            [
+                create(pod_group_manifest("u", ns, min_count=2, topology_key=ZONE_KEY)),
+                *(member("u", i, 250) for i in range(2)),
+            ],
+        ),
+    ]
+    return Timeline(0, ns, profile, steps, ["gang", "topology", "partial", "node-added"])

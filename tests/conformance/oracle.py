@@ -59,9 +59,17 @@ def upstream_profile(scheduler_name: str, spec: Mapping[str, Any], omitted: Iter
     return profile
 
 
-def scheduler_config(profiles: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """A KubeSchedulerConfiguration body (LocalCluster adds the kubeconfig, QPS and leader election)."""
-    return {"profiles": [dict(p) for p in profiles]}
+def scheduler_config(profiles: Iterable[Mapping[str, Any]], *, parallelism: int | None = None) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration body (LocalCluster adds the kubeconfig, QPS and leader election).
+
+    ``parallelism=1`` (the scenario harness): with several workers upstream's sampled node search (clusters of
+    100 nodes or more) keeps whichever feasible nodes the goroutines met first; with one it judges nodes in
+    order from its start index, as ours does (big_clusters.py). Below 100 nodes every node is judged either way.
+    """
+    config: dict[str, Any] = {"profiles": [dict(p) for p in profiles]}
+    if parallelism is not None:
+        config["parallelism"] = parallelism
+    return config
 
 
 def _unquote(value: str) -> str:

@@ -47,6 +47,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,14 @@ from kubernetes.client.rest import ApiException
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.plugins.registry import default_registry
+from tests.conformance.big_clusters import (
+    BIG_THRESHOLD,
+    CREATE_THREADS,
+    RESET_NODE,
+    create_nodes,
+    reset_node,
+    sampling_problems,
+)
 from tests.conformance.devices import (
     CLAIMS_DENIED_MARKER,
     DEVICE_KINDS,
@@ -132,6 +141,9 @@ _CHOSE = re.compile(r"conformance: upstream chose (\S+)")
 
 PROBE_LABEL = "conformance.kopf-scheduler.io/probe"
 DECISION_TIMEOUT = 30.0
+UPSTREAM_BACKOFF_SECONDS = 60
+#: Upstream's log lines that end a cycle which searched the nodes (bound, or unschedulable).
+UPSTREAM_CYCLE_ENDS = ("Attempting to bind pod to node", "Unable to schedule pod; no fit; waiting")
 #: How long our preempting pod may take to bind once nominated (its victims must go first).
 PREEMPTION_TIMEOUT = 20.0
 POLL = 0.02
@@ -515,7 +527,12 @@ class Harness:
             "overhead": {"podFixed": dict(RUNTIME_CLASS_OVERHEAD)},
         }
         self._create_ignoring_conflict(lambda: client.NodeV1Api(self.api).create_runtime_class(runtime_class))
-        config = scheduler_config(p.upstream() for p in self.profiles.values())
+        config = scheduler_config((p.upstream() for p in self.profiles.values()), parallelism=1)
+        # Upstream's copies are refused their binding (an error: backoff, then a retry) until the harness deletes
+        # them. A retry is a cycle that moves upstream's node-search start index (big_clusters.py): keep it later
+        # than any deletion. Only retries wait; every compared verdict is a first attempt.
+        config["podInitialBackoffSeconds"] = UPSTREAM_BACKOFF_SECONDS
+        config["podMaxBackoffSeconds"] = 2 * UPSTREAM_BACKOFF_SECONDS
         extenders = {json.dumps(p.extenders, sort_keys=True) for p in self.profiles.values()}
         if len(extenders) > 1:
             raise ValueError("upstream configures extenders for all its profiles: compared profiles must agree")
@@ -707,16 +724,21 @@ class Harness:
         An item listed n times needs n lines (one pod's several updates).
         """
         wanted_count = Counter(wanted)
+        # (message, key) → the keys of ``wanted`` logged with that message: one lookup per line and key.
+        keys: dict[str, set[str]] = {}
+        for message, key, _ in wanted_count:
+            keys.setdefault(message, set()).add(key)
         deadline = time.monotonic() + timeout
         while True:
             pending = Counter(wanted_count)
             for line in self._upstream_lines(since):
                 parsed = parse_line(line)
-                if parsed is None:
+                if parsed is None or parsed[1] not in keys:
                     continue
                 _, message, kv = parsed
-                for item, left in pending.items():
-                    if left > 0 and item[0] == message and kv.get(item[1]) == item[2]:
+                for key in keys[message]:
+                    item = (message, key, kv.get(key, ""))
+                    if pending.get(item, 0) > 0:
                         pending[item] -= 1
                         break
             pending = +pending
@@ -897,8 +919,16 @@ class Harness:
             *scenario.resource_claims,
         )
         self._loaded = {}
-        loaded = (*scenario.namespaces, *scenario.nodes, *scenario.services, *scenario.replica_sets, *storage)
-        for obj in (*loaded, *scenario.budgets):
+        big = len(scenario.nodes) >= BIG_THRESHOLD
+        if big:
+            self._reset_search_start(profile)
+        scenario_mark = self._mark()
+        for obj in scenario.namespaces:
+            model.load(self._create(obj))
+        # Many nodes are created by many threads; the model takes them in the order the watches deliver them.
+        for obj in create_nodes(self._create, scenario.nodes):
+            model.load(obj)
+        for obj in (*scenario.services, *scenario.replica_sets, *storage, *scenario.budgets):
             model.load(self._create(obj))
         wanted = [("Add event for node", "node", n) for n in scenario.node_names]
         for obj in scenario.existing_pods:
@@ -939,6 +969,8 @@ class Harness:
         finally:
             self._scenario = None
             self._cleanup(scenario)
+        if big:
+            self._check_one_upstream_cycle(scenario_mark, results)
         return ScenarioResult(
             seed=scenario.seed,
             size=scenario.size,
@@ -949,6 +981,30 @@ class Harness:
             seconds=time.monotonic() - started,
             invalid=invalid,
         )
+
+    def _check_one_upstream_cycle(self, since: int, results: Sequence[PodResult]) -> None:
+        """Big clusters: upstream must have run one cycle per pod (a retry would have moved its start index)."""
+        cycles = Counter(
+            parsed[2].get("pod")
+            for parsed in map(parse_line, self._upstream_lines(since))
+            if parsed is not None and parsed[1] in UPSTREAM_CYCLE_ENDS
+        )
+        for result in results:
+            count = cycles[f"{result.namespace}/{result.name}"]
+            if count > 1:
+                result.problems.append(f"harness: upstream ran {count} cycles for the pod (its start index moved)")
+
+    def _reset_search_start(self, profile: ProfileDef) -> None:
+        """Both schedulers' node-search start index to 0: a pod reaches Filter in a cluster of one node, where
+        the index moves to ``(i + processed) mod 1`` (big_clusters.py says why)."""
+        since = self._mark()
+        self._create(reset_node())
+        self._wait_upstream(since, [("Add event for node", "node", RESET_NODE)])
+        reset = Scenario(seed=0, size="reset", nodes=[reset_node()], namespaces=[{"metadata": {"name": "default"}}])
+        self._probe(reset, profile)
+        since = self._mark()
+        self.core.delete_node(RESET_NODE)
+        self._wait_upstream(since, [("Delete event for node", "node", RESET_NODE)])
 
     def _create_existing(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """An existing pod: created on its node, or created unassigned and bound through a Binding."""
@@ -1032,8 +1088,8 @@ class Harness:
             client.PolicyV1Api(self.api).delete_collection_namespaced_pod_disruption_budget(namespace)
         delete_storage(self.api, scenario)
         delete_devices(self.api, scenario)
-        for name in scenario.node_names:
-            self.core.delete_node(name)
+        with ThreadPoolExecutor(CREATE_THREADS if len(scenario.nodes) >= BIG_THRESHOLD else 1) as pool:
+            list(pool.map(self.core.delete_node, scenario.node_names))
         self._wait_upstream(since, [("Delete event for node", "node", n) for n in scenario.node_names])
 
     def _compare_pod(self, scenario: Scenario, profile: ProfileDef, pending: Any, model: Model) -> PodResult | None:
@@ -1073,6 +1129,9 @@ class Harness:
             self._delete_pod(namespace, name, ours_uid)
         self._wait_upstream(since, wanted)
         result = self._judge(scenario, profile, pending, upstream, cycle, ours, verdict, upstream_obj)
+        if len(scenario.nodes) >= BIG_THRESHOLD and upstream.kind == "bound":
+            # Big clusters: the sample itself (both searches start from the same index, see big_clusters.py).
+            result.problems += sampling_problems(cycle.final_scores, verdict.feasible, cycle.used_hint)
         if not result.agree or result.model_notes:
             result.context = self._context(model, result, verdict, cycle)
         for victim in deleted:

@@ -1,8 +1,9 @@
-"""The quick subset of the differential conformance suite that ``make test`` runs (~30 s on 2 cores).
+"""The quick subset of the differential conformance suite that ``make test`` runs (~60 s on 2 cores).
 
-Two small seeded scenarios and a pinned preemption case are scheduled by upstream kube-scheduler v1.36.3
-and by ``kopf-scheduler run`` (see runner.py for how both decide on the same state); any disagreement that
-``known.py`` does not explain fails the test. The known difference is pinned by its own reproducer, and a
+Two small seeded scenarios, a 500-node one (node sampling compared exactly, see big_clusters.py) and a pinned
+preemption case are scheduled by upstream kube-scheduler v1.36.3 and by ``kopf-scheduler run`` (see runner.py
+for how both decide on the same state); any disagreement that ``known.py`` does not explain fails the test (the
+500-node one allows none). The known difference is pinned by its own reproducer, and a
 negative control proves the harness can see a difference at all: a profile whose upstream side scores with
 MostAllocated while ours keeps LeastAllocated must produce node disagreements.
 
@@ -18,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from kopf_scheduler.algorithm import num_feasible_nodes_to_find
+from tests.conformance.big_clusters import generate_big
 from tests.conformance.generator import PendingPod, Scenario, generate
 from tests.conformance.known import FREED_HOST_PORT, explain, host_port_scenario
 from tests.conformance.preemptions import pinned_scenario, terminating_victim_scenario
@@ -29,6 +32,8 @@ pytestmark = pytest.mark.e2e
 #: pods unschedulable with multi-reason messages, and run the default profile and one with non-default args.
 #: ``None`` = the default profile (the example with an empty spec, or the built-in one).
 QUICK_SCENARIOS = ((1, "small", None), (2, "small", "conformance-args-a"))
+#: The seed of the quick 500-node scenario (big_clusters.py).
+BIG_QUICK_SEED = 1
 
 CONTROL = ProfileDef(
     "conformance-control",
@@ -68,6 +73,20 @@ def test_quick_scenarios_agree_with_upstream(harness: Harness) -> None:
     assert sum(p.upstream.kind == "unschedulable" for p in pods) >= 3
     unexplained = [p for p in pods if not p.agree and explain(p) is None]
     assert not unexplained, "disagreements with upstream kube-scheduler:\n" + _describe(unexplained)
+
+
+def test_a_500_node_cluster_agrees_exactly(harness: Harness) -> None:
+    # Sampling compared (big_clusters.py): 500 nodes → upstream scores 230 feasible nodes (the adaptive 46 %),
+    # from the start index that each cycle moves; ours must score the very same nodes and agree on every pod.
+    default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
+    result = harness.run_scenario(generate_big(BIG_QUICK_SEED, 500, pods=10), default)
+    assert not result.invalid, f"the API server refused generated pods {result.invalid}"
+    disagreements = [p for p in result.pods if not p.agree]
+    assert not disagreements, "disagreements with upstream kube-scheduler:\n" + _describe(disagreements)
+    sampled = [p for p in result.pods if len(p.upstream_scores) == num_feasible_nodes_to_find(None, 500) == 230]
+    assert len(sampled) >= 3, [(p.name, p.upstream.kind, len(p.upstream_scores)) for p in result.pods]
+    # The rotation moved between them: no two sampled pods scored the same nodes.
+    assert len({frozenset(p.upstream_scores) for p in sampled}) == len(sampled)
 
 
 def test_known_freed_host_port_difference_is_still_there(harness: Harness) -> None:

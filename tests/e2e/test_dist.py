@@ -200,7 +200,7 @@ def test_the_loaded_image_runs_as_the_packaged_chart_installs_it(
         raise
     finally:
         podman("rm", "--force", "--time", "0", container, check=False)
-        release.helm("uninstall", release.name, "--ignore-not-found", "--wait", "--timeout", "60s", check=False)
+        release.uninstall_without_hooks()  # no kubelet here for the pre-delete Job (test_helm_lifecycle.py runs it)
         delete_profile(cluster.api, profile, force=True)
 
 

@@ -48,6 +48,7 @@ from tests.e2e.operator_process import (
     apply_crds,
     delete_profile,
     get_profile,
+    list_profiles,
     pod_condition,
     pod_events,
     pod_manifest,
@@ -65,6 +66,7 @@ SELF_REVIEWS = {
     ("authorization.k8s.io", "selfsubjectrulesreviews", "", "create"),
 }
 CHART_CRDS = ("schedulerprofiles.kopf-scheduler.io", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
+PROFILE_CRD = CHART_CRDS[0]
 #: Lines of the operator's log that mean a request was refused for lack of permission.
 #: An HTTP 403 or a "forbidden" message; not the milliseconds of a log line's timestamp ("13:43:36,403 INFO ...":
 #: a peering line matched by chance once).
@@ -91,16 +93,19 @@ class Release:
     def profile(self, suffix: str = "sched") -> str:
         return f"{self.name}-{suffix}"
 
-    def run(self, tool: str, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        env = {
+    def env(self) -> dict[str, str]:
+        """The environment of this release's helm and kubectl commands."""
+        return {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
             "HELM_CACHE_HOME": str(self.helm_home / "cache"),
             "HELM_CONFIG_HOME": str(self.helm_home / "config"),
             "HELM_DATA_HOME": str(self.helm_home / "data"),
         }
+
+    def run(self, tool: str, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [pinned_binary(tool), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+            [pinned_binary(tool), *args], capture_output=True, text=True, env=self.env(), timeout=timeout, check=False
         )
         if check and result.returncode != 0:
             raise AssertionError(
@@ -114,11 +119,24 @@ class Release:
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run("kubectl", *args, check=check)
 
-    def install(self, values: dict[str, Any]) -> str:
+    def values_file(self, values: dict[str, Any]) -> str:
+        path = self.helm_home / f"values-{secrets.token_hex(3)}.json"
+        path.write_text(json.dumps(values))
+        return str(path)
+
+    def install(self, values: dict[str, Any], chart: Path = CHART) -> str:
         """``helm install`` with ``values`` (a JSON values file); returns helm's output (NOTES included)."""
-        values_file = self.helm_home / f"values-{secrets.token_hex(3)}.json"
-        values_file.write_text(json.dumps(values))
-        return self.helm("install", self.name, str(CHART), "--values", str(values_file)).stdout
+        return self.helm("install", self.name, str(chart), "--values", self.values_file(values)).stdout
+
+    def upgrade_without_hooks(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``helm upgrade --no-hooks``: its pre-upgrade hook is a Job (it applies the CRD), and nothing runs pods in
+        the local control plane unless a test plays the kubelet (tests/e2e/test_helm_lifecycle.py runs it)."""
+        return self.helm("upgrade", self.name, str(CHART), "--no-hooks", *args)
+
+    def uninstall_without_hooks(self) -> subprocess.CompletedProcess[str]:
+        """``helm uninstall --no-hooks``: its pre-delete hook is a Job too (tests/e2e/test_helm_lifecycle.py)."""
+        return self.helm("uninstall", self.name, "--ignore-not-found", "--no-hooks", "--wait", "--timeout", "60s",
+                         check=False)  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         return json.loads(self.helm("status", self.name, "--output", "json").stdout)  # type: ignore[no-any-return]
@@ -130,8 +148,8 @@ def release(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Releas
     rel = Release(f"ks{secrets.token_hex(3)}", namespace, cluster.kubeconfig, tmp_path / "helm")
     rel.helm_home.mkdir()
     yield rel
-    rel.helm("uninstall", rel.name, "--ignore-not-found", "--wait", "--timeout", "60s", check=False)
-    # Profiles are kept on uninstall (helm.sh/resource-policy: keep) and may carry the operator's finalizer.
+    rel.uninstall_without_hooks()
+    # A profile may carry the operator's finalizer (no hook ran to remove it).
     delete_profile(cluster.api, rel.profile(), force=True)
 
 
@@ -208,7 +226,7 @@ def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: Re
     assert objects["ClusterRoleBinding"].subjects[0].namespace == namespace
     created = get_profile(cluster.api, profile)
     assert created["spec"] == {"percentageOfNodesToScore": 50}
-    assert created["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert "helm.sh/resource-policy" not in (created["metadata"].get("annotations") or {})  # keepProfiles: false
 
     # Both replicas' pods exist (Parallel pod management): admission let them in. Nothing runs them here.
     pods = wait_for(
@@ -224,7 +242,7 @@ def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: Re
 
     # Upgrade: a changed value reaches the StatefulSet, as revision 2.
     generation = statefulset.metadata.generation
-    release.helm("upgrade", release.name, str(CHART), "--reuse-values", "--set", "logLevel=debug")
+    release.upgrade_without_hooks("--reuse-values", "--set", "logLevel=debug")
     status = release.status()
     assert (status["version"], status["info"]["status"]) == (2, "deployed")
     upgraded = cluster.apps.read_namespaced_stateful_set(release.fullname, namespace)
@@ -232,18 +250,19 @@ def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: Re
     assert "--log-level=debug" in upgraded.spec.template.spec.containers[0].args
     assert all(_release_objects(cluster, release).values())
 
-    # Uninstall: everything goes but the CRDs (Helm never deletes them) and the kept profile.
-    release.helm("uninstall", release.name, "--wait", "--timeout", "60s")
+    # Uninstall: everything goes but the CRDs (Helm never deletes crds/). No operator ever ran, so no finalizer: the
+    # hook that removes it is skipped here (tests/e2e/test_helm_lifecycle.py runs it); the chart's profile goes.
+    assert release.uninstall_without_hooks().returncode == 0
     leftovers = {kind: obj is not None for kind, obj in _release_objects(cluster, release).items()}
     assert not any(leftovers.values()), leftovers
     wait_for(lambda: not _chart_pods(cluster, release), timeout=60, message="StatefulSet pods not deleted")
     assert release.helm("status", release.name, check=False).returncode != 0
     assert all(_established(cluster.api, crd) for crd in CHART_CRDS)
-    kept = get_profile(cluster.api, profile)
-    assert "deletionTimestamp" not in kept["metadata"]
-    # No operator ever ran, so no finalizer: the kept profile deletes at once.
-    assert PROFILE_FINALIZER not in (kept["metadata"].get("finalizers") or [])
-    delete_profile(cluster.api, profile, wait=30)
+    wait_for(lambda: not list_profiles_named(cluster, profile), timeout=30, message=f"profile {profile} not deleted")
+
+
+def list_profiles_named(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    return [p for p in list_profiles(cluster.api) if p["metadata"]["name"] == name]
 
 
 def _namespace_event_notes(cluster: Cluster, namespace: str) -> list[str]:
@@ -520,3 +539,31 @@ def test_the_podgroup_crd_another_installation_owns_is_left_alone(cluster: Clust
     crd = client.ApiextensionsV1Api(cluster.api).read_custom_resource_definition(name)
     assert "meta.helm.sh/release-name" not in (crd.metadata.annotations or {})
     assert _established(cluster.api, name)
+
+
+def test_the_podgroup_crd_is_installed_where_absent_and_kept(cluster: Cluster, release: Release) -> None:
+    """Where the cluster has no PodGroup CRD, ``coscheduling.installCRD`` installs it as part of the release: an
+    upgrade keeps managing it (the release owns it now), and uninstall leaves it (every PodGroup lives in it)."""
+    ext = client.ApiextensionsV1Api(cluster.api)
+    name = "podgroups.scheduling.x-k8s.io"
+    with contextlib.suppress(ApiException):
+        ext.delete_custom_resource_definition(name)
+    wait_for(lambda: _read(ext.read_custom_resource_definition, name) is None, timeout=60, message=f"{name} stays")
+    try:
+        release.install({"peering": {"name": release.peering}, "coscheduling": {"installCRD": True}})
+        assert f"name: {name}" in release.helm("get", "manifest", release.name).stdout
+        wait_for(lambda: _established(cluster.api, name), timeout=30, message=f"{name} not Established")
+        crd = ext.read_custom_resource_definition(name)
+        assert crd.metadata.annotations["meta.helm.sh/release-name"] == release.name
+        assert crd.metadata.annotations["helm.sh/resource-policy"] == "keep"
+        assert crd.spec.versions[0].name == "v1alpha1"
+
+        release.upgrade_without_hooks("--reuse-values", "--set", "logLevel=debug")
+        assert f"name: {name}" in release.helm("get", "manifest", release.name).stdout
+        assert ext.read_custom_resource_definition(name).metadata.uid == crd.metadata.uid
+
+        assert release.uninstall_without_hooks().returncode == 0
+        kept = ext.read_custom_resource_definition(name)
+        assert (kept.metadata.uid, kept.metadata.deletion_timestamp) == (crd.metadata.uid, None)
+    finally:  # as the other tests expect it (applied from the same file)
+        apply_crds(cluster.api, CHART / "files" / "coscheduling")

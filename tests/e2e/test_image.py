@@ -88,7 +88,7 @@ def release(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Releas
     rel = Release(f"ki{secrets.token_hex(3)}", namespace, cluster.kubeconfig, tmp_path / "helm")
     rel.helm_home.mkdir()
     yield rel
-    rel.helm("uninstall", rel.name, "--ignore-not-found", "--wait", "--timeout", "60s", check=False)
+    rel.uninstall_without_hooks()
     delete_profile(cluster.api, rel.profile(), force=True)
     # The hook's cluster-scoped RBAC, applied by hand in the test (its namespaced objects go with the namespace).
     rbac = client.RbacAuthorizationV1Api(cluster.api)
@@ -270,18 +270,21 @@ def test_the_image_runs_as_the_chart_runs_it_and_fails_over(
     scheduled = wait_for(lambda: pod_events(cluster.api, namespace, "first", reason="Scheduled"), timeout=30)
     assert scheduled[0].reporting_controller == profile
 
-    # The `helm test` hook's command, in the image, with the hook's own ServiceAccount and RBAC.
+    # The `helm test` hook's command, in the image, with the hook's own ServiceAccount and RBAC; its health
+    # checks only (no probe pod: tests/e2e/test_helm_lifecycle.py runs `helm test` whole).
     hook_docs = render(values, release=release.name, namespace=namespace, include_tests=True)
     hook_docs = [d for d in hook_docs if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
     manifest = tmp_path / "hook-rbac.yaml"
-    manifest.write_text(yaml.safe_dump_all([d for d in hook_docs if d["kind"] != "Pod"]))
+    manifest.write_text(yaml.safe_dump_all([d for d in hook_docs if d["kind"] not in ("Pod", "SchedulerProfile")]))
     release.kubectl("apply", "-f", str(manifest))
     hook_pod = next(d for d in hook_docs if d["kind"] == "Pod")
     hook_secrets = service_account_dir(cluster, release, f"{release.fullname}-test", tmp_path / "hook-sa", server)
     hook_options = podman_run_args(
         hook_pod["spec"], hook_pod["metadata"]["name"], hook_secrets, server, in_cluster=True
     )
-    hook_args = [a for a in hook_pod["spec"]["containers"][0]["args"] if not a.startswith("--timeout=")]
+    hook_args = [
+        a for a in hook_pod["spec"]["containers"][0]["args"] if not a.startswith(("--timeout=", "--probe-pod="))
+    ]
 
     def helm_test(timeout: int) -> subprocess.CompletedProcess[str]:
         args = [*hook_args, f"--timeout={timeout}"]

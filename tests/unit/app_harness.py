@@ -155,6 +155,8 @@ class FakeClient:
         self.coscheduling_patches.append((namespace, name, patch))
 
     async def list_labelled_pods(self, *, namespace: str, selector: str) -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        self.list_counts[path] = self.list_counts.get(path, 0) + 1
         key, _, value = selector.partition("=")
         pods = self.lists.get("/api/v1/pods", [])
         return [

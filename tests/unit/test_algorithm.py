@@ -19,7 +19,7 @@ from kopf_scheduler.algorithm import (
     select_host,
 )
 from kopf_scheduler.framework import COSTLY_FILTER, Code, CycleState, ExtensionPoint, Status
-from kopf_scheduler.framework.runtime import Framework
+from kopf_scheduler.framework.runtime import Framework, SearchStart
 from kopf_scheduler.state.cache import ClusterCache
 from tests.unit.factories import make_cache, make_node, make_pod, pod_info
 from tests.unit.test_runtime import (  # shared fakes
@@ -126,29 +126,66 @@ def test_first_k_feasible_nodes_from_the_start_index_and_rotation() -> None:
     assert framework.next_start_node_index == (134 + processed) % count == 67
 
 
-def test_rejections_after_the_kth_feasible_node_do_not_count() -> None:
-    count = 400  # 400·(50−3)% = 188 feasible nodes wanted; the first window covers 188 + 94 nodes
+def test_rejections_before_the_next_feasible_node_count() -> None:
+    """Upstream's one-worker search goes on after the K-th feasible node until a (K+1)-th (dropped): the
+    rejections met on the way are kept and move the start index; those after the (K+1)-th are not."""
+    count = 400  # 400·(50−3)% = 188 feasible nodes wanted; the first window covers 189 + 94 nodes
     cache = cluster(count)
     framework = build(
         [every_kth_fails(2), flat_scores(count)], {E.FILTER: ("EveryKth",), E.SCORE: ("Flat",)}, cache=cache
     )
     result = schedule(framework, rng=random.Random(0))
     assert num_feasible_nodes_to_find(None, count) == 188
-    # The 188th feasible node is n0375 (odd indices); 188 rejected even nodes precede it.
+    # The 188th feasible node is n0375 (odd indices); 188 rejected even nodes precede it, and n0376 is rejected
+    # before n0377, the 189th feasible node, ends the search.
     assert result.feasible_nodes == 188
-    assert len(result.diagnosis.statuses) == 188
-    assert result.evaluated_nodes == 376
-    assert framework.next_start_node_index == 376
+    assert len(result.diagnosis.statuses) == 189
+    assert "n0376" in result.diagnosis.node_to_status
+    assert "n0378" not in result.diagnosis.node_to_status
+    assert result.evaluated_nodes == 377
+    assert framework.next_start_node_index == 377
+    assert result.scores is not None
+    assert max(index_of(str(cache.table.names[int(s)])) for s in result.scores.nodes) == 375
     # Two windows were needed (the first one held only ~141 feasible nodes).
-    assert [len(nodes) for nodes in filter_calls_nodes()] == [282, 118]
+    assert [len(nodes) for nodes in filter_calls_nodes()] == [283, 117]
+
+
+def test_a_run_of_rejections_after_the_kth_feasible_node_moves_the_start() -> None:
+    count = 300  # → 144 feasible nodes wanted: n0000..n0143 pass, n0144..n0249 fail, n0250 ends the search
+    cache = cluster(count)
+    framework = build(
+        [node_filter("Band", lambda n: U("band") if 144 <= index_of(n) < 250 else None), flat_scores(count)],
+        {E.FILTER: ("Band",), E.SCORE: ("Flat",)},
+        cache=cache,
+    )
+    result = schedule(framework, rng=random.Random(0))
+    assert (result.feasible_nodes, len(result.diagnosis.statuses)) == (144, 106)
+    assert result.evaluated_nodes == 250
+    assert framework.next_start_node_index == 250
+    # From n0250 there are 50 feasible nodes to the end and 94 from n0000: the 144th is n0093, n0094 ends it.
+    result = schedule(framework, rng=random.Random(0))
+    assert (result.feasible_nodes, len(result.diagnosis.statuses)) == (144, 0)
+    assert framework.next_start_node_index == (250 + 144) % count == 94
+
+
+def test_without_a_next_feasible_node_every_node_is_judged() -> None:
+    count = 200  # → 100 wanted; exactly 100 feasible (odd nodes): every rejection counts, the start goes round
+    cache = cluster(count)
+    framework = build(
+        [every_kth_fails(2), flat_scores(count)], {E.FILTER: ("EveryKth",), E.SCORE: ("Flat",)}, cache=cache
+    )
+    framework.next_start_node_index = 7
+    result = schedule(framework, rng=random.Random(0))
+    assert (result.feasible_nodes, len(result.diagnosis.statuses), result.evaluated_nodes) == (100, 100, 200)
+    assert framework.next_start_node_index == 7
 
 
 @pytest.mark.parametrize(
     ("fails_every", "windows"),
     [
-        (2, [188, 188]),  # half feasible: the second window is sized by the rate seen in the first
-        (3, [188, 95]),
-        (400, [188, 2]),  # only n0000 fails: 187 feasible in the first window, one more wanted at 187/188
+        (2, [189, 192]),  # half feasible: the second window is sized by the rate seen in the first
+        (3, [189, 95]),
+        (400, [189, 2]),  # only n0000 fails: 188 feasible in the first window, one more wanted at 188/189
     ],
 )
 def test_a_costly_filter_judges_no_node_past_need_with_the_same_verdicts(fails_every: int, windows: list[int]) -> None:
@@ -184,10 +221,14 @@ def test_a_costly_filter_judges_no_node_past_need_with_the_same_verdicts(fails_e
 def test_without_score_plugins_one_feasible_node_is_enough() -> None:
     cache = cluster(10)
     framework = build([every_kth_fails(3)], {E.FILTER: ("EveryKth",)}, cache=cache)
-    names = [schedule(framework).suggested_host for _ in range(5)]
-    # n0000 fails → n0001; next start 2 → n0002; start 3 fails → n0004; start 5 → n0005; start 6 fails → n0007.
+    names, starts = [], []
+    for _ in range(5):
+        names.append(schedule(framework).suggested_host)
+        starts.append(framework.next_start_node_index)
+    # The search ends at the second feasible node; rejections before it count. n0000 fails → n0001 (n0002 ends
+    # it); start 2 → n0002 (n0003 fails, n0004 ends it); start 4 → n0004; start 5 → n0005 (n0006 fails); 7 → n0007.
     assert names == ["n0001", "n0002", "n0004", "n0005", "n0007"]
-    assert framework.next_start_node_index == 8
+    assert starts == [2, 4, 5, 7, 8]
 
 
 def test_without_filter_plugins_nodes_are_taken_in_rotation() -> None:
@@ -202,6 +243,25 @@ def test_without_filter_plugins_nodes_are_taken_in_rotation() -> None:
         i % count for i in range(120, 220)
     ]
     assert framework.next_start_node_index == (120 + 100) % count
+
+
+def test_profiles_share_one_start_index() -> None:
+    """Upstream's ``nextStartNodeIndex`` belongs to the scheduler, not a profile: one profile's search moves
+    where the next cycle of another profile begins."""
+    count = 150  # → 100 wanted, every node feasible: each cycle moves the start by 100
+    cache = cluster(count)
+    shared = SearchStart()
+    first, second = (
+        build([flat_scores(count)], {E.SCORE: ("Flat",)}, cache=cache, search_start=shared) for _ in range(2)
+    )
+    schedule(first, rng=random.Random(0))
+    assert (first.next_start_node_index, second.next_start_node_index) == (100, 100)
+    result = schedule(second, rng=random.Random(0))
+    assert result.scores is not None
+    assert index_of(str(cache.table.names[int(result.scores.nodes[0])])) == 100
+    assert shared.index == (100 + 100) % count
+    alone = build([flat_scores(count)], {E.SCORE: ("Flat",)}, cache=cache)
+    assert alone.next_start_node_index == 0
 
 
 def test_pre_filter_result_restricts_the_search() -> None:

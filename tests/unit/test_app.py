@@ -45,6 +45,20 @@ def test_invalid_profile_keeps_previous_pipeline(spec: dict[str, Any], fragment:
     assert client.bindings == [("default", "p", "n1")]
 
 
+def test_profiles_share_the_node_search_start() -> None:
+    # Upstream's nextStartNodeIndex belongs to the Scheduler: every profile's cycles move the one index, and a
+    # profile rebuilt from a new spec keeps it.
+    app = new_app()
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.apply_profile(name="other", spec={"percentageOfNodesToScore": 20}, generation=1)
+    sp, other = app.profiles["sp"].framework, app.profiles["other"].framework
+    assert sp.search_start is other.search_start is app.search_start
+    sp.next_start_node_index = 7
+    assert other.next_start_node_index == 7
+    app.apply_profile(name="sp", spec={"percentageOfNodesToScore": 30}, generation=2)
+    assert app.profiles["sp"].framework.next_start_node_index == 7
+
+
 def test_profile_change_swaps_scoring_live() -> None:
     client = FakeClient()
     app = new_app(client)

@@ -187,12 +187,14 @@ def render(
     namespace: str = "kube-system",
     include_crds: bool = False,
     include_tests: bool = False,
+    include_hooks: bool = False,
     check: bool = True,
 ) -> list[dict[str, Any]] | subprocess.CompletedProcess[str]:
     """``helm template`` of the chart with ``values`` (as a JSON values file); the parsed documents.
 
     The `helm test` hook's objects (templates/tests/) only with ``include_tests``: ``helm install`` does not
-    create them (tests/unit/test_chart_test_hook.py checks them).
+    create them (tests/unit/test_chart_test_hook.py checks them). The pre-delete hook's objects (created by
+    ``helm uninstall`` only) only with ``include_hooks`` (tests/unit/test_chart_pre_delete.py checks them).
     """
     args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION]
     if include_crds:
@@ -207,7 +209,10 @@ def render(
         result = helm(*args, check=check)
     if not check:
         return result
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    if include_hooks:
+        return docs
+    return [doc for doc in docs if doc["metadata"].get("annotations", {}).get("helm.sh/hook", "test") == "test"]
 
 
 def docs_of(values: Mapping[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
@@ -222,6 +227,13 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found[0]
 
 
+def headless(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The StatefulSet's headless Service (not the explain APIService's)."""
+    found = [d for d in docs if d["kind"] == "Service" and d["spec"].get("clusterIP") == "None"]
+    assert len(found) == 1, f"expected one headless Service, got {len(found)}"
+    return found[0]
+
+
 def container_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
     pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
     assert len(pod["containers"]) == 1
@@ -229,8 +241,15 @@ def container_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def operator_role(docs: list[dict[str, Any]], kind: str = "ClusterRole") -> dict[str, Any]:
-    """The operator's own ClusterRole (or its binding), not the metrics-reader one."""
-    found = [d for d in docs if d["kind"] == kind and not d["metadata"]["name"].endswith("-metrics-reader")]
+    """The operator's own ClusterRole (or its binding): not the metrics-reader one, the explain API's, nor a hook's."""
+    others = ("-metrics-reader", "-explain-viewer", "-auth-delegator")
+    found = [
+        d
+        for d in docs
+        if d["kind"] == kind
+        and not d["metadata"]["name"].endswith(others)
+        and "helm.sh/hook" not in d["metadata"].get("annotations", {})
+    ]
     assert len(found) == 1, f"expected one operator {kind}, got {len(found)}"
     return found[0]
 
@@ -266,7 +285,7 @@ def test_the_pinned_minor_has_bundled_schemas() -> None:
 
 @pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["defaults", "everything-on"])
 def test_rendered_manifests_validate_against_the_pinned_kubernetes_schemas(values: dict[str, Any] | None) -> None:
-    docs = docs_of(values, include_crds=True)
+    docs = docs_of(values, include_crds=True, include_hooks=True)
     kinds = sorted(d["kind"] for d in docs)
     builtin = {
         "CustomResourceDefinition",
@@ -277,6 +296,8 @@ def test_rendered_manifests_validate_against_the_pinned_kubernetes_schemas(value
         "Service",
         "StatefulSet",
         "PodDisruptionBudget",
+        "APIService",
+        "Job",  # the pre-delete hook's
     }
     optional = {"NetworkPolicy", "ConfigMap", "RoleBinding", "Secret"}
     custom = {"ClusterKopfPeering", "SchedulerProfile", "ServiceMonitor", "PrometheusRule"}
@@ -316,7 +337,7 @@ def test_custom_objects_are_well_formed() -> None:
     assert profiles[1]["spec"] == {}
     assert profiles[2]["spec"] == FULL_VALUES["profiles"][2]["spec"]
     monitor = one(docs, "ServiceMonitor")
-    service = one(docs, "Service")
+    service = headless(docs)
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
@@ -345,6 +366,56 @@ def test_rendered_crds_are_the_files() -> None:
         if d
     }
     assert rendered == files
+
+
+def _hooks(values: Mapping[str, Any] | None, event: str) -> list[dict[str, Any]]:
+    docs = docs_of(values, include_hooks=True)
+    return [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook") == event]
+
+
+def test_upgrades_apply_the_chart_crd_first_from_a_pre_upgrade_job() -> None:
+    """Helm never upgrades crds/: a pre-upgrade hook Job server-side applies the SchedulerProfile CRD, exactly the
+    file, before Helm updates anything else (pre-upgrade hooks run first); it may touch that CRD and nothing else."""
+    docs = _hooks(None, "pre-upgrade")
+    assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
+    by_kind = {d["kind"]: d for d in docs}
+    for doc in docs:
+        annotations = doc["metadata"]["annotations"]
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        assert int(annotations["helm.sh/hook-weight"]) == (0 if doc["kind"] == "Job" else -1)
+        assert kubernetes_validate.validate(doc, KUBE_VERSION, strict=True) == SCHEMA_MINOR
+    assert rules_of(by_kind["ClusterRole"]) == {
+        ("apiextensions.k8s.io", "customresourcedefinitions", "schedulerprofiles.kopf-scheduler.io", verb)
+        for verb in ("get", "patch")
+    }
+    pod = by_kind["Job"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == by_kind["ServiceAccount"]["metadata"]["name"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python3", "-c", (CHART / "files" / "hooks.py").read_text()]
+    assert container["args"][:2] == ["apply-crds", "--timeout=60"]
+    (crd,) = [json.loads(a.split("=", 1)[1]) for a in container["args"] if a.startswith("--crd-json=")]
+    assert crd == yaml.safe_load((CHART / "crds" / "schedulerprofile.yaml").read_text())
+    statefulset_pod = one(docs_of(), "StatefulSet")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == statefulset_pod["securityContext"]
+    assert container["securityContext"] == statefulset_pod["containers"][0]["securityContext"]
+    assert not _hooks({"crds": {"enabled": False}}, "pre-upgrade")  # CRDs managed apart
+    # `helm upgrade --reuse-values` from a release made before `crds` existed: its values have none, and the
+    # defaults hold (null deletes the key, as the old release's values lack it).
+    assert [d["kind"] for d in _hooks({"crds": None}, "pre-upgrade")].count("Job") == 1
+
+
+def test_crds_keep_false_has_the_pre_delete_hook_delete_the_crd() -> None:
+    def deletes(values: Mapping[str, Any] | None) -> bool:
+        job = next(d for d in _hooks(values, "pre-delete") if d["kind"] == "Job")
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        role = next(d for d in _hooks(values, "pre-delete") if d["kind"] == "ClusterRole")
+        granted = ("apiextensions.k8s.io", "customresourcedefinitions", "schedulerprofiles.kopf-scheduler.io", "delete")
+        assert ("--delete-crd=schedulerprofiles.kopf-scheduler.io" in args) == (granted in rules_of(role))
+        return granted in rules_of(role)
+
+    assert not deletes(None)  # kept by default, as Helm keeps crds/
+    assert deletes({"crds": {"keep": False}})
+    assert not deletes({"crds": {"keep": False, "enabled": False}})  # never a CRD the chart does not manage
 
 
 def test_app_version_is_the_package_version_and_the_default_image_tag() -> None:
@@ -423,7 +494,7 @@ def test_statefulset_shape() -> None:
     spec = sts["spec"]
     assert spec["replicas"] == 2
     assert spec["podManagementPolicy"] == "Parallel"
-    assert spec["serviceName"] == one(docs, "Service")["metadata"]["name"]
+    assert spec["serviceName"] == headless(docs)["metadata"]["name"]
     template = spec["template"]
     assert spec["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     container = container_of(docs)
@@ -463,7 +534,7 @@ def test_pdb_and_service_select_the_pods() -> None:
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    service = one(docs, "Service")
+    service = headless(docs)
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"].items() <= labels.items()
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 10259, "targetPort": "metrics", "protocol": "TCP"}]
@@ -511,11 +582,12 @@ def test_each_ordinal_gets_its_own_peering_priority(tmp_path: Path, monkeypatch:
 # ---- values -----------------------------------------------------------------------------------------------
 
 
-def test_profiles_are_kept_on_uninstall_unless_told_otherwise() -> None:
+def test_profiles_are_deleted_on_uninstall_unless_kept() -> None:
+    """The pre-delete hook removes the operator's finalizer first, so deleting them never hangs."""
     profiles = [{"name": "p"}]
-    kept = one(docs_of({"profiles": profiles}), "SchedulerProfile")
+    kept = one(docs_of({"profiles": profiles, "keepProfiles": True}), "SchedulerProfile")
     assert kept["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
-    plain = one(docs_of({"profiles": profiles, "keepProfiles": False}), "SchedulerProfile")
+    plain = one(docs_of({"profiles": profiles}), "SchedulerProfile")
     assert "annotations" not in plain["metadata"]
     assert not [d for d in docs_of() if d["kind"] == "SchedulerProfile"]  # none by default
 
@@ -573,6 +645,7 @@ def test_metrics_reader_role_grants_metrics_explain_and_the_way_to_the_active_re
             "resourceNames": ["kopf-scheduler"],
             "verbs": ["get"],
         },
+        {"apiGroups": ["explain.kopf-scheduler.io"], "resources": ["podexplanations"], "verbs": ["get"]},
     ]
     (role,) = reader_roles(docs, "Role")
     assert role["metadata"]["namespace"] == "kube-system"
@@ -632,8 +705,8 @@ def test_service_monitor_scrapes_https_with_a_token_under_the_chosen_job() -> No
     assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]  # /metrics and nothing else
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
     job_label = one(docs, "ServiceMonitor")["spec"]["jobLabel"]
-    assert one(docs, "Service")["metadata"]["labels"][job_label] == "kube-scheduler"
-    assert one(docs_of(), "Service")["metadata"]["labels"][job_label] == "kopf-scheduler"
+    assert headless(docs)["metadata"]["labels"][job_label] == "kube-scheduler"
+    assert headless(docs_of())["metadata"]["labels"][job_label] == "kopf-scheduler"
 
 
 def test_a_tls_secret_is_mounted_and_served() -> None:
@@ -771,3 +844,58 @@ def test_the_coscheduling_crd_is_rendered_only_when_asked_and_kept_on_uninstall(
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert set(spec) == {"minMember", "minResources", "scheduleTimeoutSeconds"}
     assert spec["minMember"]["minimum"] == 1
+
+
+def test_the_explain_api_service_routes_to_the_active_replica_with_the_rbac_it_needs() -> None:
+    """The APIService and its Service (the pod labelled active), the operator's rights to serve it (the requestheader
+    ConfigMap, reviews, labelling its own pods), and get on podexplanations for whoever may view a namespace."""
+    docs = docs_of()
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    api_service = by_name[("APIService", "v1alpha1.explain.kopf-scheduler.io")]
+    assert api_service["spec"] == {
+        "group": "explain.kopf-scheduler.io",
+        "version": "v1alpha1",
+        "service": {"name": "ks-kopf-scheduler-explain", "namespace": "kube-system", "port": 443},
+        "groupPriorityMinimum": 100,
+        "versionPriority": 100,
+        "insecureSkipTLSVerify": True,
+    }
+    service = by_name[("Service", "ks-kopf-scheduler-explain")]
+    assert service["spec"]["selector"]["kopf-scheduler.io/active"] == "true"
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "metrics", "protocol": "TCP"}]
+    account = {
+        "kind": "ServiceAccount",
+        "name": one(docs, "ServiceAccount")["metadata"]["name"],
+        "namespace": "kube-system",
+    }
+    delegator = by_name[("ClusterRoleBinding", "ks-kopf-scheduler-auth-delegator")]
+    assert (delegator["roleRef"]["name"], delegator["subjects"]) == ("system:auth-delegator", [account])
+    reader = by_name[("RoleBinding", "ks-kopf-scheduler-extension-apiserver-authentication")]
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert (reader["roleRef"]["name"], reader["subjects"]) == ("extension-apiserver-authentication-reader", [account])
+    own = by_name[("Role", "ks-kopf-scheduler-own-pods")]
+    assert own["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "resourceNames": ["ks-kopf-scheduler-0", "ks-kopf-scheduler-1"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    env = {e["name"]: e for e in container_of(docs)["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    viewer = by_name[("ClusterRole", "ks-kopf-scheduler-explain-viewer")]
+    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert viewer["rules"] == [
+        {"apiGroups": ["explain.kopf-scheduler.io"], "resources": ["podexplanations"], "verbs": ["get"]}
+    ]
+
+    pinned = docs_of({"explain": {"apiService": {"caBundle": "Q0E="}, "aggregateToDefaultRoles": False}})
+    spec = next(d for d in pinned if d["kind"] == "APIService")["spec"]
+    assert spec["caBundle"] == "Q0E="
+    assert "insecureSkipTLSVerify" not in spec
+    assert not [d for d in pinned if d["metadata"]["name"].endswith("-explain-viewer")]
+    off = docs_of({"explain": {"apiService": {"enabled": False}}})
+    assert not [
+        d for d in off if d["kind"] == "APIService" or d["metadata"]["name"].endswith(("-explain", "-own-pods"))
+    ]

@@ -203,11 +203,31 @@ def test_kube_scheduler_command_lines_carry_over(tmp_path: Path) -> None:
     assert _effective(tmp_path, ["--leader-elect"])["leaderElect"] is True
 
 
+def test_kube_scheduler_leader_election_durations_set_the_renew_deadline_gate(tmp_path: Path) -> None:
+    """kube-scheduler's --leader-elect-{lease-duration,renew-deadline,retry-period} (client-go's 15s/10s/2s by
+    default) become the peering lifetime and the renew-deadline gate's timings (standing.py)."""
+    from kopf_scheduler.settings import RunSettings
+
+    assert RunSettings().leader_election() == (15, 10, 2)
+    assert RunSettings(peering_lifetime=5).leader_election() == (5, 3.333, 1.667)  # scaled down with the lifetime
+    assert RunSettings(peering_lifetime=30).leader_election() == (30, 10, 2)
+    argv = ["--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s"]
+    effective = _effective(tmp_path, argv)
+    assert (effective["peeringLifetime"], effective["peeringRenewDeadline"], effective["peeringRetryPeriod"]) == (
+        30,
+        20.0,
+        4.0,
+    )
+    ours = _effective(tmp_path, ["--peering-lifetime=20", "--peering-renew-deadline=12.5", "--peering-retry-period=3"])
+    assert (ours["peeringRenewDeadline"], ours["peeringRetryPeriod"]) == (12.5, 3.0)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--leader-elect-renew-deadline=10s"], "--leader-elect-renew-deadline is not supported: kopf peering has no"),
-        (["--leader-elect-retry-period=2s"], "--leader-elect-retry-period is not supported"),
+        (["--leader-elect-renew-deadline=15s"], "peeringLifetime (leaseDuration) must be greater than peeringRenew"),
+        (["--leader-elect-retry-period=9s"], "peeringRenewDeadline (renewDeadline) must be greater than peeringRetry"),
+        (["--leader-elect-renew-deadline=1x"], "invalid duration '1x'"),
         (["--leader-elect-resource-lock=endpoints"], "--leader-elect-resource-lock=endpoints: only leases is accepted"),
         (["--leader-elect-lease-duration=1500ms"], "--leader-elect-lease-duration=1500ms: whole seconds only"),
         (["--leader-elect-lease-duration=15"], "invalid duration '15'"),

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kopf_scheduler.pod_group_status import LABEL, CoschedulingStatus, next_status, status_patch
+from kopf_scheduler.pod_group_status import LABEL, CoschedulingStatus, GroupMembers, next_status, status_patch
 from tests.unit.app_harness import FakeClient
 
 NOW = "2026-11-28T06:00:00Z"
@@ -28,6 +28,7 @@ def pods(names: list[str], phase: str, owners: list[str] = ()) -> list[dict[str,
             "metadata": {
                 "name": name,
                 "namespace": "default",
+                "uid": f"uid-{name}",
                 "labels": {LABEL: "pg"},
                 "ownerReferences": [{"name": owner} for owner in owners],
             },
@@ -114,6 +115,7 @@ def test_the_keeper_patches_only_when_enabled_and_only_what_changed() -> None:
         keeper = CoschedulingStatus(
             client=lambda: client, pod_groups=lambda: groups, spawn=lambda c: tasks.append(asyncio.ensure_future(c))
         )
+        keeper.observe_pod(None, client.lists["/api/v1/pods"][0])
         keeper.flush()
         assert tasks == []  # off until a profile enables Coscheduling
         keeper.enabled = True
@@ -124,17 +126,80 @@ def test_the_keeper_patches_only_when_enabled_and_only_what_changed() -> None:
         ]
         keeper.flush()  # nothing touched since
         assert len(tasks) == 1
-        keeper.touch_pod(client.lists["/api/v1/pods"][0])
+        keeper.observe_pod("MODIFIED", client.lists["/api/v1/pods"][0])
         keeper.touch("default", "no-such-group")
         groups[("default", "pg")] = {**group, "status": {"phase": "Scheduling", "occupiedBy": "default/job"}}
         keeper.flush()
         await asyncio.gather(*tasks)
         assert client.coscheduling_patches[1:] == []  # Scheduling with nothing running: nothing to write
         client.lists["/api/v1/pods"][0]["status"]["phase"] = "Running"
-        keeper.touch_pod(client.lists["/api/v1/pods"][0])
+        keeper.observe_pod("MODIFIED", client.lists["/api/v1/pods"][0])
         keeper.flush()
         await asyncio.gather(*tasks)
         assert client.coscheduling_patches[1:] == [("default", "pg", {"status": {"phase": "Running", "running": 1}})]
+
+    asyncio.run(run())
+
+
+def test_the_members_follow_the_pod_events_relabels_and_deletions() -> None:
+    members = GroupMembers()
+    a, b = pods(["b", "a"], "Pending", ["job"])
+    assert members.observe(None, {"metadata": {"uid": "plain", "namespace": "default"}}) == (None, None)
+    assert members.observe(None, a) == (None, ("default", "pg"))
+    assert members.observe("ADDED", b) == (None, ("default", "pg"))
+    assert [pod["metadata"]["name"] for pod in members.pods(("default", "pg"))] == ["a", "b"]  # by name
+    assert members.pods(("default", "pg"))[0] == {
+        "metadata": {"name": "a", "namespace": "default", "ownerReferences": [{"name": "job"}]},
+        "status": {"phase": "Pending"},
+    }
+    moved = {**b, "metadata": {**b["metadata"], "labels": {LABEL: "other"}}}
+    assert members.observe("MODIFIED", moved) == (("default", "pg"), ("default", "other"))
+    assert members.observe("DELETED", moved) == (("default", "other"), None)
+    assert members.pods(("default", "other")) == []
+    unlabelled = {**a, "metadata": {**a["metadata"], "labels": {}}}
+    assert members.observe("MODIFIED", unlabelled) == (("default", "pg"), None)
+    assert members.pods(("default", "pg")) == []
+
+
+def test_the_keeper_counts_from_the_watch_and_lists_only_for_a_group_with_a_terminal_pod() -> None:
+    """The controller reads its informer's cache: so does the keeper, but where its view may be incomplete."""
+    client = FakeClient()
+    group = {"metadata": {"name": "pg", "namespace": "default", "resourceVersion": "1"}, "spec": {"minMember": 2}}
+    groups = {("default", "pg"): group}
+
+    async def run() -> None:
+        tasks: list[asyncio.Task[None]] = []
+        keeper = CoschedulingStatus(
+            client=lambda: client, pod_groups=lambda: groups, spawn=lambda c: tasks.append(asyncio.ensure_future(c))
+        )
+        for pod in pods(["a", "b"], "Pending"):
+            keeper.observe_pod(None, pod)  # seen before a profile switched the keeper on
+        keeper.enabled = True
+        keeper.flush()
+        await asyncio.gather(*tasks)
+        keeper.observe_pod("MODIFIED", pods(["a"], "Pending")[0])
+        keeper.flush()  # the watch has not shown the first write yet: the keeper goes on from it
+        await asyncio.gather(*tasks)
+        assert client.list_counts == {}  # nothing asked of the API server
+        assert client.coscheduling_patches == [
+            ("default", "pg", {"status": {"phase": "Pending"}}),
+            ("default", "pg", {"status": {"phase": "Scheduling"}}),
+        ]
+        group.update(metadata={**group["metadata"], "resourceVersion": "3"}, status={"phase": "Scheduling"})
+        client.lists["/api/v1/pods"] = pods(["a"], "Succeeded") + pods(["b"], "Running")
+        keeper.observe_pod("MODIFIED", client.lists["/api/v1/pods"][0])  # terminal: the keeper asks
+        keeper.flush()
+        await asyncio.gather(*tasks)
+        assert client.list_counts == {"/api/v1/namespaces/default/pods": 1}
+        assert client.coscheduling_patches[-1] == (
+            "default",
+            "pg",
+            {"status": {"phase": "Running", "running": 1, "succeeded": 1}},
+        )
+        keeper.resync()  # a takeover: every group reconciled, from what the watch showed
+        keeper.flush()
+        await asyncio.gather(*tasks)
+        assert len(client.coscheduling_patches) == 3
 
     asyncio.run(run())
 
@@ -167,3 +232,23 @@ def test_the_app_keeps_the_status_while_a_profile_enables_coscheduling() -> None
     assert client.coscheduling_patches == [("ns", "pg", {"status": {"phase": "Pending"}})]
     app.remove_profile("gangs")
     assert not app.coscheduling_status.enabled
+
+
+def test_schedule_start_time_is_never_written_and_never_cleared() -> None:
+    """v0.34.7 writes ``scheduleStartTime`` nowhere: its controller only reads it (the 48-hour give-up) and the
+    Coscheduling plugin stopped setting it with the ``scheduled`` count (v0.26; up to v0.25 its PostBind set it
+    on a group's first bound pod). A group walked from no status to Running gets none; one someone else wrote
+    stays as it is (the merge patch never names it)."""
+    group = pod_group("", 2)
+    group["status"] = {}
+    members = pods(["pod1", "pod2"], "Running", owners=["job"])
+    walked = reconcile(group, members, 3)
+    assert walked["status"]["phase"] == "Running"
+    assert "scheduleStartTime" not in walked["status"]
+    written = {**group, "status": {"phase": "Pending", "scheduleStartTime": NOW}}
+    new = next_status(written, members)
+    assert new is not None
+    assert new["scheduleStartTime"] == NOW
+    patch = status_patch(written["status"], new)
+    assert patch is not None
+    assert "scheduleStartTime" not in patch["status"]

@@ -58,6 +58,7 @@ from kopf_scheduler.framework.interface import (
     QueueSortPlugin,
     ReservePlugin,
     ScorePlugin,
+    StandingLostError,
 )
 from kopf_scheduler.framework.normalize import default_normalize_score
 from kopf_scheduler.framework.placement import (
@@ -126,6 +127,7 @@ __all__ = [
     "ReservePlugin",
     "ScorePlugin",
     "Snapshot",
+    "StandingLostError",
     "Status",
     "as_object",
     "as_pod",

@@ -103,6 +103,12 @@ class APIError(Exception):
         self.status = status
 
 
+class StandingLostError(RuntimeError):
+    """A Bind refused by the renew-deadline gate (``standing.py``; at the last moment, by the API client): this
+    replica's standing in the peering is not confirmed. Nothing was written; the pod goes back to its queue with
+    no event (nothing about it was decided)."""
+
+
 class Handle(Protocol):
     """What the framework hands every plugin at construction (upstream ``framework.Handle``)."""
 

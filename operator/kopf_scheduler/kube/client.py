@@ -63,6 +63,9 @@ class KubeClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session = session
         self._connection_limit = connection_limit
+        #: Asked right before a Binding is written (the renew-deadline gate, ``standing.py``): a Binding that waited
+        #: for a connection across a lapse of the replica's standing is not written (StandingLostError).
+        self.bind_guard: Callable[[], bool] | None = None
         #: Keep-alive connections for :meth:`send` (created on first use, like the session).
         self._connections: ConnectionPool | None = None
 
@@ -119,7 +122,15 @@ class KubeClient:
         """One API call; the response body parsed. Raises :class:`APIError` on HTTP errors."""
         return self._decode(await self._call(method, path, body=body, params=params, content_type=content_type))
 
-    async def send(self, method: str, path: str, *, body: JSON, content_type: str = "application/json") -> None:
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: JSON,
+        content_type: str = "application/json",
+        precondition: Callable[[], bool] | None = None,
+    ) -> None:
         """One API call whose response body nobody reads (a Binding, an Event): it is not parsed.
 
         The API server answers a created Event with the whole object; parsing it for nothing, once per
@@ -128,7 +139,9 @@ class KubeClient:
         """
         data = json_codec.dumps(body)
         for attempt in range(MAX_RETRIES + 1):
-            status, raw, retry_after = await self._get_connections().exchange(method, path, data, content_type)
+            status, raw, retry_after = await self._get_connections().exchange(
+                method, path, data, content_type, precondition=precondition
+            )
             if retry_after is None or attempt == MAX_RETRIES:
                 break
             await asyncio.sleep(retry_after)
@@ -145,7 +158,13 @@ class KubeClient:
             await self._connections.room()
 
     async def _call(
-        self, method: str, path: str, *, body: JSON | None, params: Mapping[str, str] | None, content_type: str
+        self,
+        method: str,
+        path: str,
+        *,
+        body: JSON | list[JSON] | None,
+        params: Mapping[str, str] | None,
+        content_type: str,
     ) -> bytes:
         url = self.server + path + ("?" + urlencode(params) if params else "")
         data = None if body is None else json.dumps(body, separators=(",", ":"))
@@ -173,7 +192,8 @@ class KubeClient:
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
         }
-        await self.send("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body=body)
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding"
+        await self.send("POST", path, body=body, precondition=self.bind_guard)
 
     async def get_pod(self, *, namespace: str, name: str) -> JSON:
         """GET a pod (DefaultBinder, after a Binding whose answer was lost or an error)."""
@@ -284,6 +304,18 @@ class KubeClient:
                 return False
             raise
         return True
+
+    async def renew_peering_record(self, *, name: str, identity: str, lastseen: str) -> JSON:
+        """Set ``status[identity].lastseen`` of the ClusterKopfPeering ``name`` (what kopf's keep-alive writes) and
+        return the object as written: the renew-deadline gate's write and read in one call (``standing.py``).
+
+        A JSON patch ``replace`` fails (422) where the record is missing, so this never re-creates a record kopf has
+        not written yet or removed at a graceful exit."""
+        pointer = "/status/" + identity.replace("~", "~0").replace("/", "~1") + "/lastseen"
+        patch = [{"op": "replace", "path": pointer, "value": lastseen}]
+        path = f"/apis/kopf.dev/v1/clusterkopfpeerings/{quote(name)}"
+        raw = await self._call("PATCH", path, body=patch, params=None, content_type="application/json-patch+json")
+        return self._decode(raw)
 
     async def api_resources(self, api_prefix: str) -> set[str] | None:
         """The resource names of the API group version's discovery document (``GET /apis/<group>/<version>``);

@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 from urllib.parse import urlsplit
+
+from kopf_scheduler.framework import StandingLostError
 
 #: The most of a response's head (status line and headers) we accept; the API server's are well below 1 KiB.
 MAX_HEAD = 64 * 1024
@@ -78,10 +80,22 @@ class ConnectionPool:
             self._room_waiters.append(waiter)
             await waiter
 
-    async def exchange(self, method: str, path: str, body: bytes, content_type: str) -> Response:
+    async def exchange(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        content_type: str,
+        *,
+        precondition: Callable[[], bool] | None = None,
+    ) -> Response:
         """Send one request; returns the response's status, body and ``Retry-After``. Raises ``OSError``
         (``ConnectionError`` when the server hangs up mid-response) or ``TimeoutError`` on transport failures,
-        dropping the connection."""
+        dropping the connection.
+
+        ``precondition`` is asked once a connection is at hand, right before the request is written (a request may
+        wait for a slot or a connection): if it says no, nothing is written and :class:`StandingLostError` is raised
+        (the renew-deadline gate of Bindings, ``standing.py``)."""
         if self._closed:
             raise ConnectionError("the connection pool is closed")
         request = b"%s %s%s HTTP/1.1\r\n%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
@@ -100,6 +114,10 @@ class ConnectionPool:
                 if connection is None:
                     async with asyncio.timeout(self._timeout):
                         connection = await self._connect()
+                if precondition is not None and not precondition():
+                    self._idle.append(connection)  # unused: kept for the next request
+                    connection = None
+                    raise StandingLostError(f"{method} {path}: not written, this replica's standing is not confirmed")
                 response, keep_alive = await connection.exchange(request, self._timeout)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as e:
                 if connection is not None:

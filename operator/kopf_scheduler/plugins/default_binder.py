@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kopf_scheduler.framework import SUCCESS, APIClient, BindPlugin, ClusterEventWithHint, CycleState, Status
+from kopf_scheduler.framework import (
+    SUCCESS,
+    APIClient,
+    BindPlugin,
+    ClusterEventWithHint,
+    CycleState,
+    StandingLostError,
+    Status,
+)
 from kopf_scheduler.state.pod_info import PodInfo
 
 #: Our own text for a framework started without an API client (tests, dry runs): binding cannot happen.
@@ -50,6 +58,8 @@ class DefaultBinder(BindPlugin):
 def _maybe_applied(exc: Exception) -> bool:
     """Whether a failed Binding may have taken effect: no HTTP answer (timeout, connection lost), a 5xx, or a 409
     (the pod is already bound: perhaps by this very Binding, answered late). A 4xx otherwise was refused."""
+    if isinstance(exc, StandingLostError):  # the renew-deadline gate: nothing was written
+        return False
     status = getattr(exc, "status", None)
     return not isinstance(status, int) or status == 409 or status >= 500
 

@@ -1,5 +1,7 @@
-"""The operator's own HTTPS endpoints on the metrics port: ``/metrics``, ``/explain/<namespace>/<pod>``, and the
-health paths ``/healthz``, ``/livez``, ``/readyz`` (:mod:`kopf_scheduler.health`).
+"""The operator's own HTTPS endpoints on the metrics port: ``/metrics``, ``/explain/<namespace>/<pod>``, the
+health paths ``/healthz``, ``/livez``, ``/readyz`` (:mod:`kopf_scheduler.health`), and the aggregated API
+``explain.kopf-scheduler.io/v1alpha1`` (:mod:`.aggregated`: discovery and ``podexplanations``), whose callers the
+API server's front proxy names in headers (:mod:`.requestheader`; its CA is read by :func:`follow_front_proxy`).
 
 Served as kube-scheduler serves its secure port (10259): TLS with the given certificate or a self-signed one
 (:mod:`.certs`), every request authenticated and authorized by the API server (:mod:`.delegated`): the health
@@ -22,22 +24,43 @@ import json
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from kopf_scheduler.framework.interface import APIError
 from kopf_scheduler.health import PING, Answer, HealthCheck, HealthChecks, answer_check, answer_root
 from kopf_scheduler.kube.client import KubeClient
 from kopf_scheduler.kube.kubeconfig import KubeconfigError, load_credentials
 from kopf_scheduler.kube.remote_explain import FORWARDED_AUTHORIZATION_HEADER
+from kopf_scheduler.web import aggregated
 from kopf_scheduler.web.certs import CertificateInChild, certificate_names, reload_pair, server_context, serving_hosts
-from kopf_scheduler.web.delegated import TOKEN_REVIEWS, DelegatedAuth, ReviewFailed, Unauthenticated
+from kopf_scheduler.web.delegated import (
+    TOKEN_REVIEWS,
+    DelegatedAuth,
+    ResourceAttributes,
+    ReviewFailed,
+    Unauthenticated,
+    UserInfo,
+)
+from kopf_scheduler.web.requestheader import (
+    AUTHENTICATION_CONFIGMAP,
+    RequestHeaderConfig,
+    authenticate_front_proxy,
+    common_name,
+    config_from_configmap,
+    trust_front_proxy,
+)
 
 Explain = Callable[[str], dict[str, Any] | None]
-#: Seconds between checks of a provided certificate's files.
+#: Reads the front proxy's requestheader config (None: the cluster publishes none).
+ReadFrontProxy = Callable[[], Awaitable[RequestHeaderConfig | None]]
+#: Seconds between checks of a provided certificate's files, and between reads of the requestheader config.
 CERT_RELOAD_PERIOD = 60.0
+#: Seconds between tries while the requestheader config cannot be read yet (before login, API server down).
+FRONT_PROXY_RETRY = 2.0
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +68,11 @@ __all__ = [
     "CertificateInChild",
     "DelegatedAuth",
     "Explain",
+    "FrontProxy",
     "build_app",
     "certificate_names",
+    "follow_front_proxy",
+    "front_proxy_reader",
     "review_poster",
     "serve",
     "server_context",
@@ -55,23 +81,8 @@ __all__ = [
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
-    """A ``metav1.Status`` failure body, as the API server's filters write it."""
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        **({"details": {}} if code == 403 else {}),
-        "code": code,
-    }
-    return web.Response(
-        status=code,
-        text=json.dumps(body, separators=(",", ":")) + "\n",  # byte for byte what kube-scheduler sends
-        content_type="application/json",
-        headers={"X-Content-Type-Options": "nosniff"},
-    )
+    """A ``metav1.Status`` failure body, as the API server's filters write it (byte for byte kube-scheduler's)."""
+    return aggregated.status(code, reason, message, {} if code == 403 else None)
 
 
 def _authorization(request: web.Request) -> str | None:
@@ -84,29 +95,63 @@ def _authorization(request: web.Request) -> str | None:
     return request.headers.get("Authorization") or request.headers.get(FORWARDED_AUTHORIZATION_HEADER)
 
 
-def _guard(auth: DelegatedAuth) -> Any:
+class FrontProxy:
+    """The requestheader config the guard trusts (None until read: :func:`follow_front_proxy`)."""
+
+    def __init__(self, config: RequestHeaderConfig | None = None) -> None:
+        self.config = config
+
+
+async def _authenticate(request: web.Request, auth: DelegatedAuth, front_proxy: FrontProxy) -> UserInfo:
+    """The front proxy's user (a verified client certificate), else the bearer token's, else anonymous."""
+    peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
+    verified = common_name(peer) if isinstance(peer, dict) else None  # {} or None: no verified certificate
+    user = authenticate_front_proxy(front_proxy.config, verified, request.headers)
+    return user if user is not None else await auth.authenticate(_authorization(request))
+
+
+def _guard(auth: DelegatedAuth, front_proxy: FrontProxy | None = None) -> Any:
     """Authentication, then authorization, before routing (as upstream's filter chain: unknown paths too)."""
+    trusted = front_proxy or FrontProxy()
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            user = await auth.authenticate(_authorization(request))
+            user = await _authenticate(request, auth, trusted)
         except Unauthenticated:
             return _status(401, "Unauthorized", "Unauthorized")
         verb, path = request.method.lower(), request.path
+        attributes = aggregated.resource_attributes(request.method, path)
         try:
-            decision = await auth.authorize(user, verb, path)
+            if attributes is not None:
+                decision = await auth.authorize_resource(user, attributes)
+            else:
+                decision = await auth.authorize(user, verb, path)
         except ReviewFailed as e:
             return web.Response(status=500, text=f"Internal Server Error: {json.dumps(request.path_qs)}: {e}")
         if not decision.allowed:
-            message = f"forbidden: User {json.dumps(user.name)} cannot {verb} path {json.dumps(path)}"
-            if decision.reason:
-                message += f": {decision.reason}"
-            return _status(403, "Forbidden", message)
+            return _forbidden(user, verb, path, attributes, decision.reason)
         response: web.StreamResponse = await handler(request)
         return response
 
     return guard
+
+
+def _forbidden(
+    user: UserInfo, verb: str, path: str, attributes: ResourceAttributes | None, reason: str
+) -> web.Response:
+    """The API server's 403 for a path, or for a resource (``<resource>.<group> "<name>" is forbidden: ...``)."""
+    if attributes is None:
+        message = f"forbidden: User {json.dumps(user.name)} cannot {verb} path {json.dumps(path)}"
+        return _status(403, "Forbidden", message + (f": {reason}" if reason else ""))
+    a = attributes
+    why = (
+        f"User {json.dumps(user.name)} cannot {a.verb} resource {json.dumps(a.resource)} in API group "
+        f"{json.dumps(a.group)} in the namespace {json.dumps(a.namespace)}" + (f": {reason}" if reason else "")
+    )
+    details = {"name": a.name, "group": a.group, "kind": a.resource}
+    message = f"{a.resource}.{a.group} {json.dumps(a.name)} is forbidden: {why}"
+    return aggregated.status(403, "Forbidden", message, details)
 
 
 #: kube-scheduler's checks when it is given none to run (``/livez``): ping only.
@@ -119,6 +164,9 @@ def build_app(
     explain: Explain,
     auth: DelegatedAuth | None = None,
     health: HealthChecks = PING_ONLY,
+    front_proxy: FrontProxy | None = None,
+    is_active: Callable[[], bool] = lambda: True,
+    replica: str = "",
 ) -> web.Application:
     """The routes; ``auth`` None serves them to anyone (unit tests only: :func:`serve` always guards)."""
 
@@ -139,9 +187,11 @@ def build_app(
             return web.json_response({"pod": key, "message": message}, status=404)
         return web.json_response(account)
 
-    app = web.Application(middlewares=[_guard(auth)] if auth is not None else [])
+    middlewares = [_guard(auth, front_proxy)] if auth is not None else []
+    app = web.Application(middlewares=middlewares)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/explain/{namespace}/{name}", explanation)
+    aggregated.add_routes(app, explain, is_active, replica)
     for path, checks in health.items():
         _add_health_routes(app, path, checks)
     return app
@@ -189,6 +239,10 @@ async def serve(
     reload_period: float = CERT_RELOAD_PERIOD,
     self_signed: CertificateInChild | None = None,
     health: HealthChecks = PING_ONLY,
+    front_proxy: ReadFrontProxy | None = None,
+    is_active: Callable[[], bool] = lambda: True,
+    replica: str = "",
+    own_pod: aggregated.OwnPod | None = None,
 ) -> web.AppRunner:
     """Start serving HTTPS; returns the runner to ``cleanup()`` on shutdown.
 
@@ -202,9 +256,22 @@ async def serve(
     else:
         pair = await (self_signed or CertificateInChild.start(certificate_names(hosts))).pair()
     ssl_context = await asyncio.to_thread(server_context, cert_file=cert_file, key_file=key_file, pair=pair)
-    app = build_app(registry=registry, explain=explain, auth=auth, health=health)
+    trusted = FrontProxy()
+    app = build_app(
+        registry=registry,
+        explain=explain,
+        auth=auth,
+        health=health,
+        front_proxy=trusted,
+        is_active=is_active,
+        replica=replica,
+    )
     if cert_file and key_file:
         app.cleanup_ctx.append(_reloading(ssl_context, cert_file, key_file, reload_period))
+    if front_proxy is not None:
+        app.cleanup_ctx.append(_background(follow_front_proxy(front_proxy, ssl_context, trusted)))
+    if own_pod is not None:
+        app.cleanup_ctx.append(_background(aggregated.label_while_active(own_pod, is_active)))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, address, port, ssl_context=ssl_context).start()
@@ -213,9 +280,14 @@ async def serve(
 
 def _reloading(context: ssl.SSLContext, cert_file: str, key_file: str, period: float) -> Any:
     """A cleanup context running :func:`reload_certificate` while the app serves."""
+    return _background(reload_certificate(context, cert_file, key_file, period))
+
+
+def _background(coroutine: Coroutine[Any, Any, None]) -> Any:
+    """A cleanup context running ``coroutine`` while the app serves."""
 
     async def run(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.ensure_future(reload_certificate(context, cert_file, key_file, period))
+        task = asyncio.ensure_future(coroutine)
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -249,6 +321,68 @@ async def reload_certificate(context: ssl.SSLContext, cert_file: str, key_file: 
             logger.warning("cannot reload the serving certificate %s (still serving the old one): %s", cert_file, e)
 
 
+async def follow_front_proxy(
+    read: ReadFrontProxy,
+    context: ssl.SSLContext,
+    trusted: FrontProxy,
+    *,
+    period: float = CERT_RELOAD_PERIOD,
+    retry: float = FRONT_PROXY_RETRY,
+) -> None:
+    """Read the requestheader config now and every ``period`` seconds; trust its CA from the first read on.
+
+    As k8s.io/apiserver's dynamic requestheader config (which watches the ConfigMap): until it is read, and in
+    a cluster that publishes none, nothing is trusted as a front proxy and the aggregated API is refused.
+    """
+    loaded: set[str] = set()
+    told = ""
+    while True:
+        try:
+            config = await read()
+        except Exception as e:  # not logged in yet, the API server away: try again soon
+            note = f"cannot read the front proxy's requestheader config yet: {e}"
+            if note != told:
+                logger.info("%s", note)
+                told = note
+            await asyncio.sleep(period if trusted.config is not None else retry)
+            continue
+        if config is None:
+            note = (
+                "the API server publishes no requestheader-client-ca-file (kube-system/extension-apiserver-"
+                "authentication): requests through an APIService cannot be authenticated"
+            )
+        else:
+            if config.client_ca_pem not in loaded:
+                await asyncio.to_thread(trust_front_proxy, context, config)
+                loaded.add(config.client_ca_pem)
+            note = f"trusting the front proxy {list(config.allowed_names) or '(any name)'} for the aggregated API"
+        trusted.config = config
+        if note != told:
+            logger.info("%s", note)
+            told = note
+        await asyncio.sleep(period)
+
+
+def front_proxy_reader(client: Callable[[], Any], *, authentication_kubeconfig: str = "") -> ReadFrontProxy:
+    """Reads ``kube-system/extension-apiserver-authentication`` through the operator's client, or the API server
+    of ``--authentication-kubeconfig`` (as kube-scheduler); a missing ConfigMap is None."""
+    api = _kubeconfig_client(authentication_kubeconfig)
+
+    async def read() -> RequestHeaderConfig | None:
+        current = api or client()
+        if current is None:
+            raise RuntimeError("not logged in to the API server yet")
+        try:
+            configmap = await current.request("GET", AUTHENTICATION_CONFIGMAP)
+        except APIError as e:
+            if e.status == 404:
+                return None
+            raise
+        return config_from_configmap(configmap.get("data"))
+
+    return read
+
+
 def review_poster(
     client: Callable[[], Any], *, authentication_kubeconfig: str = "", authorization_kubeconfig: str = ""
 ) -> Callable[[str, Mapping[str, Any]], Any]:
@@ -273,17 +407,24 @@ def review_poster(
     return post
 
 
-def _kubeconfig_post(kubeconfig: str) -> Callable[[str, Mapping[str, Any]], Any] | None:
-    """A ``post`` through the API server of ``kubeconfig``'s current context; None without one."""
+def _kubeconfig_client(kubeconfig: str) -> KubeClient | None:
+    """A client of the API server of ``kubeconfig``'s current context; None without one."""
     if not kubeconfig:
         return None
     try:
         credentials = load_credentials(kubeconfig=kubeconfig)
     except KubeconfigError as e:
         raise RuntimeError(f"{kubeconfig}: {e}") from e
-    api = KubeClient(
+    return KubeClient(
         server=credentials.server, headers=credentials.auth_headers(), ssl_context=credentials.ssl_context()
     )
+
+
+def _kubeconfig_post(kubeconfig: str) -> Callable[[str, Mapping[str, Any]], Any] | None:
+    """A ``post`` through the API server of ``kubeconfig``'s current context; None without one."""
+    api = _kubeconfig_client(kubeconfig)
+    if api is None:
+        return None
 
     async def post(path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
         result: Mapping[str, Any] = await api.request("POST", path, body=dict(body))

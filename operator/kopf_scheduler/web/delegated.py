@@ -11,12 +11,17 @@ and ``DelegatingAuthorizationOptions``, defaults kept by ``cmd/kube-scheduler``)
   SubjectAccessReview of the non-resource URL with the lower-cased HTTP method as the verb (``get
   /metrics``, ``get /explain/ns/pod``, which RBAC's ``/explain/*`` grants). Allow and deny are cached 10 s.
 
-Client certificates (upstream also authenticates them against the cluster's client CA) are not accepted:
-use a token. The two review calls go through a ``post`` callable, so this module needs no HTTP client.
+Requests through the API server's aggregation layer carry the user in the front proxy's headers
+(:mod:`.requestheader`); requests to an aggregated API's resource are authorized by a SubjectAccessReview of
+its ``resourceAttributes`` (:meth:`DelegatedAuth.authorize_resource`), as the API server authorized them
+before proxying. Client certificates signed by the cluster's client CA (upstream authenticates them too) are not
+accepted directly: use a token, or go through the API server. The two review calls go through a ``post``
+callable, so this module needs no HTTP client.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections import OrderedDict
@@ -33,6 +38,8 @@ TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 Post = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
+#: A review's attributes, hashable for the decision cache: ``(("nonResourceAttributes", (("path", p), ...)),)``.
+_Attributes = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -54,6 +61,19 @@ class UserInfo:
 
 
 ANONYMOUS = UserInfo("system:anonymous", groups=("system:unauthenticated",))
+
+
+@dataclass(frozen=True)
+class ResourceAttributes:
+    """A SubjectAccessReview's ``resourceAttributes`` (empty fields are left out)."""
+
+    verb: str
+    group: str
+    version: str
+    resource: str
+    namespace: str = ""
+    name: str = ""
+    subresource: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,7 +123,7 @@ class DelegatedAuth:
         self._prefixes = tuple(p[:-1] for p in paths if p.endswith("*"))
         #: sha256(token) → its user, or False when the API server rejected it (rejections are cached too).
         self._tokens: _TTLCache[str, UserInfo | bool] = _TTLCache(ttl, clock, max_entries)
-        self._decisions: _TTLCache[tuple[UserInfo, str, str], Decision] = _TTLCache(ttl, clock, max_entries)
+        self._decisions: _TTLCache[tuple[UserInfo, _Attributes], Decision] = _TTLCache(ttl, clock, max_entries)
 
     async def authenticate(self, authorization: str | None) -> UserInfo:
         """The user behind the header: anonymous without a bearer token; :class:`Unauthenticated` if rejected."""
@@ -136,24 +156,34 @@ class DelegatedAuth:
         return UserInfo(user.get("username", ""), user.get("uid", ""), tuple(user.get("groups") or ()), extra)
 
     async def authorize(self, user: UserInfo, verb: str, path: str) -> Decision:
+        """May ``user`` ``verb`` the non-resource URL ``path``."""
         if path in self._exact or any(path.startswith(p) for p in self._prefixes):
             return Decision(True)
+        return await self._decide(user, (("nonResourceAttributes", (("path", path), ("verb", verb))),))
+
+    async def authorize_resource(self, user: UserInfo, attributes: ResourceAttributes) -> Decision:
+        """May ``user`` do what ``attributes`` say (an aggregated API's resource request: ``get`` of one object)."""
+        fields = tuple((k, v) for k, v in dataclasses.asdict(attributes).items() if v)
+        return await self._decide(user, (("resourceAttributes", fields),))
+
+    async def _decide(self, user: UserInfo, attributes: _Attributes) -> Decision:
         if any(group in ALWAYS_ALLOW_GROUPS for group in user.groups):
             return Decision(True)
-        key = (user, verb, path)
+        key = (user, attributes)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = await self._review_access(user, verb, path)
+            decision = await self._review_access(user, attributes)
             self._decisions.put(key, decision)
         return decision
 
-    async def _review_access(self, user: UserInfo, verb: str, path: str) -> Decision:
+    async def _review_access(self, user: UserInfo, attributes: _Attributes) -> Decision:
         spec: dict[str, Any] = {"user": user.name, "groups": list(user.groups)}
         if user.uid:
             spec["uid"] = user.uid
         if user.extra:
             spec["extra"] = {k: list(v) for k, v in user.extra}
-        spec["nonResourceAttributes"] = {"path": path, "verb": verb}
+        for kind, fields in attributes:
+            spec[kind] = dict(fields)
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
         try:
             review = await self._post(SUBJECT_ACCESS_REVIEWS, body)

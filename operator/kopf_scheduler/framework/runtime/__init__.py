@@ -14,6 +14,6 @@ the nominator protocol have their own modules (``verdicts``, ``waiting_pods``, `
 """
 
 from kopf_scheduler.framework.runtime.binding import MAX_PERMIT_TIMEOUT
-from kopf_scheduler.framework.runtime.framework import Framework, FrameworkError
+from kopf_scheduler.framework.runtime.framework import Framework, FrameworkError, SearchStart
 
-__all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "FrameworkError"]
+__all__ = ["MAX_PERMIT_TIMEOUT", "Framework", "FrameworkError", "SearchStart"]

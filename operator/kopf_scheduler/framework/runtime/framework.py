@@ -70,6 +70,17 @@ class FrameworkError(Exception):
     """A plugin of a valid profile cannot be constructed (its args do not validate, or its ``__init__`` fails)."""
 
 
+@dataclasses.dataclass(slots=True)
+class SearchStart:
+    """Where the next Filter search over the node list begins (upstream ``Scheduler.nextStartNodeIndex``).
+
+    Upstream keeps one index for the whole scheduler, so every profile's cycles move the same start: the
+    operator's profiles share one of these; a framework built alone has its own.
+    """
+
+    index: int = 0
+
+
 class Framework(FilterRunner, ScoreRunner, BindingRunner, PlacementRunner):
     """One profile's pipeline: plugin instances per extension point and the ``run_*`` methods over them.
 
@@ -88,6 +99,7 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner, PlacementRunner):
         nominator: Nominator | None = None,
         observe_plugin: ObservePlugin | None = None,
         extenders: Sequence[Extender] = (),
+        search_start: SearchStart | None = None,
     ) -> None:
         self.profile = profile
         #: ``scheduler_plugin_execution_duration_seconds`` (plugin, extension point, status code, seconds);
@@ -97,8 +109,8 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner, PlacementRunner):
         self.percentage_of_nodes_to_score = profile.percentage_of_nodes_to_score
         self.handle = handle
         self.nominator: Nominator = nominator or NoNominator()
-        #: Round-robin start of the Filter search over the node list (upstream ``nextStartNodeIndex``).
-        self.next_start_node_index = 0
+        #: Round-robin start of the Filter search over the node list, shared with the other profiles.
+        self.search_start = search_start if search_start is not None else SearchStart()
         self.waiting_pods: dict[str, WaitingPod] = {}
         self._borrowed: dict[str, tuple[PodInfo, str, PodInfo]] = {}
         #: The profile's HTTP extenders, ignorable ones last (upstream's ``WithExtenders`` option).
@@ -153,6 +165,15 @@ class Framework(FilterRunner, ScoreRunner, BindingRunner, PlacementRunner):
         return f"<Framework {self.profile_name}>"
 
     # -- introspection ---------------------------------------------------------------------------------
+    @property
+    def next_start_node_index(self) -> int:
+        """Round-robin start of the Filter search over the node list (upstream ``nextStartNodeIndex``)."""
+        return self.search_start.index
+
+    @next_start_node_index.setter
+    def next_start_node_index(self, value: int) -> None:
+        self.search_start.index = value
+
     @property
     def has_filter_plugins(self) -> bool:
         return bool(self.filter_plugins)
