@@ -363,7 +363,12 @@ class ScheduleOne:
             extenders=found.extenders,
             may_bind=lambda: self._standing.may_bind(ticket),
         )
-        if status.is_success:
+        if status.is_success and state.found_bound:
+            # Bound where we placed it, by our lost Binding or another replica's: the assumption stays (no other pod
+            # gets its room) until the watch confirms it; no Scheduled event or bind of ours is claimed.
+            logger.info("pod %s found bound to %s after its Binding's answer was lost", pod.key, result.suggested_host)
+            runtime.queue.done(pod.uid)
+        elif status.is_success:
             await self._bound(runtime, qpod, pod, result.suggested_host, started, scores)
         else:
             self._handle_binding_cycle_error(runtime, qpod, pod, status, started)

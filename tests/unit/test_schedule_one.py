@@ -94,7 +94,8 @@ def test_bind_conflict_drops_the_assumption_and_waits_in_backoff_unreported() ->
 )
 def test_a_binding_whose_answer_was_lost_counts_when_the_pod_is_bound_there(error: Exception) -> None:
     """No answer, a 5xx or a 409 may hide a Binding that took effect: DefaultBinder reads the pod, and bound to that
-    node it is a success (the assumption stays: no other pod gets its room before the watch confirms it)."""
+    node it is a success (the assumption stays: no other pod gets its room before the watch confirms it), though
+    not reported as our bind (another replica may have bound it to the same node)."""
     client = FakeClient()
     client.bind_errors["p"] = error  # type: ignore[assignment]
     app = new_app(client)
@@ -107,7 +108,10 @@ def test_a_binding_whose_answer_was_lost_counts_when_the_pod_is_bound_there(erro
     assert app.cache.is_assumed(pod["metadata"]["uid"])
     assert app.cache.table.requested.sum() > 0
     assert len(app.profiles["sp"].queue) == 0
-    assert [e["reason"] for e in client.events] == ["Scheduled"]
+    assert client.events == []
+    assert app.metrics.registry.get_sample_value(
+        "scheduler_schedule_attempts_total", {"result": "scheduled", "profile": "sp"}
+    ) in (None, 0.0)
 
 
 @pytest.mark.parametrize(("error", "live_node"), [(APIError(403, "forbidden"), "n1"), (APIError(409, "x"), "n2")])

@@ -7,7 +7,9 @@ handler sets ``spec.nodeName`` and ``PodScheduled=True`` itself.
 
 Ours, beyond upstream: a Binding answered in a way that leaves open whether the API server applied it (no answer in
 time, a lost connection, a 5xx, a 409 "already assigned" that may be its own replayed or late answer) is followed by
-a GET of the pod, and counts as done when the pod (the same uid) is bound to that node. Upstream turns such a
+a GET of the pod, and counts as done when the pod (the same uid) is bound to that node
+(``CycleState.found_bound``: another replica may have bound it there, so the binding cycle posts no Scheduled
+event and counts no bind for it). Upstream turns such a
 Binding into an error, forgets the assumed pod and frees its room in the cache until the watch event of the bound
 pod arrives; a cycle in between could place another pod there. The fault proxy's e2e tests
 (tests/e2e/test_operator_faults.py: a 409 or 504 after the write) over-committed nodes so.
@@ -50,6 +52,7 @@ class DefaultBinder(BindPlugin):
             await client.bind(namespace=pod.namespace, name=pod.name, uid=pod.uid, node_name=node_name)
         except Exception as exc:  # APIError and transport errors alike: upstream makes any error an Error status
             if _maybe_applied(exc) and await _bound_to(client, pod, node_name):
+                state.found_bound = True  # by this Binding or by another replica's to the same node: who, unknown
                 return SUCCESS
             return Status.as_error(exc, plugin=self.name)
         return SUCCESS
