@@ -55,12 +55,13 @@ help:
 	@echo "make bench-algo  algorithm benchmark, no API server: bench/results/algo.json + docs/benchmarks.md"
 	@echo "make bench     end-to-end benchmark vs kube-scheduler (~90 min): bench/results/e2e.json + docs/benchmarks.md"
 	@echo "make bench-takeover  SIGKILL of the active replica with a 50000-pod backlog: bench/results/takeover.json"
-	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~4 min) and"
-	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400):"
-	@echo "                  and gang timelines (CONFORMANCE_GANG_TIMELINES, default 24, fresh seeds)"
-	@echo "                  and big clusters (CONFORMANCE_BIG_CLUSTERS, default 10 of 1000-5000 nodes, fresh seeds):"
+	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~40 min) and"
+	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400)"
+	@echo "                  and gang timelines (CONFORMANCE_GANG_TIMELINES, default 24)"
+	@echo "                  and big clusters (CONFORMANCE_BIG_CLUSTERS, default 10 of 1000-5000 nodes), on fresh seeds"
+	@echo "                  each run (printed and recorded; rerun one with python -m tests.conformance --seed-start N):"
 	@echo "                  docs/conformance.md + bench/results/conformance.json + profile-validation.json"
-	@echo "                  + conformance-gangs.json + conformance-big-clusters.json"
+	@echo "                  + conformance-gangs.json + conformance-big-clusters.json + conformance-timelines.json"
 
 $(VENV_STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -144,6 +145,7 @@ clean:
 clean-binaries:
 	rm -rf $(CACHE_DIR)/$(KUBE_VERSION)
 
-# Differential conformance against upstream kube-scheduler; CONFORMANCE_SCENARIOS sets how many scenarios.
+# Differential conformance against upstream kube-scheduler; CONFORMANCE_SCENARIOS sets how many scenarios. Every
+# run draws a fresh seed range (printed, and recorded in docs/conformance.md); --seed-start reruns one.
 conformance: $(VENV_STAMP) binaries
 	$(VENV)/bin/python -m tests.conformance

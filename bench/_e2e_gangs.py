@@ -35,6 +35,22 @@ GANG_SIZE = 8
 #: kopf-scheduler's profile for the gang workload: upstream's defaults and GangScheduling.
 KOPF_GANG_SPEC: dict[str, Any] = {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}
 POD_GROUPS = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups"
+#: kopf-scheduler's profile for the topology-constrained gangs: GangScheduling and what upstream's
+#: TopologyAwareWorkloadScheduling gate adds to the default profile (``applyTopologyAwareWorkloadScheduling``).
+KOPF_TOPOLOGY_GANG_SPEC: dict[str, Any] = {
+    "plugins": {
+        "multiPoint": {
+            "enabled": [
+                {"name": "GangScheduling"},
+                {"name": "TopologyPlacementGenerator"},
+                {"name": "PodGroupPodsCount", "weight": 1},
+            ]
+        }
+    }
+}
+#: The node label the topology-constrained gangs keep to (one value per rack of :data:`RACK_SIZE` nodes).
+RACK_KEY = "topology.example.com/rack"
+RACK_SIZE = 50
 #: kopf-scheduler's profile for the Coscheduling gangs: scheduler-plugins' configuration of the plugin.
 KOPF_COSCHEDULING_SPEC: dict[str, Any] = {
     "plugins": {
@@ -62,13 +78,16 @@ def gang_name(pod_index: int, gang_size: int) -> str:
     return f"gang-{pod_index // gang_size:05d}"
 
 
-def pod_group_manifest(name: str, min_count: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.k8s.io/v1alpha2",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
-    }
+def pod_group_manifest(name: str, min_count: int, *, topology: bool = False) -> dict[str, Any]:
+    """Upstream's PodGroup; with ``topology`` its members must share one rack (``schedulingConstraints``)."""
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if topology:
+        spec["schedulingConstraints"] = {"topology": [{"key": RACK_KEY}]}
+    return {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
+
+
+def rack_of(node_index: int) -> str:
+    return f"rack-{node_index // RACK_SIZE:03d}"
 
 
 def coscheduling_pod_group_manifest(name: str, min_member: int) -> dict[str, Any]:
@@ -93,30 +112,40 @@ def with_scheduling_group(pod: dict[str, Any], group: str) -> dict[str, Any]:
 
 
 async def create_pod_groups(
-    api: Requests, namespace: str, pods: int, gang_size: int, *, coscheduling: bool = False
+    api: Requests, namespace: str, pods: int, gang_size: int, *, coscheduling: bool = False, topology: bool = False
 ) -> None:
-    """One PodGroup per ``gang_size`` pods (the last one smaller if ``pods`` is not a multiple): upstream's, or
-    scheduler-plugins' with ``coscheduling``."""
+    """One PodGroup per ``gang_size`` pods (the last one smaller if ``pods`` is not a multiple): upstream's (kept to
+    one rack with ``topology``), or scheduler-plugins' with ``coscheduling``."""
     sizes = Counter(gang_name(i, gang_size) for i in range(pods))
     if coscheduling:
         groups = [coscheduling_pod_group_manifest(name, size) for name, size in sorted(sizes.items())]
         await api.create_many(COSCHEDULING_POD_GROUPS.format(namespace=namespace), groups)
         return
-    groups = [pod_group_manifest(name, size) for name, size in sorted(sizes.items())]
+    groups = [pod_group_manifest(name, size, topology=topology) for name, size in sorted(sizes.items())]
     await api.create_many(POD_GROUPS.format(namespace=namespace), groups)
 
 
 def gang_outcome(pod_names: Mapping[str, str], node_of: Mapping[str, str], gang_size: int) -> dict[str, int]:
-    """Gangs bound whole, partly and not at all, from the watch's uid → name and uid → node (bound pods)."""
+    """Gangs bound whole, partly and not at all, and bound over more than one rack, from the watch's uid → name and
+    uid → node (bound pods; a bench node's name ends in its index)."""
     size: Counter[str] = Counter()
     bound: Counter[str] = Counter()
+    racks: dict[str, set[str]] = {}
     for uid, name in pod_names.items():
         gang = gang_name(int(name.rsplit("-", 1)[1]), gang_size)
         size[gang] += 1
         bound[gang] += uid in node_of
+        if uid in node_of:
+            racks.setdefault(gang, set()).add(rack_of(int(node_of[uid].rsplit("-", 1)[1])))
     whole = sum(1 for gang, n in size.items() if bound[gang] == n)
     unbound = sum(1 for gang in size if bound[gang] == 0)
-    return {"gangs": len(size), "gangs_whole": whole, "gangs_partial": len(size) - whole - unbound}
+    across = sum(1 for used in racks.values() if len(used) > 1)
+    return {
+        "gangs": len(size),
+        "gangs_whole": whole,
+        "gangs_partial": len(size) - whole - unbound,
+        "gangs_across_racks": across,
+    }
 
 
 async def delete_pod_groups(

@@ -76,6 +76,10 @@ section 5):
   workload-aware feature gates and its default profile minus the TopologyAwareWorkloadScheduling plugins the gate
   adds (our profile has none), so both run upstream's defaults plus GangScheduling (``bench/_e2e_gangs.py``). A run
   is complete when every pod is bound, and the row counts the gangs bound whole and partly (must be 0).
+  ``gangs-topology`` is the same gangs, each PodGroup's members kept inside one rack (``schedulingConstraints``;
+  every node is labelled with its rack of 50): both run GangScheduling, TopologyPlacementGenerator and
+  PodGroupPodsCount, and a gang bound over two racks makes the run incomplete. ``gangs-coscheduling`` is the same
+  gangs as scheduler-plugins' Coscheduling PodGroups (kopf-scheduler only).
 
 Sizes are configurable with environment variables (see :class:`Config`); the defaults are the issue's.
 """
@@ -109,12 +113,15 @@ from bench._e2e_gangs import (
     GANG_SIZE,
     KOPF_COSCHEDULING_SPEC,
     KOPF_GANG_SPEC,
+    KOPF_TOPOLOGY_GANG_SPEC,
     KUBE_GATE_PLUGINS_NOT_IN_OUR_PROFILE,
     KUBE_GATES,
+    RACK_KEY,
     create_pod_groups,
     delete_pod_groups,
     gang_name,
     gang_outcome,
+    rack_of,
     with_coscheduling_group,
     with_scheduling_group,
 )
@@ -128,6 +135,8 @@ KUBE, KOPF, CEILING = "kube-scheduler", "kopf-scheduler", "ceiling"
 SCHEDULER_NAMES = {KUBE: "bench-kube", KOPF: "bench-kopf", CEILING: "bench-ceiling"}
 #: kopf-scheduler's SchedulerProfile for the gang workload (GangScheduling enabled; bench/_e2e_gangs.py).
 KOPF_GANG_PROFILE = "bench-kopf-gangs"
+#: kopf-scheduler's SchedulerProfile for the topology-constrained gangs (bench/_e2e_gangs.py).
+KOPF_TOPOLOGY_GANG_PROFILE = "bench-kopf-topology-gangs"
 #: kopf-scheduler's SchedulerProfile for the same gangs as Coscheduling PodGroups (scheduler-plugins' API).
 KOPF_COSCHEDULING_PROFILE = "bench-kopf-coscheduling"
 #: scheduler-plugins' PodGroup CRD, as the chart ships it (coscheduling.installCRD).
@@ -411,6 +420,8 @@ class Workload:
     gang_size: int = 0
     #: The gangs are scheduler-plugins' Coscheduling PodGroups (kopf-scheduler only: kube-scheduler has no such plugin).
     coscheduling: bool = False
+    #: Each gang must lie inside one rack (PodGroup ``schedulingConstraints``; TopologyAwareWorkloadScheduling).
+    topology: bool = False
 
 
 #: The issue's workloads at their default sizes; ``BENCH_<ID>=NODESxPODS`` overrides one (ID upper-cased, - → _).
@@ -495,6 +506,18 @@ DEFAULT_WORKLOADS: tuple[Workload, ...] = (
         f"gangs of {GANG_SIZE} pod-default pods, a PodGroup each (minCount {GANG_SIZE}); kube-scheduler with "
         "GenericWorkload, GangScheduling, TopologyAwareWorkloadScheduling and WorkloadAwarePreemption on",
         gang_size=GANG_SIZE,
+    ),
+    # The same gangs, each kept inside one rack of 50 nodes (20 racks): the placement extension points at work.
+    Workload(
+        "gangs-topology",
+        "TopologyAwareGangs",
+        1000,
+        500 * GANG_SIZE,
+        gang_pod,
+        "the gangs above, each PodGroup's members inside one rack of 50 nodes (schedulingConstraints.topology); "
+        "TopologyPlacementGenerator and PodGroupPodsCount on both sides",
+        gang_size=GANG_SIZE,
+        topology=True,
     ),
     # Issue 36: the same gangs as Coscheduling PodGroups, against the row above (kopf-scheduler only).
     Workload(
@@ -787,9 +810,10 @@ def omitted_default_plugins() -> list[str]:
 
 def kube_scheduler_config(workload: Workload | None = None) -> dict[str, Any]:
     """kube-scheduler's configuration: its default profile minus what ours lacks; for gangs (run with the
-    workload-aware gates) minus the TopologyAwareWorkloadScheduling plugins, which our gang profile lacks too."""
+    workload-aware gates) minus the TopologyAwareWorkloadScheduling plugins, which our gang profile lacks too
+    (the topology-constrained gangs keep them, as our profile for them has them)."""
     disabled = omitted_default_plugins()
-    if workload is not None and workload.gang_size:
+    if workload is not None and workload.gang_size and not workload.topology:
         disabled += KUBE_GATE_PLUGINS_NOT_IN_OUR_PROFILE
     return {
         "clientConnection": {"qps": 5000, "burst": 5000},
@@ -806,6 +830,8 @@ def kube_scheduler_config(workload: Workload | None = None) -> dict[str, Any]:
 def scheduler_name(scheduler: str, workload: Workload) -> str:
     """The pods' ``schedulerName``: kopf-scheduler's gang workloads have their own SchedulerProfiles."""
     if scheduler == KOPF and workload.gang_size:
+        if workload.topology:
+            return KOPF_TOPOLOGY_GANG_PROFILE
         return KOPF_COSCHEDULING_PROFILE if workload.coscheduling else KOPF_GANG_PROFILE
     return SCHEDULER_NAMES[scheduler]
 
@@ -944,6 +970,7 @@ def node_manifest(index: int) -> dict[str, Any]:
             "labels": {
                 HOSTNAME_KEY: name,
                 ZONE_KEY: ZONES[index % len(ZONES)],
+                RACK_KEY: rack_of(index),
                 REGION_KEY: "region-1",
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
@@ -1098,7 +1125,8 @@ async def create_pods(api: Api, workload: Workload, namespace: str, scheduler_na
         claims = [resource_claim_manifest(namespace, n) for n in names]
         await api.create_many(f"{DRA_API}/namespaces/{namespace}/resourceclaims", claims)
     if workload.gang_size:
-        await create_pod_groups(api, namespace, workload.pods, workload.gang_size, coscheduling=workload.coscheduling)
+        kinds = {"coscheduling": workload.coscheduling, "topology": workload.topology}
+        await create_pod_groups(api, namespace, workload.pods, workload.gang_size, **kinds)
     await api.create_many(f"/api/v1/namespaces/{namespace}/pods", [workload.make_pod(n, scheduler_name) for n in names])
 
 
@@ -1202,6 +1230,8 @@ async def run_one(
     if workload.gang_size:  # nothing lost: every gang bound whole
         row.update(gang_outcome(watch.name_of, watch.node_of, workload.gang_size))
         row["complete"] = complete and row["gangs_whole"] == row["gangs"]
+        if workload.topology:
+            row["complete"] = row["complete"] and row["gangs_across_racks"] == 0
     timeline = _timeline(bind_times, spawn)
     await delete_namespace_pods(api, namespace)
     if workload.volumes:
@@ -1211,7 +1241,8 @@ async def run_one(
     if workload.gang_size:
         await delete_pod_groups(api, namespace, for_each)
     gangs = (
-        f" | gangs whole {row['gangs_whole']}/{row['gangs']}, partial {row['gangs_partial']}"
+        f" | gangs whole {row['gangs_whole']}/{row['gangs']}, partial {row['gangs_partial']}, "
+        f"across racks {row['gangs_across_racks']}"
         if workload.gang_size
         else ""
     )
@@ -1327,6 +1358,7 @@ async def prepare_kopf(cluster: LocalCluster) -> None:
         spec = json.loads(os.environ.get("BENCH_KOPF_SPEC") or "{}")
         create_profile(api, SCHEDULER_NAMES[KOPF], spec)
         create_profile(api, KOPF_GANG_PROFILE, {**spec, **KOPF_GANG_SPEC})
+        create_profile(api, KOPF_TOPOLOGY_GANG_PROFILE, {**spec, **KOPF_TOPOLOGY_GANG_SPEC})
         create_profile(api, KOPF_COSCHEDULING_PROFILE, {**spec, **KOPF_COSCHEDULING_SPEC})
         apply_crds(api, COSCHEDULING_CRD.parent)  # before the operator starts: its discovery finds the API
     finally:

@@ -20,6 +20,7 @@ Service and the APIService, and the control plane keeps the default routing.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 from collections.abc import Sequence
@@ -277,6 +278,19 @@ def register_operator(api: Any, *, port: int, namespace: str = "kube-system", ca
         if e.status != 404:
             raise
     custom.create_cluster_custom_object("apiregistration.k8s.io", "v1", "apiservices", api_service)
+
+
+def unregister_operator(api: Any, *, namespace: str = "kube-system", service: str = "kopf-scheduler-explain") -> None:
+    """Remove :func:`register_operator`'s objects (those already gone are fine)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    with contextlib.suppress(ApiException):
+        client.CustomObjectsApi(api).delete_cluster_custom_object(
+            "apiregistration.k8s.io", "v1", "apiservices", API_SERVICE
+        )
+    with contextlib.suppress(ApiException):
+        client.CoreV1Api(api).delete_namespaced_service(service, namespace)
 
 
 def wait_available(api: Any, *, timeout: float = 60.0) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import logging
 import math
 import random
@@ -39,6 +40,7 @@ from typing import Any
 
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.client import Client
+from kopf_scheduler.decisions import account_from_annotations
 from kopf_scheduler.eventhandlers import EventHandlers
 from kopf_scheduler.explain import Explanations, coscheduling_group_section, pod_group_section
 from kopf_scheduler.framework.builder import resolve_profile
@@ -265,6 +267,8 @@ class SchedulerApp:
         pod of a pod group the group's live state (``podGroup``, :func:`pod_group_section`), computed now. A pod
         of a group that no cycle has tried (held at PreEnqueue) gets an answer with the group section alone."""
         account = self.explanations.get(key)
+        if account is None:
+            account = self._account_on_pod(key)
         pod = self._group_member(key)
         if pod is None:
             return account
@@ -275,6 +279,16 @@ class SchedulerApp:
         else:
             return account
         return {**(account if account is not None else {"pod": key}), "podGroup": section}
+
+    def _account_on_pod(self, key: str) -> dict[str, Any] | None:
+        """The account the pod's own annotations still tell (a profile with ``spec.explain.annotations``; another
+        replica's attempt, before a failover), read from the pod as the watch last delivered it."""
+        namespace, _, name = key.partition("/")
+        for pod in itertools.chain(self.unassigned.values(), self.cache.pods_in_namespace(namespace)):
+            if pod.name == name and pod.namespace == namespace:
+                annotations = (pod.obj.get("metadata") or {}).get("annotations")
+                return account_from_annotations(key, annotations) if annotations else None
+        return None
 
     def _group_member(self, key: str) -> PodInfo | None:
         """The pod ``namespace/name`` if it names a pod group: a pending pod, or a member the cache holds."""
@@ -409,6 +423,7 @@ class SchedulerApp:
             runtime.queue.move_all_to_active_or_backoff(PROFILE_CHANGED)
         runtime.generation = generation
         runtime.explain_successes = model.explain.successes
+        runtime.explain_annotations = model.explain.annotations
         left_out = resolved.omitted_defaults
         note = f"; default plugins not implemented yet, left out: {', '.join(left_out)}" if left_out else ""
         if framework.workload_aware and not self.workload_api_served:

@@ -64,6 +64,8 @@ class ProfileRuntime:
     generation: int = 0
     #: ``spec.explain.successes``: each bound pod's scores are kept for ``/explain``.
     explain_successes: bool = False
+    #: ``spec.explain.annotations``: each attempt's account is also written onto the pod (``decisions.py``).
+    explain_annotations: bool = False
 
     # The queue calls these; they read ``self.framework`` each time, so a hot reload takes effect at once.
     def less(self, a: QueuedPodInfo, b: QueuedPodInfo) -> bool:

@@ -30,8 +30,9 @@ from typing import Any
 
 from kopf_scheduler.algorithm import FitError
 from kopf_scheduler.client import ClientRef
+from kopf_scheduler.decisions import failure_annotations, success_annotations, unchanged, with_stale_cleared
 from kopf_scheduler.explain import Explanations, ScoreCapture, explain_fit_error
-from kopf_scheduler.framework import APIError, PostFilterResult, nominated_node_name
+from kopf_scheduler.framework import BINDING_ANNOTATIONS, APIError, CycleState, PostFilterResult, nominated_node_name
 from kopf_scheduler.kube.events import event_body
 from kopf_scheduler.state.pod_info import PodInfo
 
@@ -63,8 +64,9 @@ class Reporter:
         self._last_failure: dict[str, tuple[str, float]] = {}
         #: The latest failed attempt of each pending pod, node by node (``/explain``).
         self.explanations = explanations or Explanations()
-        #: The pod whose failure :meth:`explain` just recorded in full (``failed`` then records nothing more).
-        self._explained: str | None = None
+        #: The pod whose failure :meth:`explain` just recorded in full, with that account (``failed`` then records
+        #: nothing more).
+        self._explained: tuple[str, dict[str, Any]] | None = None
         #: Pod UID → set when its last spawned status patch has finished (absent: none in flight).
         self._status_patches: dict[str, asyncio.Event] = {}
 
@@ -78,15 +80,23 @@ class Reporter:
         )
 
     def failed(
-        self, pod: PodInfo, profile: str, *, reason: str, message: str, nominated_node: str | None = None
+        self,
+        pod: PodInfo,
+        profile: str,
+        *,
+        reason: str,
+        message: str,
+        nominated_node: str | None = None,
+        annotate: bool = False,
     ) -> None:
         """FailedScheduling (deduplicated by message) and the PodScheduled condition (only if it changes).
 
         ``nominated_node`` is upstream's NominatingInfo: None leaves ``status.nominatedNodeName`` as it is
         (Noop); a name sets it (a preemption's nomination), "" removes it (``clearNominatedNode``), each in
-        the same patch as the condition and only if it changes the field.
+        the same patch as the condition and only if it changes the field. With ``annotate`` (the profile's
+        ``spec.explain.annotations``) the attempt's account also goes onto the pod (:meth:`_annotate_failure`).
         """
-        self._remember_failure(pod, profile, reason, message)
+        account = self._remember_failure(pod, profile, reason, message)
         now = self._clock()
         last = self._last_failure.get(pod.uid)
         if last is None or last[0] != message or now - last[1] >= self._repeat_after:
@@ -99,6 +109,42 @@ class Reporter:
                 pod, reason, message, condition=condition, nominated_node=nominated_node if nominate else None
             )
             self._spawn(self._in_order(pod.uid, patch))
+        if annotate:
+            self._annotate_failure(pod, account)
+
+    def _annotate_failure(self, pod: PodInfo, account: dict[str, Any]) -> None:
+        """One merge patch of the pod's annotations with this failure's account, unless the pod carries it already
+        (the same result, message and nodes: an unchanged failure is not written again, so a pod that keeps
+        failing alike costs one write). It goes in order with the status patches: the binding cycle waits for it,
+        so it never lands after a Binding's annotations."""
+        try:
+            annotations = failure_annotations(account)
+        except Exception:  # an explanation must never cost a scheduling decision
+            logger.exception("could not write the explain annotations of %s", pod.key)
+            return
+        if unchanged(annotations, (pod.obj.get("metadata") or {}).get("annotations") or {}):
+            return
+        self._spawn(self._in_order(pod.uid, self._patch_annotations(pod, annotations)))
+
+    def annotate_binding(self, state: CycleState, pod: PodInfo, profile: str, scores: ScoreCapture) -> None:
+        """The success account as annotations the Binding carries (DefaultBinder sends them): no write of its own."""
+        try:
+            current = (pod.obj.get("metadata") or {}).get("annotations") or {}
+            state.write(BINDING_ANNOTATIONS, with_stale_cleared(success_annotations(profile, scores), current))
+        except Exception:  # an explanation must never cost a scheduling decision
+            logger.exception("could not build the explain annotations of %s", pod.key)
+
+    async def _patch_annotations(self, pod: PodInfo, annotations: dict[str, str]) -> None:
+        client = self._client()
+        if client is None:
+            return
+        try:
+            await client.patch_pod_annotations(namespace=pod.namespace, name=pod.name, annotations=annotations)
+        except APIError as e:
+            if e.status != 404:
+                logger.warning("could not annotate %s: %s", pod.key, e)
+        except Exception as e:
+            logger.warning("could not annotate %s: %s", pod.key, e)
 
     async def status_settled(self, uid: str) -> None:
         """Return once the pod's spawned status patches have gone out (the binding cycle waits for them)."""
@@ -166,18 +212,20 @@ class Reporter:
         try:
             account = explain_fit_error(fit, profile=profile, at=now_rfc3339(), post_filter=post_filter)
             self.explanations.record(fit.pod.key, account)
-            self._explained = fit.pod.key
+            self._explained = (fit.pod.key, account)
         except Exception:  # an explanation must never cost a scheduling decision
             logger.exception("could not explain the failure of %s", fit.pod.key)
 
-    def _remember_failure(self, pod: PodInfo, profile: str, reason: str, message: str) -> None:
+    def _remember_failure(self, pod: PodInfo, profile: str, reason: str, message: str) -> dict[str, Any]:
         """A failure :meth:`explain` did not account for (a scheduling error, a binding failure, a Permit
-        rejection while waiting) still joins the pod's history, with its reason and message."""
+        rejection while waiting) still joins the pod's history, with its reason and message; returns the
+        attempt's account (:meth:`explain`'s when it made one)."""
         explained, self._explained = self._explained, None
-        if explained == pod.key:
-            return
+        if explained is not None and explained[0] == pod.key:
+            return explained[1]
         account = {"pod": pod.key, "profile": profile, "time": now_rfc3339(), "result": reason, "message": message}
         self.explanations.record(pod.key, account)
+        return account
 
     def forget(self, uid: str, key: str) -> None:
         """The pod is bound or gone: nothing about its failures is worth keeping."""

@@ -243,7 +243,7 @@ class ScheduleOne:
     def capture_success_scores(self, runtime: ProfileRuntime, result: ScheduleResult) -> ScoreCapture | None:
         """The winner's and runners-up's scores, if the profile keeps success accounts (``spec.explain``); taken
         now, while the node table's slots still name the nodes that were scored."""
-        if not runtime.explain_successes:
+        if not (runtime.explain_successes or runtime.explain_annotations):
             return None
         try:
             scores = capture_scores(result, self._cache.table.names, at=time.time())
@@ -353,6 +353,8 @@ class ScheduleOne:
         """WaitOnPermit, PreBind, Bind, PostBind for the assumed ``pod`` (:func:`bind_pod`, which never raises and
         undoes the assumption on failure); then settle it either way."""
         await self._reporter.status_settled(pod.uid)  # an earlier failure's patch must not land after the bind
+        if scores is not None and runtime.explain_annotations:
+            self._reporter.annotate_binding(state, pod, runtime.name, scores)
         status = await bind_pod(
             found.framework,
             state,
@@ -486,7 +488,14 @@ class ScheduleOne:
         self._metrics.observe_attempt(result=result, profile=runtime.name, seconds=time.perf_counter() - started)
         pod = self._unassigned.get(uid, qpod.pod)
         self._nominate(pod, nominated_node)
-        self._reporter.failed(pod, runtime.name, reason=reason, message=message, nominated_node=nominated_node)
+        self._reporter.failed(
+            pod,
+            runtime.name,
+            reason=reason,
+            message=message,
+            nominated_node=nominated_node,
+            annotate=runtime.explain_annotations,
+        )
 
     def _nominate(self, pod: PodInfo, nominated_node: str | None) -> None:
         """Upstream's ``AddNominatedPod`` in handleSchedulingFailure: Override to a node or to nothing, or

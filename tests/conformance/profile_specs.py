@@ -16,8 +16,8 @@ registers. Upstream defaults we do not implement (DefaultPreemption, ...) stay o
 builder leaves them out of the pipeline (``omitted_defaults``) and the upstream side disables them (see
 :func:`tests.conformance.profile_validation.upstream_config`), except in the one category that is about them.
 
-``deliberate`` marks a spec whose outcome is *meant* to differ (a documented deviation of ours), with the
-key of that deviation in :data:`tests.conformance.profile_validation.DELIBERATE`.
+No spec is labelled in advance as one whose outcome may differ: every disagreement fails, whatever the
+category of its seed (issue 37). Categories only steer what gets generated.
 """
 
 from __future__ import annotations
@@ -73,12 +73,11 @@ INT32_MIN = -(2**31)
 
 @dataclass(frozen=True)
 class SpecCase:
-    """One generated spec: its seed, category, the spec and, if its outcome is meant to differ, why."""
+    """One generated spec: its seed, the category it was drawn from, the spec."""
 
     seed: int
     category: str
     spec: dict[str, Any]
-    deliberate: str | None = None
 
     @property
     def name(self) -> str:
@@ -301,7 +300,8 @@ def _args(rng: random.Random) -> dict[str, Any]:
     plugin = rng.choice(tuple(BAD_ARGS))
     spec: dict[str, Any] = {"pluginConfig": [{"name": plugin, "args": BAD_ARGS[plugin](rng)}]}
     if plugin in PLUGIN_POINTS and plugin != "NodeResourcesFit" and rng.random() < 0.3:
-        # Args are validated at config load whether the plugin runs or not (NodeResourcesFit: see DELIBERATE).
+        # Args are validated at config load whether the plugin runs or not (NodeResourcesFit's only when it is
+        # constructed: the fit-args-disabled category).
         spec["plugins"] = {"multiPoint": {"disabled": [{"name": plugin}]}}
     return spec
 
@@ -394,13 +394,13 @@ def _percentage(rng: random.Random) -> dict[str, Any]:
     return {"percentageOfNodesToScore": rng.choice((-1, 101, 1000, INT32_MIN, 0, 100, 2**31))}
 
 
-def _schema(rng: random.Random) -> Any:
-    """Shapes the strict decoders refuse: unknown keys, wrong types, empty names."""
+def _schema(rng: random.Random) -> dict[str, Any]:
+    """Shapes the strict decoders refuse (unknown keys, wrong types), and empty names (refused only where enabled)."""
     choice = rng.randrange(7)
     if choice == 0:
-        return {"pluginConfig": [{"name": "", "args": {}}]}, "empty-plugin-name"
+        return {"pluginConfig": [{"name": "", "args": {}}]}
     if choice == 1:
-        return {"plugins": {"multiPoint": {"disabled": [{"name": ""}]}}}, "empty-plugin-name"
+        return {"plugins": {"multiPoint": {"disabled": [{"name": ""}]}}}
     return (
         {"plugins": {"filter": {"enabled": [{"name": ""}]}}},
         {"plugins": {"score": {"enabled": [{"name": "ImageLocality", "weight": "high"}]}}},
@@ -410,20 +410,18 @@ def _schema(rng: random.Random) -> Any:
     )[choice - 2]
 
 
-def _fit_args_when_disabled(rng: random.Random) -> tuple[dict[str, Any], str]:
-    spec = {
+def _fit_args_when_disabled(rng: random.Random) -> dict[str, Any]:
+    # Upstream judges NodeResourcesFit's args only when it constructs the plugin: disabled, bad args pass.
+    return {
         "plugins": {"multiPoint": {"disabled": [{"name": "NodeResourcesFit"}]}},
         "pluginConfig": [{"name": "NodeResourcesFit", "args": _bad_fit(rng)}],
     }
-    return spec, "fit-args-validated-when-disabled"
 
 
-def _omitted_default(rng: random.Random) -> tuple[dict[str, Any], str]:
+def _omitted_default(rng: random.Random) -> dict[str, Any]:
     # DefaultPreemption named explicitly at postFilter: once an omitted default, implemented since issue 11 (the
     # case stays so that every seed keeps its spec).
-    name = "DefaultPreemption"
-    point = "postFilter"
-    return {"plugins": _plugins(point, [_entry(name)])}, "omitted-default-enabled"
+    return {"plugins": _plugins("postFilter", [_entry("DefaultPreemption")])}
 
 
 def _placement_point(rng: random.Random) -> dict[str, Any]:
@@ -435,8 +433,8 @@ def _placement_point(rng: random.Random) -> dict[str, Any]:
     return {"plugins": {point: pset}}
 
 
-#: (category, relative frequency, builder). Builders returning a tuple mark a deliberate difference.
-CATEGORIES: tuple[tuple[str, int, Callable[[random.Random], Any]], ...] = (
+#: (category, relative frequency, builder).
+CATEGORIES: tuple[tuple[str, int, Callable[[random.Random], dict[str, Any]]], ...] = (
     ("valid", 6, _valid),
     ("weight-zero", 2, _weight_zero),
     ("weight-negative", 4, _weight_negative),
@@ -462,8 +460,4 @@ def generate_spec(seed: int) -> SpecCase:
     rng = random.Random(seed)
     names = [c[0] for c in CATEGORIES]
     category = rng.choices(names, weights=[c[1] for c in CATEGORIES])[0]
-    built = dict((c[0], c[2]) for c in CATEGORIES)[category](rng)
-    if isinstance(built, tuple):
-        spec, deliberate = built
-        return SpecCase(seed, category, spec, deliberate)
-    return SpecCase(seed, category, built)
+    return SpecCase(seed, category, dict((c[0], c[2]) for c in CATEGORIES)[category](rng))

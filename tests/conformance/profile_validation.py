@@ -58,28 +58,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO_ROOT / "crds" / "schedulerprofile.yaml"
 UPSTREAM_TIMEOUT = 60.0
 
-#: Documented deviations: key → why our verdict differs from upstream's on purpose.
-DELIBERATE: dict[str, str] = {
-    "fit-args-validated-when-disabled": (
-        "NodeResourcesFit args are validated whenever they are given; upstream validates them only in the "
-        "plugin's constructor (its config validator is registered under the misspelt key "
-        "`NodeResourcesFitArgs`), so bad args for a disabled NodeResourcesFit pass there "
-        "(framework/builder.py, 'Where we deliberately differ')."
-    ),
-    "empty-plugin-name": (
-        "the CRD schema refuses an empty plugin name anywhere (`minLength: 1`); upstream refuses it only in an "
-        '`enabled` list (`FilterPlugin "" does not exist`) and ignores a `pluginConfig` entry or a `disabled` '
-        "entry that names no plugin. Such an entry configures nothing, so `kubectl apply` says so at once."
-    ),
-    "omitted-default-enabled": (
-        "a user who enables an upstream default we have not implemented would get `... does not exist (a "
-        "kube-scheduler default plugin that kopf-scheduler does not implement yet)`: we could not run it, and "
-        "silently leaving it out would schedule differently than asked. Since issue 12 no default is left "
-        "out (DynamicResources, the last one, allocates devices as upstream's), so the generated case "
-        "(DefaultPreemption named at postFilter) is accepted on both sides."
-    ),
-}
-
 #: Our texts that are deliberately not upstream's, though the verdict is the same: key → why.
 DELIBERATE_MESSAGES: dict[str, str] = {
     "args-decoding": (
@@ -123,12 +101,8 @@ class Comparison:
 
     @property
     def agree(self) -> bool:
+        """Both accepted or both refused. No verdict difference is excused in advance (issue 37)."""
         return self.upstream.accepted == self.ours.accepted
-
-    @property
-    def explained(self) -> bool:
-        """A disagreement that is one of the documented deviations."""
-        return not self.agree and self.case.deliberate is not None
 
 
 # -- upstream ------------------------------------------------------------------------------------------------------
@@ -331,7 +305,6 @@ def summary(results: Sequence[Comparison], seconds: float) -> dict[str, Any]:
         "accepted_upstream": sum(r.upstream.accepted for r in results),
         "agree": sum(r.agree for r in results),
         "disagree": sum(not r.agree for r in results),
-        "deliberate": sum(r.explained for r in results),
         "messages": {k: sum(r.message == k for r in results) for k in ("match", "deliberate", "differs", "n/a")},
         "our_rejecting_layer": dict(sorted(layers.items())),
         "by_category": dict(sorted(by_category.items())),
@@ -342,7 +315,6 @@ def summary(results: Sequence[Comparison], seconds: float) -> dict[str, Any]:
                 "category": r.case.category,
                 "spec": r.case.spec,
                 "agree": r.agree,
-                "deliberate": r.case.deliberate,
                 "upstream": r.upstream.message if not r.upstream.accepted else "accepted",
                 "ours": f"{r.ours.layer}: {r.ours.message}" if not r.ours.accepted else "accepted",
                 "problems": r.problems,

@@ -1,9 +1,10 @@
 """Turn scenario results into bench/results/conformance.json and docs/conformance.md.
 
 The JSON is the machine-readable summary (``{"scenarios", "pods", "agree", "disagree", "by_plugin": {...}}``
-plus how and where it was measured); the Markdown page explains the method, gives the per-plugin table,
-and lists every disagreement with a reproducer (the pod, the nodes it is about and the pods on them, as
-YAML) and why it happens.
+plus how and where it was measured); the Markdown page explains the method, gives the per-plugin,
+per-feature and per-profile tables, and lists every disagreement with a reproducer (the pod, the nodes it is
+about and the pods on them, as YAML) and why it happens. Everything on the page is generated from the run (or
+is the method, which does not change with a run): no hand-written result (issue 37).
 
 Per plugin, a pod is *decisive* for a plugin when the plugin demonstrably decided something for it:
 upstream's FailedScheduling text names the plugin's reason, or upstream's per-node scores of the plugin
@@ -11,7 +12,9 @@ differed between the feasible nodes, or the plugin filtered out a node in the in
 model matched upstream (same verdict, feasible set, scores and message). A pod *exercises* a plugin when
 it is decisive or the pod's spec uses what the plugin reads (tolerations, node affinity, host ports,
 spread constraints, (anti-)affinity, requests, images). A pod counts for every plugin it exercised; its
-agreement is the whole pod's.
+agreement is the whole pod's. Per feature (tests/conformance/features.py), a pod counts when its generated
+manifest and scenario use the feature (a gate, a claim template, a spread...), and is decisive when one of the
+plugins that judge the feature was.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from tests.conformance.features import FEATURES, by_feature
 from tests.conformance.generator import PLUGINS
 from tests.conformance.known import FIXED, KNOWN, explain
 from tests.conformance.runner import REPO_ROOT, PodResult, ProfileDef, ScenarioResult
@@ -48,70 +52,44 @@ class RunInfo:
     started: str
     commit: str
     machine: str
+    #: The first seed was drawn at random for this run (not given with --seed-start).
+    seeds_fresh: bool = False
 
     @classmethod
-    def collect(cls, *, command: str, seed_start: int, sizes: str, seconds: float, started: str) -> RunInfo:
-        return cls(command, seed_start, sizes, seconds, started, _commit(), _machine())
+    def collect(
+        cls, *, command: str, seed_start: int, sizes: str, seconds: float, started: str, seeds_fresh: bool = False
+    ) -> RunInfo:
+        return cls(command, seed_start, sizes, seconds, started, _commit(), _machine(), seeds_fresh)
 
 
-#: How preemption is compared (issue 11). Static text: the measured numbers are in the Result table; the
-#: history of the reduced runs made before the first full one stays here as a record.
-PREEMPTION_SECTION = """\
-## Preemption: how it is compared
+#: How preemption is compared (method only: the measured numbers are in the Result tables).
+PREEMPTION_METHOD = (
+    "Preemption: DefaultPreemption runs on both sides, so every unschedulable pod's texts carry its",
+    "`preemption: ...` part, and a pod that outranks running pods preempts. Upstream must still leave the cluster",
+    "as it found it: a validating webhook served by the harness (`tests/conformance/preemption_harness.py`)",
+    "refuses each victim's DisruptionTarget patch with 404 NotFound, on which upstream's executor logs",
+    '`"Victim Pod is already deleted"` and goes on to the next victim; a ValidatingAdmissionPolicy denies it every',
+    "pod DELETE (a safety net). Upstream's `-v=2` log gives the node it chose and each victim; ours preempts for",
+    "real, and the harness follows our pod until it binds. A kubelet stand-in gives every pod on a node a",
+    "distinct `status.startTime`, so upstream's last tie-breaks are deterministic and the nominated node and",
+    "victims are compared exactly. A share of the seeds (`tests/conformance/preemptions.py`) get priorities,",
+    "low-priority filler pods, PodDisruptionBudgets (with the status the disruption controller would write) and",
+    "`conformance-high` and `conformance-high-never` preemptors.",
+)
 
-DefaultPreemption now runs on both sides in every scenario, so every unschedulable pod's texts carry its
-`preemption: ...` part (compared byte for byte like the rest), and a pod that outranks running pods preempts.
-Upstream must still leave the cluster as it found it:
 
-- a validating admission **webhook** served by the harness (`tests/conformance/preemption_harness.py`, matched
-  by CEL `matchConditions` to upstream's ServiceAccount and to `pods/status` updates that carry a
-  `DisruptionTarget` condition) refuses each victim's DisruptionTarget patch with **404 NotFound**. On
-  NotFound upstream's executor (`framework/preemption/executor.go` `PreemptPod`) logs `"Victim Pod is already
-  deleted"` and goes on to the next victim without error; any other refusal (a ValidatingAdmissionPolicy can
-  only say 403/422) would cancel the other victims' calls, skip the last one and re-activate the preemptor at
-  once. A ValidatingAdmissionPolicy also denies upstream every pod DELETE (a safety net; the run fails loudly
-  if upstream ever really preempts);
-- upstream's `-v=2` log gives its decision: `"the target node for the preemption is determined"`, each victim
-  (refused, or skipped as already terminating) and the end of the asynchronous goroutine; the preemptor's
-  `nominatedNodeName` comes with its PodScheduled=False condition (one status patch). The PreBind nomination
-  of NominatedNodeNameForExpectation is still read as before for bound verdicts;
-- ours preempts for real: a pod watch records each pod's first nomination and first PodScheduled=False
-  message, and the victims our operator disrupts or deletes; the harness follows our pod until it binds (its
-  first, unschedulable verdict is the one compared), so the next pod meets the victims gone and the preemptor
-  bound on both sides (upstream's cache is awaited through its `Delete event` log lines);
-- a kubelet stand-in gives every pod that reaches a node a distinct `status.startTime`: upstream's last
-  tie-breaks between candidate nodes and victims read it, and a pod without one counts as started *now* at
-  each call. With it upstream's choice is deterministic, so the nominated node is compared exactly (no tie set
-  needed).
+def _not_exercised(what: str, names: Sequence[str]) -> str:
+    return f"{what} no pod of this run exercised: {', '.join(names)}." if names else f"{what}: every one exercised."
 
-Per preempting pod: the verdict, the FailedScheduling note and PodScheduled message, the nominated node, the
-victims preempted through the API (upstream's already-terminating victims are listed apart), and that ours
-binds on its nominated node once its victims are gone. The in-process model runs PostFilter too, with the
-preemption recorded instead of executed, and its nomination and victims are diagnostics.
 
-Scenarios: 45% of the seeds (`tests/conformance/preemptions.py`, its own random source) get priorities on the
-existing pods, low-priority *filler* pods that take most of the CPU left on some nodes, policy/v1
-PodDisruptionBudgets over the existing pods' `app` labels with the status the disruption controller would
-write if every selected pod were healthy (no controller-manager runs, so the runner writes
-`disruptionsAllowed`, `currentHealthy`, `desiredHealthy`, `expectedPods`, sometimes `disruptedPods`), and more
-`conformance-high` preemptors, some large, some with `conformance-high-never` (`preemptionPolicy: Never`). The
-quick test adds a pinned case: a PDB turns preemption away from the cheaper node, and a Never pod is refused
-with upstream's text; a second one has a victim that is already terminating.
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
-Before the first full run, three reduced runs. The first (2026-11-23 23:02 UTC, commit `6eaafa0` with
-wt-preempt-core `0dd8095` and wt-preempt-plumb `2d20401`, 2 cores): `python -m tests.conformance --scenarios
-10`, seeds 1..10 (mixed sizes), 249 s: **150 of 150 pods agree**; 87 both unschedulable (81 of them with a
-`preemption: ...` part, all texts equal), 63 both bound (our node always in upstream's top set), 6 preempting
-pods with the same nominated node and the same victims on both sides, all 6 of ours bound on their nominated
-node; the model matched upstream everywhere. A second run, seeds 11..20 (commit `f5eaf97`, after merging
-wt-preempt-plumb `dad8d3e`), 232 s: **173 of 173 agree**, 15 preempting pods (1 to 5 victims) with the same
-nominated node and victims, all bound on their nominated node; one pod where upstream took a batching hint. A
-third, seeds 21..30 (commit `46b0ecd`), 277 s: **171 of 171 agree**, 5 preempting pods equal. In all: 494
-pods, 26 preemptions, no disagreement, the model matching upstream on every pod. Not yet seen in a generated
-run, so pinned in the quick test instead: a victim that was already terminating (upstream counts it but calls
-no API for it; ours the same) and a PDB deciding the node. Not seen at all yet: a preemption whose only
-candidates violate a PDB. `tests/conformance/test_quick.py` (seeds 1 and 2, the two pinned preemption cases,
-the known host-port case, the negative control): 5 passed."""
+
+def _seed_origin(run: dict[str, Any]) -> str:
+    return "drawn fresh for this run" if run.get("seeds_fresh") else "given with --seed-start"
 
 
 def _commit() -> str:
@@ -210,6 +188,7 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
         "disagree": sum(not p.agree for p in pods),
         "known": sum(1 for p in pods if not p.agree and p.known),
         "by_plugin": by_plugin,
+        "by_feature": by_feature(pods),
         "by_profile": by_profile,
         "checks": {
             "verdicts_equal": sum(p.upstream.kind == p.ours.kind for p in pods),
@@ -256,6 +235,7 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
         "run": {
             "command": run.command,
             "seeds": f"{run.seed_start}..{run.seed_start + len(results) - 1}",
+            "seeds_fresh": run.seeds_fresh,
             "sizes": run.sizes,
             "seconds": round(run.seconds, 1),
             "date": run.started,
@@ -344,32 +324,39 @@ def write_markdown(
         "",
         "Generated by `make conformance` (`python -m tests.conformance`); do not edit by hand. The method is in",
         "[`tests/conformance/`](../tests/conformance/) (module docstrings of `generator.py`, `runner.py`,",
-        "`oracle.py`, `sim.py`); the numbers below are one measured run, also in",
+        "`oracle.py`, `sim.py`, `features.py`); the numbers below are one measured run, also in",
         "[`bench/results/conformance.json`](../bench/results/conformance.json).",
+        "",
+        f"**This run**: commit `{run['commit']}`, seeds {run['seeds']} ({_seed_origin(run)}), "
+        f"{_duration(run['seconds'])} for the scenarios, started {run['date']}; `{run['command']}`.",
         "",
         "## What is compared",
         "",
         "Seeded random clusters (fewer than 100 nodes, so upstream evaluates every node) with existing pods,",
-        "Services and ReplicaSets, and pending pods that use the features of every plugin we implement, are",
-        "loaded into a local control plane (etcd + kube-apiserver). Each pending pod is scheduled, one at a",
-        "time and in the same order, by upstream kube-scheduler (the pinned build, at `-v=2",
-        "--vmodule=schedule_one=10,...` for its per-node scores) and by `kopf-scheduler run` as a real process,",
-        "with equivalent profiles: the same spec (upstream runs its unmodified default profile: we implement every",
-        "default plugin). Upstream never binds (a ValidatingAdmissionPolicy denies its ServiceAccount's bindings and",
-        "names the node it chose) and never preempts (a webhook refuses its victims' DisruptionTarget patches",
-        "as NotFound, so it goes on to the next victim, and its -v=2 log names each one), so both decide on",
-        "exactly the same state; our copy stays bound for the next pod, and our victims really go. Per pod: the",
-        "verdict (bound or not); the FailedScheduling note and PodScheduled message, byte for byte (with",
-        "DefaultPreemption's `preemption: ...` suffix); whether our node is among upstream's highest-total",
-        "nodes; for a pod that preempts, the node it was nominated for and its victims. A seed fixes a",
-        "scenario's objects (a kubelet stand-in gives pods distinct start times, so preemption's tie-breaks are",
-        "fixed too); scoring ties are broken at random on both sides, so the later pods of a scenario may meet",
-        "a slightly different state from one run to the next.",
+        "Services and ReplicaSets, and pending pods that use the features of every plugin we implement, are loaded",
+        "into a local control plane (etcd + kube-apiserver). Each pending pod is scheduled, one at a time and in",
+        "the same order, by upstream kube-scheduler (the pinned build, at `-v=2 --vmodule=schedule_one=10,...` for",
+        "its per-node scores) and by `kopf-scheduler run` as a real process, with equivalent profiles: the same",
+        "spec (with `spec: {}` upstream runs its unmodified default profile: we implement every default plugin).",
+        "Upstream never binds (a ValidatingAdmissionPolicy denies its ServiceAccount's bindings and names the node",
+        "it chose) and never preempts (a webhook refuses its victims' DisruptionTarget patches as NotFound, so it",
+        "goes on to the next victim, and its -v=2 log names each one), so both decide on exactly the same state;",
+        "our copy stays bound for the next pod, and our victims really go. Per pod: the verdict (bound or not); the",
+        "FailedScheduling note and PodScheduled message, byte for byte (with DefaultPreemption's `preemption: ...`",
+        "suffix); whether our node is among upstream's highest-total nodes; for a pod that preempts, the node it",
+        "was nominated for and its victims. A seed fixes a scenario's objects (a kubelet stand-in gives pods",
+        "distinct start times, so preemption's tie-breaks are fixed too); scoring ties are broken at random on both",
+        "sides, so the later pods of a scenario may meet",
+        "a slightly different state from one run to the next. Each run draws a fresh seed range unless",
+        "`--seed-start` is given; a disagreement found on a seed is pinned in the quick suite",
+        "(`QUICK_SCENARIOS` in `tests/conformance/test_quick.py`).",
+        "",
+        *PREEMPTION_METHOD,
         "",
         "## Result",
         "",
         f"Measured {run['date']} at commit `{run['commit']}` on {run['machine']}: `{run['command']}`,",
-        f"seeds {run['seeds']} (sizes: {run['sizes']}), {run['seconds']} s in all.",
+        f"seeds {run['seeds']} (sizes: {run['sizes']}), {run['seconds']} s ({_duration(run['seconds'])}) in all.",
         "",
         "| scenarios | pods compared | agree | disagree | of which known |",
         "|---:|---:|---:|---:|---:|",
@@ -414,26 +401,40 @@ def write_markdown(
             f"| {plugin} | {row['scenarios']} | {row['pods']} | {row['decisive']} | {row['agree']} "
             f"| {row['disagree']} |"
         )
+    lines += ["", _not_exercised("Plugins", [name for name, row in data["by_plugin"].items() if not row["pods"]])]
     lines += [
         "",
-        "Not exercised: NodeName (a pod with `spec.nodeName` never reaches a scheduler), SchedulingGates (a",
-        "gated pod gets no verdict to compare), PrioritySort (pods are scheduled one at a time; priority classes",
-        "are set but cannot reorder anything), DefaultBinder (only in that our bound pods are bound), and",
-        "NodeDeclaredFeatures (it runs on both, but no generated pod requires a feature). DynamicResources runs on",
-        "both: a third of the scenarios have DeviceClasses, ResourceSlices and claims (tests/conformance/devices.py);",
-        "upstream is denied its claim writes by a policy whose message carries the devices it chose, which are",
-        "compared with the devices our claims got. The volume plugins",
-        "run on both sides; a fraction of scenarios have storage (tests/conformance/volumes.py), upstream is",
-        "denied its volume-binding writes and our claims are bound by a stand-in PV controller",
-        "(tests/conformance/volume_harness.py). DefaultPreemption runs on both sides: it is decisive where",
-        "upstream nominated the pod; a share of scenarios fill nodes with low-priority pods under",
-        "PodDisruptionBudgets and add preemptors, some with `preemptionPolicy: Never`",
-        "(tests/conformance/preemptions.py, tests/conformance/preemption_harness.py).",
+        "DynamicResources runs on both: some scenarios have DeviceClasses, ResourceSlices and claims",
+        "(tests/conformance/devices.py); upstream is denied its claim writes by a policy whose message carries the",
+        "devices it chose, which are compared with the devices our claims got. The volume plugins run on both",
+        "sides; some scenarios have storage (tests/conformance/volumes.py), upstream is denied its volume-binding",
+        "writes and our claims are bound by a stand-in PV controller (tests/conformance/volume_harness.py).",
+        "DefaultPreemption is decisive where upstream nominated the pod.",
+        "",
+        "### Per feature",
+        "",
+        "What the pods put in front of both schedulers, read from each pod's generated manifest and its scenario",
+        "(`tests/conformance/features.py`). *Decisive*: one of the plugins that judge the feature was decisive",
+        "for the pod (as above); agreement is the whole pod's.",
+        "",
+        "| feature | judged by | pods | decisive | agree | disagree |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    judges = {feature.name: ", ".join(feature.plugins) for feature in FEATURES}
+    for name, row in data["by_feature"].items():
+        lines.append(
+            f"| {name} | {judges.get(name, '')} | {row['pods']} | {row['decisive']} | {row['agree']} "
+            f"| {row['disagree']} |"
+        )
+    lines += ["", _not_exercised("Features", [name for name, row in data["by_feature"].items() if not row["pods"]])]
+    lines += [
         "",
         "### Per profile",
         "",
-        "Scenario *k* uses profile *k* mod (number of profiles): the built-in default profile (unless an example",
-        "has an empty spec) and every SchedulerProfile in `examples/`.",
+        f"A scenario runs upstream's default profile unmodified (`spec: {{}}`) with probability "
+        f"{data.get('default_profile_share', 0):.0%}, else one of the other profiles (a function of its seed,",
+        "`profile_for` in `tests/conformance/__main__.py`): the examples' SchedulerProfiles in `examples/` and the",
+        "built-in ones with other args and weights.",
         "",
         "| profile | from | scenarios | pods | agree | disagree |",
         "|---|---|---:|---:|---:|---:|",
@@ -444,7 +445,7 @@ def write_markdown(
             f"| `{name}` | {sources.get(name, '')} | {row['scenarios']} | {row['pods']} | {row['agree']} "
             f"| {row['disagree']} |"
         )
-    lines += ["", *PREEMPTION_SECTION.splitlines(), "", "## Disagreements", ""]
+    lines += ["", "## Disagreements", ""]
     pods = [p for s in results for p in s.pods if not p.agree]
     if not pods:
         lines += ["None in this run.", ""]
@@ -494,13 +495,15 @@ def write_markdown(
         "## Running it",
         "",
         "```bash",
-        "make conformance                              # CONFORMANCE_SCENARIOS scenarios (default 100)",
+        "make conformance                              # CONFORMANCE_SCENARIOS scenarios (default 100), fresh seeds",
         "CONFORMANCE_SCENARIOS=300 make conformance    # more",
-        ".venv/bin/python -m tests.conformance --seed-start 34 --scenarios 1 --profiles default-equivalent",
+        f".venv/bin/python -m tests.conformance --seed-start {run['seeds'].split('..')[0]}   # this run's seeds again",
+        ".venv/bin/python -m tests.conformance --seed-start 34 --scenarios 1 --profiles bin-packing --size normal",
         "```",
         "",
-        "A quick subset (two small scenarios) runs in `make test` as `tests/conformance/test_quick.py` and fails",
-        "on any disagreement that `tests/conformance/known.py` does not explain.",
+        "A quick subset (small scenarios, and the seeds pinned after a disagreement) runs in `make test` as",
+        "`tests/conformance/test_quick.py` and fails on any disagreement that `tests/conformance/known.py` does not",
+        "explain.",
         "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,7 @@ from tests.conformance.devices import (
     read_claim,
 )
 from tests.conformance.extender_harness import split_extenders
+from tests.conformance.features import pod_uses
 from tests.conformance.generator import (
     BIND_ANNOTATION,
     HOLD_FINALIZER,
@@ -409,6 +410,8 @@ class PodResult:
     decisive: list[str] = field(default_factory=list)
     #: Facts about the scenario that known disagreements depend on (``known.scenario_hints``).
     hints: list[str] = field(default_factory=list)
+    #: The report's features the pod uses (``features.pod_uses``: gates, claims, spreads...), from its scenario.
+    uses: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     model_notes: list[str] = field(default_factory=list)
     known: str | None = None
@@ -1344,6 +1347,7 @@ class Harness:
             problems=problems,
             model_notes=notes,
             hints=scenario_hints(scenario),
+            uses=pod_uses(pending.manifest, scenario),
             manifest=_clean(upstream_obj),
         )
 

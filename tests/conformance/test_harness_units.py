@@ -19,7 +19,7 @@ import pytest
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.plugins.registry import default_registry
-from tests.conformance import generator, oracle, preemption_harness, preemptions, volume_harness, volumes
+from tests.conformance import features, generator, oracle, preemption_harness, preemptions, volume_harness, volumes
 from tests.conformance.generator import GPU, HUGEPAGES, PLUGINS, SIZES, generate
 from tests.conformance.report import RunInfo, summary, write_markdown
 from tests.conformance.runner import (
@@ -401,6 +401,7 @@ def _pod(seed: int, agree: bool, plugins: list[str]) -> PodResult:
         namespace="ns",
         features=plugins,
         plugins=plugins,
+        uses=["host ports"] if "NodePorts" in plugins else [],
         upstream=upstream,
         ours=ours,
         upstream_top=["a"],
@@ -434,12 +435,99 @@ def test_summary_and_markdown(tmp_path: Path) -> None:
     assert "schedulerName: <scheduler>" in text
     assert "name: a" in text
     assert "| TaintToleration | 1 | 1 | 0 | 0 | 1 |" in text
-    # The preemption method is part of the generated page, so a regeneration keeps it.
-    assert "## Preemption: how it is compared" in text
-    assert "refuses each victim's DisruptionTarget patch with **404 NotFound**" in text
+    # The preemption method is part of the generated page; no result of an old run is (issue 37).
+    assert "refuses each victim's DisruptionTarget patch with 404 NotFound" in text
+    assert "reduced run" not in text
+    # The page says which commit, which seeds, how long; and carries the per-feature and per-profile tables.
+    assert "**This run**: commit `abc`, seeds 1..2 (given with --seed-start), 0 min 02 s" in text
+    assert "| host ports | NodePorts | 2 | 0 | 1 | 1 |" in text
+    assert "| `conformance-default` | built-in | 2 | 2 | 1 | 1 |" in text
+    assert "Features no pod of this run exercised: scheduling gates, spec.nodeName," in text
+
+
+def test_features_are_read_from_the_pod_and_its_scenario() -> None:
+    scenario = generator.Scenario(seed=1, size="small")
+    scenario.services.append({"metadata": {"namespace": "ns"}, "spec": {"selector": {"app": "web"}}})
+    pod = {
+        "metadata": {"namespace": "ns", "labels": {"app": "web"}},
+        "spec": {
+            "schedulingGates": [{"name": "g"}],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "example.com/gpu": "1"}}}],
+            "resourceClaims": [{"name": "r", "resourceClaimTemplateName": "t"}],
+            "volumes": [{"name": "v", "ephemeral": {}}],
+        },
+    }
+    uses = features.pod_uses(pod, scenario)
+    assert uses == [
+        "scheduling gates",
+        "cpu/memory requests",
+        "extended resources",
+        "system default spread (Service/ReplicaSet)",
+        "generic ephemeral volumes",
+        "DRA claim templates",
+    ]
+    assert "PodDisruptionBudgets in the cluster" not in uses
+    compared = [
+        SimpleNamespace(uses=uses, decisive=["DynamicResources"], agree=True),
+        SimpleNamespace(uses=["scheduling gates"], decisive=[], agree=False),
+    ]
+    rows = features.by_feature(compared)
+    assert rows["scheduling gates"] == {"pods": 2, "decisive": 0, "agree": 1, "disagree": 1}
+    assert rows["DRA claim templates"] == {"pods": 1, "decisive": 1, "agree": 1, "disagree": 0}
+    assert rows["extended resources"]["decisive"] == 1  # judged by NodeResourcesFit or DynamicResources
+    assert rows["spec.nodeName"]["pods"] == 0
+
+
+def test_generated_pods_carry_their_features() -> None:
+    scenario = generate(3, "large")
+    used = {name for pending in scenario.pending for name in features.pod_uses(pending.manifest, scenario)}
+    assert {"cpu/memory requests", "tolerations", "nodeSelector"} <= used or len(used) >= 8
+
+
+def test_most_scenarios_run_the_default_profile_and_every_other_profile_keeps_a_share() -> None:
+    from tests.conformance.__main__ import DEFAULT_PROFILE_SHARE, default_profile, fresh_seed, profile_for
+
+    profiles = default_profiles()
+    default = default_profile(profiles)
+    assert default is not None
+    assert not default.spec
+    drawn = Counter(profile_for(seed, profiles).name for seed in range(1, 2001))
+    assert abs(drawn[default.name] / 2000 - DEFAULT_PROFILE_SHARE) < 0.05
+    assert set(drawn) == {p.name for p in profiles}  # the others keep a share
+    assert max(n for name, n in drawn.items() if name != default.name) < drawn[default.name] / 4
+    # A function of the seed alone: a rerun with --seed-start gets the same profile.
+    assert [profile_for(s, profiles) for s in range(50)] == [profile_for(s, profiles) for s in range(50)]
+    assert profile_for(7, [p for p in profiles if p is not default]) is not default
+    assert fresh_seed() != fresh_seed() or fresh_seed() != fresh_seed()
 
 
 # -- known differences -------------------------------------------------------------------------------------
+def test_a_victim_sharing_a_host_port_explains_only_preemptions_part() -> None:
+    # Seed 728710 (a make conformance run): on n02 a priority -100 pod and a priority 0 pod both hold port 443.
+    from tests.conformance import known
+
+    scenario = generate(728710, "normal")
+    assert known.shared_host_port_nodes(scenario) == {"c728710-n02": (-100, 0)}
+    main = "0/13 nodes are available: 2 node(s) didn't match pod anti-affinity rules. "
+    upstream = Decision("unschedulable", note=main + "preemption: 0/13 nodes are available: 2 node(s) didn't match "
+                        "pod anti-affinity rules, 11 No preemption victims found for incoming pod.")  # fmt: skip
+    ours = Decision("unschedulable", note=main + "preemption: 0/13 nodes are available: 1 node(s) didn't have free "
+                    "ports for the requested pod ports, 1 node(s) didn't match pod anti-affinity rules, 11 No "
+                    "preemption victims found for incoming pod.")  # fmt: skip
+
+    def result(pod_priority: int, ours: Decision = ours) -> PodResult:
+        return PodResult(
+            seed=728710, profile="p", index=11, name="p11", namespace="ns", features=["NodePorts"], plugins=[],
+            upstream=upstream, ours=ours, hints=known.scenario_hints(scenario),
+            manifest={"spec": {"priority": pod_priority}}, problems=["message: FailedScheduling notes differ"],
+        )  # fmt: skip
+
+    assert known.explain(result(0)) is not None
+    assert known.explain(result(-100)) is None  # no holder is a victim: not this cause
+    other = Decision("unschedulable", note="0/13 nodes are available: 3 Insufficient cpu. " + ours.note.split(". ")[1])
+    assert known.explain(result(0, other)) is None  # the main part differs too: not this cause
+
+
 def test_freed_host_port_nodes_and_predicate() -> None:
     from tests.conformance import known
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from tests.conformance.profile_specs import CATEGORIES, OMITTED_DEFAULTS, SpecCase, generate_spec
 from tests.conformance.profile_validation import (
-    DELIBERATE,
     Verdict,
     compare,
     core_message,
@@ -23,7 +22,7 @@ def test_specs_are_a_function_of_the_seed_and_cover_every_category() -> None:
     cases = [generate_spec(s) for s in range(1, 301)]
     assert {c.category for c in cases} == {name for name, _, _ in CATEGORIES}
     json.dumps([c.spec for c in cases])  # plain JSON, as both sides read it
-    assert {c.deliberate for c in cases if c.deliberate} <= set(DELIBERATE)
+    assert not hasattr(cases[0], "deliberate")  # no spec is excused in advance (issue 37)
 
 
 def test_upstream_config_names_the_profile_and_disables_what_we_lack(tmp_path: Path) -> None:
@@ -80,8 +79,7 @@ def test_messages_compare_with_upstreams_field_path_or_without() -> None:
     assert bare.message == "match"
     disagreement = compare(case, Verdict(True), ours)
     assert not disagreement.agree
-    assert not disagreement.explained
-    assert not compare(SpecCase(1, "t", {}, "omitted-default-enabled"), Verdict(True), ours).agree
+    assert disagreement.problems
 
 
 def test_the_section_is_replaced_in_place_or_appended(tmp_path: Path) -> None:

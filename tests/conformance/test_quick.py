@@ -1,9 +1,10 @@
 """The quick subset of the differential conformance suite that ``make test`` runs (~60 s on 2 cores).
 
-Two small seeded scenarios, a 500-node one (node sampling compared exactly, see big_clusters.py) and a pinned
-preemption case are scheduled by upstream kube-scheduler v1.36.3 and by ``kopf-scheduler run`` (see runner.py
-for how both decide on the same state); any disagreement that ``known.py`` does not explain fails the test (the
-500-node one allows none). The known difference is pinned by its own reproducer, and a
+Seeded scenarios (two small ones and the seeds pinned after a fresh-seed run found a disagreement), a 500-node
+one (node sampling compared exactly, see big_clusters.py) and pinned preemption cases are scheduled by upstream
+kube-scheduler v1.36.3 and by ``kopf-scheduler run`` (see runner.py for how both decide on the same state); any
+disagreement that ``known.py`` does not explain fails the test (the 500-node one allows none). The known difference
+is pinned by its own reproducer, and a
 negative control proves the harness can see a difference at all: a profile whose upstream side scores with
 MostAllocated while ours keeps LeastAllocated must produce node disagreements.
 
@@ -30,8 +31,16 @@ pytestmark = pytest.mark.e2e
 
 #: (seed, size, profile): small scenarios (3-6 nodes, 8-12 pending pods) that between them bind pods, leave
 #: pods unschedulable with multi-reason messages, and run the default profile and one with non-default args.
-#: ``None`` = the default profile (the example with an empty spec, or the built-in one).
-QUICK_SCENARIOS = ((1, "small", None), (2, "small", "conformance-args-a"))
+#: ``None`` = the default profile (the example with an empty spec, or the built-in one). ``make conformance``
+#: draws fresh seeds on every run: a disagreement it finds is pinned here, as the (seed, size, profile) it prints,
+#: once fixed (issue 37).
+QUICK_SCENARIOS = (
+    (1, "small", None),
+    (2, "small", "conformance-args-a"),
+    # Found by make conformance on fresh seeds 728664..728723: pod p11's preemption part differs where a victim
+    # shares a host port with a pod that stays (known.py freed-host-port, preemption's dry run).
+    (728710, "normal", None),
+)
 #: The seed of the quick 500-node scenario (big_clusters.py).
 BIG_QUICK_SEED = 1
 

@@ -50,6 +50,7 @@ import datetime
 import json
 import os
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -62,7 +63,7 @@ from kubernetes.client.rest import ApiException
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.plugins.registry import default_registry
-from tests.conformance import gang_known
+from tests.conformance import gang_known, timeline_objects
 from tests.conformance.gang_ties import (
     CHURN,
     churn_explains,
@@ -80,7 +81,14 @@ from tests.conformance.gang_timelines import (
 )
 from tests.conformance.oracle import LOG_FLAGS, LogCursor, parse_line, scheduler_config
 from tests.conformance.runner import ProfileDef, example_profiles
-from tests.e2e.operator_process import OperatorProcess, apply_crds, create_profile, wait_profile_status
+from tests.e2e.operator_process import (
+    OperatorProcess,
+    apply_crds,
+    create_profile,
+    metric_value,
+    unverified_tls,
+    wait_profile_status,
+)
 from tools.localcluster import LocalCluster, feature_gates_flag
 
 #: The plugins upstream's default profile gains with the gates on (apis/config/v1/default_plugins.go).
@@ -89,8 +97,14 @@ GATED_DEFAULTS = ("GangScheduling", "TopologyPlacementGenerator", "PodGroupPodsC
 WORKLOAD_PLUGINS = frozenset(GATED_DEFAULTS)
 #: Upstream's log: per-node scores (schedule_one.go), bindings, and its placements' scores (gang_ties.py).
 UPSTREAM_FLAGS = (LOG_FLAGS[0], f"{LOG_FLAGS[1]},default_binder=3,schedule_one_podgroup=10", feature_gates_flag())
+#: Upstream for the default profile (default_timelines.py): v1.36.3's own feature gates, nothing turned on.
+DEFAULT_UPSTREAM_FLAGS = UPSTREAM_FLAGS[:2]
+#: The sub-queues of ``scheduler_pending_pods`` a settled scheduler has emptied (every pod retried is done).
+BUSY_QUEUES = ("active", "backoff")
 #: Seconds without any change of the compared state (both sides) before a step counts as settled.
 QUIET = 2.5
+#: The same for default-profile timelines, which also wait for both schedulers' active and backoff queues to empty.
+DEFAULT_QUIET = 1.5
 #: A step never waits longer than this to settle (a scheduler that never settles is reported).
 SETTLE_TIMEOUT = 60.0
 #: Before a difference is reported: one more settle after this long (upstream's longest backoff is 10 s).
@@ -406,6 +420,9 @@ class Side:
             if action.verb == "create":
                 assert action.body is not None
                 self._create(action.kind, action.body, namespace)
+            elif action.verb == "patch":
+                assert action.body is not None
+                timeline_objects.patch(self.api, action.kind, action.name, action.body["operations"], namespace)
             else:
                 self._delete(action.kind, action.name, namespace)
         except ApiException as e:
@@ -420,7 +437,7 @@ class Side:
         elif kind == "PodGroup":
             self.custom.create_namespaced_custom_object(*PODGROUPS[:2], namespace, PODGROUPS[2], body)
         else:
-            raise ValueError(f"cannot create {kind}")
+            timeline_objects.create(self.api, kind, body, namespace)
 
     def _delete(self, kind: str, name: str, namespace: str) -> None:
         if kind == "Node":
@@ -433,7 +450,7 @@ class Side:
             )
             self.custom.delete_namespaced_custom_object(*PODGROUPS[:2], namespace, PODGROUPS[2], name)
         else:
-            raise ValueError(f"cannot delete {kind}")
+            timeline_objects.delete(self.api, kind, name, namespace)
 
     # -- state -----------------------------------------------------------------------------------------
     def snapshot(self, namespace: str) -> State:
@@ -443,6 +460,14 @@ class Side:
 
     def node_count(self) -> int:
         return len(self.core.list_node().items)
+
+    def metrics_text(self) -> str:
+        raise NotImplementedError
+
+    def queues_busy(self) -> int:
+        """Pods in the scheduler's active and backoff queues (``scheduler_pending_pods``): 0 once settled."""
+        text = self.metrics_text()
+        return round(sum(metric_value(text, "scheduler_pending_pods", queue=q) for q in BUSY_QUEUES))
 
     def give_start_times(self, namespace: str) -> None:
         """The kubelet stand-in: bound pods without a start time get the next one, in name order."""
@@ -464,18 +489,29 @@ class Side:
         with contextlib.suppress(ApiException):
             for group in self.custom.list_namespaced_custom_object(*PODGROUPS[:2], namespace, PODGROUPS[2])["items"]:
                 self._delete("PodGroup", group["metadata"]["name"], namespace)
+        timeline_objects.cleanup(self.api, timeline.seed, namespace)
         for node in self.core.list_node().items:
             with contextlib.suppress(ApiException):
                 self.core.delete_node(node.metadata.name)
 
 
 class UpstreamSide(Side):
-    def start(self, profiles: Sequence[ProfileDef]) -> None:
+    def start(self, profiles: Sequence[ProfileDef], workload_aware: bool = True) -> None:
+        """``workload_aware``: the four gates on (gang timelines); else v1.36.3's defaults, profiles as written."""
         self.start_cluster()
         assert self.cluster is not None
-        config = scheduler_config(oracle_profile(p) for p in profiles)
-        self.component = self.cluster.start_kube_scheduler(config, extra_args=UPSTREAM_FLAGS)
+        if workload_aware:
+            config = scheduler_config(oracle_profile(p) for p in profiles)
+        else:
+            config = scheduler_config({**p.upstream(), "schedulerName": p.name} for p in profiles)
+        flags = UPSTREAM_FLAGS if workload_aware else DEFAULT_UPSTREAM_FLAGS
+        self.component = self.cluster.start_kube_scheduler(config, extra_args=flags)
         self.log = LogCursor(self.component.log_path)
+
+    def metrics_text(self) -> str:
+        url = f"https://127.0.0.1:{self.component.ports['secure']}/metrics"
+        with urllib.request.urlopen(url, timeout=5, context=unverified_tls()) as response:
+            return str(response.read().decode())
 
 
 class OurSide(Side):
@@ -498,6 +534,9 @@ class OurSide(Side):
 
     def alive(self) -> bool:
         return super().alive() and self.operator.alive()
+
+    def metrics_text(self) -> str:
+        return self.operator.metrics_text()
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):
@@ -560,9 +599,15 @@ class TimelineHarness:
         operator_args: Sequence[str] = (),
         pending: frozenset[str] = gang_known.PENDING,
         recheck: bool = True,
+        workload_aware: bool = True,
     ) -> None:
         if not profiles:
-            raise ValueError("no workload-aware profiles to compare")
+            raise ValueError("no profiles to compare")
+        #: Gang timelines: upstream with the four workload-aware gates; else (default_timelines.py) without,
+        #: and a step settles only once both schedulers' active and backoff queues are empty too.
+        self.workload_aware = workload_aware
+        #: The seed whose PVs the PV controller stand-in binds while settling (None: the timeline has none).
+        self._volumes_seed: int | None = None
         #: The features whose absence explains a difference (gang_known.PENDING unless a test says otherwise).
         self.pending = pending
         #: Judge a disagreement again after :data:`RECHECK` seconds (off: a quick run reports it at once).
@@ -588,7 +633,7 @@ class TimelineHarness:
         # One after the other, in this thread: the children die with the thread that spawned them
         # (PR_SET_PDEATHSIG), so a helper thread would take its control plane with it when it ends.
         try:
-            self.upstream.start(self.profiles)
+            self.upstream.start(self.profiles, self.workload_aware)
             self.ours.start(self.profiles, self.operator_args)
         except BaseException:
             self.stop()
@@ -614,6 +659,7 @@ class TimelineHarness:
         result = TimelineResult(timeline.seed, timeline.profile, timeline.features, timeline.describe(), [], 0.0)
         for side in self.sides:
             side.ensure_namespace(timeline.namespace)
+        self._volumes_seed = timeline.seed if "volumes" in timeline.features else None
         try:
             for index, step in enumerate(timeline.steps):
                 step_result = self._play(timeline, index, step)
@@ -718,7 +764,7 @@ class TimelineHarness:
                             changing[name] = _changes(old, new)
                 last, stable_since = states, now
             variants.setdefault(states[0].key(), states[0])
-            if now - stable_since >= QUIET:
+            if now - stable_since >= (QUIET if self.workload_aware else DEFAULT_QUIET) and self._queues_idle():
                 self.upstream_variants = []
                 return states
             if now - structure_since >= CHURN:
@@ -732,7 +778,14 @@ class TimelineHarness:
             for side in self.sides:
                 if not side.alive():
                     raise RuntimeError(f"{side.name}'s scheduler or control plane died")
+                if self._volumes_seed is not None:
+                    timeline_objects.stand_in(side.api, self._volumes_seed)
             time.sleep(POLL)
+
+    def _queues_idle(self) -> bool:
+        """Default-profile timelines: no pod is active or backing off on either side (it would be retried yet).
+        Gang timelines do not wait so (a gang upstream retries in a loop never leaves the queues)."""
+        return self.workload_aware or all(side.queues_busy() == 0 for side in self.sides)
 
     def _sync_nodes(self, namespace: str, profile: str) -> None:
         """Wait until both schedulers' caches hold exactly the cluster's nodes: a probe pod that fits nowhere

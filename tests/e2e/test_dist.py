@@ -39,7 +39,14 @@ from packaging.utils import canonicalize_name
 
 from kopf_scheduler._version import __version__
 from tests.conftest import Cluster, NodeFactory
-from tests.e2e.operator_process import delete_profile, pod_manifest, wait_for, wait_pods_bound, wait_profile_status
+from tests.e2e.operator_process import (
+    delete_profile,
+    operator_command,
+    pod_manifest,
+    wait_for,
+    wait_pods_bound,
+    wait_profile_status,
+)
 from tests.e2e.test_helm import CHART_CRDS, Release, _established, _release_objects
 from tests.e2e.test_image import (
     CONTAINERS_CONF,
@@ -51,6 +58,7 @@ from tests.e2e.test_image import (
     service_account_dir,
 )
 from tests.unit.test_constraints import _pins
+from tools.aggregation import register_operator, unregister_operator, wait_available
 from tools.dist import artifact_names, chart_repository
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -189,12 +197,28 @@ def test_the_loaded_image_runs_as_the_packaged_chart_installs_it(
         # The installed pod template, run from the loaded image (kwok runs no containers: podman does).
         server = cluster.api.configuration.host
         secrets_dir = service_account_dir(cluster, release, release.fullname, tmp_path / "sa", server)
-        options = podman_run_args(template, f"{release.fullname}-0", secrets_dir, server, in_cluster=False)
+        pod_name = f"{release.fullname}-0"
+        options = podman_run_args(template, pod_name, secrets_dir, server, in_cluster=False, pod_namespace=namespace)
         run_container(loaded_image, container, options, template["containers"][0]["args"], detach=True)
         node = kwok_nodes(cpu="4", memory="8Gi", pods="20")
         wait_profile_status(cluster.api, profile, ready=True, timeout=90)
         cluster.core.create_namespaced_pod(namespace, pod_manifest("from-dist", profile, cpu="500m"))
         assert wait_pods_bound(cluster.core, namespace, ["from-dist"], timeout=60)["from-dist"] == node
+
+        # The README's last step: `kopf-scheduler explain` with the cluster's kubeconfig, through the API server
+        # (the chart's APIService; kwok runs no pods, so its Service here names localhost, where the container
+        # listens: tools/aggregation.py says why).
+        cluster.core.create_namespaced_pod(namespace, pod_manifest("too-big", profile, cpu="64"))
+        register_operator(cluster.api, port=values["metrics"]["port"])
+        wait_available(cluster.api, timeout=90)
+        reason = "0/1 nodes are available: 1 Insufficient cpu."
+        command = [*operator_command(), "explain", f"{namespace}/too-big", "--kubeconfig", str(cluster.kubeconfig)]
+
+        def explained() -> bool:
+            answer = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            return answer.returncode == 0 and reason in answer.stdout
+
+        wait_for(explained, timeout=60, message=f"explain of {namespace}/too-big never said {reason!r}")
     except BaseException:
         print(f"---- podman logs {container}\n{container_log(container, tail=80)}")
         raise
@@ -202,6 +226,7 @@ def test_the_loaded_image_runs_as_the_packaged_chart_installs_it(
         podman("rm", "--force", "--time", "0", container, check=False)
         release.uninstall_without_hooks()  # no kubelet here for the pre-delete Job (test_helm_lifecycle.py runs it)
         delete_profile(cluster.api, profile, force=True)
+        unregister_operator(cluster.api)
 
 
 def test_an_image_with_extra_plugins_from_the_plugins_dockerfile(loaded_image: str, tmp_path: Path) -> None:

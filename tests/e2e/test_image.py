@@ -153,9 +153,16 @@ def service_account_dir(cluster: Cluster, rel: Release, account: str, path: Path
 
 
 def podman_run_args(
-    pod: Mapping[str, Any], pod_name: str, secrets_dir: Path, server: str, *, in_cluster: bool
+    pod: Mapping[str, Any],
+    pod_name: str,
+    secrets_dir: Path,
+    server: str,
+    *,
+    in_cluster: bool,
+    pod_namespace: str = "default",
 ) -> list[str]:
-    """``podman run`` options for the pod spec's one container, as a kubelet would run it (host network).
+    """``podman run`` options for the pod spec's one container, as a kubelet would run it (host network); the
+    downward API's ``metadata.name`` and ``metadata.namespace`` are ``pod_name`` and ``pod_namespace``.
 
     ``in_cluster``: the account mounted where a pod has it, with KUBERNETES_SERVICE_HOST/PORT; otherwise the
     same token and CA as KUBECONFIG (kopf's in-cluster login needs kubernetes.default.svc:443).
@@ -190,9 +197,10 @@ def podman_run_args(
         else:
             # As rendered, or as the API server returns it (with the defaulted apiVersion).
             field_ref = item["valueFrom"]["fieldRef"]
-            assert field_ref["fieldPath"] == "metadata.name", item
+            downward = {"metadata.name": pod_name, "metadata.namespace": pod_namespace}
+            assert field_ref["fieldPath"] in downward, item
             assert field_ref.get("apiVersion", "v1") == "v1", item
-            env[item["name"]] = pod_name
+            env[item["name"]] = downward[field_ref["fieldPath"]]
     for name, value in env.items():
         options += ["--env", f"{name}={value}"]
     command = container.get("command") or []
@@ -250,7 +258,9 @@ def test_the_image_runs_as_the_chart_runs_it_and_fails_over(
         pod_spec = statefulset["spec"]["template"]["spec"]
         pod_name = f"{release.fullname}-{ordinal}"
         container_name = f"{release.name}-{ordinal}"
-        options = podman_run_args(pod_spec, pod_name, operator_secrets, server, in_cluster=False)
+        options = podman_run_args(
+            pod_spec, pod_name, operator_secrets, server, in_cluster=False, pod_namespace=namespace
+        )
         run_container(image, container_name, options, pod_spec["containers"][0]["args"], detach=True)
         containers.append(container_name)
         replicas.append((pod_name, container_name, ports["health"]["port"]))

@@ -24,6 +24,10 @@ class FakeClient:
 
     def __init__(self) -> None:
         self.bindings: list[tuple[str, str, str]] = []
+        #: Pod name → the annotations its Binding carried (spec.explain.annotations).
+        self.binding_annotations: dict[str, dict[str, str]] = {}
+        #: Merge patches of pod annotations, as (name, annotations).
+        self.annotation_patches: list[tuple[str, dict[str, str]]] = []
         self.events: list[dict[str, Any]] = []
         self.status_patches: list[tuple[str, dict[str, Any]]] = []
         #: PodGroup status patches (the pod-group cycle's PodGroupScheduled condition), as (namespace, name, patch).
@@ -62,10 +66,17 @@ class FakeClient:
         self.discovery: dict[str, set[str]] = {}
         self.discovered: list[str] = []
 
-    async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
+    async def bind(
+        self, *, namespace: str, name: str, uid: str, node_name: str, annotations: dict[str, str] | None = None
+    ) -> None:
         if name in self.bind_errors:
             raise self.bind_errors[name]
         self.bindings.append((namespace, name, node_name))
+        if annotations is not None:
+            self.binding_annotations[name] = annotations
+
+    async def patch_pod_annotations(self, *, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        self.annotation_patches.append((name, annotations))
 
     async def get_pod(self, *, namespace: str, name: str) -> dict[str, Any]:
         if (namespace, name) not in self.live_pods:

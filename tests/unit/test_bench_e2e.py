@@ -449,8 +449,35 @@ def test_the_gang_workload_runs_the_same_plugins_and_counts_gangs_bound_partly(
     ]
     assert [name for name in gated if name not in disabled] == ours
     names = {f"u{i}": f"pod-{i:05d}" for i in range(24)}  # three gangs
-    bound = {f"u{i}": "n" for i in [*range(8), *range(8, 12)]}  # the first whole, the second half, the third none
-    assert gang_outcome(names, bound, 8) == {"gangs": 3, "gangs_whole": 1, "gangs_partial": 1}
+    # The first whole (in rack 0), the second half (over racks 0 and 1), the third none.
+    bound = {f"u{i}": f"bench-node-{i * 6:05d}" for i in [*range(8), *range(8, 12)]}
+    outcome = {"gangs": 3, "gangs_whole": 1, "gangs_partial": 1, "gangs_across_racks": 1}
+    assert gang_outcome(names, bound, 8) == outcome
+
+
+def test_the_topology_gangs_keep_to_racks_with_the_placement_plugins_on_both_sides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench._e2e_gangs import KOPF_TOPOLOGY_GANG_SPEC, RACK_KEY, pod_group_manifest
+    from bench.e2e import KOPF, KOPF_TOPOLOGY_GANG_PROFILE, Config, kube_scheduler_config, node_manifest, scheduler_name
+    from kopf_scheduler.framework.builder import DEFAULT_MULTI_POINT
+
+    monkeypatch.setenv("BENCH_WORKLOADS", "gangs-topology")
+    (workload,) = Config.from_env().workloads
+    assert (workload.nodes, workload.pods, workload.gang_size, workload.topology) == (1000, 4000, 8, True)
+    assert scheduler_name(KOPF, workload) == KOPF_TOPOLOGY_GANG_PROFILE
+    constraints = pod_group_manifest("g", 8, topology=True)["spec"]["schedulingConstraints"]
+    assert constraints == {"topology": [{"key": RACK_KEY}]}
+    racks = {node_manifest(i)["metadata"]["labels"][RACK_KEY] for i in range(1000)}
+    assert len(racks) == 20
+    [profile] = kube_scheduler_config(workload)["profiles"]
+    disabled = {p["name"] for p in profile["plugins"]["multiPoint"]["disabled"]}
+    placement = ["TopologyPlacementGenerator", "PodGroupPodsCount"]
+    gated = [name for name, _ in DEFAULT_MULTI_POINT] + ["GangScheduling", *placement]
+    ours = [name for name, _ in DEFAULT_MULTI_POINT] + [
+        p["name"] for p in KOPF_TOPOLOGY_GANG_SPEC["plugins"]["multiPoint"]["enabled"]
+    ]
+    assert [name for name in gated if name not in disabled] == ours
 
 
 def test_the_coscheduling_gangs_are_the_same_gangs_under_scheduler_plugins_api(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -971,6 +971,58 @@ def test_config_of_a_plugin_that_is_not_enabled_is_ignored() -> None:
     assert "Stranger" not in profile.plugin_args
 
 
+BAD_FIT_ARGS = {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "Nope"}}}
+NOPE = 'Unsupported value: "Nope": supported values: "LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"'
+
+
+def test_fit_args_are_judged_only_when_the_plugin_is_needed_as_upstream() -> None:
+    # kube-scheduler v1.36.3 validates NodeResourcesFit's args in the plugin's constructor only (its config
+    # validator sits under the key "NodeResourcesFitArgs"): disabled everywhere, bad args start fine there.
+    disabled = {"plugins": {"multiPoint": {"disabled": [{"name": "NodeResourcesFit"}]}}, "pluginConfig": [BAD_FIT_ARGS]}
+    assert "NodeResourcesFit" not in resolve(disabled).plugin_args
+    # Disabled at one point only, or enabled again at another: the plugin is constructed, the args refused.
+    for plugins in (
+        {"filter": {"disabled": [{"name": "NodeResourcesFit"}]}},
+        {
+            "multiPoint": {"disabled": [{"name": "NodeResourcesFit"}]},
+            "score": {"enabled": [{"name": "NodeResourcesFit"}]},
+        },
+    ):
+        error = error_of({"plugins": plugins, "pluginConfig": [BAD_FIT_ARGS]})
+        assert str(error) == f"pluginConfig[0].args.scoringStrategy.type: {NOPE}"
+    # What decoding refuses (an unknown field, a wrong type) is refused whether the plugin runs or not.
+    for args in ({"bogus": 1}, {"ignoredResources": "x"}):
+        spec = {**disabled, "pluginConfig": [{"name": "NodeResourcesFit", "args": args}]}
+        assert error_of(spec).errors[0].field.startswith("pluginConfig[0].args.")
+
+
+def test_fit_args_problems_are_reported_together_as_upstream_aggregates_them() -> None:
+    error = error_of(
+        {
+            "pluginConfig": [
+                {
+                    "name": "NodeResourcesFit",
+                    "args": {"ignoredResourceGroups": ["a/b"], "scoringStrategy": {"type": "Nope"}},
+                }
+            ]
+        }
+    )
+    assert [e.field for e in error.errors] == [
+        "pluginConfig[0].args.ignoredResourceGroups[0]",
+        "pluginConfig[0].args.scoringStrategy.type",
+    ]
+
+
+def test_empty_plugin_names_are_judged_as_upstream() -> None:
+    # kube-scheduler ignores "" in a disabled list and a pluginConfig entry for "", refuses it where it is enabled.
+    resolve({"plugins": {"multiPoint": {"disabled": [{"name": ""}]}, "filter": {"disabled": [{"name": ""}]}}})
+    resolve({"pluginConfig": [{"name": "", "args": {}}]})
+    assert str(error_of({"plugins": {"filter": {"enabled": [{"name": ""}]}}})) == (
+        'plugins.filter.enabled[0]: FilterPlugin "" does not exist'
+    )
+    assert str(error_of({"pluginConfig": [{"name": ""}, {"name": ""}]})) == 'pluginConfig[1]: Duplicate value: ""'
+
+
 def test_args_of_plugins_without_args_model_stay_raw() -> None:
     raw = {"anything": [1, 2], "kind": "Whatever"}
     profile = resolve(

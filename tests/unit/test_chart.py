@@ -63,7 +63,8 @@ def expected_rules(peering_name: str = PEERING) -> set[tuple[str, str, str, str]
     def allow(group: str, resources: Iterable[str], verbs: Iterable[str], name: str = "") -> None:
         rules.update((group, r, name, v) for r in resources for v in verbs)
 
-    allow("", ["pods"], ["get", "list", "watch", "delete"])  # delete: DefaultPreemption's victims
+    # delete: DefaultPreemption's victims; patch: spec.explain.annotations on a failed attempt
+    allow("", ["pods"], ["get", "list", "watch", "delete", "patch"])
     allow("", ["pods/binding"], ["create"])
     allow("", ["pods/status"], ["patch"])
     allow("events.k8s.io", ["events"], ["create", "patch"])

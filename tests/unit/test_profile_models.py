@@ -187,11 +187,6 @@ def test_python_names_populate_too() -> None:
             id="name-required",
         ),
         pytest.param(
-            {"plugins": {"filter": {"disabled": [{"name": ""}]}}},
-            'plugins.filter.disabled[0].name: Invalid value: "": String should have at least 1 character',
-            id="name-not-empty",
-        ),
-        pytest.param(
             {"plugins": {"score": {"enabled": [{"name": "A", "weight": 2**31}]}}},
             "plugins.score.enabled[0].weight: Invalid value: 2147483648: "
             "Input should be less than or equal to 2147483647",

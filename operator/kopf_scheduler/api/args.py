@@ -13,7 +13,10 @@ a resource weight of 0 becomes 1, an empty resource list becomes ``[cpu, memory]
 ``defaultingType`` becomes ``System``. The semantic checks live in each model's :meth:`ArgsModel.field_errors`
 and run as an after-validator, raising one pydantic error of type :data:`KUBE_FIELD_ERRORS` that carries the
 upstream-style errors; :func:`validation_field_errors` turns any pydantic ``ValidationError`` of these models
-into :class:`FieldError` s under a prefix such as ``pluginConfig[2].args``.
+into :class:`FieldError` s under a prefix such as ``pluginConfig[2].args``. Validated with the context
+:data:`STRUCTURE_ONLY`, a model checks only what decoding checks (types, unknown fields), not the semantics:
+upstream validates NodeResourcesFit's args only in the plugin's constructor, so a plugin that is not enabled
+anywhere gets its args decoded but never judged.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -207,16 +210,28 @@ def _label_name_errors(field: str, value: str) -> list[FieldError]:
 # -- the models ---------------------------------------------------------------------------------------------------
 
 
+#: Validation context (``model_validate(raw, context=STRUCTURE_ONLY)``): decode the args, skip the semantic checks.
+STRUCTURE_ONLY: Mapping[str, bool] = {"structureOnly": True}
+
+
+def _semantics_wanted(info: ValidationInfo) -> bool:
+    return not (isinstance(info.context, Mapping) and info.context.get("structureOnly"))
+
+
 class ArgsModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    #: Upstream validates these args only in the plugin's constructor: the builder judges them only when the
+    #: plugin is needed (and decodes them with :data:`STRUCTURE_ONLY` otherwise).
+    judged_only_when_needed: ClassVar[bool] = False
 
     def field_errors(self) -> list[FieldError]:
         """Upstream's semantic validation of these args, paths relative to the args object. Empty = valid."""
         return []
 
     @model_validator(mode="after")
-    def _validate_semantics(self) -> ArgsModel:
-        _raise_if_any(self.field_errors())
+    def _validate_semantics(self, info: ValidationInfo) -> ArgsModel:
+        if _semantics_wanted(info):
+            _raise_if_any(self.field_errors())
         return self
 
 
@@ -253,9 +268,9 @@ SCORING_STRATEGY_TYPES: tuple[str, ...] = ("LeastAllocated", "MostAllocated", "R
 
 
 class ScoringStrategy(ArgsModel):
-    type: Literal["LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"] = Field(
-        default="LeastAllocated", description="How NodeResourcesFit scores nodes."
-    )
+    # A plain string, as upstream's ScoringStrategyType: any value decodes, NodeResourcesFitArgs.field_errors
+    # refuses the unsupported ones (with the other problems of the args, as upstream aggregates them).
+    type: str = Field(default="LeastAllocated", description="How NodeResourcesFit scores nodes.")
     resources: list[ResourceSpec] = Field(default_factory=_default_resources)
     requested_to_capacity_ratio: RequestedToCapacityRatioParam | None = None
 
@@ -291,16 +306,20 @@ def _function_shape_errors(shape: Sequence[UtilizationShapePoint], path: str) ->
 
 
 class NodeResourcesFitArgs(ArgsModel):
+    # validation.go registers ValidateNodeResourcesFitArgs under "NodeResourcesFitArgs", a key no pluginConfig
+    # entry has: only the plugin's constructor (NewFit) validates these args.
+    judged_only_when_needed: ClassVar[bool] = True
+
     ignored_resources: list[str] = Field(default_factory=list)
     ignored_resource_groups: list[str] = Field(default_factory=list)
     scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy)
 
     @model_validator(mode="before")
     @classmethod
-    def _check_raw_scoring_strategy(cls, data: Any) -> Any:
+    def _raw_scoring_strategy(cls, data: Any) -> Any:
         # Upstream defaults the whole strategy only when it is absent: a given strategy keeps its `type`, so a
-        # strategy without one is rejected as `Unsupported value: ""`. Checked on the raw input because the
-        # model's own default type would hide the omission.
+        # strategy without one has type "" (refused by field_errors). Read on the raw input because the model's
+        # own default type would hide the omission.
         if not isinstance(data, Mapping):
             return data
         for key in ("scoringStrategy", "scoring_strategy"):
@@ -309,10 +328,8 @@ class NodeResourcesFitArgs(ArgsModel):
             raw = data[key]
             if raw is None:  # an explicit null is a nil pointer upstream: defaulted like an absent one
                 return {k: v for k, v in data.items() if k != key}
-            if isinstance(raw, Mapping):
-                strategy_type = raw.get("type", "")
-                if strategy_type not in SCORING_STRATEGY_TYPES:
-                    _raise_if_any([not_supported("scoringStrategy.type", strategy_type, SCORING_STRATEGY_TYPES)])
+            if isinstance(raw, Mapping) and "type" not in raw:
+                return {**data, key: {**raw, "type": ""}}
         return data
 
     def field_errors(self) -> list[FieldError]:
@@ -325,6 +342,8 @@ class NodeResourcesFitArgs(ArgsModel):
                 errors.append(invalid(f"ignoredResourceGroups[{i}]", group, "resource group name can't contain '/'"))
             errors += _label_name_errors(f"ignoredResourceGroups[{i}]", group)
         strategy = self.scoring_strategy
+        if strategy.type not in SCORING_STRATEGY_TYPES:
+            errors.append(not_supported("scoringStrategy.type", strategy.type, SCORING_STRATEGY_TYPES))
         for i, weighted in enumerate(strategy.resources):
             if not 0 < weighted.weight <= 100:
                 errors.append(

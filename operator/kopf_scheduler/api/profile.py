@@ -53,8 +53,9 @@ class ApiModel(BaseModel):
 class PluginEntry(ApiModel):
     """A plugin named at an extension point (upstream Plugin)."""
 
+    # No minLength: kube-scheduler ignores an empty name in a "disabled" list and refuses it in an "enabled"
+    # one as a plugin that does not exist (the builder's text), so the schema must let both through.
     name: str = Field(
-        min_length=1,
         description=(
             'Name of the plugin, as registered (for example "NodeResourcesFit"). In a "disabled" list, "*" stands '
             "for every default plugin of the extension point."
@@ -160,7 +161,8 @@ _FIELD_BY_KEY: dict[str, str] = {info.alias or name: name for name, info in Plug
 class PluginConfig(ApiModel):
     """Arguments for one plugin (upstream PluginConfig)."""
 
-    name: str = Field(min_length=1, description="Name of the plugin the arguments are for.")
+    # No minLength: kube-scheduler accepts (and ignores) args for a plugin named "" (twice: a duplicate).
+    name: str = Field(description="Name of the plugin the arguments are for.")
     args: FreeFormObject = Field(
         default_factory=dict,
         description=(
@@ -275,6 +277,15 @@ class ExplainOptions(ApiModel):
             "Keep, for each pod this profile binds, the per-plugin scores (raw, normalized, weighted) of the chosen "
             "node and the three best runners-up, for the operator's last explainBoundPods bound pods. Off by "
             "default: it adds a measurable share to each scheduling cycle (docs/benchmarks.md)."
+        ),
+    )
+    annotations: bool = Field(
+        default=False,
+        description=(
+            "Write each pod's last attempt onto the pod as kopf-scheduler.io/ annotations (result, filter-result, "
+            "score-result, finalscore-result, selected-node; the kube-scheduler-simulator's shapes, at most 8 KiB), "
+            "readable with kubectl and by explain after a failover. A bound pod's go in its Binding (no extra "
+            "write); a failure's in one merge patch when it differs from the last. Off by default (docs/explain.md)."
         ),
     )
 

@@ -6,7 +6,7 @@ event vocabulary and the helpers for writing QueueingHints (``events_to_register
 This package knows nothing of kopf or HTTP (import-linter enforces it).
 """
 
-from kopf_scheduler.framework.cycle_state import COSTLY_FILTER, CycleState
+from kopf_scheduler.framework.cycle_state import BINDING_ANNOTATIONS, COSTLY_FILTER, CycleState
 from kopf_scheduler.framework.events import (
     ALL_EVENTS,
     QUEUE,
@@ -75,6 +75,7 @@ from kopf_scheduler.state.pod_info import PodInfo
 
 __all__ = [
     "ALL_EVENTS",
+    "BINDING_ANNOTATIONS",
     "COSTLY_FILTER",
     "MAX_NODE_SCORE",
     "MIN_NODE_SCORE",

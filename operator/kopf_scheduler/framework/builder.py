@@ -37,9 +37,13 @@ Where we deliberately differ from upstream, for a profile-per-object operator:
 - the cross-profile rules (unique schedulerName, the same queueSort everywhere) do not apply: each
   SchedulerProfile has its own queue;
 - removed plugins are also refused in ``multiPoint`` (upstream only checks the single points and would
-  report ``PreFilterPlugin "EBSLimits" does not exist`` instead);
-- NodeResourcesFit args are validated whenever they are given (upstream only validates them when the plugin is
-  constructed, so a bad entry for a disabled NodeResourcesFit is accepted there).
+  report ``PreFilterPlugin "EBSLimits" does not exist`` instead).
+
+As upstream, args whose model says ``judged_only_when_needed`` (NodeResourcesFit's) are judged only when the
+plugin is needed (named in an ``enabled`` list after merging, upstream ``pluginsNeeded``): upstream's config
+validator for NodeResourcesFit is registered under the key ``NodeResourcesFitArgs``, which no plugin has, so only
+the plugin's constructor validates them. Such args of a plugin disabled everywhere are decoded (a wrong type or
+unknown field is still refused) and otherwise accepted.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kopf_scheduler.api.args import (
+    STRUCTURE_ONLY,
     FieldError,
     NodeResourcesFitArgs,
     aggregate_message,
@@ -277,6 +282,7 @@ def _validate_config(
 
     errors += validate_extenders(spec.extenders)
 
+    needed = {e.name for merged in (*points.values(), multi_point) for e in merged.enabled}
     decoded: dict[str, BaseModel | dict[str, Any]] = {}
     seen: set[str] = set()
     for index, config in enumerate(spec.plugin_config):
@@ -292,7 +298,8 @@ def _validate_config(
             # Out-of-tree args without a model go to the plugin as they are (upstream passes them raw).
             decoded.setdefault(config.name, dict(config.args))
             continue
-        args, args_errors = _decode_args(config.name, config.args, model, f"{path}.args")
+        structure_only = config.name not in needed and getattr(model, "judged_only_when_needed", False)
+        args, args_errors = _decode_args(config.name, config.args, model, f"{path}.args", structure_only)
         errors += args_errors
         if args is not None:
             decoded.setdefault(config.name, args)
@@ -353,9 +360,10 @@ def _ignore_extender_resources(
 
 
 def _decode_args(
-    plugin: str, raw: Mapping[str, Any], model: type[BaseModel], path: str
+    plugin: str, raw: Mapping[str, Any], model: type[BaseModel], path: str, structure_only: bool = False
 ) -> tuple[BaseModel | None, list[FieldError]]:
-    """Strictly decode ``raw`` into ``model`` (apiVersion/kind, as upstream's args carry, are checked and dropped)."""
+    """Strictly decode ``raw`` into ``model`` (apiVersion/kind, as upstream's args carry, are checked and dropped);
+    ``structure_only``: decode without the semantic checks (then the args are not returned: nothing runs them)."""
     errors: list[FieldError] = []
     body = dict(raw)
     api_version = body.pop("apiVersion", None)
@@ -371,10 +379,10 @@ def _decode_args(
             )
         )
     try:
-        args = model.model_validate(body)
+        args = model.model_validate(body, context=STRUCTURE_ONLY if structure_only else None)
     except ValidationError as exc:
         return None, errors + validation_field_errors(exc, path)
-    return (None, errors) if errors else (args, errors)
+    return (None, errors) if errors or structure_only else (args, errors)
 
 
 # -- step 3: framework construction ---------------------------------------------------------------------------------

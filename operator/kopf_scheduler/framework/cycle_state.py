@@ -12,6 +12,9 @@ from typing import Any
 #: A plugin whose Filter is costly per node for this pod (DynamicResources' allocator) writes True under this key
 #: in PreFilter; the node search then judges no nodes past the ones it needs only because it works in windows.
 COSTLY_FILTER = "kopf-scheduler/CostlyFilter"
+#: The annotations the Binding carries onto the pod (a ``dict[str, str]``; absent: none): the runtime writes them
+#: before Bind for a profile with ``spec.explain.annotations``, DefaultBinder sends them in its Binding.
+BINDING_ANNOTATIONS = "kopf-scheduler/BindingAnnotations"
 
 
 class CycleState:

@@ -41,7 +41,9 @@ MIN_NODE_SCORE = 0
 class APIClient(Protocol):
     """The narrow I/O seam plugins may use (implemented in ``kopf_scheduler.kube``; fakes in tests)."""
 
-    async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
+    async def bind(
+        self, *, namespace: str, name: str, uid: str, node_name: str, annotations: dict[str, str] | None = None
+    ) -> None:
         """POST ``pods/<name>/binding``; raises :class:`APIError` on a non-2xx answer."""
         ...
 

@@ -184,12 +184,18 @@ class KubeClient:
         return raw
 
     # -- the calls the scheduler makes ---------------------------------------------------------------
-    async def bind(self, *, namespace: str, name: str, uid: str, node_name: str) -> None:
-        """POST a Binding (what DefaultBinder does); 409 means the pod is already bound."""
+    async def bind(
+        self, *, namespace: str, name: str, uid: str, node_name: str, annotations: dict[str, str] | None = None
+    ) -> None:
+        """POST a Binding (what DefaultBinder does); 409 means the pod is already bound. The API server merges
+        the Binding's ``annotations`` into the pod's in the same write (``BindingREST.setPodNodeAndMetadata``)."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+        if annotations:
+            metadata["annotations"] = annotations
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
         }
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding"
@@ -219,6 +225,15 @@ class KubeClient:
             f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/status",
             body=patch,
             content_type="application/strategic-merge-patch+json",
+        )
+
+    async def patch_pod_annotations(self, *, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        """JSON merge patch of a pod's ``metadata.annotations`` (the explain annotations of a failed attempt)."""
+        await self.send(
+            "PATCH",
+            f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}",
+            body={"metadata": {"annotations": annotations}},
+            content_type="application/merge-patch+json",
         )
 
     async def patch_pod_group_status(self, *, namespace: str, name: str, patch: JSON) -> None:

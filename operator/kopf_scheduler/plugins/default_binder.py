@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kopf_scheduler.framework import (
+    BINDING_ANNOTATIONS,
     SUCCESS,
     APIClient,
     BindPlugin,
@@ -49,7 +50,13 @@ class DefaultBinder(BindPlugin):
         if client is None:
             return Status.as_error(NoClientError(ERR_NO_CLIENT), plugin=self.name)
         try:
-            await client.bind(namespace=pod.namespace, name=pod.name, uid=pod.uid, node_name=node_name)
+            annotations = state.get(BINDING_ANNOTATIONS)
+            if annotations:  # spec.explain.annotations: the attempt's account goes onto the pod in the same write
+                await client.bind(
+                    namespace=pod.namespace, name=pod.name, uid=pod.uid, node_name=node_name, annotations=annotations
+                )
+            else:
+                await client.bind(namespace=pod.namespace, name=pod.name, uid=pod.uid, node_name=node_name)
         except Exception as exc:  # APIError and transport errors alike: upstream makes any error an Error status
             if _maybe_applied(exc) and await _bound_to(client, pod, node_name):
                 state.found_bound = True  # by this Binding or by another replica's to the same node: who, unknown

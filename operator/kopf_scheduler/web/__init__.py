@@ -182,7 +182,8 @@ def build_app(
             message = (
                 f"no failed scheduling attempt recorded for pod {key}, nor a success account: it was never "
                 "attempted by this replica (only the active replica schedules), or it was bound by a profile "
-                "without spec.explain.successes or longer ago than the last explainBoundPods pods, or deleted"
+                "without spec.explain.successes or spec.explain.annotations or longer ago than the last "
+                "explainBoundPods pods, or deleted"
             )
             return web.json_response({"pod": key, "message": message}, status=404)
         return web.json_response(account)

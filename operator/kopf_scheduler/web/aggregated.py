@@ -167,8 +167,8 @@ def add_routes(app: web.Application, explain: Explain, is_active: Callable[[], b
             message = (
                 f'{RESOURCE}.{GROUP} "{name}" not found: no failed scheduling attempt recorded for pod '
                 f"{namespace}/{name}, nor a success account: it was never attempted by this replica, or it was "
-                "bound by a profile without spec.explain.successes or longer ago than the last explainBoundPods "
-                "pods, or deleted"
+                "bound by a profile without spec.explain.successes or spec.explain.annotations or longer ago than "
+                "the last explainBoundPods pods, or deleted"
             )
             return status(404, "NotFound", message, details)
         metadata = {"name": name, "namespace": namespace}
