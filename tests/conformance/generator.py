@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.conformance.coverage import add_coverage
 from tests.conformance.devices import add_devices
 from tests.conformance.preemptions import PREEMPTION, add_preemption
 from tests.conformance.volumes import VOLUME_PLUGINS, add_storage
@@ -88,8 +89,11 @@ TAINT_VALUES = ("infra", "ml", "true", "")
 EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 DISKS = ("ssd", "hdd")
 
-#: The plugins a pending pod can exercise (queue sort, gates, NodeName and the binder are not compared).
+#: The plugins a pending pod can exercise (queue sort and the binder are not compared; NodeName is never
+#: decisive: tests/conformance/coverage.py says why).
 PLUGINS = (
+    "SchedulingGates",
+    "NodeName",
     "NodeUnschedulable",
     "TaintToleration",
     "NodeAffinity",
@@ -101,6 +105,7 @@ PLUGINS = (
     "ImageLocality",
     *VOLUME_PLUGINS,
     "DynamicResources",
+    "NodeDeclaredFeatures",
     PREEMPTION,
 )
 
@@ -788,6 +793,7 @@ def generate(seed: int, size: str = "normal") -> Scenario:
     add_storage(builder.scenario, builder.ns_a, builder.zones)
     add_preemption(builder.scenario, builder.ns_a)
     add_devices(builder.scenario, seed)
+    add_coverage(builder.scenario, seed)
     return builder.scenario
 
 
