@@ -40,7 +40,15 @@ QUICK_SCENARIOS = (
     # Found by make conformance on fresh seeds 728664..728723: pod p11's preemption part differs where a victim
     # shares a host port with a pod that stays (known.py freed-host-port, preemption's dry run).
     (728710, "normal", None),
+    # Coverage (issue 37 item 4, coverage.py): a gated pod, a pod naming its node, a claim from a template, a
+    # shared claim, firstAvailable requests, an ephemeral volume, percentage PDBs (seed 220); pods needing a
+    # declared node feature and preemption where every candidate violates a PDB (seed 376).
+    (220, "small", None),
+    (376, "small", None),
 )
+#: Seeds pinned before the coverage pass (coverage.py) existed: generated without it, so each keeps the case it
+#: was pinned for.
+BEFORE_COVERAGE = {1, 2, 728710}
 #: The seed of the quick 500-node scenario (big_clusters.py).
 BIG_QUICK_SEED = 1
 
@@ -74,12 +82,14 @@ def test_quick_scenarios_agree_with_upstream(harness: Harness) -> None:
     default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
     pods: list[PodResult] = []
     for seed, size, profile in QUICK_SCENARIOS:
-        result = harness.run_scenario(generate(seed, size), profile or default)
+        result = harness.run_scenario(generate(seed, size, coverage=seed not in BEFORE_COVERAGE), profile or default)
         assert not result.invalid, f"the API server refused generated pods {result.invalid}"
         pods += result.pods
     # The scenarios must exercise both outcomes, or agreement would prove little.
     assert sum(p.upstream.kind == "bound" for p in pods) >= 5
     assert sum(p.upstream.kind == "unschedulable" for p in pods) >= 3
+    # ... and the pods no scheduler may act on: gated, nodeName preset, waiting for a claim from a template.
+    assert {"gated", "assigned", "waiting"} <= {p.upstream.kind for p in pods}
     unexplained = [p for p in pods if not p.agree and explain(p) is None]
     assert not unexplained, "disagreements with upstream kube-scheduler:\n" + _describe(unexplained)
 
