@@ -1,12 +1,12 @@
 """The quick subset of the differential conformance suite that ``make test`` runs (~3 min on 2 loaded cores).
 
-Seeded scenarios (two small ones, the seeds pinned after a fresh-seed run found a disagreement, two coverage
-seeds), a 500-node one (node sampling compared exactly, see big_clusters.py) and pinned preemption cases are
-scheduled by upstream kube-scheduler v1.36.3 and by ``kopf-scheduler run`` (see runner.py for how both decide on
-the same state); any disagreement that ``known.py`` does not explain fails the test (the 500-node one allows none). The known difference
-is pinned by its own reproducer, and a
-negative control proves the harness can see a difference at all: a profile whose upstream side scores with
-MostAllocated while ours keeps LeastAllocated must produce node disagreements.
+Seeded scenarios (two small ones, the seeds pinned after a fresh-seed run found a disagreement, two coverage seeds),
+a 500-node one (node sampling compared exactly, see big_clusters.py) and pinned preemption cases are scheduled by
+upstream kube-scheduler v1.36.3 and by ``kopf-scheduler run`` (see runner.py for how both decide on the same state);
+any disagreement that ``known.py`` does not explain fails the test (the 500-node one allows none). The known
+difference is pinned by its own reproducer, and a negative control proves the harness can see a difference at all: a
+profile whose upstream side scores with MostAllocated while ours keeps LeastAllocated must produce node
+disagreements.
 
 The harness starts its own light control plane (not the session ``cluster`` fixture): conformance needs a
 cluster whose nodes are exactly the scenario's.
