@@ -146,7 +146,8 @@ def _shared_claim(rng: random.Random, scenario: Any) -> None:
     if not owners:
         return
     owner = rng.choice(owners)
-    later = [p for p in _claimless(scenario) if p.index > owner.index]
+    # A pod names claims of its own namespace only (another namespace's claim would be "not found").
+    later = [p for p in _claimless(scenario) if p.index > owner.index and p.namespace == owner.namespace]
     if not later:
         return
     sharer = rng.choice(later)
