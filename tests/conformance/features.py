@@ -17,16 +17,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tests.conformance.coverage import exhausted
 from tests.conformance.preemptions import PREEMPTION
 from tests.conformance.volumes import VOLUME_PLUGINS
 
 Manifest = Mapping[str, Any]
 
 
+class _Pending(Protocol):
+    manifest: dict[str, Any]
+
+
 class _Scenario(Protocol):
     services: list[dict[str, Any]]
     replica_sets: list[dict[str, Any]]
     budgets: list[dict[str, Any]]
+    resource_claims: list[dict[str, Any]]
+
+    @property
+    def pending(self) -> Sequence[_Pending]: ...
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,42 @@ def _selected_by_workload(pod: Manifest, scenario: _Scenario) -> bool:
     return any(selector and selector.items() <= labels for selector in selectors)
 
 
+def _claim_names(pod: Manifest) -> set[str]:
+    return {c["resourceClaimName"] for c in _spec(pod).get("resourceClaims") or () if c.get("resourceClaimName")}
+
+
+def _shared_claim(pod: Manifest, scenario: _Scenario) -> bool:
+    """The pod names a ResourceClaim another pending pod of the scenario names too."""
+    mine = _claim_names(pod)
+    name = (pod.get("metadata") or {}).get("name")
+    return any(
+        mine & _claim_names(other.manifest) for other in scenario.pending if other.manifest["metadata"]["name"] != name
+    )
+
+
+def _first_available(pod: Manifest, scenario: _Scenario) -> bool:
+    mine = _claim_names(pod)
+    return any(
+        claim["metadata"]["name"] in mine and any("firstAvailable" in r for r in claim["spec"]["devices"]["requests"])
+        for claim in scenario.resource_claims
+    )
+
+
+def _restarts_all(pod: Manifest) -> bool:
+    """A container rule with the RestartAllContainers action: NodeDeclaredFeatures infers a requirement."""
+    return any(
+        rule.get("action") == "RestartAllContainers"
+        for container in _containers(pod)
+        for rule in container.get("restartPolicyRules") or ()
+    )
+
+
+def _budget_percentages(scenario: _Scenario) -> bool:
+    return any(
+        isinstance(b["spec"].get(key), str) for b in scenario.budgets for key in ("minAvailable", "maxUnavailable")
+    )
+
+
 def _extended(pod: Manifest) -> bool:
     return any("/" in name and not name.startswith("hugepages-") for name in _requests(pod))
 
@@ -147,6 +192,19 @@ FEATURES: list[Feature] = [
     Feature("image volumes", ("ImageLocality",), lambda p, s: _volumes(p, "image")),
     Feature("DRA resource claims", ("DynamicResources",), lambda p, s: _claims(p, "resourceClaimName")),
     Feature("DRA claim templates", ("DynamicResources",), lambda p, s: _claims(p, "resourceClaimTemplateName")),
+    Feature("DRA shared claims", ("DynamicResources",), lambda p, s: _shared_claim(p, s)),
+    Feature("DRA firstAvailable requests", ("DynamicResources",), lambda p, s: _first_available(p, s)),
+    Feature("node declared features", ("NodeDeclaredFeatures",), lambda p, s: _restarts_all(p)),
+    Feature(
+        "PDBs with percentages",
+        (PREEMPTION,),
+        lambda p, s: _budget_percentages(s) and bool(_spec(p).get("priorityClassName")),
+    ),
+    Feature(
+        "every preemption candidate violates a PDB",
+        (PREEMPTION,),
+        lambda p, s: exhausted(s) and bool(_spec(p).get("priorityClassName")),
+    ),
 ]
 
 

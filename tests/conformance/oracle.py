@@ -260,6 +260,8 @@ REASON_PLUGINS: tuple[tuple[str, str], ...] = (
     ("unbound immediate PersistentVolumeClaims", "VolumeBinding"),
     ('persistentvolumeclaim "', "VolumeBinding"),
     ("had no available volume zone", "VolumeZone"),
+    ("didn't match Pod's required features", "NodeDeclaredFeatures"),
+    ("ResourceClaim not created yet", "DynamicResources"),
 )
 _PLUGIN_LIST = re.compile(r"didn't satisfy plugin\(s\) \[([^\]]*)\]")
 

@@ -33,7 +33,7 @@ import yaml
 from tests.conformance.features import FEATURES, by_feature
 from tests.conformance.generator import PLUGINS
 from tests.conformance.known import FIXED, KNOWN, explain
-from tests.conformance.runner import REPO_ROOT, PodResult, ProfileDef, ScenarioResult
+from tests.conformance.runner import REPO_ROOT, UNTOUCHED_KINDS, PodResult, ProfileDef, ScenarioResult
 
 JSON_PATH = REPO_ROOT / "bench" / "results" / "conformance.json"
 #: The files a conformance result depends on (for the "uncommitted changes" note).
@@ -208,6 +208,28 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
                 p.ours.nominated is not None and p.ours.final_node == p.ours.nominated for p in preempting
             ),
             "preemption_suffix_in_note": sum("preemption: " in (p.upstream.note or "") for p in unschedulable),
+            # Allocations (allocations.py): the PVs of upstream's static bindings, the devices of the claims, the
+            # Scheduled event and PodScheduled condition of every pod ours bound.
+            "static_volume_bindings_compared": sum(p.ours.volumes is not None for p in bound),
+            "static_volume_bindings_equal": sum(
+                p.ours.volumes is not None and p.ours.volumes == p.upstream.volumes for p in bound
+            ),
+            "devices_compared": sum(p.upstream.devices is not None and p.ours.node == p.upstream.node for p in bound),
+            "devices_equal": sum(
+                p.upstream.devices is not None
+                and p.ours.node == p.upstream.node
+                and p.ours.devices == p.upstream.devices
+                for p in bound
+            ),
+            "binding_record_equal": sum(not any(q.startswith("binding record") for q in p.problems) for p in bound),
+            # Pods no scheduler may act on (gated, spec.nodeName preset, waiting in PreEnqueue for a claim).
+            "untouched": sum(p.upstream.kind in UNTOUCHED_KINDS for p in pods),
+            "untouched_state_equal": sum(
+                p.upstream.kind in UNTOUCHED_KINDS
+                and (p.upstream.kind, p.upstream.node, p.upstream.condition, p.upstream.detail)
+                == (p.ours.kind, p.ours.node, p.ours.condition, p.ours.detail)
+                for p in pods
+            ),
         },
         "model": {
             "pods_with_differences": sum(bool(p.model_notes) for p in pods),
@@ -378,6 +400,14 @@ def write_markdown(
         f"| {checks['victims_equal']} |",
         f"| ours bound on its nominated node once its victims went | {checks['preempting']} "
         f"| {checks['ours_bound_on_nominated_node']} |",
+        f"| PV of each claim bound statically (both bound on one node, upstream's Reserve log) "
+        f"| {checks.get('static_volume_bindings_compared', 0)} | {checks.get('static_volume_bindings_equal', 0)} |",
+        f"| devices of the pod's claims (both bound on one node; upstream's denied PreBind) "
+        f"| {checks.get('devices_compared', 0)} | {checks.get('devices_equal', 0)} |",
+        f"| Scheduled event and PodScheduled condition of a bound pod (ours read back; upstream's restated, its "
+        f"bind being denied) | {checks['both_bound']} | {checks.get('binding_record_equal', 0)} |",
+        f"| pods no scheduler may act on (gated, spec.nodeName preset, a claim from a template): left alone, "
+        f"same condition and events | {checks.get('untouched', 0)} | {checks.get('untouched_state_equal', 0)} |",
         "",
         "Upstream's top-score set is the nodes with the highest total in its V(10) log, or the only feasible",
         "node when it did not score. When it took an opportunistic-batching hint (the previous cycle's next-best",

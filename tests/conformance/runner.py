@@ -59,6 +59,7 @@ from kubernetes.client.rest import ApiException
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.plugins.registry import default_registry
+from tests.conformance.allocations import expected_record, record_of, record_problems, upstream_static_bindings
 from tests.conformance.big_clusters import (
     BIG_THRESHOLD,
     CREATE_THREADS,
@@ -67,6 +68,7 @@ from tests.conformance.big_clusters import (
     reset_node,
     sampling_problems,
 )
+from tests.conformance.coverage import not_for_a_scheduler
 from tests.conformance.devices import (
     CLAIMS_DENIED_MARKER,
     DEVICE_KINDS,
@@ -131,7 +133,7 @@ EXAMPLES_DIR = REPO_ROOT / "examples"
 #: Upstream's cache handlers and binder (V3) and per-node scores (V10), and nothing else verbose.
 UPSTREAM_FLAGS = (
     *LOG_FLAGS[:1],
-    f"{LOG_FLAGS[1]},eventhandlers=4,default_binder=3,batch=3,allocateddevices=6",
+    f"{LOG_FLAGS[1]},eventhandlers=4,default_binder=3,batch=3,allocateddevices=6,binder=5",
 )
 
 #: The identity upstream kube-scheduler runs as, and the policy that keeps it from binding.
@@ -142,6 +144,14 @@ _CHOSE = re.compile(r"conformance: upstream chose (\S+)")
 
 PROBE_LABEL = "conformance.kopf-scheduler.io/probe"
 DECISION_TIMEOUT = 30.0
+#: Pods no scheduler may act on (gated, or with ``spec.nodeName`` preset): how long both get to leave them alone.
+UNTOUCHED_GRACE = 3.0
+#: How long ours's Scheduled event may take to appear after the binding (the recorder is asynchronous).
+RECORD_TIMEOUT = 5.0
+ASSIGNED, WAITING = "assigned", "waiting"
+UNTOUCHED_KINDS = ("gated", ASSIGNED, WAITING)
+#: The plugin that keeps an untouched pod out of the scheduling queue (PreEnqueue), by kind.
+_HELD_BY = {"gated": "SchedulingGates", WAITING: "DynamicResources"}
 UPSTREAM_BACKOFF_SECONDS = 60
 #: Upstream's log lines that end a cycle which searched the nodes (bound, or unschedulable).
 UPSTREAM_CYCLE_ENDS = ("Attempting to bind pod to node", "Unable to schedule pod; no fit; waiting")
@@ -368,7 +378,7 @@ def default_profiles(include_examples: bool = True) -> list[ProfileDef]:
 class Decision:
     """One scheduler's verdict on one copy of a pod."""
 
-    kind: str  # bound | unschedulable | error | timeout | invalid
+    kind: str  # bound | unschedulable | error | timeout | invalid | gated | assigned (nodeName preset) | waiting
     node: str | None = None
     note: str | None = None  # the FailedScheduling event's note
     condition: str | None = None  # the PodScheduled=False condition's message
@@ -384,6 +394,9 @@ class Decision:
     #: DRA: the devices allocated to the pod's claims, ``request=pool/device`` sorted (upstream: what its denied
     #: PreBind tried to write; ours: what the claims say after binding). None: no claims or nothing known.
     devices: list[str] | None = None
+    #: VolumeBinding's static bindings, claim ``ns/name`` → PV (upstream: its Reserve's log; ours: the claims
+    #: once bound). None: upstream bound no claim statically (allocations.py).
+    volumes: dict[str, str] | None = None
 
 
 @dataclass
@@ -494,6 +507,8 @@ class Harness:
         self._started = 0
         #: "ns/name" → the pod as last loaded into the model (to remove our victims from it).
         self._loaded: dict[str, dict[str, Any]] = {}
+        #: Claims (ns/name) ours allocated in this scenario: a shared one is not allocated (nor logged) again.
+        self._allocated_claims: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -869,6 +884,80 @@ class Harness:
                 self._stand_in_pv_controller()
             time.sleep(POLL)
 
+    def _untouched(self, namespace: str, name: str, uid: str) -> Decision:
+        """A pod no scheduler may act on (gated, or naming its node): its state after :data:`UNTOUCHED_GRACE`.
+
+        The kind is ``gated``, ``assigned`` (its preset node) or ``waiting`` (DynamicResources' PreEnqueue);
+        ``condition`` is its PodScheduled condition as
+        ``status/reason: message`` (the API server's SchedulingGated one, or none), ``detail`` the reasons of
+        the events about it (none expected)."""
+        time.sleep(UNTOUCHED_GRACE)
+        pod = self._read_pod(namespace, name)
+        if pod is None or pod["metadata"]["uid"] != uid:
+            return Decision("error", detail="pod disappeared")
+        events = _raw(
+            self.core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.uid={uid}", _preload_content=False
+            )
+        )["items"]
+        node = (pod.get("spec") or {}).get("nodeName") or None
+        gated = bool((pod.get("spec") or {}).get("schedulingGates"))
+        condition = next(
+            (c for c in (pod.get("status") or {}).get("conditions") or () if c.get("type") == "PodScheduled"),
+            None,
+        )
+        state = (
+            None
+            if condition is None
+            else f"{condition.get('status')}/{condition.get('reason')}: {condition.get('message')}"
+        )
+        reasons = ",".join(sorted(str(e.get("reason")) for e in events))
+        kind = ASSIGNED if node else "gated" if gated else WAITING
+        return Decision(kind, node=node, condition=state, detail=reasons)
+
+    def _allocation_problems(
+        self, profile: ProfileDef, ours_obj: Mapping[str, Any], upstream: Decision, ours: Decision
+    ) -> list[str]:
+        """Ours bound: its binding's record, and the PVs of upstream's static bindings (allocations.py)."""
+        if ours.kind != "bound" or ours.node is None:
+            return []
+        namespace, name = ours_obj["metadata"]["namespace"], ours_obj["metadata"]["name"]
+        uid = ours_obj["metadata"]["uid"]
+        expected = expected_record(namespace, name, ours.node, profile.name)
+        deadline = time.monotonic() + RECORD_TIMEOUT
+        while True:
+            pod = self._read_pod(namespace, name) or {}
+            events = _raw(
+                self.core.list_namespaced_event(
+                    namespace, field_selector=f"involvedObject.uid={uid}", _preload_content=False
+                )
+            )["items"]
+            actual = record_of(pod, events)
+            if actual == expected or time.monotonic() > deadline:
+                break
+            time.sleep(POLL * 5)
+        problems = record_problems(expected, actual)
+        if upstream.volumes and upstream.node == ours.node:
+            ours.volumes = {claim: self._volume_of(claim) for claim in upstream.volumes}
+            if ours.volumes != upstream.volumes:
+                problems.append(f"volumes: upstream {upstream.volumes}, ours {ours.volumes}")
+        return problems
+
+    def _volume_of(self, claim: str) -> str:
+        namespace, name = claim.split("/", 1)
+        try:
+            pvc = _raw(self.core.read_namespaced_persistent_volume_claim(name, namespace, _preload_content=False))
+        except ApiException as error:
+            return f"<{error.status}>"
+        return str((pvc.get("spec") or {}).get("volumeName") or "")
+
+    def _upstream_attempted(self, since: int, key: str) -> bool:
+        """Upstream's log has a cycle end for the pod since ``since`` (it should never have one here)."""
+        return any(
+            parsed is not None and parsed[1] in UPSTREAM_CYCLE_ENDS and parsed[2].get("pod") == key
+            for parsed in map(parse_line, self._upstream_lines(since))
+        )
+
     def _stand_in_pv_controller(self) -> None:
         """While ours decides: finish the volume bindings its PreBind started (volume_harness.py)."""
         if self._scenario is not None and self._scenario.volumes:
@@ -922,6 +1011,7 @@ class Harness:
             *scenario.resource_claims,
         )
         self._loaded = {}
+        self._allocated_claims = set()
         big = len(scenario.nodes) >= BIG_THRESHOLD
         if big:
             self._reset_search_start(profile)
@@ -1107,8 +1197,17 @@ class Harness:
             return None
         uid = upstream_obj["metadata"]["uid"]
         verdict = model.decide(profile.name, upstream_obj)
-        upstream = self._decide(namespace, name, uid, upstream=True)
-        cycle = self._upstream_cycle(since, key, upstream)
+        untouched = not_for_a_scheduler(pending.manifest)
+        if untouched:
+            upstream = self._untouched(namespace, name, uid)
+            cycle = UpstreamCycle()
+            if self._upstream_attempted(since, key):
+                upstream.detail += "; upstream ran a cycle for it"
+        else:
+            upstream = self._decide(namespace, name, uid, upstream=True)
+            cycle = self._upstream_cycle(since, key, upstream)
+            if upstream.kind == "bound":
+                upstream.volumes = upstream_static_bindings(self._upstream_lines(since), key) or None
         self._delete_pod(namespace, name, uid)
         # 2. ours decides on the same state (and, if it preempts, really deletes its victims).
         since = self._mark()
@@ -1118,12 +1217,16 @@ class Harness:
         ours_uid = ours_obj["metadata"]["uid"]
         # A victim already terminating (held by a finalizer here) never goes: ours cannot bind then.
         patience = 2.0 if upstream.terminating_victims else PREEMPTION_TIMEOUT
-        decided = self._decide(namespace, name, ours_uid)
-        ours = self._follow_preemption(namespace, name, ours_uid, decided, gone, patience=patience)
+        if untouched:
+            ours = self._untouched(namespace, name, ours_uid)
+        else:
+            decided = self._decide(namespace, name, ours_uid)
+            ours = self._follow_preemption(namespace, name, ours_uid, decided, gone, patience=patience)
         # 3. keep ours if bound (both see it next), else drop it; both must see our victims go.
         deleted = [v for v in ours.victims if self._read_pod(*v.split("/", 1)) is None]
         wanted = [("Delete event for scheduled pod", "pod", victim) for victim in deleted]
-        if ours.kind == "bound" or ours.final_node:
+        allocation_problems = self._allocation_problems(profile, ours_obj, upstream, ours)
+        if ours.kind in ("bound", ASSIGNED) or ours.final_node:
             bound: dict[str, Any] | None = self._kubelet_start(ours_obj)
             wanted += [("Add event for scheduled pod", "pod", key), ("Update event for scheduled pod", "pod", key)]
             wanted += self._claims_seen(model, namespace, pending.manifest, ours)
@@ -1132,6 +1235,7 @@ class Harness:
             self._delete_pod(namespace, name, ours_uid)
         self._wait_upstream(since, wanted)
         result = self._judge(scenario, profile, pending, upstream, cycle, ours, verdict, upstream_obj)
+        result.problems += allocation_problems
         if len(scenario.nodes) >= BIG_THRESHOLD and upstream.kind == "bound":
             # Big clusters: the sample itself (both searches start from the same index, see big_clusters.py).
             result.problems += sampling_problems(cycle.final_scores, verdict.feasible, cycle.used_hint)
@@ -1169,6 +1273,10 @@ class Harness:
             allocated = allocated_devices(claim)
             if name != extended:
                 devices += allocated
+            if f"{namespace}/{name}" in self._allocated_claims:
+                continue  # a shared claim allocated for an earlier pod: upstream logs its devices once
+            if allocated:
+                self._allocated_claims.add(f"{namespace}/{name}")
             wanted += [("Observed device allocation", "claim", f"{namespace}/{name}")] * len(allocated)
         ours.devices = sorted(devices)
         return wanted
@@ -1302,20 +1410,29 @@ class Harness:
                 problems.append(f"node: ours {ours.node} is not among upstream's top nodes {sorted(top)}{hinted}")
             elif upstream.devices is not None and ours.node == upstream.node and ours.devices != upstream.devices:
                 problems.append(f"devices: upstream {upstream.devices}, ours {ours.devices}")
+        elif upstream.kind in UNTOUCHED_KINDS:
+            if (upstream.node, upstream.condition, upstream.detail) != (ours.node, ours.condition, ours.detail):
+                problems.append(
+                    f"untouched: upstream {upstream.node} {upstream.condition!r} events [{upstream.detail}], "
+                    f"ours {ours.node} {ours.condition!r} events [{ours.detail}]"
+                )
         elif upstream.kind in ("error", "timeout"):
             problems.append(f"verdict: upstream {_short(upstream)}, ours {_short(ours)}")
         if cycle.preempted_for_real or cycle.preemption_errors:
             problems.append(
                 f"harness: upstream preempted for real {cycle.preempted_for_real} or failed {cycle.preemption_errors}"
             )
-        notes = _model_notes(verdict, upstream, cycle)
+        # The model judges pods as a scheduling cycle would; the untouched ones have no cycle.
+        notes = [] if upstream.kind in UNTOUCHED_KINDS else _model_notes(verdict, upstream, cycle)
         # Decisive: upstream's message names the plugin, or its scores of the plugin differ between nodes, or
         # it filtered out a node in the model while the model matched upstream (same verdict, feasible set).
         decisive = plugins_in_message(upstream.note or "") | varying_plugins(cycle.plugin_scores)
         if upstream.nominated is not None and upstream.kind == "unschedulable":
             decisive.add(PREEMPTION)
-        if not notes:
+        if not notes and upstream.kind not in UNTOUCHED_KINDS:
             decisive |= {rejection.split(":", 1)[0] for rejection in verdict.rejections.values()}
+        if upstream.kind == ours.kind and upstream.kind in _HELD_BY:
+            decisive.add(_HELD_BY[upstream.kind])
         plugins = set(pending.features) | decisive
         return PodResult(
             seed=scenario.seed,

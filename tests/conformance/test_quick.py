@@ -1,12 +1,12 @@
-"""The quick subset of the differential conformance suite that ``make test`` runs (~60 s on 2 cores).
+"""The quick subset of the differential conformance suite that ``make test`` runs (~3 min on 2 loaded cores).
 
-Seeded scenarios (two small ones and the seeds pinned after a fresh-seed run found a disagreement), a 500-node
-one (node sampling compared exactly, see big_clusters.py) and pinned preemption cases are scheduled by upstream
-kube-scheduler v1.36.3 and by ``kopf-scheduler run`` (see runner.py for how both decide on the same state); any
-disagreement that ``known.py`` does not explain fails the test (the 500-node one allows none). The known difference
-is pinned by its own reproducer, and a
-negative control proves the harness can see a difference at all: a profile whose upstream side scores with
-MostAllocated while ours keeps LeastAllocated must produce node disagreements.
+Seeded scenarios (two small ones, the seeds pinned after a fresh-seed run found a disagreement, two coverage seeds),
+a 500-node one (node sampling compared exactly, see big_clusters.py) and pinned preemption cases are scheduled by
+upstream kube-scheduler v1.36.3 and by ``kopf-scheduler run`` (see runner.py for how both decide on the same state);
+any disagreement that ``known.py`` does not explain fails the test (the 500-node one allows none). The known
+difference is pinned by its own reproducer, and a negative control proves the harness can see a difference at all: a
+profile whose upstream side scores with MostAllocated while ours keeps LeastAllocated must produce node
+disagreements.
 
 The harness starts its own light control plane (not the session ``cluster`` fixture): conformance needs a
 cluster whose nodes are exactly the scenario's.
@@ -40,7 +40,15 @@ QUICK_SCENARIOS = (
     # Found by make conformance on fresh seeds 728664..728723: pod p11's preemption part differs where a victim
     # shares a host port with a pod that stays (known.py freed-host-port, preemption's dry run).
     (728710, "normal", None),
+    # Coverage (issue 37 item 4, coverage.py): a gated pod, a pod naming its node, a claim from a template, a
+    # shared claim, firstAvailable requests, an ephemeral volume, percentage PDBs (seed 220); pods needing a
+    # declared node feature and preemption where every candidate violates a PDB (seed 376).
+    (220, "small", None),
+    (376, "small", None),
 )
+#: Seeds pinned before the coverage pass (coverage.py) existed: generated without it, so each keeps the case it
+#: was pinned for.
+BEFORE_COVERAGE = {1, 2, 728710}
 #: The seed of the quick 500-node scenario (big_clusters.py).
 BIG_QUICK_SEED = 1
 
@@ -74,12 +82,14 @@ def test_quick_scenarios_agree_with_upstream(harness: Harness) -> None:
     default = next(p.name for p in harness.profiles.values() if not p.spec and p.upstream_spec is None)
     pods: list[PodResult] = []
     for seed, size, profile in QUICK_SCENARIOS:
-        result = harness.run_scenario(generate(seed, size), profile or default)
+        result = harness.run_scenario(generate(seed, size, coverage=seed not in BEFORE_COVERAGE), profile or default)
         assert not result.invalid, f"the API server refused generated pods {result.invalid}"
         pods += result.pods
     # The scenarios must exercise both outcomes, or agreement would prove little.
     assert sum(p.upstream.kind == "bound" for p in pods) >= 5
     assert sum(p.upstream.kind == "unschedulable" for p in pods) >= 3
+    # ... and the pods no scheduler may act on: gated, nodeName preset, waiting for a claim from a template.
+    assert {"gated", "assigned", "waiting"} <= {p.upstream.kind for p in pods}
     unexplained = [p for p in pods if not p.agree and explain(p) is None]
     assert not unexplained, "disagreements with upstream kube-scheduler:\n" + _describe(unexplained)
 

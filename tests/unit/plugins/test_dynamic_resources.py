@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kopf_scheduler.api.profile import SchedulerProfileSpec
@@ -502,3 +503,13 @@ def test_pods_without_claims_are_not_slowed_by_the_allocator() -> None:
     assert state.read("DynamicResources").allocator is None
     assert not cache.has_shared(ClaimTracker)
     assert asyncio.run(plugin.pre_bind(state, pod_info(make_pod()), "n1")).is_success
+
+
+def test_prioritized_list_scores_are_normalised_as_upstreams_score_extensions_say() -> None:
+    # Upstream's ScoreExtensions returns the plugin, so the framework runs its NormalizeScore: raw scores 8 (first
+    # subrequest allocated) and 7 (second) become 100 and 87 before the weight. Found by the conformance run on
+    # seed 908604 (the in-process model's DynamicResources scores were 16 and 14 where upstream's were 200, 174).
+    assert DynamicResources.has_normalize
+    plugin = _with_claims()
+    scores = plugin.normalize_score(CycleState(), pod_info(make_pod("p")), np.array([0, 1]), np.array([8, 7]))
+    assert scores.tolist() == [100, 87]

@@ -158,6 +158,9 @@ class DynamicResources(
 ):
     name: ClassVar[str] = "DynamicResources"
     args_model: ClassVar[type[BaseModel] | None] = DynamicResourcesArgs
+    #: Upstream's ScoreExtensions returns the plugin: its NormalizeScore runs (prioritized-list scores 8, 7, ...
+    #: become 100, 87, ... before the weight).
+    has_normalize: ClassVar[bool] = True
 
     _skip = Status.skip(plugin="DynamicResources")
 
