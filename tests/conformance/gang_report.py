@@ -98,19 +98,7 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
     lines += ["Found and fixed:", ""]
     lines += [f"- {item}" for item in FOUND_AND_FIXED]
     lines.append("")
-    failing = [r for r in results if not r.agree]
-    if failing:
-        lines.append("Disagreements:")
-        lines.append("")
-        for result in failing:
-            lines.append(f"- seed {result.seed} ({result.profile}): {result.description}")
-            if result.error:
-                lines.append(f"  - harness error: {result.error}")
-            for step in result.steps:
-                for problem in step.problems:
-                    lines.append(f"  - step {step.index} ({step.label}): {problem}")
-    else:
-        lines.append("No disagreement.")
+    lines += disagreement_lines(results)
     lines.append(SECTION_END)
     return "\n".join(lines)
 
@@ -127,3 +115,19 @@ def put_section(text: str, path: Path) -> None:
 def current_section(path: Path) -> str | None:
     """The gang section as the page has it now (markers included), or None."""
     return page_sections.current_section(path, SECTION_START, SECTION_END)
+
+
+def disagreement_lines(results: Sequence[TimelineResult]) -> list[str]:
+    """The page's account of the timelines that disagree, step by step (or that none did); the gang and the
+    default-profile timeline sections share it."""
+    failing = [r for r in results if not r.agree]
+    if not failing:
+        return ["No disagreement."]
+    lines = ["Disagreements:", ""]
+    for result in failing:
+        lines.append(f"- seed {result.seed} ({result.profile}): {result.description}")
+        if result.error:
+            lines.append(f"  - harness error: {result.error}")
+        for step in result.steps:
+            lines += [f"  - step {step.index} ({step.label}): {problem}" for problem in step.problems]
+    return lines

@@ -12,6 +12,7 @@ from typing import Any
 
 from kopf_scheduler._version import __version__
 from tests.conformance import page_sections
+from tests.conformance.gang_report import disagreement_lines
 from tests.conformance.report import JSON_PATH
 from tests.conformance.timeline_harness import TimelineResult
 from tools.localcluster import kube_version
@@ -104,18 +105,7 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
     for name, row in (data.get("feature_table") or {}).items():
         lines.append(f"| {name} | {row.get('timelines', 0)} | {row.get('agree', 0)} | {row.get('tie', 0)} |")
     lines.append("")
-    failing = [r for r in results if not r.agree]
-    if failing:
-        lines += ["Disagreements:", ""]
-        for result in failing:
-            lines.append(f"- seed {result.seed} ({result.profile}): {result.description}")
-            if result.error:
-                lines.append(f"  - harness error: {result.error}")
-            for step in result.steps:
-                for problem in step.problems:
-                    lines.append(f"  - step {step.index} ({step.label}): {problem}")
-    else:
-        lines.append("No disagreement.")
+    lines += disagreement_lines(results)
     lines.append(SECTION_END)
     return "\n".join(lines)
 
