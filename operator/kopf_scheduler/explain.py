@@ -596,6 +596,11 @@ def format_placements(placements: dict[str, Any]) -> list[str]:
             lines.append(f"      {member['pod']}: {where}")
         if entry.get("moreMembers"):
             lines.append(f"      (+{entry['moreMembers']} more)")
+    if placements.get("notTried"):
+        lines.append(
+            f"    ({placements['notTried']} not tried: none could score above the chosen one, which holds every"
+            " member; tried best first, equals in a random order)"
+        )
     status = placements.get("status")
     if status and status.get("code") != "Success":
         lines.append(f"    Result: {status['code']}: {status['message']}")

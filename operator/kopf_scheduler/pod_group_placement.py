@@ -105,6 +105,8 @@ class PlacementsTried:
     placements: list[PlacementTried] = field(default_factory=list)
     #: The cycle's verdict from the placement algorithm (Success, or why the group did not fit).
     status: Status | None = None
+    #: Placements not tried: one the group fit in wholly came first, and none could outscore it.
+    skipped: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -117,6 +119,8 @@ class PlacementsTried:
         if self.status is not None:
             out["status"] = _status_json(self.status)
         out["tried"] = [_placement_json(p) for p in self.placements]
+        if self.skipped:
+            out["notTried"] = self.skipped
         return out
 
 
@@ -172,11 +176,22 @@ def placement_algorithm(
     *,
     rng: random.Random,
     tried: PlacementsTried | None = None,
+    release: Callable[[R], None] = lambda result: None,
 ) -> R:
     """Upstream ``podGroupSchedulingPlacementAlgorithm`` over ``snapshot``: ``default_algorithm`` runs the default
-    pod-group algorithm on the snapshot as it is (with the placement assumed; told whether it is the only
-    placement, whose result is then the answer), ``failed`` makes a result of a group-wide status alone. ``tried``
-    (if given) collects what happened, for ``/explain``."""
+    pod-group algorithm on the snapshot as it is (with the placement assumed; told whether its trial placement
+    may be kept, which it then is when the group is feasible: the result is the answer), ``release`` undoes such a
+    kept trial, ``failed`` makes a result of a group-wide status alone. ``tried`` (if given) collects what
+    happened, for ``/explain``.
+
+    When every PlacementScore plugin knows the most it can give a placement (the placement holding every member,
+    :meth:`Framework.run_placement_score_bounds`), the placements are tried best bound first, equal bounds in a
+    random order, and the first the group fits in is the answer if it holds every member (any fitting one without
+    PlacementScore plugins): the ones tried before it do not fit, the untried ones can at most tie with it, and
+    upstream picks one of the best at random, which the first of them in a random order is, each with the same
+    chance. A placement that fits a part of the group ends that: every placement is tried and scored, as
+    upstream does. One trial instead of one per placement while the best placement has room. Errors are reported
+    as upstream's walk in generation order meets them (:func:`_first_error`)."""
     # The pod-group cycle's own state (upstream ``podGroupCycleState``); its plugin metrics are always recorded.
     state = CycleState()
     state.record_plugin_metrics = True
@@ -188,30 +203,33 @@ def placement_algorithm(
             tried.generate_status = tried.status = status
         return failed(status)
 
-    first: R | None = None
-    fitting: list[tuple[Placement, R]] = []
-    for placement in placements:
-        logger.debug("Assuming placement in snapshot: podGroup=%s placement=%s", group.key, placement.name)
-        try:
-            snapshot.assume_placement(placement.nodes)
-        except LookupError as error:
-            status = Status.as_error(RuntimeError(f"failed to assume pod group placement: {error}"))
-            return _done(tried, failed(status))
-        try:
-            result = default_algorithm(len(placements) == 1)
-        finally:
-            snapshot.forget_placement()
-        if tried is not None:
-            tried.placements.append(_tried(placement, result))
-        if result.status.code is Code.ERROR:
-            return _done(tried, result)
-        if first is None:
-            first = result
-        if result.status.is_success or result.waiting_on_preemption:
-            fitting.append((placement, result))
+    bounds = framework.run_placement_score_bounds(state, group, placements) if len(placements) > 1 else None
+    order = list(range(len(placements))) if bounds is None else _best_first(bounds, rng)
+    early = bounds is not None
+    keep = len(placements) == 1 or early
+    results: dict[int, R] = {}
 
+    def trial(index: int) -> R:
+        result = _trial(snapshot, group, placements[index], lambda: default_algorithm(keep), failed)
+        results[index] = result
+        if tried is not None:
+            tried.placements.append(_tried(placements[index], result))
+        return result
+
+    for index in order:
+        result = trial(index)
+        if result.status.code is Code.ERROR:
+            return _done(tried, _first_error(index, results, trial, release), skipped=len(placements) - len(results))
+        if early and _fits(result):
+            if not framework.placement_score_plugins or _holds_every_member(result, group):
+                return _done(tried, result, placements[index], skipped=len(placements) - len(results))
+            early = False  # a part of the group may outscore the untried placements
+        if keep and len(placements) > 1:
+            release(result)
+
+    fitting = [(placements[i], results[i]) for i in range(len(placements)) if _fits(results[i])]
     if not fitting:
-        assert first is not None  # the generator returned at least one placement
+        first = results[0]
         # Which placement's account is reported is arbitrary upstream (its first in a Go map's order); ours is the
         # first generated.
         text = f"0/{len(placements)} placements are available, first placement status: "
@@ -223,6 +241,55 @@ def placement_algorithm(
     if best is None:
         return _done(tried, failed(status))
     return _done(tried, best[1], best[0])
+
+
+def _best_first(bounds: Sequence[int], rng: random.Random) -> list[int]:
+    """Placement indexes by bound, highest first, equal bounds in a uniformly random order."""
+    keys = [(-bound, rng.random()) for bound in bounds]
+    return sorted(range(len(bounds)), key=keys.__getitem__)
+
+
+def _holds_every_member(result: GroupTrial, group: PodGroupInfo) -> bool:
+    return sum(1 for trial in result.pod_trials if trial.node_name) >= len(group.unscheduled_pods)
+
+
+def _trial(
+    snapshot: Snapshot,
+    group: PodGroupInfo,
+    placement: Placement,
+    run: Callable[[], R],
+    failed: Callable[[Status], R],
+) -> R:
+    """One placement assumed on the snapshot, the default algorithm in it, the placement forgotten (the trial's
+    members stay assumed when it kept them)."""
+    logger.debug("Assuming placement in snapshot: podGroup=%s placement=%s", group.key, placement.name)
+    try:
+        snapshot.assume_placement(placement.nodes)
+    except LookupError as error:
+        return failed(Status.as_error(RuntimeError(f"failed to assume pod group placement: {error}")))
+    try:
+        return run()
+    finally:
+        snapshot.forget_placement()
+
+
+def _fits(result: GroupTrial) -> bool:
+    """Upstream's successful result: feasible, or feasible once preemption's victims are gone."""
+    return result.status.is_success or result.waiting_on_preemption
+
+
+def _first_error(index: int, results: dict[int, R], trial: Callable[[int], R], release: Callable[[R], None]) -> R:
+    """The error upstream's walk in generation order returns: that of the first placement with one. Placements
+    before ``index`` that a random order had not reached are tried now (their kept trials undone)."""
+    for earlier in range(index):
+        result = results.get(earlier)
+        if result is None:
+            result = trial(earlier)
+            if result.status.code is not Code.ERROR:
+                release(result)
+        if result.status.code is Code.ERROR:
+            return result
+    return results[index]
 
 
 def find_best_placement(
@@ -269,9 +336,10 @@ def _record_scores(tried: PlacementsTried, scores: Sequence[PlacementPluginScore
             entry.score = score.total_score
 
 
-def _done(tried: PlacementsTried | None, result: R, chosen: Placement | None = None) -> R:
+def _done(tried: PlacementsTried | None, result: R, chosen: Placement | None = None, *, skipped: int = 0) -> R:
     if tried is not None:
         tried.status = result.status
+        tried.skipped = skipped
         if chosen is not None:
             for entry in tried.placements:
                 entry.chosen = entry.name == chosen.name

@@ -133,8 +133,8 @@ class AlgorithmResult:
     requires_preemption: bool = False
     #: Permit's verdict (Success or Wait) for a member that was placed.
     permit_status: Status | None = None
-    #: A member whose trial placement was kept (its group fit in its only placement): the member as its trial
-    #: assumed it (in the snapshot, Reserved), and how to undo that trial.
+    #: A member whose trial placement was kept (its group fit in the placement that is the answer): the member as
+    #: its trial assumed it (in the snapshot, Reserved), and how to undo that trial.
     trial: PodInfo | None = None
     undo_trial: Callable[[], None] | None = None
 
@@ -253,7 +253,8 @@ class PodGroupCycle:
         """``podGroupCycle`` up to its submit (what-if stops here too): the algorithm on a snapshot brought up to
         date; an Unschedulable group then runs workload-aware preemption (victims chosen: it waits on preemption;
         otherwise its message gains the preemption's, or an Error replaces it). ``keep_trial``: a group that fits
-        in its only placement keeps its trial placement for :meth:`_submit` (see :meth:`_default_algorithm`)."""
+        in the placement that is the answer keeps its trial placement for :meth:`_submit` (see
+        :meth:`_default_algorithm`)."""
         start = time.perf_counter()
         self._cache.update_pod_group_snapshot()
         snapshot = self._cache.snapshot()
@@ -314,12 +315,13 @@ class PodGroupCycle:
             framework,
             snapshot,
             info,
-            lambda only: self._default_algorithm(
-                framework, snapshot, group, skip_post_filters=skip_post_filters, keep_feasible=keep_trial and only
+            lambda keep: self._default_algorithm(
+                framework, snapshot, group, skip_post_filters=skip_post_filters, keep_feasible=keep_trial and keep
             ),
             PodGroupAlgorithmResult,
             rng=self._rng,
             tried=tried,
+            release=_undo_kept_trials,
         )
         if tried is not None:
             self.placements.record(group.namespace, group.name, tried)
@@ -644,6 +646,15 @@ class PodGroupCycle:
             del self._written[key]
             return cached
         return condition
+
+
+def _undo_kept_trials(group_result: PodGroupAlgorithmResult) -> None:
+    """A placement's kept trial that the placement algorithm passes over: undone, last first."""
+    for pod_result in reversed(group_result.pod_results):
+        undo = pod_result.undo_trial
+        if undo is not None:
+            pod_result.undo_trial = pod_result.trial = None
+            undo()
 
 
 def _undo_trials_not_kept(group_result: PodGroupAlgorithmResult) -> None:

@@ -287,12 +287,12 @@ def test_a_gang_lands_wholly_inside_the_rack_that_holds_most_of_it() -> None:
     section = app.explain("default/w0")
     assert section is not None
     placements = section["podGroup"]["placements"]
-    assert [(p["name"], p["nodes"], p["code"]) for p in placements["tried"]] == [
-        ("a", 3, "Unschedulable"),
-        ("b", 2, "Success"),
-    ]
+    # Both racks' bounds tie (NodeResourcesFit 50, PodGroupPodsCount 100), so either is tried first; b holds the
+    # gang whole and ends the walk.
+    tried = [(p["name"], p["nodes"], p["code"]) for p in placements["tried"]]
+    assert tried in ([("a", 3, "Unschedulable"), ("b", 2, "Success")], [("b", 2, "Success")])
     assert placements["generator"] == "TopologyPlacementGenerator"
-    assert placements["tried"][1]["chosen"] is True
+    assert placements["tried"][-1]["chosen"] is True
 
 
 def test_two_fitting_racks_the_one_with_more_members_placed_wins() -> None:

@@ -550,6 +550,13 @@ class PlacementScorePlugin(Plugin):
         """The placement's raw score from the members its trial placed (upstream ``ScorePlacement``)."""
         raise NotImplementedError
 
+    def placement_score_bound(self, state: CycleState, pod_group: PodGroupInfo, placement: Placement) -> int | None:
+        """The (normalized) score this plugin would give ``placement`` if its trial placed every member of the
+        cycle, among placements one of which holds every member; fewer members never score more there. None: not
+        known. Knowing every plugin's bound lets the pod-group cycle try the placements best first and stop at a
+        placement that holds the group whole (``pod_group_placement.py``)."""
+        return None
+
     #: Upstream ``PlacementScoreExtensions() != nil``: only then is :meth:`normalize_placement_score` called (its own
     #: flag: a plugin may be a Score plugin too, with or without NormalizeScore).
     has_placement_normalize: ClassVar[bool] = False

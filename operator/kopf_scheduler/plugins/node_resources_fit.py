@@ -64,6 +64,7 @@ from kopf_scheduler.framework.events import (
     object_name,
 )
 from kopf_scheduler.framework.interface import (
+    MAX_NODE_SCORE,
     FilterPlugin,
     FilterResult,
     Handle,
@@ -73,7 +74,7 @@ from kopf_scheduler.framework.interface import (
     PreScorePlugin,
     ScorePlugin,
 )
-from kopf_scheduler.framework.placement import PodGroupAssignments, PodGroupInfo
+from kopf_scheduler.framework.placement import Placement, PodGroupAssignments, PodGroupInfo
 from kopf_scheduler.framework.status import SUCCESS, Status
 from kopf_scheduler.plugins.dynamic_resources.capacity import dra_capacity, may_score_dra
 from kopf_scheduler.plugins.helper.device_class_mapping import (
@@ -367,6 +368,18 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         return most_allocated_node(
             placement_rows(table, assignments.placement.nodes, self.resources, proposed)
         ), SUCCESS
+
+    def placement_score_bound(self, state: CycleState, pod_group: PodGroupInfo, placement: Placement) -> int | None:
+        """:meth:`score_placement` with every member placed: more members request more, and MostAllocated never
+        falls as requests rise, as long as fewer members leave out no scalar resource (one some member requests
+        and another does not); otherwise the highest score there is."""
+        requests = [self.pod_requests(pod) for pod in pod_group.unscheduled_pods]
+        for i, resource in enumerate(self.resources):
+            if resource.scalar and len({request[i] > 0 for request in requests}) > 1:
+                return MAX_NODE_SCORE
+        proposed = [sum(request[i] for request in requests) for i in range(len(self.resources))]
+        table = self.handle.snapshot().table
+        return most_allocated_node(placement_rows(table, placement.nodes, self.resources, proposed))
 
     # -- EnqueueExtensions --------------------------------------------------------------------------------
     def events_to_register(self) -> list[ClusterEventWithHint]:

@@ -17,6 +17,7 @@ from kopf_scheduler.framework import (
     MIN_NODE_SCORE,
     SUCCESS,
     CycleState,
+    Placement,
     PlacementScore,
     PlacementScorePlugin,
     PodGroupAssignments,
@@ -45,6 +46,10 @@ class PodGroupPodsCount(PlacementScorePlugin):
         except PodGroupStateNotFound as error:
             return 0, Status.as_error(error)
         return group.scheduled_pods_count() + len(assignments.proposed_assignments), SUCCESS
+
+    def placement_score_bound(self, state: CycleState, pod_group: PodGroupInfo, placement: Placement) -> int | None:
+        """A placement holding every member has the largest raw score of all, so it is scaled to the highest."""
+        return MAX_NODE_SCORE
 
     def normalize_placement_score(
         self, state: CycleState, pod_group: PodGroupInfo, scores: list[PlacementScore]

@@ -101,6 +101,25 @@ class PlacementRunner(PluginTimer):
                 return None, _plugin_failed("running NormalizePlacementScore on PlacementScore plugins", name, text)
         return self._weighted(assignments, rows)
 
+    def run_placement_score_bounds(
+        self, state: CycleState, pod_group: PodGroupInfo, placements: Sequence[Placement]
+    ) -> list[int] | None:
+        """Each placement's highest weighted total if its trial placed every member
+        (:meth:`PlacementScorePlugin.placement_score_bound`); None when a plugin does not know its bound. Not an
+        upstream extension point: it orders the placements, and no plugin is timed for it."""
+        totals = [0] * len(placements)
+        for name, plugin in self.placement_score_plugins:
+            weight = self.placement_score_weights.get(name, 1)
+            for i, placement in enumerate(placements):
+                try:
+                    bound = plugin.placement_score_bound(state, pod_group, placement)
+                except Exception:
+                    return None  # the plugin's own errors are for its PlacementScore to report
+                if bound is None:
+                    return None
+                totals[i] += bound * weight
+        return totals
+
     def _weighted(
         self, assignments: Sequence[PodGroupAssignments], rows: dict[str, list[PlacementScore]]
     ) -> tuple[list[PlacementPluginScores] | None, Status]:
