@@ -10,7 +10,7 @@ the benchmark's pods are scheduler_perf's pod-default (one container, 100m / 500
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -136,6 +136,17 @@ def lost(check: Mapping[str, Any], expected: int, rebound: int) -> list[str]:
             f"{check['nodes_over_allocatable']} nodes over their allocatable ({'; '.join(check['over_examples'])})"
         )
     return reasons
+
+
+def slope_per_1000(points: Sequence[tuple[int, float]]) -> float:
+    """The least-squares slope of (pods, MiB) points, in MiB per 1000 pods (0 when the pods do not vary)."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if not spread:
+        return 0.0
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread * 1000
 
 
 def extrapolate(result: Mapping[str, Any], nodes: int, pods: int) -> dict[str, Any]:

@@ -9,6 +9,8 @@
 - ``BENCH_SCALE_MIN_FREE_MIB`` (6144): pod creation stops when the machine's ``MemAvailable`` falls below this
   (room left for the scheduler's cache); the pods created by then are the size that holds, and are what run.
 - ``BENCH_SCALE_CHUNK`` (5000): pods created between two looks at the memory.
+- ``BENCH_SCALE_CAPACITY_ONLY`` (0): 1 = only create the nodes and pods (no scheduler), to ``scale-capacity.json``:
+  where the control plane stops, and its memory per 1000 pods (``control_plane.creation_curves``).
 - ``BENCH_STALL_SECONDS`` (300), ``BENCH_RESULTS_DIR``, ``BENCH_DOC`` (as ``bench/e2e.py``; empty = no doc).
 
 Method: :mod:`bench.e2e`'s, one run per scheduler (:func:`bench.e2e.run_one` with :class:`ScaleHooks`): the same
@@ -38,7 +40,16 @@ from typing import Any
 import aiohttp
 
 from bench._e2e_report import replace_section
-from bench._scale_checks import DEFAULT_NODES, DEFAULT_PODS, check_placement, env_int, env_size, extrapolate, lost
+from bench._scale_checks import (
+    DEFAULT_NODES,
+    DEFAULT_PODS,
+    check_placement,
+    env_int,
+    env_size,
+    extrapolate,
+    lost,
+    slope_per_1000,
+)
 from bench._scale_report import BEGIN, END, render_section
 from bench.e2e import (
     DOC_PATH,
@@ -106,6 +117,8 @@ class ControlPlaneMeter:
         self.cluster = cluster
         self.peak: dict[str, float] = {}
         self.snapshots: dict[str, dict[str, float]] = {}
+        #: Per namespace: (pods created so far, the control plane's MiB) after each chunk of pods.
+        self.curves: dict[str, list[tuple[int, float]]] = {}
         self._task: asyncio.Task[None] | None = None
 
     def sample(self) -> dict[str, float]:
@@ -127,6 +140,9 @@ class ControlPlaneMeter:
         self.snapshots[label] = {key: round(value, 1) for key, value in self.sample().items()}
         return self.snapshots[label]
 
+    def curve_point(self, namespace: str, pods: int) -> None:
+        self.curves.setdefault(namespace, []).append((pods, round(self.sample()["total_mib"], 1)))
+
     def start(self) -> None:
         async def loop() -> None:
             while True:
@@ -142,7 +158,13 @@ class ControlPlaneMeter:
                 await self._task
 
     def summary(self) -> dict[str, Any]:
-        return {"snapshots": self.snapshots, "peak": {key: round(value, 1) for key, value in self.peak.items()}}
+        slopes = [slope_per_1000(points) for points in self.curves.values() if len(points) > 1]
+        return {
+            "snapshots": self.snapshots,
+            "peak": {key: round(value, 1) for key, value in self.peak.items()},
+            "creation_curves": self.curves,
+            "pending_mib_per_1000": round(max(slopes), 1) if slopes else None,
+        }
 
 
 async def create_guarded(
@@ -151,6 +173,7 @@ async def create_guarded(
     """Create up to ``want`` pending pod-default pods in chunks, stopping when the machine's free memory falls
     below the floor; (how many were created, why it stopped early or "")."""
     created, chunk = 0, settings["chunk"]
+    meter.curve_point(namespace, 0)
     while created < want:
         free = mem_available_mib()
         if free < settings["min_free_mib"]:
@@ -163,6 +186,7 @@ async def create_guarded(
         bodies = [basic_pod(f"pod-{i:06d}", scheduler_name) for i in range(created, min(want, created + chunk))]
         await api.create_many(f"/api/v1/namespaces/{namespace}/pods", bodies, concurrency=64)
         created += len(bodies)
+        meter.curve_point(namespace, created)
     return created, ""
 
 
@@ -318,6 +342,20 @@ def control_plane_figures(meter: ControlPlaneMeter, rows: list[dict[str, Any]], 
     }
 
 
+async def probe_capacity(api: Api, meter: ControlPlaneMeter, pods: int, settings: dict[str, int]) -> dict[str, Any]:
+    """``BENCH_SCALE_CAPACITY_ONLY=1``: only create the pods (pending, no scheduler) up to the size or the memory
+    floor: where the control plane stops, and its memory per 1000 pods, without the runs' time."""
+    namespace = "scale-capacity"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    await api.request("POST", "/api/v1/namespaces", body=body)
+    started = time.monotonic()
+    created, stopped = await create_guarded(api, meter, namespace, SCHEDULER_NAMES[KOPF], pods, settings)
+    created_s = round(time.monotonic() - started, 1)
+    meter.snapshot("capacity: pods created")
+    print(f"  capacity: {created} pods in {created_s}s; control plane {meter.snapshots['capacity: pods created']}")
+    return {"pods": created, "created_s": created_s, "creation_stopped": stopped}
+
+
 async def run(size: tuple[int, int], settings: dict[str, int]) -> dict[str, Any]:
     nodes, pods = size
     cluster = LocalCluster("light", unlimited=True, apiserver_args=["--delete-collection-workers=4", "--event-ttl=10m"])
@@ -333,6 +371,14 @@ async def run(size: tuple[int, int], settings: dict[str, int]) -> dict[str, Any]
             await ensure_nodes(api, 0, nodes)
             nodes_s = time.monotonic() - nodes_started
             meter.snapshot("nodes created")
+            if settings["capacity_only"]:
+                capacity = await probe_capacity(api, meter, pods, settings)
+                return {
+                    "size": {"nodes": nodes, "pods": capacity["pods"], "requested_pods": pods},
+                    "capacity": capacity,
+                    "control_plane": control_plane_figures(meter, [], nodes_s),
+                    "runtime_s": round(time.monotonic() - started, 1),
+                }
             rows = await run_schedulers(api, cluster, meter, size, settings)
             held = min((row["pods"] for row in rows), default=pods)
             takeover: dict[str, Any] = {}
@@ -357,6 +403,7 @@ def settings_from_env(pods: int) -> dict[str, int]:
         "min_free_mib": env_int(env, "BENCH_SCALE_MIN_FREE_MIB", 6144),
         "chunk": env_int(env, "BENCH_SCALE_CHUNK", 5000, minimum=1),
         "stall_seconds": env_int(env, "BENCH_STALL_SECONDS", 300, minimum=1),
+        "capacity_only": env_int(env, "BENCH_SCALE_CAPACITY_ONLY", 0),
     }
 
 
@@ -368,6 +415,11 @@ def main() -> int:
     compile_operator_bytecode()
     result = asyncio.run(run(size, settings))
     result["meta"] = facts
+    if settings["capacity_only"]:
+        out = Path(os.environ.get("BENCH_RESULTS_DIR") or RESULTS_DIR) / "scale-capacity.json"
+        out.write_text(json.dumps(_clean(result), indent=1) + "\n")
+        print(f"wrote {out}; control plane {json.dumps(result['control_plane']['peak'])}", flush=True)
+        return 0
     if (result["size"]["nodes"], result["size"]["pods"]) != (DEFAULT_NODES, DEFAULT_PODS):
         result["extrapolation"] = extrapolate(result, DEFAULT_NODES, DEFAULT_PODS)
         print(f"extrapolated to the issue's size: {json.dumps(result['extrapolation'])}", flush=True)

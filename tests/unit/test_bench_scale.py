@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench._scale_checks import check_placement, env_int, env_size, extrapolate, lost, pod_requests
+from bench._scale_checks import check_placement, env_int, env_size, extrapolate, lost, pod_requests, slope_per_1000
 from bench._scale_report import BEGIN, END, render_section
 
 
@@ -95,6 +95,12 @@ def test_a_node_over_its_allocatable_is_lost(node: dict[str, Any], count: int, o
     assert check["over_examples"] == over
     assert check["nodes_over_allocatable"] == (1 if over else 0)
     assert bool(lost(check, expected=count, rebound=0)) == bool(over)
+
+
+def test_the_memory_slope_is_the_least_squares_fit_per_1000_pods() -> None:
+    assert slope_per_1000([(0, 400.0), (5000, 450.0), (10000, 500.0)]) == pytest.approx(10.0)
+    assert slope_per_1000([(0, 400.0), (5000, 470.0), (10000, 500.0)]) == pytest.approx(10.0)  # noise around it
+    assert slope_per_1000([(5000, 400.0), (5000, 900.0)]) == 0.0
 
 
 def _result(pods: int = 5000, held: int | None = None) -> dict[str, Any]:
