@@ -9,8 +9,9 @@
 - ``BENCH_SCALE_MIN_FREE_MIB`` (6144): pod creation stops when the machine's ``MemAvailable`` falls below this
   (room left for the scheduler's cache); the pods created by then are the size that holds, and are what run.
 - ``BENCH_SCALE_CHUNK`` (5000): pods created between two looks at the memory.
-- ``BENCH_SCALE_CAPACITY_ONLY`` (0): 1 = only create the nodes and pods (no scheduler), to ``scale-capacity.json``:
-  where the control plane stops, and its memory per 1000 pods (``control_plane.creation_curves``).
+- ``BENCH_SCALE_CAPACITY_ONLY`` (0): 1 = only create the nodes and pods and bind them with the e2e benchmark's
+  ceiling binder (no scheduler), to ``scale-capacity.json``: where the control plane stops, and its memory per
+  1000 pods (``control_plane.creation_curves``).
 - ``BENCH_STALL_SECONDS`` (300), ``BENCH_RESULTS_DIR``, ``BENCH_DOC`` (as ``bench/e2e.py``; empty = no doc).
 
 Method: :mod:`bench.e2e`'s, one run per scheduler (:func:`bench.e2e.run_one` with :class:`ScaleHooks`): the same
@@ -52,6 +53,7 @@ from bench._scale_checks import (
 )
 from bench._scale_report import BEGIN, END, render_section
 from bench.e2e import (
+    CEILING,
     DOC_PATH,
     KOPF,
     KUBE,
@@ -141,7 +143,14 @@ class ControlPlaneMeter:
         return self.snapshots[label]
 
     def curve_point(self, namespace: str, pods: int) -> None:
-        self.curves.setdefault(namespace, []).append((pods, round(self.sample()["total_mib"], 1)))
+        now = self.sample()
+        self.curves.setdefault(namespace, []).append((pods, round(now["total_mib"], 1)))
+        print(
+            f"    {namespace}: {pods} pods: control plane {now['total_mib']:.0f} MiB (kube-apiserver "
+            f"{now['apiserver_rss_mib']:.0f}, etcd {now['etcd_rss_mib']:.0f} + data {now['etcd_data_mib']:.0f}); "
+            f"MemAvailable {now['mem_available_mib']:.0f} MiB",
+            flush=True,
+        )
 
     def start(self) -> None:
         async def loop() -> None:
@@ -342,18 +351,42 @@ def control_plane_figures(meter: ControlPlaneMeter, rows: list[dict[str, Any]], 
     }
 
 
-async def probe_capacity(api: Api, meter: ControlPlaneMeter, pods: int, settings: dict[str, int]) -> dict[str, Any]:
-    """``BENCH_SCALE_CAPACITY_ONLY=1``: only create the pods (pending, no scheduler) up to the size or the memory
-    floor: where the control plane stops, and its memory per 1000 pods, without the runs' time."""
+async def probe_capacity(
+    api: Api, cluster: LocalCluster, meter: ControlPlaneMeter, pods: int, settings: dict[str, int]
+) -> dict[str, Any]:
+    """``BENCH_SCALE_CAPACITY_ONLY=1``: create the pods up to the size or the memory floor, then bind them all with
+    :mod:`bench._e2e_ceiling` (no scheduling, no events): where the control plane stops, and its memory per 1000
+    pods pending and bound, without the schedulers' time."""
     namespace = "scale-capacity"
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     await api.request("POST", "/api/v1/namespaces", body=body)
-    started = time.monotonic()
-    created, stopped = await create_guarded(api, meter, namespace, SCHEDULER_NAMES[KOPF], pods, settings)
-    created_s = round(time.monotonic() - started, 1)
-    meter.snapshot("capacity: pods created")
-    print(f"  capacity: {created} pods in {created_s}s; control plane {meter.snapshots['capacity: pods created']}")
-    return {"pods": created, "created_s": created_s, "creation_stopped": stopped}
+    watch = PodWatch(api, namespace)
+    await watch.start()
+    runner = Runner(CEILING, cluster, namespace, Config(), Path(tempfile.mkdtemp(prefix="kopf-scheduler-capacity-")))
+    try:
+        started = time.monotonic()
+        created, stopped = await create_guarded(api, meter, namespace, SCHEDULER_NAMES[CEILING], pods, settings)
+        created_s = round(time.monotonic() - started, 1)
+        pending = meter.snapshot("capacity: pods created")
+        print(f"  capacity: {created} pods in {created_s}s; control plane {pending}", flush=True)
+        started = time.monotonic()
+        runner.start()
+        while len(watch.bound) < created and runner.alive() and time.monotonic() - started < 3600:
+            watch.check()
+            await asyncio.sleep(1.0)
+        bound_s = round(time.monotonic() - started, 1)
+    finally:
+        runner.stop()
+        await watch.stop()
+    bound = meter.snapshot("capacity: pods bound")
+    print(f"  capacity: {len(watch.bound)} bound in {bound_s}s; control plane {bound}", flush=True)
+    return {
+        "pods": created,
+        "created_s": created_s,
+        "creation_stopped": stopped,
+        "bound": len(watch.bound),
+        "bound_s": bound_s,
+    }
 
 
 async def run(size: tuple[int, int], settings: dict[str, int]) -> dict[str, Any]:
@@ -372,7 +405,7 @@ async def run(size: tuple[int, int], settings: dict[str, int]) -> dict[str, Any]
             nodes_s = time.monotonic() - nodes_started
             meter.snapshot("nodes created")
             if settings["capacity_only"]:
-                capacity = await probe_capacity(api, meter, pods, settings)
+                capacity = await probe_capacity(api, cluster, meter, pods, settings)
                 return {
                     "size": {"nodes": nodes, "pods": capacity["pods"], "requested_pods": pods},
                     "capacity": capacity,
