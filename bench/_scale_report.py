@@ -77,7 +77,32 @@ def _extrapolation(result: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def render_section(result: Mapping[str, Any]) -> str:
+def _capacity(capacity: Mapping[str, Any] | None) -> list[str]:
+    """The capacity probe's paragraph (``BENCH_SCALE_CAPACITY_ONLY=1``, ``bench/results/scale-capacity.json``)."""
+    if not capacity:
+        return []
+    probe, plane, size, meta = capacity["capacity"], capacity["control_plane"], capacity["size"], capacity["meta"]
+    peak = plane["peak"]
+    held = (
+        f"it held all {_num(size['requested_pods'])}"
+        if size["pods"] >= size["requested_pods"]
+        else f"**it stopped at {_num(size['pods'])} of {_num(size['requested_pods'])}**: {probe['creation_stopped']}"
+    )
+    return [
+        "",
+        f"Where the control plane stops (`BENCH_SCALE_CAPACITY_ONLY=1`, no scheduler; commit `{meta['commit']}`, "
+        f"{meta['date']}): {_num(size['nodes'])} nodes created in {_num(plane['nodes_created_s'], 1)} s, then pods "
+        f"in chunks while the machine's MemAvailable stayed above the floor: {held} pods, created in "
+        f"{_num(probe['created_s'])} s ({_num(plane['pending_mib_per_1000'], 1)} MiB per 1000 pending pods, "
+        f"least squares over the chunks), {_num(probe['bound'])} bound by the e2e benchmark's ceiling binder in "
+        f"{_num(probe['bound_s'])} s. Peaks: kube-apiserver {_num(peak.get('apiserver_rss_mib'))} MiB, etcd "
+        f"{_num(peak.get('etcd_rss_mib'))} MiB + {_num(peak.get('etcd_data_mib'))} MiB data, together "
+        f"{_num(peak.get('total_mib'))} MiB; MemAvailable at its lowest {_num(peak.get('mem_available_min_mib'))} "
+        "MiB (the machine is shared).",
+    ]
+
+
+def render_section(result: Mapping[str, Any], capacity: Mapping[str, Any] | None = None) -> str:
     meta = result["meta"]
     size = result["size"]
     lines = [
@@ -100,6 +125,7 @@ def render_section(result: Mapping[str, Any]) -> str:
         "",
         *_control_plane(result),
         *_extrapolation(result),
+        *_capacity(capacity),
         "",
         f"- Machine: {meta['nproc']} CPUs ({meta['cpu_model']}), {meta['ram_gib']} GiB RAM, Linux {meta['kernel']}; "
         "shared with other runs.",

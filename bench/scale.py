@@ -1,7 +1,8 @@
 """Scale benchmark (issue 39): 15000 nodes and 150000 pods, three times scheduler_perf's largest case (5000 nodes).
 
 ``make bench-scale`` (``python -m bench.scale``) writes ``bench/results/scale.json`` and the "Scale" section of
-``docs/benchmarks.md``. Settings (environment):
+``docs/benchmarks.md`` (``python -m bench.scale --render`` writes the section again from the JSON files).
+Settings (environment):
 
 - ``BENCH_SCALE_NODES`` (15000), ``BENCH_SCALE_PODS`` (150000): the size.
 - ``BENCH_SCHEDULERS`` (kube-scheduler,kopf-scheduler): which run, one after the other.
@@ -440,7 +441,22 @@ def settings_from_env(pods: int) -> dict[str, int]:
     }
 
 
-def main() -> int:
+def write_doc(result: dict[str, Any], capacity: dict[str, Any] | None) -> None:
+    """The section of ``docs/benchmarks.md`` (or ``BENCH_DOC``; empty = none) from the run and the capacity probe."""
+    doc = os.environ.get("BENCH_DOC")
+    doc_path = DOC_PATH if doc is None else (Path(doc) if doc else None)
+    if doc_path is not None:
+        replace_section(doc_path, render_section(result, capacity), BEGIN, END)
+        print(f"wrote {doc_path}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    results_dir = Path(os.environ.get("BENCH_RESULTS_DIR") or RESULTS_DIR)
+    if (argv if argv is not None else sys.argv[1:]) == ["--render"]:  # the doc again from the JSON, nothing run
+        capacity = results_dir / "scale-capacity.json"
+        loaded = json.loads(capacity.read_text()) if capacity.exists() else None
+        write_doc(json.loads((results_dir / "scale.json").read_text()), loaded)
+        return 0
     size = env_size(os.environ)
     settings = settings_from_env(size[1])
     facts = machine_facts()
@@ -448,23 +464,21 @@ def main() -> int:
     compile_operator_bytecode()
     result = asyncio.run(run(size, settings))
     result["meta"] = facts
+    results_dir.mkdir(parents=True, exist_ok=True)
     if settings["capacity_only"]:
-        out = Path(os.environ.get("BENCH_RESULTS_DIR") or RESULTS_DIR) / "scale-capacity.json"
-        out.write_text(json.dumps(_clean(result), indent=1) + "\n")
-        print(f"wrote {out}; control plane {json.dumps(result['control_plane']['peak'])}", flush=True)
+        (results_dir / "scale-capacity.json").write_text(json.dumps(_clean(result), indent=1) + "\n")
+        print(f"wrote scale-capacity.json; control plane {json.dumps(result['control_plane']['peak'])}", flush=True)
+        if (results_dir / "scale.json").exists():
+            write_doc(json.loads((results_dir / "scale.json").read_text()), _clean(result))
         return 0
     if (result["size"]["nodes"], result["size"]["pods"]) != (DEFAULT_NODES, DEFAULT_PODS):
         result["extrapolation"] = extrapolate(result, DEFAULT_NODES, DEFAULT_PODS)
         print(f"extrapolated to the issue's size: {json.dumps(result['extrapolation'])}", flush=True)
-    out = Path(os.environ.get("BENCH_RESULTS_DIR") or RESULTS_DIR) / "scale.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = results_dir / "scale.json"
     out.write_text(json.dumps(_clean(result), indent=1) + "\n")
     print(f"wrote {out.relative_to(REPO_ROOT) if out.is_relative_to(REPO_ROOT) else out}", flush=True)
-    doc = os.environ.get("BENCH_DOC")
-    doc_path = DOC_PATH if doc is None else (Path(doc) if doc else None)
-    if doc_path is not None:
-        replace_section(doc_path, render_section(_clean(result)), BEGIN, END)
-        print(f"wrote {doc_path}", flush=True)
+    capacity = results_dir / "scale-capacity.json"
+    write_doc(_clean(result), json.loads(capacity.read_text()) if capacity.exists() else None)
     complete = all(row["complete"] and row["nothing_lost"] for row in result["rows"])
     return 0 if complete and (not result["takeover"] or result["takeover"]["nothing_lost"]) else 1
 

@@ -196,3 +196,17 @@ def test_the_section_has_its_markers_the_figures_and_where_the_machine_stopped()
     broken = copy.deepcopy(result)
     broken["rows"][0].update(nothing_lost=False, lost=["1 pods unbound (e.g. b)"])
     assert "| 1 pods unbound (e.g. b) |" in render_section(broken)
+
+
+def test_the_capacity_probe_says_whether_the_control_plane_held_the_size() -> None:
+    probe = {"created_s": 700.0, "creation_stopped": "", "bound": 150000, "bound_s": 800.0}
+    capacity = {**_result(pods=150000), "capacity": probe}
+    capacity["size"] = {"nodes": 15000, "pods": 150000, "requested_pods": 150000}
+    capacity["control_plane"] = {**capacity["control_plane"], "pending_mib_per_1000": 12.5}
+    text = render_section(_result(), capacity)
+    assert "it held all 150,000 pods, created in 700 s (12.5 MiB per 1000 pending pods" in text
+    assert "150,000 bound by the e2e benchmark's ceiling binder in 800 s" in text
+    capacity["size"]["pods"] = 90000
+    capacity["capacity"]["creation_stopped"] = "MemAvailable 6000 MiB < 6144 MiB after 90000 pods"
+    assert "**it stopped at 90,000 of 150,000**: MemAvailable 6000 MiB" in render_section(_result(), capacity)
+    assert "Where the control plane stops" not in render_section(_result())
