@@ -202,8 +202,11 @@ def test_the_capacity_probe_says_whether_the_control_plane_held_the_size() -> No
     probe = {"created_s": 700.0, "creation_stopped": "", "bound": 150000, "bound_s": 800.0}
     capacity = {**_result(pods=150000), "capacity": probe}
     capacity["size"] = {"nodes": 15000, "pods": 150000, "requested_pods": 150000}
-    capacity["control_plane"] = {**capacity["control_plane"], "pending_mib_per_1000": 12.5}
+    snapshots = {"nodes created": {"total_mib": 800.0}, "capacity: pods bound": {"total_mib": 5300.0}}
+    capacity["control_plane"] = {**capacity["control_plane"], "pending_mib_per_1000": 12.5, "snapshots": snapshots}
     text = render_section(_result(), capacity)
+    assert "With every pod bound: 5,300 MiB, 30.0 MiB per 1000 bound pods over the 800 MiB" in text
+    assert "150,000 pods would take ≈ 5,300 MiB" in text
     assert "it held all 150,000 pods, created in 700 s (12.5 MiB per 1000 pending pods" in text
     assert "150,000 bound by the e2e benchmark's ceiling binder in 800 s" in text
     capacity["size"]["pods"] = 90000
