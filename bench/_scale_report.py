@@ -77,7 +77,9 @@ def _extrapolation(result: Mapping[str, Any]) -> list[str]:
         f"Extrapolated from this {_num(ext['from']['nodes'])} × {_num(ext['from']['pods'])} run to "
         f"{_num(ext['nodes'])} × {_num(ext['pods'])} (linear in the pods, start-ups as measured; a lower bound "
         f"for the time: the cycle grows with the nodes): **≈ {_num(ext['total_min'], 0)} min** ({phases}); "
-        f"control plane ≈ {_num(ext['control_plane_mib'])} MiB; scheduler peak RSS {rss}.",
+        f"control plane ≈ {_num(ext['control_plane_mib'])} MiB (this run's growth to all bound, the Go heap's "
+        f"slack at a small size included: an upper bound; the capacity probe measures it at scale); scheduler peak "
+        f"RSS {rss}.",
     ]
 
 
@@ -88,15 +90,16 @@ def _capacity(capacity: Mapping[str, Any] | None) -> list[str]:
     probe, plane, size, meta = capacity["capacity"], capacity["control_plane"], capacity["size"], capacity["meta"]
     peak = plane["peak"]
     held = (
-        f"it held all {_num(size['requested_pods'])}"
+        f"it held all the {_num(size['requested_pods'])} pods asked for"
         if size["pods"] >= size["requested_pods"]
-        else f"**it stopped at {_num(size['pods'])} of {_num(size['requested_pods'])}**: {probe['creation_stopped']}"
+        else f"**it stopped at {_num(size['pods'])} of {_num(size['requested_pods'])} pods** "
+        f"({probe['creation_stopped']})"
     )
     return [
         "",
         f"Where the control plane stops (`BENCH_SCALE_CAPACITY_ONLY=1`, no scheduler; commit `{meta['commit']}`, "
         f"{meta['date']}): {_num(size['nodes'])} nodes created in {_num(plane['nodes_created_s'], 1)} s, then pods "
-        f"in chunks while the machine's MemAvailable stayed above the floor: {held} pods, created in "
+        f"in chunks while the machine's MemAvailable stayed above the floor: {held}, created in "
         f"{_num(probe['created_s'])} s ({_num(plane['pending_mib_per_1000'], 1)} MiB per 1000 pending pods, "
         f"least squares over the chunks), {_num(probe['bound'])} bound by the e2e benchmark's ceiling binder in "
         f"{_num(probe['bound_s'])} s. Peaks: kube-apiserver {_num(peak.get('apiserver_rss_mib'))} MiB, etcd "
@@ -147,7 +150,9 @@ def render_section(result: Mapping[str, Any], capacity: Mapping[str, Any] | None
         *_capacity(capacity),
         "",
         f"- Machine: {meta['nproc']} CPUs ({meta['cpu_model']}), {meta['ram_gib']} GiB RAM, Linux {meta['kernel']}; "
-        "shared with other runs.",
+        "shared with other runs; 1-min load average before each scheduler's run: "
+        + ", ".join(f"{row['scheduler']} {row.get('load1_before', '?')}" for row in result["rows"])
+        + ".",
         f"- kube-scheduler / kube-apiserver: {meta['kube_scheduler']} / {meta['kube_apiserver']}; "
         f"{' '.join(meta['etcd'])}; kopf-scheduler {meta['kopf_scheduler']}, kopf {meta['kopf']}, "
         f"Python {meta['python']}",
