@@ -1271,7 +1271,7 @@ async def run_one(
     if hooks is not None:
         row.update(await hooks.finished(api, namespace, watch))
     timeline = _timeline(bind_times, spawn)
-    await delete_namespace_pods(api, namespace)
+    await delete_namespace_pods(api, namespace, wait_seconds=max(600.0, workload.pods / 50))  # ≥ 50 deletions/s
     if workload.volumes:
         await delete_volumes(api, namespace)
     if workload.claims:

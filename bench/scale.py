@@ -329,12 +329,12 @@ async def run_takeover(
         created_s = round(time.monotonic() - started, 1)
         print(f"  takeover: created {created} pods in {created_s}s", flush=True)
         log_dir = Path(tempfile.mkdtemp(prefix="kopf-scheduler-scale-takeover-"))
-        measured = await measure_takeover(cluster, watch, created, None, log_dir)
+        measured = await measure_takeover(cluster, watch, created, None, log_dir, max(1800.0, created / 20))
         checked = await placement(api, namespace, len(watch.created), len(watch.rebound))
     finally:
         await watch.stop()
     meter.snapshot("takeover: all bound")
-    await delete_namespace_pods(api, namespace, wait_seconds=1800)
+    await delete_namespace_pods(api, namespace, wait_seconds=max(1800.0, created / 50))
     print(f"  takeover: {measured['takeover_s']}s; nothing lost: {checked['nothing_lost']} {checked['lost']}")
     return {"pods": created, "created_s": created_s, "creation_stopped": stopped, **measured, **checked}
 
