@@ -40,7 +40,7 @@ CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
 KOPF_SCHEDULER_IMAGE := $(IMAGE)
 export CONTAINERS_CONF KOPF_SCHEDULER_IMAGE
 
-.PHONY: help test demo lint binaries image image-tools dist lock pytest crds clean clean-binaries bench-algo bench bench-takeover conformance
+.PHONY: help test demo lint binaries image image-tools dist lock pytest crds clean clean-binaries bench-algo bench bench-takeover bench-scale conformance
 
 help:
 	@echo "make test      venv + binaries + image + lint + the whole pytest suite"
@@ -55,6 +55,8 @@ help:
 	@echo "make bench-algo  algorithm benchmark, no API server: bench/results/algo.json + docs/benchmarks.md"
 	@echo "make bench     end-to-end benchmark vs kube-scheduler (~90 min): bench/results/e2e.json + docs/benchmarks.md"
 	@echo "make bench-takeover  SIGKILL of the active replica with a 50000-pod backlog: bench/results/takeover.json"
+	@echo "make bench-scale  15000 nodes, 150000 pods, kube-scheduler then kopf-scheduler, takeover, control-plane memory"
+	@echo "                  (BENCH_SCALE_NODES/BENCH_SCALE_PODS): bench/results/scale.json + docs/benchmarks.md"
 	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~40 min) and"
 	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400)"
 	@echo "                  and gang timelines (CONFORMANCE_GANG_TIMELINES, default 24)"
@@ -131,6 +133,11 @@ bench: $(VENV_STAMP) binaries
 # 5000x50000): writes bench/results/takeover.json (method: bench/takeover.py).
 bench-takeover: $(VENV_STAMP) binaries
 	$(VENV)/bin/python -m bench.takeover
+
+# Beyond scheduler_perf (issue 39): BENCH_SCALE_NODES x BENCH_SCALE_PODS (default 15000 x 150000), each scheduler
+# to the end, then kopf-scheduler's takeover; pod creation stops where the machine's memory does (bench/scale.py).
+bench-scale: $(VENV_STAMP) binaries
+	$(VENV)/bin/python -m bench.scale
 
 # The SchedulerProfile CRD is generated from the pydantic models; the chart ships copies of both CRD files
 # (tests/unit/test_crd.py and tests/unit/test_chart.py fail when either drifts).

@@ -422,11 +422,16 @@ def write_doc_section(results: dict[str, Any], doc_path: Path, png: Path) -> Non
         png_rel = "../" + png_rel
     except ValueError:
         png_rel = str(png)
-    section = render_section(results, png_rel)
+    replace_section(doc_path, render_section(results, png_rel), BEGIN, END)
+
+
+def replace_section(doc_path: Path, section: str, begin: str, end: str) -> None:
+    """Put ``section`` (which starts with ``begin`` and ends with ``end``) in place of the text between the markers
+    (``begin`` matched up to its parenthesis), or append it; other sections of the file are kept."""
     text = doc_path.read_text() if doc_path.exists() else ""
-    if BEGIN.split(" (")[0] in text and END in text:
-        start = text.index(BEGIN.split(" (")[0])
-        stop = text.index(END) + len(END)
+    if begin.split(" (")[0] in text and end in text:
+        start = text.index(begin.split(" (")[0])
+        stop = text.index(end) + len(end)
         text = text[:start] + section.rstrip("\n") + text[stop:]
     elif text:
         text = text.rstrip("\n") + "\n\n" + section

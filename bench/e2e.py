@@ -103,7 +103,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -712,6 +712,8 @@ class PodWatch:
         self.name_of: dict[str, str] = {}
         #: Pods that already had a node when first seen: not the scheduler's work.
         self.prebound: set[str] = set()
+        #: Pods seen bound to a second node after their first (a double binding; must stay empty).
+        self.rebound: dict[str, list[str]] = {}
         self._task: asyncio.Task[None] | None = None
         self._rv = ""
 
@@ -754,6 +756,8 @@ class PodWatch:
                     if node and uid not in self.bound:
                         self.bound[uid] = now
                         self.node_of[uid] = node
+                    elif node and node != self.node_of.get(uid):
+                        self.rebound.setdefault(uid, [self.node_of.get(uid, "")]).append(node)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -899,6 +903,14 @@ class Runner:
                 preexec_fn=lambda: _child_preexec(parent),
             )
             self.pid = self._process.pid
+
+    @property
+    def secure_port(self) -> int:
+        """The port of the scheduler's HTTPS server (``/metrics``, ``/readyz``); 0 for the ceiling."""
+        if self.kind == KUBE:
+            component = self.cluster.components.get("kube-scheduler")
+            return component.ports["secure"] if component is not None else 0
+        return int(self._operator.metrics_port) if self.kind == KOPF and self._operator is not None else 0
 
     def alive(self) -> bool:
         if self.kind == KUBE:
@@ -1130,8 +1142,27 @@ async def create_pods(api: Api, workload: Workload, namespace: str, scheduler_na
     await api.create_many(f"/api/v1/namespaces/{namespace}/pods", [workload.make_pod(n, scheduler_name) for n in names])
 
 
+class RunHooks(Protocol):
+    """What another benchmark adds to :func:`run_one` (``bench.scale``): its own pod creation (returning how
+    many it made, which becomes the run's size), a look at the spawned scheduler, and fields for the row,
+    gathered after the scheduler stopped and before the run's pods are deleted."""
+
+    async def create_pods(self, api: Api, workload: Workload, namespace: str, scheduler_name: str) -> int: ...
+
+    def spawned(self, runner: Runner, spawn: float) -> None: ...
+
+    async def finished(self, api: Api, namespace: str, watch: PodWatch) -> dict[str, Any]: ...
+
+
 async def run_one(
-    api: Api, cluster: LocalCluster, config: Config, workload: Workload, scheduler: str, rep: int, log_dir: Path
+    api: Api,
+    cluster: LocalCluster,
+    config: Config,
+    workload: Workload,
+    scheduler: str,
+    rep: int,
+    log_dir: Path,
+    hooks: RunHooks | None = None,
 ) -> tuple[dict[str, Any], list[tuple[float, int]]]:
     namespace = f"b-{workload.id}-{scheduler.split('-')[0]}-{rep}-{os.getpid() % 10000}"
     await api.request(
@@ -1141,7 +1172,10 @@ async def run_one(
     await watch.start()
     name = scheduler_name(scheduler, workload)
     started = time.monotonic()
-    await create_pods(api, workload, namespace, name)
+    if hooks is None:
+        await create_pods(api, workload, namespace, name)
+    else:
+        workload = dataclasses.replace(workload, pods=await hooks.create_pods(api, workload, namespace, name))
     while len(watch.created) < workload.pods:
         watch.check()
         await asyncio.sleep(0.05)
@@ -1152,6 +1186,8 @@ async def run_one(
     requests_before = await scrape_requests(api.get_text)
     spawn = time.monotonic()
     runner.start()
+    if hooks is not None:
+        hooks.spawned(runner, spawn)
     profiler = _start_profiler(config, runner, namespace)
     sampler = ThroughputSampler()
     complete = False
@@ -1232,8 +1268,10 @@ async def run_one(
         row["complete"] = complete and row["gangs_whole"] == row["gangs"]
         if workload.topology:
             row["complete"] = row["complete"] and row["gangs_across_racks"] == 0
+    if hooks is not None:
+        row.update(await hooks.finished(api, namespace, watch))
     timeline = _timeline(bind_times, spawn)
-    await delete_namespace_pods(api, namespace)
+    await delete_namespace_pods(api, namespace, wait_seconds=max(600.0, workload.pods / 50))  # ≥ 50 deletions/s
     if workload.volumes:
         await delete_volumes(api, namespace)
     if workload.claims:
