@@ -252,7 +252,8 @@ def test_a_pods_status_patches_go_out_in_order_and_its_binding_waits_for_them() 
         ([APIError(503, "unavailable"), APIError(500, "etcd"), ConnectionRefusedError()], 4, True),
         ([APIError(409, "conflict")] * 4, 4, False),  # four attempts in all, as client-go's DefaultBackoff
         ([APIError(429, "throttled")], 1, False),  # not upstream's Retriable: the next attempt's patch will do
-        ([ConnectionResetError()], 1, False),
+        ([ConnectionResetError(), BrokenPipeError()], 3, True),  # ours: a lost connection, the patch sent again
+        ([ValueError("not an API answer")], 1, False),
     ],
 )
 def test_a_status_patch_is_retried_on_upstreams_retriable_errors(
