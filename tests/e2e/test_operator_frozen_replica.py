@@ -1,5 +1,6 @@
 """Two replicas; the active one frozen (SIGSTOP) or cut off from the API server past the peering lifetime while a
-burst over-fills the cluster; the standby takes over and fills it; then the first one comes back.
+burst over-fills the cluster; the standby takes over and fills it; then the first one comes back. The burst's first
+wave (fewer pods than fit) comes before the fault and the rest after it, so the standby always has room to take.
 
 kopf's peering is not a lock: the replica that comes back still has the higher priority, so kopf never pauses it,
 and it resumes with the view it had (its queue still holds pods the other replica bound meanwhile, its cache lacks
@@ -51,6 +52,11 @@ NODE_CPU_MILLI = 2000
 POD_CPU_MILLI = 100
 CAPACITY = NODES * NODE_CPU_MILLI // POD_CPU_MILLI  # 80 pods fill the nodes exactly
 BURST = 2 * CAPACITY
+#: The burst comes in two waves: this many pods before the fault, the rest once the active replica is faulted. Fewer
+#: than fit, so that room is left for the standby however many of them the active replica binds before its fault (on
+#: a loaded machine the test reads the active's count late: it had bound 23 to 51 pods when the fault came, and one
+#: burst of 160 let it fill all 80 places first, leaving the standby nothing to bind).
+FIRST_WAVE = CAPACITY * 3 // 4
 #: Fault the active replica once it has bound this many pods of the burst.
 FAULT_AFTER = 15
 #: Beyond the lifetime: the standby's resume on a loaded 2-core box.
@@ -85,12 +91,19 @@ class Replicas:
         self.profile = profiles({})
         wait_profile_status(cluster.api, self.profile, ready=True)
 
-    def burst(self, namespace: str) -> threading.Thread:
+    def burst(self, namespace: str, faulted: threading.Event) -> threading.Thread:
+        """Create the burst's first wave now and the rest once ``faulted`` is set (in a thread)."""
         pods = [
             pod_manifest(f"burst-{i}", self.profile, cpu=f"{POD_CPU_MILLI}m", node_selector=self.labels)
             for i in range(BURST)
         ]
-        creator = threading.Thread(target=create_pods_parallel, args=(self.cluster.core, namespace, pods), daemon=True)
+
+        def create() -> None:
+            create_pods_parallel(self.cluster.core, namespace, pods[:FIRST_WAVE])
+            faulted.wait(timeout=180)
+            create_pods_parallel(self.cluster.core, namespace, pods[FIRST_WAVE:])
+
+        creator = threading.Thread(target=create, daemon=True)
         creator.start()
         return creator
 
@@ -185,10 +198,12 @@ def test_active_replica_frozen_past_the_lifetime_then_resumed(
     record_property: pytest.RecordProperty,
 ) -> None:
     replicas = Replicas(cluster, kwok_nodes, profiles, operator_factory)
-    creator = replicas.burst(namespace)
+    faulted = threading.Event()
+    creator = replicas.burst(namespace, faulted)
     _wait_active_bound(replicas)
     frozen_at = time.monotonic()
     freeze(replicas.active)
+    faulted.set()
     try:
         takeover = _wait_takeover_and_full(replicas, namespace, frozen_at)
         creator.join(timeout=120)
@@ -221,10 +236,12 @@ def test_active_replica_cut_off_from_the_api_server_then_reconnected(
         kubeconfig = kubeconfig_through(cluster.kubeconfig, proxy.port, tmp_path / "through-proxy.kubeconfig")
         replicas = Replicas(cluster, kwok_nodes, profiles, operator_factory, active_kubeconfig=kubeconfig)
         assert proxy.accepted > 0  # the active replica does reach the API server through the relay
-        creator = replicas.burst(namespace)
+        faulted = threading.Event()
+        creator = replicas.burst(namespace, faulted)
         _wait_active_bound(replicas)
         cut_at = time.monotonic()
         proxy.cut()
+        faulted.set()
         takeover = _wait_takeover_and_full(replicas, namespace, cut_at)
         creator.join(timeout=120)
         assert not creator.is_alive()
