@@ -54,13 +54,15 @@ from tests.e2e.operator_process import (
     wait_pods_bound,
     wait_profile_status,
 )
+from tests.e2e.soak import soak_scale
 from tests.e2e.test_operator_volumes import claim, create_first_consumer_class, delete_storage_class, local_pv
 
 #: The over-filled part: NODES nodes of NODE_CPU, pods of POD_CPU: FITS pods fit, BURST are created (CLAIMS of
 #: them with a WaitForFirstConsumer claim, one local PV per node: one claim more than there are PVs).
-NODES, NODE_CPU, POD_CPU = 3, 2000, 200
+#: ``make soak`` multiplies the nodes and the burst (``KOPF_SCHEDULER_SOAK_SCALE``).
+NODES, NODE_CPU, POD_CPU = 3 * soak_scale(), 2000, 200
 FITS = NODES * NODE_CPU // POD_CPU
-BURST, CLAIMS = 40, 4
+BURST, CLAIMS = 40 * soak_scale(), NODES + 1
 #: A spare node for the batch created after the faults: the operator must still see and bind new pods.
 AFTER = 5
 #: How long the faults last (from just before the burst).
@@ -451,6 +453,7 @@ def _record(outcomes: list[Outcome]) -> None:
         "commit": _commit(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "burst": {
+            "scale": soak_scale(),
             "nodes": NODES,
             "node_cpu_m": NODE_CPU,
             "pod_cpu_m": POD_CPU,

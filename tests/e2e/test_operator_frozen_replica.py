@@ -22,6 +22,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,9 +46,12 @@ from tests.e2e.replica_faults import (
     thaw,
     utc_now,
 )
+from tests.e2e.soak import soak_scale
 
 LIFETIME = 15
-NODES = 4
+#: ``make soak`` multiplies the nodes (so the places, the burst and its first wave) and the binds before the fault.
+SCALE = soak_scale()
+NODES = 4 * SCALE
 NODE_CPU_MILLI = 2000
 POD_CPU_MILLI = 100
 CAPACITY = NODES * NODE_CPU_MILLI // POD_CPU_MILLI  # 80 pods fill the nodes exactly
@@ -58,7 +62,7 @@ BURST = 2 * CAPACITY
 #: burst of 160 let it fill all 80 places first, leaving the standby nothing to bind).
 FIRST_WAVE = CAPACITY * 3 // 4
 #: Fault the active replica once it has bound this many pods of the burst.
-FAULT_AFTER = 15
+FAULT_AFTER = 15 * SCALE
 #: Beyond the lifetime: the standby's resume on a loaded 2-core box.
 TAKEOVER_SLACK = 15.0
 #: How long the returning replica may take to refresh its view (a renewal, the renew deadline, kopf's keep-alive
@@ -133,7 +137,14 @@ def _wait_takeover_and_full(replicas: Replicas, namespace: str, faulted_at: floa
     return takeover
 
 
-def _check_outcome(replicas: Replicas, namespace: str, *, returned_wall: object, log_mark: int) -> dict[str, object]:
+def _check_outcome(
+    replicas: Replicas,
+    namespace: str,
+    *,
+    returned_wall: object,
+    log_mark: int,
+    record_property: pytest.RecordProperty,
+) -> dict[str, object]:
     """The invariants after the faulted replica came back; the figures for the report."""
     core, api = replicas.cluster.core, replicas.cluster.api
     returned_at = time.monotonic()
@@ -175,6 +186,7 @@ def _check_outcome(replicas: Replicas, namespace: str, *, returned_wall: object,
         "ready_to_bind_after_return_s": None if ready_after is None else round(ready_after, 1),
     }
     print(f"\nfigures: {figures}")
+    _record_figures(record_property, figures)
     assert over == {}, f"over-committed nodes: {over}"
     assert len(bound) == CAPACITY
     assert max(scheduled.values()) == 1, figures
@@ -187,6 +199,16 @@ def _check_outcome(replicas: Replicas, namespace: str, *, returned_wall: object,
     assert conflicts == [], conflicts[:5]
     assert ready_after is not None, "the returning replica never refreshed its view"
     return figures
+
+
+def _record_figures(record_property: pytest.RecordProperty, figures: dict[str, Any]) -> None:
+    """The counts ``make soak`` sums (bench/soak.py), as junit properties: places left unbound while pods waited,
+    pods with two Scheduled events, nodes over their allocatable, Bindings made or tried on the stale view."""
+    record_property("pods_lost", CAPACITY - figures["bound"])
+    record_property("double_bindings", len(figures["pods_with_2_scheduled_events"]))
+    record_property("nodes_overcommitted", len(figures["overcommitted"]))
+    record_property("stale_binds", figures["bound_after_return"] + figures["active_409_after_return"])
+    record_property("standby_binds", figures["standby_binds"])
 
 
 def test_active_replica_frozen_past_the_lifetime_then_resumed(
@@ -217,7 +239,9 @@ def test_active_replica_frozen_past_the_lifetime_then_resumed(
     print(f"\nfrozen {frozen_for:.1f}s; standby's first bind {takeover:.2f}s after SIGSTOP")
     record_property("takeover_s", round(takeover, 2))
     record_property("frozen_s", round(frozen_for, 1))
-    figures = _check_outcome(replicas, namespace, returned_wall=returned_wall, log_mark=log_mark)
+    figures = _check_outcome(
+        replicas, namespace, returned_wall=returned_wall, log_mark=log_mark, record_property=record_property
+    )
     assert takeover <= LIFETIME + TAKEOVER_SLACK, f"takeover took {takeover:.1f}s"
     assert figures["standing_lapses_logged"], "the frozen replica did not notice it lost its standing"
 
@@ -254,7 +278,9 @@ def test_active_replica_cut_off_from_the_api_server_then_reconnected(
         print(f"\ncut off {cut_for:.1f}s; standby's first bind {takeover:.2f}s after the cut")
         record_property("takeover_s", round(takeover, 2))
         record_property("cut_s", round(cut_for, 1))
-        _check_outcome(replicas, namespace, returned_wall=returned_wall, log_mark=log_mark)
+        _check_outcome(
+            replicas, namespace, returned_wall=returned_wall, log_mark=log_mark, record_property=record_property
+        )
     finally:
         proxy.stop()
     assert takeover <= LIFETIME + TAKEOVER_SLACK, f"takeover took {takeover:.1f}s"
