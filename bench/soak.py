@@ -59,8 +59,10 @@ def run_pytest(what: str, soak_round: int, args: list[str], env: dict[str, str],
     """Run pytest on ``args``; its junit file is returned beside the part."""
     junit = work / f"{what}-{soak_round}.xml"
     started, load = time.monotonic(), load1()
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *args]
-    print(f"soak: {what} round {soak_round}: {' '.join(command[3:])}", flush=True)
+    # xunit1: the junit family that keeps record_property's values (the frozen-replica figures).
+    options = ["-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1", f"--junitxml={junit}"]
+    command = [sys.executable, "-m", "pytest", *options, *args]
+    print(f"soak: {what} round {soak_round}: pytest {' '.join(args)}", flush=True)
     status = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **env}, check=False).returncode
     part = Part(what, soak_round, status == 0, status, round(time.monotonic() - started, 1), round(load, 2))
     part.tests, part.failures = _junit_outcome(junit)
