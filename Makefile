@@ -40,7 +40,7 @@ CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
 KOPF_SCHEDULER_IMAGE := $(IMAGE)
 export CONTAINERS_CONF KOPF_SCHEDULER_IMAGE
 
-.PHONY: help test demo lint binaries image image-tools dist lock pytest crds clean clean-binaries bench-algo bench bench-takeover bench-scale conformance
+.PHONY: help test demo lint binaries image image-tools dist lock pytest crds clean clean-binaries bench-algo bench bench-takeover bench-scale conformance soak
 
 help:
 	@echo "make test      venv + binaries + image + lint + the whole pytest suite"
@@ -57,6 +57,9 @@ help:
 	@echo "make bench-takeover  SIGKILL of the active replica with a 50000-pod backlog: bench/results/takeover.json"
 	@echo "make bench-scale  15000 nodes, 150000 pods, kube-scheduler then kopf-scheduler, takeover, control-plane memory"
 	@echo "                  (BENCH_SCALE_NODES/BENCH_SCALE_PODS): bench/results/scale.json + docs/benchmarks.md"
+	@echo "make soak      fault and frozen-replica e2e scenarios, longer and bigger (SOAK_ROUNDS, default 5; SOAK_SCALE,"
+	@echo "               default 3x nodes and bursts) and the fuzz tests (SOAK_FUZZ_EXAMPLES per test, default 2000):"
+	@echo "               bench/results/soak.json (~1 h on 2 CPUs)"
 	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~40 min) and"
 	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400)"
 	@echo "                  and gang timelines (CONFORMANCE_GANG_TIMELINES, default 24)"
@@ -138,6 +141,10 @@ bench-takeover: $(VENV_STAMP) binaries
 # to the end, then kopf-scheduler's takeover; pod creation stops where the machine's memory does (bench/scale.py).
 bench-scale: $(VENV_STAMP) binaries
 	$(VENV)/bin/python -m bench.scale
+# The fault-proxy and frozen-replica e2e files SOAK_ROUNDS times at SOAK_SCALE times their sizes, then the fuzz
+# tests with SOAK_FUZZ_EXAMPLES examples each (bench/soak.py): bench/results/soak.json.
+soak: $(VENV_STAMP) binaries
+	$(VENV)/bin/python -m bench.soak
 
 # The SchedulerProfile CRD is generated from the pydantic models; the chart ships copies of both CRD files
 # (tests/unit/test_crd.py and tests/unit/test_chart.py fail when either drifts).

@@ -73,6 +73,10 @@ from kopf_scheduler.watched import WATCHED_KINDS, Feed, WatchedKind, of_feed, op
 
 logger = logging.getLogger("kopf_scheduler")
 
+#: Seconds between the attempts of a re-list for kopf (:meth:`EventHandlers._relist_for_watch`) before kopf lists
+#: itself: kopf's own LIST would retry as long (its error backoffs).
+RELIST_BACKOFFS = (0.5, 1.0, 2.0, 3.0, 5.0)
+
 #: The storage objects' cluster events, by kind (upstream's ``EventResource``): the kinds whose row says so.
 _OBJECT_RESOURCES = {
     watched.kind: EventResource(watched.event_resource) for watched in of_feed(Feed.OBJECTS) if watched.cluster_event
@@ -470,11 +474,13 @@ class EventHandlers:
         kopf's watch then replays exactly what happened since, as client-go's reflector watches from its own
         LIST, and kopf hands no listed object to the handlers: at 50000 pending pods its LIST and the
         per-object work took longer than ours (docs/benchmarks.md). A second request before the next pause
-        (kopf re-lists after a 410 Gone, or its watch restarted) gets None.
+        (kopf re-lists after a 410 Gone, or its watch restarted) re-lists the kind here (:meth:`_relist_for_watch`).
         """
         await self.discover()
-        if path not in self._listed_paths() or path in self._handed:
+        if path not in self._listed_paths():
             return None
+        if path in self._handed:
+            return await self._relist_for_watch(path)
         self._handed.add(path)  # from here on kopf streams the path (from our version, or from its own LIST)
         try:
             await self.ensure_reconciled()
@@ -483,6 +489,35 @@ class EventHandlers:
             return None
         version = self._versions.get(path, "")
         return version if self._reconciled and version else None
+
+    async def _relist_for_watch(self, path: str) -> str | None:
+        """kopf re-lists ``path`` (its watch was answered 410 Gone, or restarted): our LIST of the kind stands in,
+        and what it no longer returns is deleted, as client-go's reflector replaces its store after a 410. kopf's
+        own re-list hands over the listed objects only, so a pod deleted while the watch was gone stayed in the
+        cache for good, its node's room taken (tests/e2e/test_operator_faults.py, the 410 storm). A failing LIST
+        is retried (:data:`RELIST_BACKOFFS`) before kopf lists itself; None without a reconciled cache (the
+        loop's reconciling LIST comes first then)."""
+        kind = next((listed for listed in self._lists() if path in listed.paths), None)
+        if kind is None or not self._reconciled:
+            return None
+        for backoff in (*RELIST_BACKOFFS, None):
+            try:
+                async with self._reconcile_lock:
+                    self._listing = True
+                    try:
+                        await self._reconcile_kind(kind)
+                    finally:
+                        self._listing = False
+                        self._watched_during_list.clear()
+                        self._deleted_during_list.clear()
+                return self._versions.get(path) or None
+            except Exception as error:
+                if backoff is None:
+                    logger.warning("kopf re-lists %s itself: our LIST failed (%s)", path, error)
+                    return None
+                logger.info("re-listing %s failed (%s); again in %.1f s", path, error, backoff)
+                await asyncio.sleep(backoff)
+        return None  # pragma: no cover - the loop returns
 
     def _lists(self) -> list[_ListedKind]:
         """What a reconciling LIST lists, kind by kind (every row of ``watched.py`` but the optional ones the API

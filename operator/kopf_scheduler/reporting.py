@@ -283,17 +283,40 @@ class Reporter:
         await self._patch_status(pod, status, "PodScheduled")
 
     async def _patch_status(self, pod: PodInfo, status: dict[str, Any], what: str) -> None:
-        """One best-effort ``pods/status`` patch; a pod gone meanwhile (404) is not worth a warning."""
+        """One best-effort ``pods/status`` patch, retried as upstream's ``util.PatchPodStatus`` retries it (its
+        ``Retriable`` errors, :data:`PATCH_RETRY_DELAYS`); a pod gone meanwhile (404) is not worth a warning."""
         client = self._client()
         if client is None:
             return
         try:
-            await client.patch_pod_status(namespace=pod.namespace, name=pod.name, patch={"status": status})
+            for delay in (*PATCH_RETRY_DELAYS, None):
+                try:
+                    await client.patch_pod_status(namespace=pod.namespace, name=pod.name, patch={"status": status})
+                    return
+                except Exception as e:
+                    if delay is None or not _retriable(e):
+                        raise
+                await asyncio.sleep(delay)
         except APIError as e:
             if e.status != 404:
                 logger.warning("could not patch %s of %s: %s", what, pod.key, e)
         except Exception as e:
             logger.warning("could not patch %s of %s: %s", what, pod.key, e)
+
+
+#: The waits between the attempts of a status patch: client-go's ``retry.DefaultBackoff`` (4 steps from 10 ms, factor
+#: 5; without its 10 % jitter), which upstream's ``util.PatchPodStatus`` retries with.
+PATCH_RETRY_DELAYS = (0.01, 0.05, 0.25)
+
+
+def _retriable(error: Exception) -> bool:
+    """Upstream ``util.Retriable``: an internal error (500), service unavailable (503), a conflict (409), or a
+    refused connection. Ours beyond it: any lost connection (a reset, an abort, a broken pipe; the patch sets the
+    same condition again, so sending it twice does no harm). Upstream's HTTP/2 connection is rarely reset under one
+    request; ours are HTTP/1.1 connections, one per request in flight, and a patch lost so left a pending pod without
+    a reason until its next attempt, up to five minutes later (tests/e2e/test_operator_faults.py, connection
+    resets)."""
+    return getattr(error, "status", None) in (500, 503, 409) or isinstance(error, ConnectionError)
 
 
 def _needs_condition_patch(obj: dict[str, Any], reason: str, message: str) -> bool:

@@ -365,7 +365,12 @@ class ScheduleOne:
             extenders=found.extenders,
             may_bind=lambda: self._standing.may_bind(ticket),
         )
-        if status.is_success:
+        if status.is_success and state.found_bound:
+            # Bound where we placed it, by our lost Binding or another replica's: the assumption stays (no other pod
+            # gets its room) until the watch confirms it; no Scheduled event or bind of ours is claimed.
+            logger.info("pod %s found bound to %s after its Binding's answer was lost", pod.key, result.suggested_host)
+            runtime.queue.done(pod.uid)
+        elif status.is_success:
             await self._bound(runtime, qpod, pod, result.suggested_host, started, scores)
         else:
             self._handle_binding_cycle_error(runtime, qpod, pod, status, started)
@@ -416,8 +421,13 @@ class ScheduleOne:
             return
         http_status = getattr(status.error, "status", None)
         if http_status == 409:
-            # Already bound (another replica during a peering overlap): its watch event brings the truth.
+            # Bound elsewhere (another replica during a peering overlap; DefaultBinder found it not bound here): its
+            # watch event brings the truth and takes it off the queue. Until then it waits in the backoff queue,
+            # unreported: a 409 the watch never follows (the pod still unbound) would otherwise lose the pod.
             logger.info("pod %s was already bound elsewhere (409); dropping our assumption", pod.key)
+            if pod.uid in self._unassigned:
+                qpod.clear_rejector_plugins()
+                runtime.queue.add_unschedulable_if_not_present(qpod)
             runtime.queue.done(pod.uid)
             return
         if http_status == 404:

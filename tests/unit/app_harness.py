@@ -35,6 +35,8 @@ class FakeClient:
         #: Coscheduling PodGroup status patches, as (namespace, name, patch).
         self.coscheduling_patches: list[tuple[str, str, dict[str, Any]]] = []
         self.bind_errors: dict[str, APIError] = {}
+        #: What get_pod answers, by (namespace, name) (absent: 404).
+        self.live_pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.lists: dict[str, list[dict[str, Any]]] = {}
         #: Path → the resourceVersion its LIST reports (none when absent).
         self.versions: dict[str, str] = {}
@@ -75,6 +77,11 @@ class FakeClient:
 
     async def patch_pod_annotations(self, *, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.annotation_patches.append((name, annotations))
+
+    async def get_pod(self, *, namespace: str, name: str) -> dict[str, Any]:
+        if (namespace, name) not in self.live_pods:
+            raise APIError(404, f'pods "{name}" not found')
+        return copy.deepcopy(self.live_pods[namespace, name])
 
     async def replace_persistent_volume(self, *, body: dict[str, Any]) -> dict[str, Any]:
         self.replaced.append(("PersistentVolume", body))

@@ -362,10 +362,10 @@ def _versioned_client() -> FakeClient:
     return client
 
 
-def test_kopf_watches_a_kind_from_our_list_at_start_and_lists_itself_after_a_410() -> None:
+def test_kopf_watches_a_kind_from_our_list_at_start_and_from_our_re_list_after_a_410() -> None:
     """kopf's first watch of a reconciled path starts from our LIST (which its request triggers); a later
-    request (kopf re-lists after 410 Gone) gets None and kopf lists itself. Paths we do not list, a
-    reconcile that cannot run and a failing LIST get None as well."""
+    request (kopf re-lists after 410 Gone) re-lists the kind here and kopf watches from that. Paths we do not
+    list, paths listed with no version, a reconcile that cannot run and a failing LIST get None (kopf lists)."""
     client = _versioned_client()
     client.lists["/api/v1/pods"] = [pending("listed")]
     app = new_app(client)
@@ -382,7 +382,7 @@ def test_kopf_watches_a_kind_from_our_list_at_start_and_lists_itself_after_a_410
             await app.watch.version_for_watch("/apis/apps/v1/replicasets"),  # listed, no resourceVersion
         ]
 
-    assert asyncio.run(requests()) == ["11", "10", None, None, None]
+    assert asyncio.run(requests()) == ["11", "10", "11", None, None]
     logged_out = new_app()
     logged_out.client = None  # before kopf's login
     assert asyncio.run(logged_out.watch.version_for_watch("/api/v1/pods")) is None
@@ -396,11 +396,60 @@ def test_kopf_watches_a_kind_from_our_list_at_start_and_lists_itself_after_a_410
     assert not failing.watch._reconciled
 
 
+def test_a_re_list_after_a_410_deletes_what_the_gone_watch_missed() -> None:
+    """kopf re-lists after 410 Gone: a bound pod and a pending pod deleted while the watch was gone leave the
+    cache (the node's room is free again), a pod created meanwhile is in it, and kopf watches from that LIST.
+    kopf's own re-list would hand over the listed pods only (tests/e2e/test_operator_faults.py, the storm)."""
+    client = _versioned_client()
+    bound_gone = make_pod("bound-gone", node_name="n1", requests={"cpu": "1"})
+    stays = make_pod("stays", node_name="n1", requests={"cpu": "1"})
+    client.lists["/api/v1/pods"] = [bound_gone, stays, pending("pending-gone")]
+    app = new_app(client)
+    app.apply_profile(name="sp", spec={}, generation=1)
+    pods = "/api/v1/pods"
+
+    async def storm() -> list[str | None]:
+        answers = [await app.watch.version_for_watch(pods)]
+        assert {p.name for p in app.cache.pods()} == {"bound-gone", "stays"}
+        client.lists[pods] = [stays, pending("arrived")]  # what the API server has after the gap
+        client.versions[pods] = "52"
+        answers.append(await app.watch.version_for_watch(pods))  # 410 Gone: kopf re-lists
+        return answers
+
+    assert asyncio.run(storm()) == ["11", "52"]
+    assert {p.name for p in app.cache.pods()} == {"stays"}
+    assert {p.name for p in app.unassigned.values()} == {"arrived"}
+
+
+def test_a_re_list_for_kopf_that_keeps_failing_leaves_kopf_to_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our re-list is retried; when every attempt fails, kopf lists itself (None)."""
+    monkeypatch.setattr("kopf_scheduler.eventhandlers.RELIST_BACKOFFS", (0.0, 0.0))
+    client = _versioned_client()
+    app = new_app(client)
+
+    class Failing(FakeClient):
+        attempts = 0
+
+        async def list_all(self, path: str) -> list[dict[str, Any]]:
+            Failing.attempts += 1
+            raise RuntimeError("LIST failed")
+
+    async def run() -> list[str | None]:
+        first = await app.watch.version_for_watch("/api/v1/pods")
+        failing = Failing()
+        failing.versions.update(client.versions)
+        app.client = failing
+        return [first, await app.watch.version_for_watch("/api/v1/pods")]
+
+    assert asyncio.run(run()) == ["11", None]
+    assert Failing.attempts == 3
+
+
 def test_after_a_pause_kopf_watches_from_our_latest_list_whichever_came_first() -> None:
     """kopf's streams stop at a pause (``invalidate``): its next request gets the version of our latest LIST,
     whether that LIST ran before the request (the warm standby's, or a loop's) or was started by it. A second
-    request before the next pause gets None (kopf streamed since), and so does a path kopf listed itself
-    because our LIST had failed, even once a later LIST succeeds."""
+    request before the next pause (a re-list: kopf streamed since) gets the version of a fresh LIST of ours,
+    and so does a path kopf listed itself because our LIST had failed, once a later LIST succeeds."""
     client = _versioned_client()
     app = new_app(client)
     app.apply_profile(name="sp", spec={}, generation=1)
@@ -415,10 +464,11 @@ def test_after_a_pause_kopf_watches_from_our_latest_list_whichever_came_first() 
         client.versions[pods] = "31"
         await app.ensure_reconciled()  # our LIST first (the standby's, or a loop's)
         answers.append(await app.watch.version_for_watch(pods))
-        answers.append(await app.watch.version_for_watch(pods))  # kopf re-lists after a 410
+        client.versions[pods] = "41"
+        answers.append(await app.watch.version_for_watch(pods))  # kopf re-lists after a 410: ours, afresh
         return answers
 
-    assert asyncio.run(pauses()) == ["11", "21", "31", None]
+    assert asyncio.run(pauses()) == ["11", "21", "31", "41"]
 
     class FailingOnceClient(FakeClient):
         failures = 1
@@ -438,7 +488,7 @@ def test_after_a_pause_kopf_watches_from_our_latest_list_whichever_came_first() 
         answers.append(await flaky.watch.version_for_watch(pods))
         return answers
 
-    assert asyncio.run(failed_then_listed()) == [None, None]
+    assert asyncio.run(failed_then_listed()) == [None, "11"]
 
 
 def test_following_applies_watch_events_and_kopf_watches_from_where_they_stopped() -> None:

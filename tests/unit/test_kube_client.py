@@ -18,7 +18,7 @@ from aiohttp import web
 
 from kopf_scheduler.framework import APIError
 from kopf_scheduler.kube import KubeClient
-from kopf_scheduler.kube.http1 import _parse_head
+from kopf_scheduler.kube.http1 import _parse_head, retry_after_seconds
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -561,3 +561,40 @@ def test_response_heads_are_read_for_their_framing_headers(head: bytes, want: tu
     status, framing, http10 = _parse_head(head)
     assert (status, framing.content_length, framing.transfer_encoding, framing.connection) == want
     assert http10 is head.startswith(b"HTTP/1.0")
+
+
+@pytest.mark.parametrize("transport", ["send", "request"])
+def test_a_429_or_5xx_with_retry_after_is_sent_again_after_waiting_and_one_without_is_final(transport: str) -> None:
+    """client-go's REST client: an answer 429 or 5xx carrying ``Retry-After`` (API Priority and Fairness sends it with
+    every 429) is retried after that many seconds, up to ten times; without the header it is the answer."""
+    answers = [(429, "0"), (503, "0"), (201, None), (500, None)]
+    seen: list[int] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        status, retry_after = answers.pop(0)
+        seen.append(status)
+        headers = {"Retry-After": retry_after} if retry_after is not None else {}
+        return web.json_response({"kind": "Status", "message": f"HTTP {status}"}, status=status, headers=headers)
+
+    routes = {("POST", "/apis/kopf.dev/v1/clusterkopfpeerings"): handler}
+    if transport == "send":
+        routes = {("POST", "/apis/events.k8s.io/v1/namespaces/ns/events"): handler}
+
+    async def scenario(client: KubeClient) -> None:
+        async def call() -> None:
+            if transport == "send":
+                await client.create_event(namespace="ns", body={"kind": "Event"})
+            else:
+                await client.request("POST", "/apis/kopf.dev/v1/clusterkopfpeerings", body={})
+
+        await call()  # 429, 503, then 201
+        assert seen == [429, 503, 201]
+        with pytest.raises(APIError) as raised:
+            await call()
+        assert raised.value.status == 500
+
+    serve(routes, scenario)
+
+
+def test_retry_after_is_read_as_client_go_reads_it() -> None:
+    assert [retry_after_seconds(v) for v in (b"2", "0", "-3", b"soon", None)] == [2.0, 0.0, 0.0, None, None]

@@ -244,3 +244,37 @@ def test_a_pods_status_patches_go_out_in_order_and_its_binding_waits_for_them() 
 
     asyncio.run(scenario())
     assert happened == ["patched first", "patched second", "bound"]
+
+
+@pytest.mark.parametrize(
+    ("errors", "attempts", "patched"),
+    [
+        ([APIError(503, "unavailable"), APIError(500, "etcd"), ConnectionRefusedError()], 4, True),
+        ([APIError(409, "conflict")] * 4, 4, False),  # four attempts in all, as client-go's DefaultBackoff
+        ([APIError(429, "throttled")], 1, False),  # not upstream's Retriable: the next attempt's patch will do
+        ([ConnectionResetError(), BrokenPipeError()], 3, True),  # ours: a lost connection, the patch sent again
+        ([ValueError("not an API answer")], 1, False),
+    ],
+)
+def test_a_status_patch_is_retried_on_upstreams_retriable_errors(
+    errors: list[Exception], attempts: int, patched: bool
+) -> None:
+    """As upstream's ``util.PatchPodStatus``: ``retry.OnError(retry.DefaultBackoff, Retriable, ...)``."""
+
+    class Flaky(FakeClient):
+        calls = 0
+
+        async def patch_pod_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> Any:
+            Flaky.calls += 1
+            if errors:
+                raise errors.pop(0)
+            return await super().patch_pod_status(namespace=namespace, name=name, patch=patch)
+
+    client = Flaky()
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1", cpu="1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    app.on_pod_event("ADDED", pending("big", requests={"cpu": "3"}))
+    drive(app)
+    assert Flaky.calls == attempts
+    assert bool(client.status_patches) is patched

@@ -54,20 +54,79 @@ def test_binds_and_reports_scheduled() -> None:
     assert app.cache.is_assumed(next(iter(app.unassigned)))
 
 
-@pytest.mark.parametrize("status", [409, 404])
-def test_bind_conflict_or_gone_drops_the_assumption_without_requeue(status: int) -> None:
+def test_bind_gone_drops_the_pod_without_requeue() -> None:
     client = FakeClient()
-    client.bind_errors["p"] = APIError(status, "nope")
+    client.bind_errors["p"] = APIError(404, "nope")
     app = new_app(client)
     app.on_node_event(None, make_node("n1"))
     app.apply_profile(name="sp", spec={}, generation=1)
     app.on_pod_event("ADDED", pending("p", requests={"cpu": "1"}))
     drive(app)
-    queue = app.profiles["sp"].queue
-    assert not any(app.cache.is_assumed(u) for u in list(app.unassigned))
     assert app.cache.table.requested.sum() == 0
-    assert len(queue) == 0  # nothing requeued: the watch event decides
+    assert len(app.profiles["sp"].queue) == 0
+    assert len(app.unassigned) == 0
     assert [e["reason"] for e in client.events] == []
+
+
+def test_bind_conflict_drops_the_assumption_and_waits_in_backoff_unreported() -> None:
+    """A 409 with the pod not bound to our node (DefaultBinder's GET): bound elsewhere, its watch event takes it
+    off the queue; until then (and if no event ever comes: the pod still unbound) it waits in the backoff queue,
+    so a 409 cannot lose a pod (tests/e2e/test_operator_faults.py)."""
+    client = FakeClient()
+    client.bind_errors["p"] = APIError(409, "already assigned")
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    pod = pending("p", requests={"cpu": "1"})
+    app.on_pod_event("ADDED", pod)
+    drive(app)
+    queue = app.profiles["sp"].queue
+    assert not app.cache.is_assumed(pod["metadata"]["uid"])
+    assert app.cache.table.requested.sum() == 0
+    assert queue.pending_pods()["backoff"] == 1
+    assert [e["reason"] for e in client.events] == []
+    app.on_pod_event("MODIFIED", {**pod, "spec": {**pod["spec"], "nodeName": "n1"}})  # the watch: bound elsewhere
+    assert len(queue) == 0
+
+
+@pytest.mark.parametrize(
+    "error", [APIError(409, "already assigned"), APIError(504, "timeout"), TimeoutError("no answer")]
+)
+def test_a_binding_whose_answer_was_lost_counts_when_the_pod_is_bound_there(error: Exception) -> None:
+    """No answer, a 5xx or a 409 may hide a Binding that took effect: DefaultBinder reads the pod, and bound to that
+    node it is a success (the assumption stays: no other pod gets its room before the watch confirms it), though
+    not reported as our bind (another replica may have bound it to the same node)."""
+    client = FakeClient()
+    client.bind_errors["p"] = error  # type: ignore[assignment]
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    pod = pending("p", requests={"cpu": "1"})
+    client.live_pods["default", "p"] = {**pod, "spec": {**pod["spec"], "nodeName": "n1"}}
+    app.on_pod_event("ADDED", pod)
+    drive(app)
+    assert app.cache.is_assumed(pod["metadata"]["uid"])
+    assert app.cache.table.requested.sum() > 0
+    assert len(app.profiles["sp"].queue) == 0
+    assert client.events == []
+    assert app.metrics.registry.get_sample_value(
+        "scheduler_schedule_attempts_total", {"result": "scheduled", "profile": "sp"}
+    ) in (None, 0.0)
+
+
+@pytest.mark.parametrize(("error", "live_node"), [(APIError(403, "forbidden"), "n1"), (APIError(409, "x"), "n2")])
+def test_a_refused_binding_or_a_pod_bound_elsewhere_is_no_success(error: APIError, live_node: str) -> None:
+    client = FakeClient()
+    client.bind_errors["p"] = error
+    app = new_app(client)
+    app.on_node_event(None, make_node("n1"))
+    app.apply_profile(name="sp", spec={}, generation=1)
+    pod = pending("p", requests={"cpu": "1"})
+    client.live_pods["default", "p"] = {**pod, "spec": {**pod["spec"], "nodeName": live_node}}
+    app.on_pod_event("ADDED", pod)
+    drive(app)
+    assert not app.cache.is_assumed(pod["metadata"]["uid"])
+    assert "Scheduled" not in [e["reason"] for e in client.events]
 
 
 def test_bind_error_requeues_with_backoff_and_reports() -> None:

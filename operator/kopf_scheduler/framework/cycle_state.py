@@ -22,6 +22,7 @@ class CycleState:
 
     __slots__ = (
         "_data",
+        "found_bound",
         "pod_group_cycle",
         "record_plugin_metrics",
         "skip_all_post_filter_plugins",
@@ -46,6 +47,9 @@ class CycleState:
         #: Upstream ``SetSkipAllPostFilterPlugins``: PostFilter does not run in this cycle (workload-aware
         #: preemption's trial runs of a pod group's algorithm, upstream ``runWithoutPostFilters``).
         self.skip_all_post_filter_plugins = False
+        #: Ours: the Bind plugin lost its Binding's answer and found the pod bound to the chosen node (DefaultBinder):
+        #: bound, maybe by another replica that chose the same node, so the cycle counts and reports no bind of its own.
+        self.found_bound = False
 
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value

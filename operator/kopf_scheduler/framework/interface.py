@@ -47,6 +47,10 @@ class APIClient(Protocol):
         """POST ``pods/<name>/binding``; raises :class:`APIError` on a non-2xx answer."""
         ...
 
+    async def get_pod(self, *, namespace: str, name: str) -> dict[str, Any]:
+        """GET a pod (DefaultBinder learns whether a Binding whose answer was lost took effect)."""
+        ...
+
     async def replace_persistent_volume(self, *, body: dict[str, Any]) -> dict[str, Any]:
         """PUT a PersistentVolume (VolumeBinding's PreBind); the object as stored. 409 if ``body`` is stale."""
         ...

@@ -22,7 +22,7 @@ import aiohttp
 from kopf_scheduler import json_codec
 from kopf_scheduler._version import __version__
 from kopf_scheduler.framework import APIError
-from kopf_scheduler.kube.http1 import ConnectionPool
+from kopf_scheduler.kube.http1 import ConnectionPool, retry_after_seconds
 
 #: Objects per LIST page (ours and kopf's initial listing): one page of pods is ≈ 3.4 MiB of JSON and ≈ 15 MiB of
 #: dicts at most. The API server spends ≈ 10 ms per page beyond its per-object work: at 50000 pods, pages of 500
@@ -32,6 +32,11 @@ from kopf_scheduler.kube.http1 import ConnectionPool
 LIST_PAGE_SIZE = 2000
 
 JSON = dict[str, Any]
+
+#: How often a request answered 429 or 5xx with a ``Retry-After`` is sent again after waiting that long: client-go's
+#: REST client does so for every request (its ``maxRetries``, 10); an answer without the header is final. API Priority
+#: and Fairness sends it with every 429, so a throttled Binding or status patch lands instead of failing.
+MAX_RETRIES = 10
 
 #: Sent with every request. The API server names field managers after the User-Agent up to its first "/",
 #: so the PodScheduled condition we patch shows up in managedFields as manager "kopf-scheduler" (as
@@ -133,9 +138,13 @@ class KubeClient:
         connections of :mod:`kopf_scheduler.kube.http1` rather than aiohttp (two of them per scheduled pod).
         """
         data = json_codec.dumps(body)
-        status, raw = await self._get_connections().exchange(
-            method, path, data, content_type, precondition=precondition
-        )
+        for attempt in range(MAX_RETRIES + 1):
+            status, raw, retry_after = await self._get_connections().exchange(
+                method, path, data, content_type, precondition=precondition
+            )
+            if retry_after is None or attempt == MAX_RETRIES:
+                break
+            await asyncio.sleep(retry_after)
         if status >= 400:
             raise _api_error(status, raw)
 
@@ -160,11 +169,19 @@ class KubeClient:
         url = self.server + path + ("?" + urlencode(params) if params else "")
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         headers = {"Content-Type": content_type, "Accept": "application/json"}
-        async with self._get_session().request(method, url, data=data, headers=headers) as response:
-            raw = await response.read()
-            if response.status >= 400:
-                raise _api_error(response.status, raw)
-            return raw
+        for attempt in range(MAX_RETRIES + 1):
+            async with self._get_session().request(method, url, data=data, headers=headers) as response:
+                raw = await response.read()
+                status = response.status
+                retry_after = (
+                    retry_after_seconds(response.headers.get("Retry-After")) if status == 429 or status >= 500 else None
+                )
+            if retry_after is None or attempt == MAX_RETRIES:
+                break
+            await asyncio.sleep(retry_after)
+        if status >= 400:
+            raise _api_error(status, raw)
+        return raw
 
     # -- the calls the scheduler makes ---------------------------------------------------------------
     async def bind(
@@ -183,6 +200,10 @@ class KubeClient:
         }
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding"
         await self.send("POST", path, body=body, precondition=self.bind_guard)
+
+    async def get_pod(self, *, namespace: str, name: str) -> JSON:
+        """GET a pod (DefaultBinder, after a Binding whose answer was lost or an error)."""
+        return await self.request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}")
 
     async def replace_persistent_volume(self, *, body: JSON) -> JSON:
         """PUT a PersistentVolume (VolumeBinding writes a claimRef); the stored object. 409 if ``body`` is stale."""

@@ -88,9 +88,10 @@ class ConnectionPool:
         content_type: str,
         *,
         precondition: Callable[[], bool] | None = None,
-    ) -> tuple[int, bytes]:
-        """Send one request; returns the response's status and body. Raises ``OSError`` (``ConnectionError``
-        when the server hangs up mid-response) or ``TimeoutError`` on transport failures, dropping the connection.
+    ) -> Response:
+        """Send one request; returns the response's status, body and ``Retry-After``. Raises ``OSError``
+        (``ConnectionError`` when the server hangs up mid-response) or ``TimeoutError`` on transport failures,
+        dropping the connection.
 
         ``precondition`` is asked once a connection is at hand, right before the request is written (a request may
         wait for a slot or a connection): if it says no, nothing is written and :class:`StandingLostError` is raised
@@ -117,7 +118,7 @@ class ConnectionPool:
                     self._idle.append(connection)  # unused: kept for the next request
                     connection = None
                     raise StandingLostError(f"{method} {path}: not written, this replica's standing is not confirmed")
-                status, payload, keep_alive = await connection.exchange(request, self._timeout)
+                response, keep_alive = await connection.exchange(request, self._timeout)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as e:
                 if connection is not None:
                     connection.close()
@@ -134,7 +135,7 @@ class ConnectionPool:
                 self._idle.append(connection)
             else:
                 connection.close()
-            return status, payload
+            return response
         finally:
             self._slots.release()
 
@@ -195,7 +196,7 @@ class _Connection:
     def usable(self) -> bool:
         return not self._reader.at_eof() and not self._writer.is_closing()
 
-    async def exchange(self, request: bytes, seconds: float) -> tuple[int, bytes, bool]:
+    async def exchange(self, request: bytes, seconds: float) -> tuple[Response, bool]:
         """Send ``request`` and read its response, aborting the connection after ``seconds``."""
         timer = asyncio.get_running_loop().call_later(seconds, self._time_out)
         try:
@@ -207,17 +208,23 @@ class _Connection:
         self.timed_out = True
         self._writer.transport.abort()
 
-    async def _exchange(self, request: bytes) -> tuple[int, bytes, bool]:
+    async def _exchange(self, request: bytes) -> tuple[Response, bool]:
         self._writer.write(request)
-        status, framing, http10 = _parse_head(await self._reader.readuntil(b"\r\n\r\n"))
+        head = await self._reader.readuntil(b"\r\n\r\n")
+        status, framing, http10 = _parse_head(head)
+        retry_after = (
+            retry_after_seconds(_header(head.lower(), b"\r\nretry-after:")) if status == 429 or status >= 500 else None
+        )
         keep_alive = not http10 and framing.connection != b"close"
         if status in _NO_BODY or 100 <= status < 200:
-            return status, b"", keep_alive
-        if framing.transfer_encoding.endswith(b"chunked"):
-            return status, await self._read_chunked(), keep_alive
-        if framing.content_length is None:
-            return status, await self._reader.read(), False  # framed by the end of the connection
-        return status, await self._reader.readexactly(framing.content_length), keep_alive
+            body = b""
+        elif framing.transfer_encoding.endswith(b"chunked"):
+            body = await self._read_chunked()
+        elif framing.content_length is None:
+            body, keep_alive = await self._reader.read(), False  # framed by the end of the connection
+        else:
+            body = await self._reader.readexactly(framing.content_length)
+        return Response(status, body, retry_after), keep_alive
 
     async def _read_chunked(self) -> bytes:
         chunks: list[bytes] = []
@@ -238,6 +245,25 @@ class _Connection:
     async def wait_closed(self) -> None:
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
+
+
+class Response(NamedTuple):
+    """A response: its status, its body, and the seconds of its ``Retry-After`` (429 and 5xx answers only; None
+    without one)."""
+
+    status: int
+    body: bytes
+    retry_after: float | None = None
+
+
+def retry_after_seconds(value: bytes | str | None) -> float | None:
+    """client-go's ``retryAfterSeconds``: a whole number of seconds (negative counts as 0); None otherwise."""
+    if value is None:
+        return None
+    try:
+        return float(max(0, int(value)))
+    except ValueError:
+        return None
 
 
 class _Framing(NamedTuple):

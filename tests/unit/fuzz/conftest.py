@@ -6,6 +6,8 @@
 - ``long``: a local hunt for new failures: random seeds, ~25x the examples, failures saved in ``.hypothesis/``
   and replayed first on the next run. ``KOPF_SCHEDULER_FUZZ=long pytest tests/unit/fuzz`` (add
   ``--hypothesis-seed=N`` to repeat one run, ``--hypothesis-show-statistics`` for the time per example).
+- ``soak``: what ``make soak`` runs (bench/soak.py): random seeds, ``KOPF_SCHEDULER_FUZZ_EXAMPLES`` examples per
+  test (default 50x ``ci``), no example database (a failure is printed with its ``@reproduce_failure`` blob).
 
 A failure prints the shrunk example and, with ``print_blob``, a ``@reproduce_failure`` line; keep each one as an
 explicit ``@example`` or a unit test (``test_regressions.py``) before fixing it.
@@ -33,6 +35,14 @@ settings.register_profile(
 settings.register_profile(
     "long",
     max_examples=CI_EXAMPLES * 25,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "soak",
+    max_examples=int(os.environ.get("KOPF_SCHEDULER_FUZZ_EXAMPLES") or CI_EXAMPLES * 50),
+    database=None,
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
