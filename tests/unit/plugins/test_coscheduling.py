@@ -214,6 +214,16 @@ def test_less_after_schedule_failure_orders_the_group_by_its_failure() -> None:
     assert plugin.less(a, b)
 
 
+def test_less_takes_the_pods_own_time_for_a_podgroup_with_a_malformed_creation_time() -> None:
+    plugin, _, _ = setup(groups=[pod_group("pg1", 1, namespace="ns1", created="yesterday"), LESS_GROUPS[1]])
+    plugin._wall_offset = 0.0
+    a, b = Queued(member("p1", "pg1", namespace="ns1"), 5.0), Queued(member("p2", "pg2", namespace="ns2"), 1.0)
+    assert plugin.less(a, b)  # p1 by its own time (5 s after the epoch), before pg2's creation
+    a.initial_attempt_timestamp = None
+    a.timestamp = 2e12
+    assert not plugin.less(a, b)  # before its first attempt: when it entered the queue
+
+
 def test_less_reads_the_cache_once_and_sees_podgroups_added_later() -> None:
     """QueueSort looks the PodGroup up on every comparison: through the handle's cache, read once (a snapshot per
     look-up was a sixth of a gang member's cycle), which is the live cache (a group added later counts)."""

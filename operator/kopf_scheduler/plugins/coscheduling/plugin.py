@@ -112,14 +112,19 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, PostFilterPlugin, PermitPlu
         p1, p2 = a.pod.priority, b.pod.priority
         if p1 != p2:
             return p1 > p2
-        t1 = self.manager.creation_timestamp(a.pod, self._attempt_time(a))
-        t2 = self.manager.creation_timestamp(b.pod, self._attempt_time(b))
+        t1, t2 = self._sort_time(a), self._sort_time(b)
         if t1 == t2:
             return a.pod.key < b.pod.key
         return t1 < t2
 
-    def _attempt_time(self, queued: QueuedPod) -> float:
-        """The pod's first attempt (wall clock); before its first pop, when it entered the queue."""
+    def _sort_time(self, queued: QueuedPod) -> float:
+        """The group's time (``PodGroupManager.group_time``), else the pod's first attempt (wall clock; before
+        its first pop, when it entered the queue)."""
+        pod = queued.pod
+        group = pod.coscheduling_group
+        found = None if group is None else self.manager.group_time(pod.namespace, group)
+        if found is not None:
+            return found
         initial = queued.initial_attempt_timestamp
         return (queued.timestamp if initial is None else initial) + self._wall_offset
 
