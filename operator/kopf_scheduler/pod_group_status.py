@@ -143,7 +143,9 @@ class GroupMembers:
         self._group_of: dict[str, GroupKey] = {}
 
     def observe(self, event_type: str | None, obj: Mapping[str, Any]) -> tuple[GroupKey | None, GroupKey | None]:
-        """Apply one pod event; returns the group the pod left and the group it is in now (None: none)."""
+        """Apply one pod event; returns the group the pod left and the group it is in now (None: none), or
+        (None, None) when nothing a reconcile reads changed (a pod nominated, bound or otherwise updated in the
+        same phase: most pod events of a gang, whose reconcile would write nothing)."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or ""
         label = None if event_type == "DELETED" else (meta.get("labels") or {}).get(LABEL)
@@ -154,8 +156,12 @@ class GroupMembers:
         if before is not None and before != now:
             self._forget(uid, before)
         if now is not None:
+            view = _member_view(meta, obj.get("status") or {})
+            members = self._by_group.setdefault(now, {})
+            if before == now and members.get(uid) == view:
+                return None, None
             self._group_of[uid] = now
-            self._by_group.setdefault(now, {})[uid] = _member_view(meta, obj.get("status") or {})
+            members[uid] = view
         return (before if before != now else None), now
 
     def _forget(self, uid: str, key: GroupKey) -> None:

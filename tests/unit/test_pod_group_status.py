@@ -152,6 +152,11 @@ def test_the_members_follow_the_pod_events_relabels_and_deletions() -> None:
         "metadata": {"name": "a", "namespace": "default", "ownerReferences": [{"name": "job"}]},
         "status": {"phase": "Pending"},
     }
+    bound = {**b, "spec": {"nodeName": "n1"}, "status": {"phase": "Pending", "nominatedNodeName": "n1"}}
+    assert members.observe("MODIFIED", bound) == (None, None)  # nothing the controller reads: no reconcile
+    running = {**bound, "status": {"phase": "Running"}}
+    assert members.observe("MODIFIED", running) == (None, ("default", "pg"))
+    assert members.observe("MODIFIED", running) == (None, None)
     moved = {**b, "metadata": {**b["metadata"], "labels": {LABEL: "other"}}}
     assert members.observe("MODIFIED", moved) == (("default", "pg"), ("default", "other"))
     assert members.observe("DELETED", moved) == (("default", "other"), None)
@@ -177,7 +182,10 @@ def test_the_keeper_counts_from_the_watch_and_lists_only_for_a_group_with_a_term
         keeper.enabled = True
         keeper.flush()
         await asyncio.gather(*tasks)
-        keeper.observe_pod("MODIFIED", pods(["a"], "Pending")[0])
+        keeper.observe_pod("MODIFIED", pods(["a"], "Pending")[0])  # nothing a reconcile reads changed
+        keeper.flush()
+        assert tasks[1:] == []
+        keeper.observe_pod("ADDED", pods(["c"], "Pending")[0])
         keeper.flush()  # the watch has not shown the first write yet: the keeper goes on from it
         await asyncio.gather(*tasks)
         assert client.list_counts == {}  # nothing asked of the API server
