@@ -17,17 +17,19 @@ controller never writes ``scheduleStartTime`` (nor the old ``scheduled`` count, 
 neither does this.
 
 The controller reads a group's pods from its informer's cache, never from the API server; so does this:
-:class:`GroupMembers` keeps the labelled pods of every group from every pod event the operator gets (the
-reconciling LIST's included, on the standby too, whether the keeper is on or not; terminal pods included, which
-the scheduler's own cache drops). A reconcile asks the API server (one LIST of the group's namespace and label)
-only for a group with a Succeeded or Failed pod: a terminal pod deleted while a watch was down would otherwise
-stay counted (the reconciling LIST purges only the pods the scheduler's cache holds). It also goes on from its own
-last write until the watch shows it, so a slow watch does not make it write the same step twice: the cached
-PodGroup is behind that write while its resourceVersion is the one the write was based on or one an earlier write
-of ours made (each patch answers the version it made). A watch that showed the first of two quick writes (no
-phase → Pending, then Pending → Scheduling once the pods were there) used to make it write Scheduling again, one
-extra write per group on a loaded API server. (A LIST per reconcile, and a step written again, were most of the
-API server's extra work in the Coscheduling bench.)
+:class:`GroupMembers` keeps the labelled pods of every group from every pod event the operator gets (the reconciling
+LIST's included, on the standby too, whether the keeper is on or not; terminal pods included, which the scheduler's
+own cache drops); a pod event that changes none of that (a member nominated or bound, still Pending) reconciles
+nothing. The controller's own write comes back to it as an event and is reconciled again (the next step); so is each
+write of ours, at the next flush, whatever the watch shows by then. A reconcile asks the API server (one LIST of the
+group's namespace and label) only for a group with a Succeeded or Failed pod: a terminal pod deleted while a watch
+was down would otherwise stay counted (the reconciling LIST purges only the pods the scheduler's cache holds). It
+also goes on from its own last write until the watch shows it, so a slow watch does not make it write the same step
+twice: the cached PodGroup is behind that write while its resourceVersion is the one the write was based on or one
+an earlier write of ours made (each patch answers the version it made). A watch that showed the first of two quick
+writes (no phase → Pending, then Pending → Scheduling once the pods were there) used to make it write Scheduling
+again, one extra write per group on a loaded API server. (A LIST per reconcile, and a step written again, were most
+of the API server's extra work in the Coscheduling bench.)
 
 Only the active replica writes: :meth:`CoschedulingStatus.flush` runs from the scheduling loops (which run on
 the active replica only), each flush reconciling the groups touched since the last one; the loop's first flush
@@ -145,7 +147,7 @@ class GroupMembers:
     def observe(self, event_type: str | None, obj: Mapping[str, Any]) -> tuple[GroupKey | None, GroupKey | None]:
         """Apply one pod event; returns the group the pod left and the group it is in now (None: none), or
         (None, None) when nothing a reconcile reads changed (a pod nominated, bound or otherwise updated in the
-        same phase: most pod events of a gang, whose reconcile would write nothing)."""
+        same phase: most pod events of a gang)."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or ""
         label = None if event_type == "DELETED" else (meta.get("labels") or {}).get(LABEL)
@@ -267,6 +269,7 @@ class CoschedulingStatus:
             if new is not None and patch is not None:
                 made = await client.patch_coscheduling_pod_group_status(namespace=namespace, name=name, patch=patch)
                 self._record_write(key, version, new, made)
+                self._dirty.add(key)  # the next step, as the controller's write comes back to it as an event
         except Exception as exc:
             logger.warning("Coscheduling PodGroup %s/%s: status not updated: %s", namespace, name, exc)
             self._dirty.add(key)
