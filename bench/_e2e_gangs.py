@@ -152,8 +152,18 @@ async def delete_pod_groups(
     api: Requests,
     namespace: str,
     for_each: Callable[[Sequence[str], Callable[[str], Awaitable[None]]], Awaitable[None]],
+    *,
+    coscheduling: bool = False,
 ) -> None:
-    """Delete the run's PodGroups, their protection finalizers dropped first (no controller here does it)."""
+    """Delete the run's PodGroups, their protection finalizers dropped first (no controller here does it).
+
+    scheduler-plugins' PodGroups (``coscheduling``) carry no finalizer; left behind, they stayed in the next
+    repetition's cluster with their pods gone, and its status keeper rightly moved each back to Pending (the
+    controller does so for a group with fewer than minMember pods): 500 status writes in that repetition's
+    measurement that were not its gangs' (the 1500 writes of docs/benchmarks.md's second Coscheduling runs)."""
+    if coscheduling:
+        await api.request("DELETE", COSCHEDULING_POD_GROUPS.format(namespace=namespace), ok404=True)
+        return
     path = POD_GROUPS.format(namespace=namespace)
     listed = await api.request("GET", path, ok404=True)
     names = [item["metadata"]["name"] for item in listed.get("items") or []]

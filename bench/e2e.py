@@ -1277,7 +1277,7 @@ async def run_one(
     if workload.claims:
         await delete_claims(api, namespace)
     if workload.gang_size:
-        await delete_pod_groups(api, namespace, for_each)
+        await delete_pod_groups(api, namespace, for_each, coscheduling=workload.coscheduling)
     gangs = (
         f" | gangs whole {row['gangs_whole']}/{row['gangs']}, partial {row['gangs_partial']}, "
         f"across racks {row['gangs_across_racks']}"

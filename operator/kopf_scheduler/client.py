@@ -33,9 +33,10 @@ class Client(Protocol):
         """Strategic-merge patch of a PodGroup's ``status`` (scheduling.k8s.io/v1alpha2 ``podgroups/status``)."""
         ...
 
-    async def patch_coscheduling_pod_group_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    async def patch_coscheduling_pod_group_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> str:
         """JSON merge patch of a Coscheduling PodGroup's ``status`` (scheduling.x-k8s.io/v1alpha1
-        ``podgroups/status``; a custom resource takes no strategic merge)."""
+        ``podgroups/status``; a custom resource takes no strategic merge); the PodGroup's resourceVersion after
+        the patch ("" when the answer does not say)."""
         ...
 
     async def list_labelled_pods(self, *, namespace: str, selector: str) -> list[dict[str, Any]]:

@@ -17,13 +17,19 @@ controller never writes ``scheduleStartTime`` (nor the old ``scheduled`` count, 
 neither does this.
 
 The controller reads a group's pods from its informer's cache, never from the API server; so does this:
-:class:`GroupMembers` keeps the labelled pods of every group from every pod event the operator gets (the
-reconciling LIST's included, on the standby too, whether the keeper is on or not; terminal pods included, which
-the scheduler's own cache drops). A reconcile asks the API server (one LIST of the group's namespace and label)
-only for a group with a Succeeded or Failed pod: a terminal pod deleted while a watch was down would otherwise
-stay counted (the reconciling LIST purges only the pods the scheduler's cache holds). It also reads its own last
-write until the watch shows it, so a slow watch does not make it write the same step twice. (A LIST per
-reconcile, and a step written again, were most of the API server's extra work in the Coscheduling bench.)
+:class:`GroupMembers` keeps the labelled pods of every group from every pod event the operator gets (the reconciling
+LIST's included, on the standby too, whether the keeper is on or not; terminal pods included, which the scheduler's
+own cache drops); a pod event that changes none of that (a member nominated or bound, still Pending) reconciles
+nothing. The controller's own write comes back to it as an event and is reconciled again (the next step); so is each
+write of ours, at the next flush, whatever the watch shows by then. A reconcile asks the API server (one LIST of the
+group's namespace and label) only for a group with a Succeeded or Failed pod: a terminal pod deleted while a watch
+was down would otherwise stay counted (the reconciling LIST purges only the pods the scheduler's cache holds). It
+also goes on from its own last write until the watch shows it, so a slow watch does not make it write the same step
+twice: the cached PodGroup is behind that write while its resourceVersion is the one the write was based on or one
+an earlier write of ours made (each patch answers the version it made). A watch that showed the first of two quick
+writes (no phase → Pending, then Pending → Scheduling once the pods were there) used to make it write Scheduling
+again, one extra write per group on a loaded API server. (A LIST per reconcile, and a step written again, were most
+of the API server's extra work in the Coscheduling bench.)
 
 Only the active replica writes: :meth:`CoschedulingStatus.flush` runs from the scheduling loops (which run on
 the active replica only), each flush reconciling the groups touched since the last one; the loop's first flush
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kopf_scheduler.client import ClientRef
@@ -138,7 +145,9 @@ class GroupMembers:
         self._group_of: dict[str, GroupKey] = {}
 
     def observe(self, event_type: str | None, obj: Mapping[str, Any]) -> tuple[GroupKey | None, GroupKey | None]:
-        """Apply one pod event; returns the group the pod left and the group it is in now (None: none)."""
+        """Apply one pod event; returns the group the pod left and the group it is in now (None: none), or
+        (None, None) when nothing a reconcile reads changed (a pod nominated, bound or otherwise updated in the
+        same phase: most pod events of a gang)."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or ""
         label = None if event_type == "DELETED" else (meta.get("labels") or {}).get(LABEL)
@@ -149,8 +158,12 @@ class GroupMembers:
         if before is not None and before != now:
             self._forget(uid, before)
         if now is not None:
+            view = _member_view(meta, obj.get("status") or {})
+            members = self._by_group.setdefault(now, {})
+            if before == now and members.get(uid) == view:
+                return None, None
             self._group_of[uid] = now
-            self._by_group.setdefault(now, {})[uid] = _member_view(meta, obj.get("status") or {})
+            members[uid] = view
         return (before if before != now else None), now
 
     def _forget(self, uid: str, key: GroupKey) -> None:
@@ -187,8 +200,8 @@ class CoschedulingStatus:
         self._members = GroupMembers()
         self._dirty: set[GroupKey] = set()
         self._in_flight: set[GroupKey] = set()
-        #: Group → (the PodGroup's resourceVersion our last write was based on, the status it wrote).
-        self._written: dict[GroupKey, tuple[str, dict[str, Any]]] = {}
+        #: Group → our last status write the watch has not shown yet.
+        self._written: dict[GroupKey, _OwnWrite] = {}
         #: Whether the next flush reconciles every PodGroup (start-up, a takeover, switched on).
         self._all = True
         self._enabled = False
@@ -254,8 +267,9 @@ class CoschedulingStatus:
             new = next_status({**pod_group, "status": current}, pods)
             patch = None if new is None else status_patch(current, new)
             if new is not None and patch is not None:
-                await client.patch_coscheduling_pod_group_status(namespace=namespace, name=name, patch=patch)
-                self._written[key] = (version, new)
+                made = await client.patch_coscheduling_pod_group_status(namespace=namespace, name=name, patch=patch)
+                self._record_write(key, version, new, made)
+                self._dirty.add(key)  # the next step, as the controller's write comes back to it as an event
         except Exception as exc:
             logger.warning("Coscheduling PodGroup %s/%s: status not updated: %s", namespace, name, exc)
             self._dirty.add(key)
@@ -264,13 +278,33 @@ class CoschedulingStatus:
 
     def _current_status(self, key: GroupKey, pod_group: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """The PodGroup's resourceVersion and its status as it stands: our last write while the cached object is
-        still the one that write was based on, otherwise the cached object's."""
+        one from before it (the one it was based on, or one an earlier write of ours made: the watch shows our
+        writes in order, and late), otherwise the cached object's (it shows our last write, or a later one)."""
         version = str((pod_group.get("metadata") or {}).get("resourceVersion") or "")
         written = self._written.get(key)
-        if written is not None and written[0] == version:
-            return version, dict(written[1])
-        self._written.pop(key, None)
+        if written is not None:
+            if version in written.before:
+                return version, dict(written.status)
+            del self._written[key]
         return version, dict(pod_group.get("status") or {})
+
+    def _record_write(self, key: GroupKey, base: str, status: dict[str, Any], made: str) -> None:
+        """Our write of ``status`` over the PodGroup at ``base`` made version ``made``."""
+        previous = self._written.get(key)
+        before = {base} if previous is None else {*previous.before, previous.made, base}
+        self._written[key] = _OwnWrite(status=status, made=made, before=frozenset(before))
+
+
+@dataclass(frozen=True)
+class _OwnWrite:
+    """The keeper's last status write of a group, until the watch shows it."""
+
+    status: dict[str, Any]
+    #: The resourceVersion the write made ("" when the API server's answer did not say).
+    made: str
+    #: The versions of the PodGroup from before it: the one it was based on and those our earlier writes made
+    #: since the watch last showed one of ours (the watch may show them first: it is behind our last write).
+    before: frozenset[str]
 
 
 __all__ = ["LABEL", "CoschedulingStatus", "GroupMembers", "next_status", "pod_counts", "status_patch"]

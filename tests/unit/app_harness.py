@@ -162,8 +162,10 @@ class FakeClient:
         self.discovered.append(api_prefix)
         return self.discovery.get(api_prefix)
 
-    async def patch_coscheduling_pod_group_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    async def patch_coscheduling_pod_group_status(self, *, namespace: str, name: str, patch: dict[str, Any]) -> str:
+        """Recorded; answers the resourceVersion the write made: ``w<n>`` for the n-th such write."""
         self.coscheduling_patches.append((namespace, name, patch))
+        return f"w{len(self.coscheduling_patches)}"
 
     async def list_labelled_pods(self, *, namespace: str, selector: str) -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{namespace}/pods"

@@ -503,3 +503,42 @@ def test_the_coscheduling_gangs_are_the_same_gangs_under_scheduler_plugins_api(m
         KOPF_COSCHEDULING_PROFILE, SchedulerProfileSpec.model_validate(KOPF_COSCHEDULING_SPEC), default_registry()
     )
     assert "Coscheduling" in str(resolved)
+
+
+def test_each_run_deletes_its_podgroups_of_either_api() -> None:
+    """A run's PodGroups go with it: left behind, a Coscheduling repetition's groups (their pods gone) were moved
+    back to Pending by the next repetition's status keeper, inside that repetition's measurement."""
+    import asyncio
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from bench._e2e_gangs import COSCHEDULING_POD_GROUPS, POD_GROUPS, delete_pod_groups
+
+    calls: list[tuple[str, str, Any]] = []
+
+    class Api:
+        async def request(
+            self, method: str, path: str, *, body: Any = None, params: Any = None, ok404: bool = False
+        ) -> dict[str, Any]:
+            calls.append((method, path, body))
+            return {"items": [{"metadata": {"name": "gang-00000"}}]} if method == "GET" else {}
+
+        async def merge_patch(self, path: str, body: dict[str, Any]) -> None:
+            calls.append(("PATCH", path, body))
+
+        async def create_many(self, path: str, bodies: Sequence[dict[str, Any]], *, concurrency: int = 32) -> None:
+            raise AssertionError("nothing is created")
+
+    async def for_each(items: Sequence[str], action: Callable[[str], Awaitable[None]]) -> None:
+        for item in items:
+            await action(item)
+
+    asyncio.run(delete_pod_groups(Api(), "ns", for_each, coscheduling=True))
+    assert calls == [("DELETE", COSCHEDULING_POD_GROUPS.format(namespace="ns"), None)]
+    calls.clear()
+    asyncio.run(delete_pod_groups(Api(), "ns", for_each))
+    path = POD_GROUPS.format(namespace="ns")
+    assert calls == [
+        ("GET", path, None),
+        ("PATCH", f"{path}/gang-00000", {"metadata": {"finalizers": None}}),
+        ("DELETE", path, None),
+    ]

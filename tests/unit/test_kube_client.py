@@ -103,6 +103,31 @@ def test_events_and_status_patches_use_their_content_types() -> None:
     }
 
 
+def test_a_coscheduling_status_patch_answers_the_version_it_made() -> None:
+    """The status keeper tells the watch events from before its write by the version the write made; an answer
+    that is no object (or has no version) gives "", never an error (the write itself stood)."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def patch(request: web.Request) -> web.StreamResponse:
+        seen.append((request.headers["Content-Type"], await request.json()))
+        name = request.match_info["name"]
+        if name == "odd":
+            return web.Response(text="not json")
+        return web.json_response({"kind": "PodGroup", "metadata": {"name": name, "resourceVersion": "42"}})
+
+    routes = {("PATCH", "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns/podgroups/{name}/status"): patch}
+    body = {"status": {"phase": "Pending"}}
+
+    async def scenario(client: KubeClient) -> list[str]:
+        return [
+            await client.patch_coscheduling_pod_group_status(namespace="ns", name=name, patch=body)
+            for name in ("pg", "odd")
+        ]
+
+    assert serve(routes, scenario) == ["42", ""]
+    assert seen == [("application/merge-patch+json", body)] * 2
+
+
 def test_delete_pod_sends_a_uid_precondition_and_ignores_only_404() -> None:
     seen: list[dict[str, Any]] = []
 

@@ -137,6 +137,18 @@ class KubeClient:
         scheduled pod, was a measurable share of the operator's CPU. These calls go over the lean keep-alive
         connections of :mod:`kopf_scheduler.kube.http1` rather than aiohttp (two of them per scheduled pod).
         """
+        await self._exchange(method, path, body=body, content_type=content_type, precondition=precondition)
+
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: JSON,
+        content_type: str,
+        precondition: Callable[[], bool] | None = None,
+    ) -> bytes:
+        """:meth:`send`'s one call over the keep-alive connections; the raw response body."""
         data = json_codec.dumps(body)
         for attempt in range(MAX_RETRIES + 1):
             status, raw, retry_after = await self._get_connections().exchange(
@@ -147,6 +159,7 @@ class KubeClient:
             await asyncio.sleep(retry_after)
         if status >= 400:
             raise _api_error(status, raw)
+        return raw
 
     def writes_backlogged(self) -> bool:
         """Whether the writes of :meth:`send` queue for a connection (``ConnectionPool.backlogged``)."""
@@ -246,15 +259,17 @@ class KubeClient:
             content_type="application/strategic-merge-patch+json",
         )
 
-    async def patch_coscheduling_pod_group_status(self, *, namespace: str, name: str, patch: JSON) -> None:
+    async def patch_coscheduling_pod_group_status(self, *, namespace: str, name: str, patch: JSON) -> str:
         """JSON merge patch of a Coscheduling PodGroup's ``status`` subresource (scheduler-plugins' controller
-        patches it so; a custom resource takes no strategic merge)."""
-        await self.send(
+        patches it so; a custom resource takes no strategic merge); the resourceVersion the patch made ("" if
+        the answer has none), so that the status keeper knows which watch events come before its write."""
+        raw = await self._exchange(
             "PATCH",
             f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{quote(namespace)}/podgroups/{quote(name)}/status",
             body=patch,
             content_type="application/merge-patch+json",
         )
+        return _resource_version(raw)
 
     async def list_labelled_pods(self, *, namespace: str, selector: str) -> list[JSON]:
         """The pods of ``namespace`` matching the label ``selector`` (one LIST, every page)."""
@@ -540,6 +555,17 @@ async def _json_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                 yield line
     if pending.strip():
         yield pending
+
+
+def _resource_version(raw: bytes) -> str:
+    """``metadata.resourceVersion`` of an answered object; "" when the answer is not one (the write stands)."""
+    try:
+        answer = json_codec.loads(raw) if raw else None
+    except ValueError:
+        return ""
+    meta = answer.get("metadata") if isinstance(answer, dict) else None
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else ""
 
 
 def _api_error(status: int, raw: bytes) -> APIError:

@@ -214,6 +214,33 @@ def test_less_after_schedule_failure_orders_the_group_by_its_failure() -> None:
     assert plugin.less(a, b)
 
 
+def test_less_takes_the_pods_own_time_for_a_podgroup_with_a_malformed_creation_time() -> None:
+    plugin, _, _ = setup(groups=[pod_group("pg1", 1, namespace="ns1", created="yesterday"), LESS_GROUPS[1]])
+    plugin._wall_offset = 0.0
+    a, b = Queued(member("p1", "pg1", namespace="ns1"), 5.0), Queued(member("p2", "pg2", namespace="ns2"), 1.0)
+    assert plugin.less(a, b)  # p1 by its own time (5 s after the epoch), before pg2's creation
+    a.initial_attempt_timestamp = None
+    a.timestamp = 2e12
+    assert not plugin.less(a, b)  # before its first attempt: when it entered the queue
+
+
+def test_less_reads_the_cache_once_and_sees_podgroups_added_later() -> None:
+    """QueueSort looks the PodGroup up on every comparison: through the handle's cache, read once (a snapshot per
+    look-up was a sixth of a gang member's cycle), which is the live cache (a group added later counts)."""
+    plugin, handle, cache = setup(groups=LESS_GROUPS[:1])
+    plugin._wall_offset = 0.0
+    taken: list[int] = []
+    snapshot = handle.snapshot
+    handle.snapshot = lambda: taken.append(1) or snapshot()  # type: ignore[method-assign]
+    a, b = Queued(member("p1", "pg1", namespace="ns1"), 5.0), Queued(member("p2", "pg2", namespace="ns2"), 1.0)
+    assert not plugin.less(a, b)  # pg2 not there yet: p2 by its own time (before pg1 was created)
+    cache.objects.apply(KIND, "ADDED", pod_group("pg2", 1, namespace="ns2", created="2026-01-01T00:00:01Z"))
+    assert plugin.less(a, b)  # pg1 created before pg2
+    for _ in range(10):
+        plugin.less(b, a)
+    assert len(taken) <= 1
+
+
 # -- PreFilter (core_test.go TestPreFilter) ---------------------------------------------------------------------
 def pg1_members(count: int, *, gated: tuple[int, ...] = ()) -> list[PodInfo]:
     return [member(f"p1{chr(ord('a') + i)}", "pg1", gated=i in gated) for i in range(count)]

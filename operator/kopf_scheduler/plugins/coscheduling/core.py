@@ -164,20 +164,17 @@ class PodGroupManager:
     def last_failure(self, name: str) -> float | None:
         return self._last_failure.get(name)
 
-    def creation_timestamp(self, pod: PodInfo, default: float) -> float:
-        """Upstream ``GetCreationTimestamp``: the group's last failure, else its PodGroup's creation, else
-        ``default`` (the pod's own time); wall-clock seconds."""
-        group = pod.coscheduling_group
-        if group is None:
-            return default
-        failed = self._last_failure.get(f"{pod.namespace}/{group}")
-        if failed is not None:
-            return failed
-        found = self._cache().objects.get(KIND, group, pod.namespace)
+    def group_time(self, namespace: str, group: str) -> float | None:
+        """Upstream ``GetCreationTimestamp`` for a pod of ``group``: the group's last failure, else its PodGroup's
+        creation (wall-clock seconds); None when neither is known (QueueSort then takes the pod's own time)."""
+        if self._last_failure:  # nearly always empty: no key built on QueueSort's every comparison
+            failed = self._last_failure.get(f"{namespace}/{group}")
+            if failed is not None:
+                return failed
+        found = self._cache().objects.get(KIND, group, namespace)
         if found is None:
-            return default
-        created = parse_timestamp((found.get("metadata") or {}).get("creationTimestamp") or "")
-        return default if created is None else created
+            return None
+        return parse_timestamp((found.get("metadata") or {}).get("creationTimestamp") or "")
 
     # -- PreFilter -------------------------------------------------------------------------------------------
     def pre_filter(self, pod: PodInfo, nodes: Iterable[NodeInfo]) -> str | None:

@@ -53,7 +53,7 @@ from kopf_scheduler.framework import (
     Status,
 )
 from kopf_scheduler.plugins.coscheduling.core import PodGroupManager, min_member, wait_seconds
-from kopf_scheduler.state.cache import Snapshot
+from kopf_scheduler.state.cache import ClusterCache, Snapshot
 from kopf_scheduler.state.pod_info import PodInfo
 
 logger = logging.getLogger("kopf_scheduler")
@@ -83,9 +83,18 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, PostFilterPlugin, PermitPlu
         self.permit_waiting_seconds = float(self.args.permit_waiting_time_seconds)
         self.backoff_seconds = float(self.args.pod_group_backoff_seconds)
         self.reject_threshold = self.args.pod_group_reject_percentage / 100.0
-        self.manager = PodGroupManager(lambda: self.handle.snapshot().cache, self.permit_waiting_seconds)
+        self._cluster: ClusterCache | None = None
+        self.manager = PodGroupManager(self._cache, self.permit_waiting_seconds)
         #: The queue's clock is monotonic; PodGroups' creation times are wall-clock: the offset between them.
         self._wall_offset = time.time() - time.monotonic()
+
+    def _cache(self) -> ClusterCache:
+        """The scheduler's cache (the same one for the handle's life), read once: a snapshot per look-up was a
+        sixth of a gang member's cycle (QueueSort looks its PodGroup up on every comparison)."""
+        cache = self._cluster
+        if cache is None:
+            cache = self._cluster = self.handle.snapshot().cache
+        return cache
 
     # -- EnqueueExtensions ---------------------------------------------------------------------------------
     def events_to_register(self) -> list[ClusterEventWithHint]:
@@ -103,14 +112,19 @@ class Coscheduling(QueueSortPlugin, PreFilterPlugin, PostFilterPlugin, PermitPlu
         p1, p2 = a.pod.priority, b.pod.priority
         if p1 != p2:
             return p1 > p2
-        t1 = self.manager.creation_timestamp(a.pod, self._attempt_time(a))
-        t2 = self.manager.creation_timestamp(b.pod, self._attempt_time(b))
+        t1, t2 = self._sort_time(a), self._sort_time(b)
         if t1 == t2:
             return a.pod.key < b.pod.key
         return t1 < t2
 
-    def _attempt_time(self, queued: QueuedPod) -> float:
-        """The pod's first attempt (wall clock); before its first pop, when it entered the queue."""
+    def _sort_time(self, queued: QueuedPod) -> float:
+        """The group's time (``PodGroupManager.group_time``), else the pod's first attempt (wall clock; before
+        its first pop, when it entered the queue)."""
+        pod = queued.pod
+        group = pod.coscheduling_group
+        found = None if group is None else self.manager.group_time(pod.namespace, group)
+        if found is not None:
+            return found
         initial = queued.initial_attempt_timestamp
         return (queued.timestamp if initial is None else initial) + self._wall_offset
 
