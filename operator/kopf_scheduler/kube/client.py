@@ -150,16 +150,9 @@ class KubeClient:
     ) -> bytes:
         """:meth:`send`'s one call over the keep-alive connections; the raw response body."""
         data = json_codec.dumps(body)
-        for attempt in range(MAX_RETRIES + 1):
-            status, raw, retry_after = await self._get_connections().exchange(
-                method, path, data, content_type, precondition=precondition
-            )
-            if retry_after is None or attempt == MAX_RETRIES:
-                break
-            await asyncio.sleep(retry_after)
-        if status >= 400:
-            raise _api_error(status, raw)
-        return raw
+        return await _retried(
+            lambda: self._get_connections().exchange(method, path, data, content_type, precondition=precondition)
+        )
 
     def writes_backlogged(self) -> bool:
         """Whether the writes of :meth:`send` queue for a connection (``ConnectionPool.backlogged``)."""
@@ -182,19 +175,17 @@ class KubeClient:
         url = self.server + path + ("?" + urlencode(params) if params else "")
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         headers = {"Content-Type": content_type, "Accept": "application/json"}
-        for attempt in range(MAX_RETRIES + 1):
+
+        async def request() -> tuple[int, bytes, float | None]:
             async with self._get_session().request(method, url, data=data, headers=headers) as response:
                 raw = await response.read()
                 status = response.status
                 retry_after = (
                     retry_after_seconds(response.headers.get("Retry-After")) if status == 429 or status >= 500 else None
                 )
-            if retry_after is None or attempt == MAX_RETRIES:
-                break
-            await asyncio.sleep(retry_after)
-        if status >= 400:
-            raise _api_error(status, raw)
-        return raw
+            return status, raw, retry_after
+
+        return await _retried(request)
 
     # -- the calls the scheduler makes ---------------------------------------------------------------
     async def bind(
@@ -566,6 +557,19 @@ def _resource_version(raw: bytes) -> str:
     meta = answer.get("metadata") if isinstance(answer, dict) else None
     version = meta.get("resourceVersion") if isinstance(meta, dict) else None
     return version if isinstance(version, str) else ""
+
+
+async def _retried(call: Callable[[], Awaitable[tuple[int, bytes, float | None]]]) -> bytes:
+    """``call`` (one request: its status, body and the Retry-After to honour, None when none), made again after that
+    many seconds up to :data:`MAX_RETRIES` times; the last answer's body, or its :class:`APIError`."""
+    for attempt in range(MAX_RETRIES + 1):
+        status, raw, retry_after = await call()
+        if retry_after is None or attempt == MAX_RETRIES:
+            break
+        await asyncio.sleep(retry_after)
+    if status >= 400:
+        raise _api_error(status, raw)
+    return raw
 
 
 def _api_error(status: int, raw: bytes) -> APIError:
