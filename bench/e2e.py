@@ -126,6 +126,7 @@ from bench._e2e_gangs import (
     with_scheduling_group,
 )
 from bench._e2e_stats import ThroughputSampler, latency_percentiles_ms, pod_latencies, summarize
+from bench._machine_lock import refuse_if_busy
 from tools.localcluster import REPO_ROOT, LocalCluster, _child_preexec, default_bin_dir
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
@@ -1518,7 +1519,8 @@ def merge_results(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, An
 def main(argv: Sequence[str] | None = None) -> int:
     config = Config.from_env()
     config.results_dir.mkdir(parents=True, exist_ok=True)
-    results = asyncio.run(run_all(config))
+    with refuse_if_busy("bench.e2e"):
+        results = asyncio.run(run_all(config))
     out = config.results_dir / "e2e.json"
     if config.merge and out.exists():
         results = merge_results(json.loads(out.read_text()), results)

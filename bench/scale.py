@@ -42,6 +42,7 @@ from typing import Any
 import aiohttp
 
 from bench._e2e_report import replace_section
+from bench._machine_lock import refuse_if_busy
 from bench._scale_checks import (
     DEFAULT_NODES,
     DEFAULT_PODS,
@@ -462,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts()
     print(f"scale: {size[0]} nodes, {size[1]} pods; {settings}; load {load1():.2f}", flush=True)
     compile_operator_bytecode()
-    result = asyncio.run(run(size, settings))
+    with refuse_if_busy("bench.scale"):
+        result = asyncio.run(run(size, settings))
     result["meta"] = facts
     results_dir.mkdir(parents=True, exist_ok=True)
     if settings["capacity_only"]:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench._machine_lock import refuse_if_busy
 from bench.e2e import REPO_ROOT, RESULTS_DIR, load1, machine_facts
 
 FAULTS = "tests/e2e/test_operator_faults.py"
@@ -119,7 +120,7 @@ def main() -> int:
     facts = machine_facts()
     started = time.monotonic()
     parts: list[Part] = []
-    with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+    with refuse_if_busy("bench.soak"), tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         work = Path(tmp)
         e2e_env = {"KOPF_SCHEDULER_SOAK_SCALE": str(scale)}
         for soak_round in range(1, rounds + 1):

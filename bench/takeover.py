@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench._machine_lock import refuse_if_busy
 from bench.e2e import (
     KOPF,
     REPO_ROOT,
@@ -226,7 +227,8 @@ def main() -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="kopf-scheduler-takeover-"))
     facts = machine_facts()
     print(f"takeover: {nodes} nodes, {pods} pods; load {load1():.2f}; logs {log_dir}", flush=True)
-    result = asyncio.run(run(nodes, pods, lifetime, log_dir))
+    with refuse_if_busy("bench.takeover"):
+        result = asyncio.run(run(nodes, pods, lifetime, log_dir))
     result["meta"] = facts
     print(json.dumps(result, indent=1), flush=True)
     out = Path(os.environ.get("BENCH_RESULTS_DIR") or RESULTS_DIR) / "takeover.json"
