@@ -101,6 +101,21 @@ WORKLOAD_API_NOT_SERVED = (
 #: pods or nodes keep arriving (none for this long ends it), a loop runs one cycle per fifth of this, so that
 #: kopf has the event loop almost to itself and the first pods still bind before its LIST is in.
 LISTING_QUIET_SECONDS = 0.25
+
+
+def in_a_new_window(previous: float, now: float) -> bool:
+    """Whether ``now`` is in a later whole second than ``previous``: backoffQ is flushed once per window, at its
+    start, as upstream's ticker does (``backoffQueue.waitUntilAlignedWithOrderingWindow``: expiries are aligned down
+    to whole seconds, and each window is flushed as one, so a pod that backed off until second S is in activeQ at S,
+    not up to a second later at the loop's own phase)."""
+    return math.floor(now) > math.floor(previous)
+
+
+def until_next_window(now: float) -> float:
+    """Seconds to the next whole second (how long an idle loop may wait before that window's flush is due)."""
+    return math.floor(now) + 1.0 - now
+
+
 #: The kinds whose listed objects count as kopf listing (see LISTING_QUIET_SECONDS).
 _LISTED_KINDS = frozenset(watched.kind for watched in WATCHED_KINDS if watched.feed in (Feed.POD, Feed.NODE))
 
@@ -582,7 +597,7 @@ class SchedulerApp:
                     await asyncio.sleep(poll)
                     continue
                 now = self.clock()
-                if now - last_flush >= 1.0:
+                if in_a_new_window(last_flush, now):
                     runtime.queue.flush_backoff_completed()
                     self._publish_pending()
                     self.coscheduling_status.flush()
@@ -613,7 +628,8 @@ class SchedulerApp:
                 if qpod is None:
                     # QueueClosedError: the profile was deleted meanwhile; kopf is about to stop this daemon.
                     with contextlib.suppress(TimeoutError, QueueClosedError):
-                        qpod = await asyncio.wait_for(runtime.queue.pop(), timeout=poll)
+                        timeout = min(poll, until_next_window(self.clock()))
+                        qpod = await asyncio.wait_for(runtime.queue.pop(), timeout=timeout)
                     if qpod is None:
                         continue
                 cycle = self.cycles.schedule_one(runtime, qpod)

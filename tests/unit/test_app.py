@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from kopf_scheduler.app import GC_THRESHOLDS, LISTING_QUIET_SECONDS, tune_garbage_collector
+from kopf_scheduler.app import (
+    GC_THRESHOLDS,
+    LISTING_QUIET_SECONDS,
+    in_a_new_window,
+    tune_garbage_collector,
+    until_next_window,
+)
 from tests.unit.app_harness import FakeClient, FakeClock, drive, new_app, pending, until
 from tests.unit.factories import make_node, make_pod
 
@@ -201,3 +207,38 @@ def test_the_scheduling_loop_pops_no_pod_while_its_writes_queue() -> None:
 
     asyncio.run(scenario())
     assert client.bindings == [("default", "p", "n1")]
+
+
+def test_backoff_is_flushed_once_per_whole_second_window_at_its_start() -> None:
+    """Upstream's ticker flushes backoffQ at each whole second (the windows its expiries are aligned to), not
+    every second at the loop's own phase: a pod that backed off until second S must be active at S."""
+    assert in_a_new_window(1000.9, 1001.0)
+    assert not in_a_new_window(1000.0, 1000.99)
+    assert until_next_window(1000.25) == 0.75
+    client = FakeClient()
+    clock = FakeClock()
+    app = new_app(client, clock)
+    app.apply_profile(name="sp", spec={}, generation=1)
+    queue = app.profiles["sp"].queue
+    flushed_at: list[float] = []
+    flush = queue.flush_backoff_completed
+
+    def counting_flush() -> None:
+        flushed_at.append(clock.now)
+        flush()
+
+    queue.flush_backoff_completed = counting_flush  # type: ignore[method-assign]
+    stop = False
+
+    async def scenario() -> None:
+        nonlocal stop
+        await app.ensure_reconciled()
+        loop = asyncio.create_task(app.run_profile("sp", stopped=lambda: stop, poll=0.01))
+        for now in (1000.3, 1000.9, 1001.05, 1001.6, 1001.99, 1002.0, 1002.4):
+            clock.now = now
+            await asyncio.sleep(0.05)
+        stop = True
+        await loop
+
+    asyncio.run(scenario())
+    assert flushed_at == [1001.05, 1002.0]
