@@ -24,14 +24,29 @@ one or two of it, or of the class's implicit ``deviceclass.resource.kubernetes.i
 container (requests and limits); no node advertises either, so both schedulers leave it to DynamicResources,
 which allocates it through a claim the scheduler creates in PreBind.
 
-Upstream never allocates: a ValidatingAdmissionPolicy denies its claim (status) updates with a message that
+Upstream never allocates: a ValidatingAdmissionPolicy denies its claim status updates with a message that
 carries the allocation it tried to write (``request=pool/device``, comma separated), so upstream's choice of
 devices is read from the pod's SchedulerError condition, as its node is read from the nomination it sets
-before PreBind. The policy denies upstream's claim *creation* too (its extended-resource claim): that
-message carries no devices (a claim is created without its allocation), so for such a pod only the node is
-compared, and upstream, whose created claim never exists, has nothing to delete in Unreserve. Ours allocates
-for real; a claim ours allocated (its extended-resource claim too) stays allocated for the next pods (both
-schedulers see its devices taken; the harness waits for upstream's ``allocateddevices.go`` line saying so).
+before PreBind. Its claim for DRA-backed extended resources goes through the same door: upstream's PreBind
+(``bindClaim``) creates that claim without an allocation (a CREATE, let through), adds the finalizer (an
+update of the claim itself, let through), then writes the allocation in a status update: denied, with the
+devices in the message. Its request names are upstream's ``container-<i>-request-<j>``, as ours names them,
+so the same ``request=pool/device`` strings are compared. User claims come first in upstream's PreBind (the
+extended-resource claim is the claim store's last), so a pod with both has its user claim's devices
+compared, and upstream never creates its extended-resource claim.
+
+Upstream's claim, created and never allocated, must not outlive the pod's verdict. Upstream deletes it itself:
+the failed PreBind's Unreserve (``unreserveExtendedResourceClaim``: finalizer dropped, claim deleted) runs
+before the failure handler writes the SchedulerError condition the harness waits for. Between the two,
+upstream's assume cache briefly holds the claim *with* the denied allocation (``bindClaim``'s deferred
+``waitForExtendedClaimInAssumeCache`` assumes the in-memory copy the status update failed to write), so its
+allocated-devices index logs those devices taken and, once the finalizer update or the deletion reaches the
+informer, free again: the harness waits for that ``Observed device deallocation`` before ours runs
+(:func:`upstream_claim_lines`), and deletes a claim of upstream's pod that is still there (none, so far).
+
+Ours allocates for real; a claim ours allocated (its extended-resource claim too) stays allocated for the next
+pods (both schedulers see its devices taken; the harness waits for upstream's ``allocateddevices.go`` line
+saying so).
 """
 
 from __future__ import annotations
@@ -39,16 +54,21 @@ from __future__ import annotations
 import contextlib
 import random
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from tests.conformance.oracle import parse_line
 
 DEVICE_FRACTION = 0.35
 #: Of the device scenarios, those that also get DRA-backed extended resources.
 EXTENDED_FRACTION = 0.5
 #: Upstream ``resourceapi.ResourceDeviceClassPrefix``: a DeviceClass's implicit extended resource name.
 DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+#: The explicit extended resource names of the backing classes (``<prefix><seed>``).
+EXTENDED_PREFIX = "conformance.example.com/gpu-"
 #: Upstream ``resourceapi.ExtendedResourceClaimAnnotation``: the claims a scheduler created for such resources.
 EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 DRIVER = "gpu.conformance.example.com"
@@ -100,7 +120,7 @@ def add_extended_resources(scenario: Any, seed: int) -> None:
     rng = random.Random(f"extended-{seed}")
     if rng.random() >= EXTENDED_FRACTION:
         return
-    name, explicit = f"ext-gpu-{seed}", f"conformance.example.com/gpu-{seed}"
+    name, explicit = f"ext-gpu-{seed}", f"{EXTENDED_PREFIX}{seed}"
     scenario.device_classes.append(_device_class(name, f'device.driver == "{DRIVER}"', extended=explicit))
     for pending in scenario.pending:
         if rng.random() < 0.35:
@@ -203,6 +223,68 @@ def extended_claim_name(pod: Obj | None) -> str | None:
     return status.get("resourceClaimName") or None
 
 
+def asks_for_extended_devices(manifest: Mapping[str, Any]) -> bool:
+    """The pod asks for a DRA-backed extended resource of :func:`add_extended_resources` in some container."""
+    spec = manifest.get("spec") or {}
+    return any(
+        name.startswith((EXTENDED_PREFIX, DEVICE_CLASS_PREFIX))
+        for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ()))
+        for name in ((container.get("resources") or {}).get("requests") or {})
+    )
+
+
+def compared_claims(user_claims: list[str], extended: str | None) -> list[str]:
+    """Ours' claims whose devices stand against upstream's denied write: its PreBind writes the user claims
+    first (the extended-resource claim is the last of its claim store), so the first denial is a user claim's
+    when the pod has one, else the extended-resource claim's."""
+    if user_claims:
+        return list(user_claims)
+    return [extended] if extended else []
+
+
+def extended_devices_compared(manifest: Mapping[str, Any]) -> bool:
+    """The devices compared for the pod are its extended-resource claim's (see :func:`compared_claims`)."""
+    return asks_for_extended_devices(manifest) and not pod_claim_names(dict(manifest))
+
+
+def upstream_claim_lines(lines: Iterable[str], namespace: str, pod: str) -> list[tuple[str, str, str]]:
+    """The ``Observed device deallocation`` lines upstream owes for its extended-resource claim of the pod: one
+    per ``Observed device allocation`` line of it (its assume cache held the denied allocation for a moment,
+    see the module docstring), each (message, key, value) as the harness's log waits take them."""
+    prefix = f"{namespace}/{pod}-extended-resources-"
+    wanted: list[tuple[str, str, str]] = []
+    for parsed in map(parse_line, lines):
+        if parsed is None or parsed[1] != "Observed device allocation":
+            continue
+        claim = parsed[2].get("claim", "")
+        if claim.startswith(prefix):
+            wanted.append(("Observed device deallocation", "claim", claim))
+    return wanted
+
+
+def delete_owned_extended_claims(api: client.ApiClient, namespace: str, owner_uid: str) -> list[str]:
+    """Delete the extended-resource claims the pod ``owner_uid`` owns (finalizers dropped); their names."""
+    objects = client.CustomObjectsApi(api)
+    owned = [
+        claim["metadata"]["name"]
+        for claim in objects.list_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims")["items"]
+        if (claim["metadata"].get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true"
+        and any(ref.get("uid") == owner_uid for ref in claim["metadata"].get("ownerReferences") or ())
+    ]
+    for name in owned:
+        _delete_claim(objects, namespace, name)
+    return owned
+
+
+def _delete_claim(objects: client.CustomObjectsApi, namespace: str, name: str) -> None:
+    with contextlib.suppress(ApiException):
+        objects.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "resourceclaims", name, {"metadata": {"finalizers": None}}
+        )
+    with contextlib.suppress(ApiException):
+        objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, "resourceclaims", name)
+
+
 def delete_devices(api: client.ApiClient, scenario: Any) -> None:
     """Remove the scenario's claims and the ones ours created for extended resources (finalizers dropped: no
     controller runs here), slices and classes."""
@@ -214,21 +296,17 @@ def delete_devices(api: client.ApiClient, scenario: Any) -> None:
         if (claim["metadata"].get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) == "true"
     ]
     for claim in (*scenario.resource_claims, *created):
-        meta = claim["metadata"]
-        with contextlib.suppress(ApiException):
-            objects.patch_namespaced_custom_object(
-                GROUP, VERSION, meta["namespace"], "resourceclaims", meta["name"], {"metadata": {"finalizers": None}}
-            )
-        with contextlib.suppress(ApiException):
-            objects.delete_namespaced_custom_object(GROUP, VERSION, meta["namespace"], "resourceclaims", meta["name"])
+        _delete_claim(objects, claim["metadata"]["namespace"], claim["metadata"]["name"])
     for obj in (*scenario.resource_slices, *scenario.device_classes):
         with contextlib.suppress(ApiException):
             objects.delete_cluster_custom_object(GROUP, VERSION, _PLURALS[obj["kind"]], obj["metadata"]["name"])
 
 
 def no_claim_writes_policy(upstream_user: str) -> tuple[Obj, Obj]:
-    """The policy and binding that deny ``upstream_user``'s claim creations and updates, saying what it tried
-    to allocate (nothing, for a creation)."""
+    """The policy and binding that deny ``upstream_user``'s claim status updates, saying what it tried to
+    allocate (nothing, for a status update without an allocation). Creations and updates of the claim itself
+    pass: upstream's extended-resource claim is created, given its finalizer and deleted again (its Unreserve)
+    through those, and its allocation still goes through the status."""
     results = "object.status.allocation.devices.results"
     allocated = (
         f"(has(object.status) && has(object.status.allocation) ? "
@@ -245,9 +323,9 @@ def no_claim_writes_policy(upstream_user: str) -> tuple[Obj, Obj]:
                     {
                         "apiGroups": [GROUP],
                         "apiVersions": [VERSION],
-                        # CREATE: upstream's claim for DRA-backed extended resources is never made.
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["resourceclaims", "resourceclaims/status"],
+                        # Only the status: allocations and reservations (PATCH is an UPDATE here).
+                        "operations": ["UPDATE"],
+                        "resources": ["resourceclaims/status"],
                     }
                 ]
             },

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from tests.conformance.devices import extended_devices_compared
 from tests.conformance.features import FEATURES, by_feature
 from tests.conformance.generator import PLUGINS
 from tests.conformance.known import FIXED, KNOWN, explain
@@ -157,6 +158,11 @@ def annotate_known(results: Sequence[ScenarioResult]) -> None:
             pod.known = known.key if known else None
 
 
+def _devices_compared(pod: PodResult) -> bool:
+    """Both bound on one node, and upstream's denied PreBind told its devices."""
+    return pod.upstream.devices is not None and pod.ours.node == pod.upstream.node
+
+
 def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], run: RunInfo) -> dict[str, Any]:
     pods = all_pods(results)
     by_plugin: dict[str, dict[str, int]] = {}
@@ -214,11 +220,14 @@ def summary(results: Sequence[ScenarioResult], profiles: Sequence[ProfileDef], r
             "static_volume_bindings_equal": sum(
                 p.ours.volumes is not None and p.ours.volumes == p.upstream.volumes for p in bound
             ),
-            "devices_compared": sum(p.upstream.devices is not None and p.ours.node == p.upstream.node for p in bound),
-            "devices_equal": sum(
-                p.upstream.devices is not None
-                and p.ours.node == p.upstream.node
-                and p.ours.devices == p.upstream.devices
+            "devices_compared": sum(_devices_compared(p) for p in bound),
+            "devices_equal": sum(_devices_compared(p) and p.ours.devices == p.upstream.devices for p in bound),
+            # ... of which those of the claim each scheduler created for DRA-backed extended resources.
+            "extended_devices_compared": sum(
+                _devices_compared(p) and extended_devices_compared(p.manifest) for p in bound
+            ),
+            "extended_devices_equal": sum(
+                _devices_compared(p) and extended_devices_compared(p.manifest) and p.ours.devices == p.upstream.devices
                 for p in bound
             ),
             "binding_record_equal": sum(not any(q.startswith("binding record") for q in p.problems) for p in bound),
@@ -404,6 +413,8 @@ def write_markdown(
         f"| {checks.get('static_volume_bindings_compared', 0)} | {checks.get('static_volume_bindings_equal', 0)} |",
         f"| devices of the pod's claims (both bound on one node; upstream's denied PreBind) "
         f"| {checks.get('devices_compared', 0)} | {checks.get('devices_equal', 0)} |",
+        f"| ... of which the claim created for DRA-backed extended resources "
+        f"| {checks.get('extended_devices_compared', 0)} | {checks.get('extended_devices_equal', 0)} |",
         f"| Scheduled event and PodScheduled condition of a bound pod (ours read back; upstream's restated, its "
         f"bind being denied) | {checks['both_bound']} | {checks.get('binding_record_equal', 0)} |",
         f"| pods no scheduler may act on (gated, spec.nodeName preset, a claim from a template): left alone, "
@@ -435,8 +446,9 @@ def write_markdown(
     lines += [
         "",
         "DynamicResources runs on both: some scenarios have DeviceClasses, ResourceSlices and claims",
-        "(tests/conformance/devices.py); upstream is denied its claim writes by a policy whose message carries the",
-        "devices it chose, which are compared with the devices our claims got. The volume plugins run on both",
+        "(tests/conformance/devices.py); upstream is denied its claim status writes by a policy whose message",
+        "carries the devices it chose, which are compared with the devices our claims got (the claim each creates",
+        "for DRA-backed extended resources too). The volume plugins run on both",
         "sides; some scenarios have storage (tests/conformance/volumes.py), upstream is denied its volume-binding",
         "writes and our claims are bound by a stand-in PV controller (tests/conformance/volume_harness.py).",
         "DefaultPreemption is decisive where upstream nominated the pod.",

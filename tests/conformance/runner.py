@@ -73,13 +73,17 @@ from tests.conformance.devices import (
     CLAIMS_DENIED_MARKER,
     DEVICE_KINDS,
     allocated_devices,
+    asks_for_extended_devices,
+    compared_claims,
     create_device_object,
     delete_devices,
+    delete_owned_extended_claims,
     denied_devices,
     extended_claim_name,
     no_claim_writes_policy,
     pod_claim_names,
     read_claim,
+    upstream_claim_lines,
 )
 from tests.conformance.extender_harness import split_extenders
 from tests.conformance.features import pod_uses
@@ -1209,6 +1213,8 @@ class Harness:
             if upstream.kind == "bound":
                 upstream.volumes = upstream_static_bindings(self._upstream_lines(since), key) or None
         self._delete_pod(namespace, name, uid)
+        if asks_for_extended_devices(pending.manifest):
+            self._settle_upstream_claim(since, namespace, name, uid)
         # 2. ours decides on the same state (and, if it preempts, really deletes its victims).
         since = self._mark()
         assert self.nominations is not None
@@ -1256,22 +1262,23 @@ class Harness:
 
     def _claims_seen(self, model: Model, namespace: str, manifest: Mapping[str, Any], ours: Decision) -> list[Any]:
         """Our bound pod's claims: their devices on ``ours``, into the model, and the upstream log lines saying
-        its allocated-devices index took each device (``allocateddevices.go`` at -v=6). The claim ours created
-        for DRA-backed extended resources counts for the model and the log lines, not for ``ours.devices``
-        (upstream's denied creation tells no devices)."""
+        its allocated-devices index took each device (``allocateddevices.go`` at -v=6). ``ours.devices`` are
+        those of the claims upstream's first denied write stands for (``devices.compared_claims``): the user
+        claims, else the claim ours created for DRA-backed extended resources."""
         names = pod_claim_names(dict(manifest))
         extended = extended_claim_name(self._read_pod(namespace, str(manifest["metadata"]["name"])))
         if not names and extended is None:
             return []
         wanted: list[Any] = []
         devices: list[str] = []
+        compared = compared_claims(names, extended)
         for name in (*names, *([extended] if extended else [])):
             claim = read_claim(self.api, namespace, name)
             if claim is None:
                 continue
             model.load(claim)
             allocated = allocated_devices(claim)
-            if name != extended:
+            if name in compared:
                 devices += allocated
             if f"{namespace}/{name}" in self._allocated_claims:
                 continue  # a shared claim allocated for an earlier pod: upstream logs its devices once
@@ -1280,6 +1287,14 @@ class Harness:
             wanted += [("Observed device allocation", "claim", f"{namespace}/{name}")] * len(allocated)
         ours.devices = sorted(devices)
         return wanted
+
+    def _settle_upstream_claim(self, since: int, namespace: str, name: str, uid: str) -> None:
+        """Upstream's extended-resource claim for its copy of the pod is gone, and its allocated-devices index
+        has let go of the devices its assume cache briefly held for it (devices.py)."""
+        left = delete_owned_extended_claims(self.api, namespace, uid)
+        if left:
+            self.log(f"  {namespace}/{name}: upstream's extended-resource claims outlived its Unreserve: {left}")
+        self._wait_upstream(since, upstream_claim_lines(self._upstream_lines(since), namespace, name))
 
     def _load_pod(self, model: Model, pod: dict[str, Any]) -> None:
         model.load(pod)

@@ -445,6 +445,36 @@ def test_summary_and_markdown(tmp_path: Path) -> None:
     assert "Features no pod of this run exercised: scheduling gates, spec.nodeName," in text
 
 
+def test_summary_counts_the_devices_of_extended_resource_claims_apart(tmp_path: Path) -> None:
+    from tests.conformance import devices
+
+    def pod(name: str, upstream: list[str], ours: list[str], requests: dict[str, str], claims: bool) -> PodResult:
+        result = _pod(1, True, ["DynamicResources"])
+        result.name = name
+        result.upstream.devices, result.ours.devices = upstream, ours
+        spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": requests}}]}
+        if claims:
+            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]
+        result.manifest = {"kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        return result
+
+    extended = {f"{devices.EXTENDED_PREFIX}1": "1"}
+    pods = [
+        pod("user", ["gpu=a/gpu-0"], ["gpu=a/gpu-0"], {}, claims=True),
+        pod("both", ["gpu=a/gpu-1"], ["gpu=a/gpu-1"], extended, claims=True),
+        pod("ext", ["container-0-request-0=a/gpu-2"], ["container-0-request-0=a/gpu-2"], extended, claims=False),
+        pod("ext-apart", ["container-0-request-0=a/gpu-3"], ["container-0-request-0=a/gpu-0"], extended, False),
+    ]
+    run = RunInfo("python -m tests.conformance", 1, "small", 2.0, "2026-01-01 00:00 UTC", "abc", "test machine")
+    data = summary([ScenarioResult(1, "small", DEFAULT_PROFILE.name, 3, 1, pods, 1.0)], [DEFAULT_PROFILE], run)
+    checks = data["checks"]
+    assert (checks["devices_compared"], checks["devices_equal"]) == (4, 3)
+    assert (checks["extended_devices_compared"], checks["extended_devices_equal"]) == (2, 1)
+    path = tmp_path / "conformance.md"
+    write_markdown(data, [], [ProfileDef(DEFAULT_PROFILE.name, {}, "built-in")], path)
+    assert "| ... of which the claim created for DRA-backed extended resources | 2 | 1 |" in path.read_text()
+
+
 def test_features_are_read_from_the_pod_and_its_scenario() -> None:
     scenario = generator.Scenario(seed=1, size="small")
     scenario.services.append({"metadata": {"namespace": "ns"}, "spec": {"selector": {"app": "web"}}})
@@ -975,16 +1005,69 @@ def test_pinned_preemption_scenario_guards_the_cheaper_node_with_a_budget() -> N
     ]
 
 
-def test_upstream_may_neither_create_nor_update_claims() -> None:
-    """Its claim for DRA-backed extended resources is a CREATE: denied like its allocation, with no devices."""
+def test_upstream_is_denied_only_its_claim_status_writes() -> None:
+    """Its extended-resource claim is created, given its finalizer and deleted through the claim itself (let
+    through); the allocation goes through the status, denied with the devices in the message."""
     from tests.conformance import devices
 
     policy, binding = devices.no_claim_writes_policy("upstream")
     [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rule["operations"] == ["CREATE", "UPDATE"]
-    assert "resourceclaims" in rule["resources"]
+    assert (rule["operations"], rule["resources"]) == (["UPDATE"], ["resourceclaims/status"])
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    [validation] = policy["spec"]["validations"]
+    assert "object.status.allocation.devices.results" in validation["messageExpression"]
     assert devices.denied_devices(f"x: {devices.CLAIMS_DENIED_MARKER}; allocated []") == []
+    message = (
+        f"{devices.CLAIMS_DENIED_MARKER}; allocated [container-0-request-1=n1/gpu-0,container-0-request-1=n1/gpu-2]"
+    )
+    assert devices.denied_devices(f"add allocation and reservation to claim ns/p-extended-resources-x: {message}") == [
+        "container-0-request-1=n1/gpu-0",
+        "container-0-request-1=n1/gpu-2",
+    ]
+
+
+def test_extended_resource_claim_devices_are_compared_when_the_pod_has_no_user_claim() -> None:
+    from tests.conformance import devices
+
+    def pod(requests: dict[str, str], claims: bool = False) -> dict[str, Any]:
+        spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": requests}}]}
+        if claims:
+            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "p-gpu"}]
+        return {"spec": spec}
+
+    explicit = pod({"cpu": "1", f"{devices.EXTENDED_PREFIX}7": "1"})
+    implicit = pod({devices.DEVICE_CLASS_PREFIX + "ext-gpu-7": "2"})
+    both = pod({f"{devices.EXTENDED_PREFIX}7": "1"}, claims=True)
+    assert devices.asks_for_extended_devices(explicit)
+    assert devices.asks_for_extended_devices(implicit)
+    assert not devices.asks_for_extended_devices(pod({"cpu": "1", "example.com/gpu": "1"}))
+    assert [devices.extended_devices_compared(p) for p in (explicit, implicit, both)] == [True, True, False]
+    # Upstream writes user claims first: with one, its denial is that claim's; else the extended one's.
+    assert devices.compared_claims(["p-gpu"], "p-extended-resources-x") == ["p-gpu"]
+    assert devices.compared_claims([], "p-extended-resources-x") == ["p-extended-resources-x"]
+    assert devices.compared_claims([], None) == []
+
+
+def test_upstream_owes_a_deallocation_line_per_device_its_assume_cache_held() -> None:
+    from tests.conformance import devices
+
+    def line(message: str, device: str, claim: str) -> str:
+        return (
+            f'I1128 16:00:00.000000  123 allocateddevices.go:204] "{message}" '
+            f'device="gpu.conformance.example.com/n1/{device}" claim="{claim}"'
+        )
+
+    ours_claim, theirs = "ns/p-gpu", "ns/p-extended-resources-abcde"
+    lines = [
+        line("Observed device allocation", "gpu-0", theirs),
+        line("Observed device allocation", "gpu-1", theirs),
+        line("Observed device allocation", "gpu-2", ours_claim),
+        line("Observed device allocation", "gpu-3", "ns/p2-extended-resources-xyz"),
+        line("Observed device deallocation", "gpu-0", theirs),
+        "not a klog line",
+    ]
+    assert devices.upstream_claim_lines(lines, "ns", "p") == [("Observed device deallocation", "claim", theirs)] * 2
+    assert devices.upstream_claim_lines(lines, "other", "p") == []
 
 
 def test_extended_resources_come_with_a_backing_class_and_leave_the_device_pass_as_it_was(
