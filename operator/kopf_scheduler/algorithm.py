@@ -270,7 +270,7 @@ async def schedule_pod_with_extenders(
     diagnosis, pre_filter = _pre_filter(framework, state, pod, snapshot)
     slot = _evaluate_nominated_node(framework, state, pod, snapshot, diagnosis)
     if slot is not None:
-        passed, snapshot = await _filter_with_extenders(extenders, pod, np.asarray([slot]), cache, snapshot, diagnosis)
+        passed, snapshot = await _nominated_node_past_extenders(extenders, pod, slot, cache, snapshot, diagnosis)
         if len(passed):
             slot = int(passed[0])
             return ScheduleResult(str(snapshot.table.names[slot]), 1 + len(diagnosis.statuses), 1, slot, diagnosis)
@@ -471,6 +471,27 @@ async def _filter_with_extenders(
             diagnosis.statuses.set(slot, status)
     slots = [s for s in map(snapshot.slot_of, outcome.passed) if s is not None]
     return np.asarray(slots, dtype=np.int64), snapshot
+
+
+async def _nominated_node_past_extenders(
+    extenders: Sequence[Extender],
+    pod: PodInfo,
+    slot: int,
+    cache: ClusterCache,
+    snapshot: Snapshot,
+    diagnosis: Diagnosis,
+) -> tuple[np.ndarray, Snapshot]:
+    """The nominated node through the filter extenders (upstream ``evaluateNominatedNode``'s last step).
+
+    An extender's error there is logged and the full search follows, as upstream's ``findNodesThatFitPod`` does
+    with any error of ``evaluateNominatedNode``; the full search asks the extenders again.
+    """
+    try:
+        return await _filter_with_extenders(extenders, pod, np.asarray([slot]), cache, snapshot, diagnosis)
+    except SchedulingError as exc:
+        name = snapshot.table.names[slot]
+        logger.error("Evaluation failed on nominated node %s for pod %s: %s", name, pod.key, exc)
+        return np.asarray([], dtype=np.int64), cache.snapshot()
 
 
 def _with_extender_scores(

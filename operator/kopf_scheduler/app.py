@@ -462,6 +462,7 @@ class SchedulerApp:
             profiles=self.profiles,
             nominator=self.nominator,
             record_event=self.reporter.record_event,
+            status_settled=self.reporter.status_settled,
             jobs=self.jobs,
             metrics=self.metrics,
         )

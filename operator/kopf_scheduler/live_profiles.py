@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,8 @@ logger = logging.getLogger("kopf_scheduler")
 
 #: Posts an event about a pod: ``(pod, profile, event_type, reason, action, note)``; fire and forget.
 RecordEvent = Callable[[PodInfo, str, str, str, str, str, PodInfo | Mapping[str, Any] | None], None]
+#: Awaits a pod's pending status writes (``Reporter.status_settled``), by uid.
+StatusSettled = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,7 @@ class ProfileHandle:
         profiles: Mapping[str, ProfileRuntime] | None = None,
         nominator: Nominator | None = None,
         record_event: RecordEvent | None = None,
+        status_settled: StatusSettled | None = None,
         jobs: BackgroundJobs | None = None,
         metrics: PluginMetrics | None = None,
     ) -> None:
@@ -151,6 +154,7 @@ class ProfileHandle:
         self._profiles: Mapping[str, ProfileRuntime] = {} if profiles is None else profiles
         self._nominator: Nominator = NoNominator() if nominator is None else nominator
         self._record_event = record_event
+        self._status_settled = status_settled
         self._jobs = BackgroundJobs() if jobs is None else jobs
         self._metrics: PluginMetrics = _NoMetrics() if metrics is None else metrics
         self._runner: PluginsRunner | None = None
@@ -235,6 +239,10 @@ class ProfileHandle:
 
     def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:
         self._jobs.spawn(job, name=name)
+
+    async def pod_status_settled(self, uid: str) -> None:
+        if self._status_settled is not None:
+            await self._status_settled(uid)
 
     @property
     def metrics(self) -> PluginMetrics:

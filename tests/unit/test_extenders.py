@@ -427,6 +427,29 @@ def test_unreachable_extender_fails_the_cycle_unless_ignorable() -> None:
     assert len(client.bindings) == 1  # filter and bind errors ignored: DefaultBinder bound it
 
 
+def test_an_extender_error_on_the_nominated_node_falls_back_to_the_full_search() -> None:
+    # Upstream findNodesThatFitPod: an error of evaluateNominatedNode is logged and every node is searched; the
+    # extender is asked again there (and answers this time).
+    answered: list[list[str]] = []
+
+    def flaky(_: str, body: Mapping[str, Any]) -> Any:
+        if not answered:
+            answered.append([])
+            raise ExtenderError(f'Post "{URL}/filter": context deadline exceeded')
+        answered.append(names_of(body))
+        return {"NodeNames": [n for n in names_of(body) if n != "n1"], "FailedNodes": {}}
+
+    transport = FakeTransport({(URL, "filter"): flaky})
+    app, client = cluster(transport, [{"urlPrefix": URL, "filterVerb": "filter", "nodeCacheCapable": True}])
+    pod = pending("p")
+    pod["status"]["nominatedNodeName"] = "n2"
+    app.on_pod_event("ADDED", pod)
+    drive(app)
+    assert [names_of(body) for _, _, body in transport.calls] == [["n2"], ["n1", "n2", "n3"]]
+    assert [name for _, name, _ in client.bindings] == ["p"]
+    assert not [e for e in client.events if e["reason"] == "FailedScheduling"]
+
+
 def test_profiles_without_extenders_never_await_nor_call() -> None:
     transport = FakeTransport()
     app, client = cluster(transport, [])

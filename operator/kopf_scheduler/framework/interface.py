@@ -176,6 +176,12 @@ class Handle(Protocol):
         runtime keeps the task, logs an exception it raises, and cancels it at shutdown."""
         ...
 
+    async def pod_status_settled(self, uid: str) -> None:
+        """Return once the status writes the scheduler has sent for this pod (its PodScheduled condition and
+        ``status.nominatedNodeName``, patched when its attempt failed) are answered; at once if none is pending.
+        Preemption evicts its victims after the preemptor's nomination is written (``executor.py``)."""
+        ...
+
     @property
     def metrics(self) -> PluginMetrics:
         """Where plugins record the metrics upstream's plugins record themselves."""

@@ -121,6 +121,8 @@ class PreemptionHandle:
         #: The ``related`` pod of each event, by name.
         self.related: list[str | None] = []
         self.jobs: list[Coroutine[Any, Any, None]] = []
+        #: Uids whose pending status writes the executor waited for, in order.
+        self.settled: list[str] = []
         self.plugins_runner: PluginsRunner | None = None
         self.extenders: tuple[Extender, ...] = ()
 
@@ -168,6 +170,9 @@ class PreemptionHandle:
 
     def spawn(self, job: Coroutine[Any, Any, None], *, name: str) -> None:
         self.jobs.append(job)
+
+    async def pod_status_settled(self, uid: str) -> None:
+        self.settled.append(uid)
 
     def __del__(self) -> None:
         for job in self.jobs:  # spawned but not run by the test
@@ -802,6 +807,7 @@ def test_execution_sequence() -> None:
     )
     assert handle.metrics.victims == [3]
     handle.run_jobs()
+    assert handle.settled == ["uid-high"]  # the preemptor's nomination is written first (test_preemption_order.py)
     calls = handle.client.calls
     assert calls[0] == ("patch", "nominee", {"status": {"nominatedNodeName": None}})
     assert handle.nominator.deleted == ["nominee"]

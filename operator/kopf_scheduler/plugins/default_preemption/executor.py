@@ -80,6 +80,15 @@ class PreemptionExecutor:
     PreemptionAsync benchmark: one preemptor evicted pods on eight nodes). So the hold lasts until *every*
     victim is watched gone from its node (deleted, terminating, or no longer bound there), also after the API
     work finished. A pod group's victims may be on many nodes: each is watched on its own.
+
+    And the API work starts once the preemptor's nomination is written (:meth:`nomination_written`). Upstream's
+    ``handleSchedulingFailure`` patches it (``updatePod``, synchronous) while this goroutine is still on its first
+    call, and a victim's DELETE is its second (after the DisruptionTarget patch), over the same HTTP/2 connection:
+    the preemptor's next attempt, which a victim's deletion triggers, finds ``status.nominatedNodeName`` set and
+    tries that node alone first (``evaluateNominatedNode``). Ours writes over a pool of HTTP/1.1 connections, where
+    the DELETE, reusing the connection the victim's patch just freed, overtook a nomination patch that was still
+    opening its own connection; the preemptor then came back without its nomination and the full search bound it
+    elsewhere (issue 37: conformance seed 690415, p25 bound to n44, nominated for n04).
     """
 
     def __init__(self, handle: Handle, plugin_name: str) -> None:
@@ -136,6 +145,7 @@ class PreemptionExecutor:
     async def run(self, candidate: Candidate, preemptor: ExecutorPreemptor, victims: Sequence[PodInfo]) -> None:
         failed = False
         try:
+            await self.nomination_written(preemptor)
             try:
                 await self.clear_lower_nominations(candidate.name, preemptor)
             except Exception:
@@ -169,6 +179,12 @@ class PreemptionExecutor:
             if failed:
                 self._victims.pop(preemptor.uid, None)
                 self.handle.activate(preemptor.pods)
+
+    async def nomination_written(self, preemptor: ExecutorPreemptor) -> None:
+        """Wait until the status writes pending for the preemptor's pods (the failed attempt's condition and the
+        nomination that goes with it) are answered, so that the nomination is watched before any victim goes."""
+        for pod in preemptor.pods:
+            await self.handle.pod_status_settled(pod.uid)
 
     async def preempt_pod(self, candidate: Candidate, preemptor: ExecutorPreemptor, victim: PodInfo) -> None:
         """Upstream ``Executor.PreemptPod``: preempt it at Permit (no API call), or mark it DisruptionTarget and
