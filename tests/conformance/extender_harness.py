@@ -159,7 +159,9 @@ def section(data: Mapping[str, Any], calls: Mapping[str, int]) -> str:
         f"- scenarios: {data.get('scenarios')}, pods: {data.get('pods')}, agree: **{data.get('agree')}**, "
         f"disagree: {data.get('disagree')} ({data.get('known')} known)",
         f"- extender calls (both schedulers): {', '.join(f'{v} {k}' for k, v in sorted(calls.items())) or 'none'}",
-        f"- run: `{run.get('command', '')}`, {run.get('seconds', '?')} s",
+        f"- run: `{run.get('command', '')}`, {run.get('seconds', '?')} s, seeds {run.get('seeds', '?')}"
+        f"{' (drawn fresh for this run)' if run.get('seeds_fresh') else ''}, started {run.get('date', '?')}, "
+        f"commit {run.get('commit', '?')}",
     ]
     for item in data.get("disagreements") or ():
         lines.append(f"- disagreement: seed {item['seed']} {item['pod']}: {item['problems']}")

@@ -268,6 +268,20 @@ spec:
 # i.e. 100m and the 200Mi default; we scored 46 = (42 + 50)/2 from the pod-level 2 cpu / 4Gi.
 """,
     ),
+    Finding(
+        summary="A preemptor with an extender bound to another node than its nomination once its victim went "
+        "(extenders, seed 690415, c690415-a/p25: nominated for n04 on both sides, ours bound to n44).",
+        cause="Upstream's next attempt of a nominated pod tries its `status.nominatedNodeName` alone first "
+        "(`evaluateNominatedNode`); its `handleSchedulingFailure` writes the nomination while the preemption "
+        "goroutine is still on its first call, so the nomination is watched before any victim's deletion. Ours "
+        "started the victims' writes at once over a pool of HTTP/1.1 connections, where a victim's DELETE could "
+        "overtake the nomination patch; the preemptor came back without its nomination and the full search (the "
+        "extender scoring n44 above n04) bound it elsewhere.",
+        fix="The preemption executor evicts once the preemptor's pending status writes (its condition and "
+        "nomination) are answered (`PreemptionExecutor.nomination_written`, `tests/unit/test_preemption_order.py`); "
+        "on the way, an extender error on the nominated node now falls back to the full search as upstream's "
+        "(commit 21941dc).",
+    ),
 )
 
 

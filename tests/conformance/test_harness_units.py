@@ -1094,3 +1094,16 @@ def test_extended_resources_come_with_a_backing_class_and_leave_the_device_pass_
     assert plain.resource_claims == scenario.resource_claims
     assert plain.resource_slices == scenario.resource_slices
     assert plain.device_classes == [c for c in scenario.device_classes if c is not backing]
+
+
+def test_the_extender_section_says_which_seeds_and_commit_it_ran() -> None:
+    from tests.conformance.extender_harness import section
+
+    run = {"command": "python -m tests.conformance --extender-only", "seconds": 309.3, "seeds": "28098..28109"}
+    run |= {"seeds_fresh": True, "date": "2026-11-28 15:58 UTC", "commit": "21941dc"}
+    data = {"scenarios": 12, "pods": 195, "agree": 195, "disagree": 0, "known": 0, "run": run}
+    text = section(data, {"filter": 210})
+    assert (
+        "- run: `python -m tests.conformance --extender-only`, 309.3 s, seeds 28098..28109 (drawn fresh for this run), "
+        "started 2026-11-28 15:58 UTC, commit 21941dc" in text
+    )
