@@ -59,7 +59,7 @@ help:
 	@echo "                  (BENCH_SCALE_NODES/BENCH_SCALE_PODS): bench/results/scale.json + docs/benchmarks.md"
 	@echo "make soak      fault and frozen-replica e2e scenarios, longer and bigger (SOAK_ROUNDS, default 5; SOAK_SCALE,"
 	@echo "               default 3x nodes and bursts) and the fuzz tests (SOAK_FUZZ_EXAMPLES per test, default 2000):"
-	@echo "               bench/results/soak.json (~1 h on 2 CPUs)"
+	@echo "               bench/results/soak.json (46 min on 2 CPUs)"
 	@echo "make conformance  differential run vs kube-scheduler (CONFORMANCE_SCENARIOS, default 100, ~40 min) and"
 	@echo "                  profile validation (CONFORMANCE_VALIDATION_SPECS, default 400)"
 	@echo "                  and gang timelines (CONFORMANCE_GANG_TIMELINES, default 24)"
