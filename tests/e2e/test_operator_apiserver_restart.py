@@ -70,16 +70,19 @@ def _create_through_outage(cluster: Cluster, namespace: str, manifests: list[dic
 
 @pytest.fixture
 def fresh_controller_manager_afterwards(cluster: Cluster) -> Iterator[None]:
-    """Leave the shared cluster as we found it: restart the controller-manager after the test.
+    """Leave the shared cluster as we found it: restart the controller-manager and kwok after the test.
 
     After a long outage the controller-manager's informers sit in client-go's reflector backoff (up to
     30 s, plus jitter) before they list again, so the next test's namespace waited that long for its
-    ``default`` ServiceAccount (CI saw it time out). A fresh controller-manager lists at once. It runs after
-    the test, so it cannot help the operator under test recover.
+    ``default`` ServiceAccount (CI saw it time out). kwok is a client-go program too: once, the next test's pods
+    were bound but never turned Running within 60 s (kwok still retrying stages of this test's deleted pods,
+    then silent; test_operator_coscheduling.py's group stayed in phase Scheduling). Fresh ones list at once.
+    This runs after the test, so it cannot help the operator under test recover.
     """
     yield
-    if cluster.local is not None and "kube-controller-manager" in cluster.local.components:
-        cluster.local.restart_component("kube-controller-manager")
+    for component in ("kube-controller-manager", "kwok"):
+        if cluster.local is not None and component in cluster.local.components:
+            cluster.local.restart_component(component)
 
 
 @pytest.mark.usefixtures("fresh_controller_manager_afterwards")
