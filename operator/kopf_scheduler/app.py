@@ -102,6 +102,9 @@ WORKLOAD_API_NOT_SERVED = (
 #: kopf has the event loop almost to itself and the first pods still bind before its LIST is in.
 LISTING_QUIET_SECONDS = 0.25
 
+#: The kinds whose listed objects count as kopf listing (see LISTING_QUIET_SECONDS).
+_LISTED_KINDS = frozenset(watched.kind for watched in WATCHED_KINDS if watched.feed in (Feed.POD, Feed.NODE))
+
 
 def in_a_new_window(previous: float, now: float) -> bool:
     """Whether ``now`` is in a later whole second than ``previous``: backoffQ is flushed once per window, at its
@@ -115,9 +118,6 @@ def until_next_window(now: float) -> float:
     """Seconds to the next whole second (how long an idle loop may wait before that window's flush is due)."""
     return math.floor(now) + 1.0 - now
 
-
-#: The kinds whose listed objects count as kopf listing (see LISTING_QUIET_SECONDS).
-_LISTED_KINDS = frozenset(watched.kind for watched in WATCHED_KINDS if watched.feed in (Feed.POD, Feed.NODE))
 
 __all__ = [
     "GC_THRESHOLDS",
