@@ -65,7 +65,12 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         "without a verdict against us. Upstream tries a gang's placements in random order (a Go map) and words an",
         "unschedulable gang's members after the first one, and may retry such a gang for as long as the timeline",
         "runs: when only pods' messages keep changing for 10 s, the step is judged on the states upstream cycled",
-        "through (ours must show one of them).",
+        "through (ours must show one of them). A step whose differences none of that explains is not reported at",
+        "once: upstream's cluster is emptied and the timeline replayed on it alone up to that step, up to three times",
+        "(`tests/conformance/timeline_replay.py`). When upstream reaches our state after every step in one replay,",
+        "our outcome is one of upstream's own (an outcome that hangs on when actions land against its backoff",
+        "windows), the step agrees and the timeline goes on from there; the first run's differences are listed below.",
+        "Otherwise it is a disagreement.",
         "",
         f"- run: `{run.get('command', '')}`, {round(float(run.get('seconds') or 0), 1)} s, "
         f"started {run.get('started', '?')}, "
@@ -75,7 +80,8 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         f"- seeds: {seeds[0] if seeds else '-'}..{seeds[-1] if seeds else '-'} (drawn fresh for this run; replay one "
         "with `python -m tests.conformance --gang-only --gang-timelines 1 --gang-seed-start SEED`); switches: "
         f"{', '.join(data.get('switches') or []) or 'none'}",
-        f"- timelines: {data.get('timelines')}, agree: **{data.get('agree')}**, disagree: {data.get('disagree')} "
+        f"- timelines: {data.get('timelines')}, agree: **{data.get('agree')}** (of which after an upstream replay: "
+        f"{data.get('agree_on_replay', 0)}), disagree: {data.get('disagree')} "
         f"({data.get('errors')} harness errors), diverged on a tie: {data.get('diverged_on_tie')}",
         f"- steps: {data.get('steps')}, agree: {data.get('steps_agree')}; steps with differences that a feature not "
         f"yet on main explains: {data.get('steps_pending')} ({_features(data.get('pending_features') or {})})",
@@ -120,14 +126,37 @@ def current_section(path: Path) -> str | None:
 def disagreement_lines(results: Sequence[TimelineResult]) -> list[str]:
     """The page's account of the timelines that disagree, step by step (or that none did); the gang and the
     default-profile timeline sections share it."""
+    lines = replay_lines(results)
     failing = [r for r in results if not r.agree]
     if not failing:
-        return ["No disagreement."]
-    lines = ["Disagreements:", ""]
+        return [*lines, "No disagreement."]
+    lines += ["Disagreements:", ""]
     for result in failing:
         lines.append(f"- seed {result.seed} ({result.profile}): {result.description}")
         if result.error:
             lines.append(f"  - harness error: {result.error}")
         for step in result.steps:
             lines += [f"  - step {step.index} ({step.label}): {problem}" for problem in step.problems]
+    return lines
+
+
+def replay_lines(results: Sequence[TimelineResult]) -> list[str]:
+    """The steps that differed on the first run and agreed once upstream, replayed alone, reached our states
+    (timeline_replay.py): each with the first run's differences, so the reader judges the evidence too."""
+    replayed = [(r, s) for r in results for s in r.steps if s.upstream_replay]
+    if not replayed:
+        return []
+    lines = [
+        "Steps that differed on the first run and agree because upstream, replayed alone from the start of the "
+        "timeline, reached our state after every step up to them (`tests/conformance/timeline_replay.py`; the "
+        "first run's differences as they were):",
+        "",
+    ]
+    for result, step in replayed:
+        lines.append(
+            f"- seed {result.seed} ({result.profile}), step {step.index} ({step.label}): upstream reached ours on "
+            f"replay {step.upstream_replay}"
+        )
+        lines += [f"  - first run: {problem}" for problem in step.replayed]
+    lines.append("")
     return lines

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conformance import timeline_replay
 from tests.conformance.gang_known import PENDING
 from tests.conformance.gang_timelines import pinned_timelines, pinned_topology_timeline
 from tests.conformance.timeline_harness import TimelineHarness, TimelineResult, workload_aware_profiles
@@ -76,6 +77,18 @@ def test_an_unschedulable_gang_reads_as_upstream_with_all_four_gates(pinned: Tim
     # Nothing is excused as a feature main lacks (gang_known.PENDING), or only what is still pending.
     pending = [p for s in pinned.steps for p in s.pending]
     assert all(any(f"[{feature}" in p or f", {feature}" in p for feature in PENDING) for p in pending), pending
+
+
+def test_upstream_replayed_alone_reaches_our_states(harness: TimelineHarness, pinned: TimelineResult) -> None:
+    # The evidence a disagreeing step is judged by (timeline_replay.py): upstream's cluster emptied and the
+    # timeline played on it alone must reach our state after every step. The pinned timeline has no race and no
+    # tie, so every step must match; then upstream's cluster is emptied again for the next timeline.
+    (timeline,) = pinned_timelines("gang-scheduling")
+    assert len(harness.ours_states) == len(pinned.steps) == len(timeline.steps)
+    try:
+        assert timeline_replay.replay(harness, timeline, harness.ours_states) == len(timeline.steps)
+    finally:
+        harness.upstream.cleanup(timeline)
 
 
 def test_topology_constrained_gangs_agree_with_upstream(topology: TimelineResult) -> None:

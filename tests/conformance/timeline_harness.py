@@ -63,7 +63,7 @@ from kubernetes.client.rest import ApiException
 from kopf_scheduler.api.profile import SchedulerProfileSpec
 from kopf_scheduler.framework.builder import resolve_profile
 from kopf_scheduler.plugins.registry import default_registry
-from tests.conformance import gang_known, timeline_objects
+from tests.conformance import gang_known, timeline_objects, timeline_replay
 from tests.conformance.gang_ties import (
     CHURN,
     churn_explains,
@@ -559,6 +559,10 @@ class StepResult:
     seconds: float = 0.0
     #: Differences a feature not yet on main explains ("[Feature] text"; gang_known.py).
     pending: list[str] = field(default_factory=list)
+    #: The first run's differences, when upstream, replayed alone from the start, reached our states up to this
+    #: step on replay :attr:`upstream_replay` (timeline_replay.py): its own outcome, so no disagreement.
+    replayed: list[str] = field(default_factory=list)
+    upstream_replay: int | None = None
 
     @property
     def agree(self) -> bool:
@@ -600,6 +604,7 @@ class TimelineHarness:
         pending: frozenset[str] = gang_known.PENDING,
         recheck: bool = True,
         workload_aware: bool = True,
+        replays: int = timeline_replay.REPLAYS,
     ) -> None:
         if not profiles:
             raise ValueError("no profiles to compare")
@@ -612,6 +617,9 @@ class TimelineHarness:
         self.pending = pending
         #: Judge a disagreement again after :data:`RECHECK` seconds (off: a quick run reports it at once).
         self.recheck = recheck
+        self.recheck_seconds = RECHECK
+        #: How often upstream is replayed alone when a step disagrees (timeline_replay.py; 0: never).
+        self.replays = replays
         self.profiles = list(profiles)
         self.log = log
         self.upstream = UpstreamSide("upstream", work_dir / "upstream" if work_dir else None)
@@ -620,6 +628,10 @@ class TimelineHarness:
         self._probes = 0
         #: The states upstream cycled through in the last settle whose messages never settled (gang_ties.py).
         self.upstream_variants: list[State] = []
+        #: The last step's settled states (upstream, ours).
+        self.last_states: tuple[State, ...] = ()
+        #: Our settled state after each step of the last timeline played (timeline_replay.py compares with them).
+        self.ours_states: list[State] = []
 
     def __enter__(self) -> TimelineHarness:
         self.start()
@@ -660,15 +672,18 @@ class TimelineHarness:
         for side in self.sides:
             side.ensure_namespace(timeline.namespace)
         self._volumes_seed = timeline.seed if "volumes" in timeline.features else None
+        ours: list[State] = []
+        self.ours_states = ours
         try:
             for index, step in enumerate(timeline.steps):
                 step_result = self._play(timeline, index, step)
                 result.steps.append(step_result)
+                ours.append(self.last_states[1])
                 if step_result.tie:
                     result.diverged_on_tie = index
                     break
-                if step_result.problems:  # the states differ from here on: later steps would only echo it
-                    break
+                if step_result.problems and not timeline_replay.explain(self, timeline, step_result, ours):
+                    break  # the states differ from here on: later steps would only echo it
         except Exception as e:  # one broken timeline must not end the run
             result.error = f"{type(e).__name__}: {e}"
         finally:
@@ -684,24 +699,14 @@ class TimelineHarness:
     def _play(self, timeline: Timeline, index: int, step: Step) -> StepResult:
         started = time.monotonic()
         mark = self.upstream.log.mark()
-        refused: dict[str, list[str]] = {"upstream": [], "ours": []}
-        for number, action in enumerate(step.actions):
-            if number and timeline.needs_start_times:
-                # A preempting pod's victims go asynchronously, and a pod created meanwhile may or may not meet
-                # them gone, even upstream against itself: with preemption, every action waits for quiet.
-                self._settle(timeline.namespace)
-            for side in self.sides:
-                error = side.apply(action, timeline.namespace)
-                if error:
-                    refused[side.name].append(error)
-        if step.node_sync:
-            self._sync_nodes(timeline.namespace, timeline.profile)
-        upstream, ours = self._settle(timeline.namespace)
-        problems = self._compare(upstream, ours)
+        refused = self.apply_step(timeline, step, self.sides)
+        upstream, ours = self.settle(timeline.namespace)
+        problems = self.differences(upstream, ours)
         if any(not p.pending for p in problems) and self.recheck:
             time.sleep(RECHECK)  # judged again after the longest backoff, so timing alone is not reported
-            upstream, ours = self._settle(timeline.namespace)
-            problems = self._compare(upstream, ours)
+            upstream, ours = self.settle(timeline.namespace)
+            problems = self.differences(upstream, ours)
+        self.last_states = (upstream, ours)
         if refused["upstream"] != refused["ours"]:
             problems.append(Problem(f"the API servers refused differently: {refused}"))
         tie = False
@@ -727,7 +732,23 @@ class TimelineHarness:
             pending=[f"[{', '.join(p.pending)}] {p.text}" for p in problems if p.pending],
         )
 
-    def _compare(self, upstream: State, ours: State) -> list[Problem]:
+    def apply_step(self, timeline: Timeline, step: Step, sides: Sequence[Side]) -> dict[str, list[str]]:
+        """Perform a step's actions on ``sides`` (then sync their nodes if the step asks); the refusals per side."""
+        refused: dict[str, list[str]] = {side.name: [] for side in self.sides}
+        for number, action in enumerate(step.actions):
+            if number and timeline.needs_start_times:
+                # A preempting pod's victims go asynchronously, and a pod created meanwhile may or may not meet
+                # them gone, even upstream against itself: with preemption, every action waits for quiet.
+                self.settle(timeline.namespace, sides)
+            for side in sides:
+                error = side.apply(action, timeline.namespace)
+                if error:
+                    refused[side.name].append(error)
+        if step.node_sync:
+            self._sync_nodes(timeline.namespace, timeline.profile, sides)
+        return refused
+
+    def differences(self, upstream: State, ours: State) -> list[Problem]:
         """The differences, but for a class whose outcomes upstream showed while its messages never settled."""
         variants = self.upstream_variants
         if variants:
@@ -743,28 +764,30 @@ class TimelineHarness:
                 os.truncate(path, 0)
                 self.upstream.log.offset = 0
 
-    def _settle(self, namespace: str) -> tuple[State, State]:
-        """Both states once neither has changed for :data:`QUIET` seconds, or once only pods' PodScheduled
-        messages have changed for :data:`~tests.conformance.gang_ties.CHURN` seconds (upstream's random order of
-        placements, gang_ties.py; the states upstream cycled through are kept in :attr:`upstream_variants`)."""
+    def settle(self, namespace: str, sides: Sequence[Side] | None = None) -> tuple[State, ...]:
+        """The states of ``sides`` (default both, upstream first) once none has changed for :data:`QUIET`
+        seconds, or once only pods' PodScheduled messages have changed for
+        :data:`~tests.conformance.gang_ties.CHURN` seconds (upstream's random order of placements, gang_ties.py;
+        the states upstream cycled through are kept in :attr:`upstream_variants`)."""
+        sides = self.sides if sides is None else tuple(sides)
         deadline = time.monotonic() + SETTLE_TIMEOUT
-        last: tuple[State, State] | None = None
-        changing: dict[str, list[str]] = {"upstream": [], "ours": []}
+        last: tuple[State, ...] | None = None
+        changing: dict[str, list[str]] = {side.name: [] for side in sides}
         stable_since = structure_since = time.monotonic()
         variants: dict[str, State] = {}
         while True:
-            states = (self.upstream.snapshot(namespace), self.ours.snapshot(namespace))
+            states = tuple(side.snapshot(namespace) for side in sides)
             now = time.monotonic()
             if last is None or [s.key() for s in states] != [s.key() for s in last]:
                 if last is None or [structure_key(s) for s in states] != [structure_key(s) for s in last]:
                     structure_since, variants = now, {}
                 if last is not None:
-                    for name, old, new in zip(("upstream", "ours"), last, states, strict=True):
+                    for name, old, new in zip((side.name for side in sides), last, states, strict=True):
                         if old.key() != new.key():
                             changing[name] = _changes(old, new)
                 last, stable_since = states, now
             variants.setdefault(states[0].key(), states[0])
-            if now - stable_since >= (QUIET if self.workload_aware else DEFAULT_QUIET) and self._queues_idle():
+            if now - stable_since >= (QUIET if self.workload_aware else DEFAULT_QUIET) and self._queues_idle(sides):
                 self.upstream_variants = []
                 return states
             if now - structure_since >= CHURN:
@@ -773,23 +796,23 @@ class TimelineHarness:
             if now > deadline:
                 raise TimeoutError(
                     f"the state of {namespace} did not settle within {SETTLE_TIMEOUT:.0f}s; last changes: "
-                    f"upstream {changing['upstream'][:3]}, ours {changing['ours'][:3]}"
+                    + ", ".join(f"{name} {changes[:3]}" for name, changes in changing.items())
                 )
-            for side in self.sides:
+            for side in sides:
                 if not side.alive():
                     raise RuntimeError(f"{side.name}'s scheduler or control plane died")
                 if self._volumes_seed is not None:
                     timeline_objects.stand_in(side.api, self._volumes_seed)
             time.sleep(POLL)
 
-    def _queues_idle(self) -> bool:
-        """Default-profile timelines: no pod is active or backing off on either side (it would be retried yet).
+    def _queues_idle(self, sides: Sequence[Side]) -> bool:
+        """Default-profile timelines: no pod is active or backing off on ``sides`` (it would be retried yet).
         Gang timelines do not wait so (a gang upstream retries in a loop never leaves the queues)."""
-        return self.workload_aware or all(side.queues_busy() == 0 for side in self.sides)
+        return self.workload_aware or all(side.queues_busy() == 0 for side in sides)
 
-    def _sync_nodes(self, namespace: str, profile: str) -> None:
-        """Wait until both schedulers' caches hold exactly the cluster's nodes: a probe pod that fits nowhere
-        must be told ``0/N nodes are available`` with N the cluster's node count."""
+    def _sync_nodes(self, namespace: str, profile: str, sides: Sequence[Side]) -> None:
+        """Wait until the schedulers of ``sides`` hold exactly their cluster's nodes in their caches: a probe pod
+        that fits nowhere must be told ``0/N nodes are available`` with N the cluster's node count."""
         self._probes += 1
         name = f"probe-{self._probes}"
         probe = {
@@ -803,14 +826,14 @@ class TimelineHarness:
                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
             },
         }
-        for side in self.sides:
+        for side in sides:
             side.ensure_namespace(namespace)
             side.core.create_namespaced_pod(namespace, probe)
         try:
-            for side in self.sides:
+            for side in sides:
                 self._wait_probe(side, namespace, name)
         finally:
-            for side in self.sides:
+            for side in sides:
                 with contextlib.suppress(ApiException):
                     side.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
@@ -837,6 +860,8 @@ def summary(results: Sequence[TimelineResult]) -> dict[str, Any]:
         "disagree": sum(not r.agree for r in results),
         "errors": sum(r.error is not None for r in results),
         "diverged_on_tie": sum(r.diverged_on_tie is not None for r in results),
+        #: Timelines that agree because upstream, replayed alone, reached our states (timeline_replay.py).
+        "agree_on_replay": sum(any(st.upstream_replay for st in r.steps) for r in results),
         "steps": len(steps),
         "steps_agree": sum(s.agree for s in steps),
         "steps_pending": sum(bool(s.pending) for s in steps),

@@ -78,7 +78,10 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         "outcome hangs on that timer. The light control planes run no controllers: a PodDisruptionBudget is created",
         "with the status the generator drew, and the PV controller's half of a binding is done on both sides alike",
         "(`tests/conformance/timeline_objects.py`). A tie upstream broke the other way (our node among its",
-        "highest-score nodes) ends the comparison of that timeline without a verdict against us.",
+        "highest-score nodes) ends the comparison of that timeline without a verdict against us. A step that differs",
+        "otherwise is replayed on upstream alone from the timeline's start, up to three times",
+        "(`tests/conformance/timeline_replay.py`): if upstream reaches our state after every step, the step agrees",
+        "(listed below with the first run's differences) and the timeline goes on; if not, it is a disagreement.",
         "",
         f"- run: `{run.get('command', '')}`, {round(float(run.get('seconds') or 0), 1)} s "
         f"({data.get('workers', 1)} harnesses in parallel), started {run.get('started', '?')}, "
@@ -95,7 +98,8 @@ def section(data: Mapping[str, Any], results: Sequence[TimelineResult]) -> str:
         "with `python -m tests.conformance --timelines-only --timelines 1 --timeline-seed-start SEED`)",
         f"- timelines: {data.get('timelines')} of {data.get('requested')} requested"
         + (f" (time budget {data.get('budget_seconds'):.0f} s)" if data.get("budget_seconds") else "")
-        + f", agree: **{data.get('agree')}**, disagree: {data.get('disagree')} "
+        + f", agree: **{data.get('agree')}** (of which after an upstream replay: {data.get('agree_on_replay', 0)}), "
+        f"disagree: {data.get('disagree')} "
         f"({data.get('errors')} harness errors), diverged on a tie: {data.get('diverged_on_tie')}",
         f"- steps compared: {data.get('steps')}, agree: {data.get('steps_agree')}; pods at the end: {data.get('pods')}",
         "",
