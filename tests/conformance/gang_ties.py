@@ -30,7 +30,7 @@ from tests.conformance.gang_timelines import Timeline
 from tests.conformance.oracle import parse_line
 
 if TYPE_CHECKING:
-    from tests.conformance.timeline_harness import Problem, State
+    from tests.conformance.timeline_state import Problem, State
 
 #: Upstream's log line with a placement's total score (schedule_one_podgroup.go, V(10)).
 PLACEMENT_SCORE = "Calculated placement's final score for podGroup"

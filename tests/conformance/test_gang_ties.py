@@ -15,7 +15,7 @@ from tests.conformance.gang_timelines import (
     pod_group_manifest,
     pod_manifest,
 )
-from tests.conformance.timeline_harness import compare, state_of, tie_explains
+from tests.conformance.timeline_state import compare, state_of, tie_explains
 
 SCORE = 'I1128 09:17:04.399402   28626 schedule_one_podgroup.go:737] "Calculated placement\'s final score for podGroup"'
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from tests.conformance import timeline_replay
 from tests.conformance.gang_timelines import Step, Timeline
-from tests.conformance.timeline_harness import PodOutcome, State, StepResult, compare
+from tests.conformance.timeline_harness import StepResult
+from tests.conformance.timeline_state import PodOutcome, State, compare
 
 
 def _state(**nodes: str | None) -> State:

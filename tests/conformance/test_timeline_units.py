@@ -10,14 +10,8 @@ import pytest
 from tests.conformance.gang_known import GROUP_PREEMPTION, PLACEMENT, explain_class, explain_group
 from tests.conformance.gang_timelines import CLASS_ANNOTATION, FEATURES, generate_timeline, pinned_timelines
 from tests.conformance.runner import ProfileDef
-from tests.conformance.timeline_harness import (
-    PodOutcome,
-    compare,
-    oracle_profile,
-    state_of,
-    tie_explains,
-    top_sets_from_log,
-)
+from tests.conformance.timeline_harness import oracle_profile
+from tests.conformance.timeline_state import PodOutcome, compare, state_of, tie_explains, top_sets_from_log
 
 GANG = ProfileDef("gang", {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}, "test")
 FIT = "0/3 nodes are available: 3 Insufficient cpu. no new claims to deallocate, preemption: "

@@ -29,7 +29,8 @@ from tests.e2e.operator_process import metric_value
 
 if TYPE_CHECKING:
     from tests.conformance.gang_timelines import Timeline
-    from tests.conformance.timeline_harness import Side, State, StepResult, TimelineHarness
+    from tests.conformance.timeline_harness import Side, StepResult, TimelineHarness
+    from tests.conformance.timeline_state import State
 
 #: How many times upstream is replayed before a difference stays a disagreement.
 REPLAYS = 3
