@@ -15,7 +15,7 @@ their own, see big_clusters.py; seeds drawn fresh unless ``--big-seed-start``) w
 ``bench/results/conformance-big-clusters.json`` and the page's big-cluster section. Exits 1 when a disagreement
 is not explained by ``tests/conformance/known.py`` (scenarios; big clusters allow none) or is not a documented
 deviation (validation), so it can gate CI too. Then the default-profile timelines (``--timelines``, default
-``$CONFORMANCE_TIMELINES`` or 24: multi-step scenarios, see timeline_run.py) write
+``$CONFORMANCE_TIMELINES`` or 80: multi-step scenarios, see timeline_run.py) write
 ``bench/results/conformance-timelines.json`` and the page's timelines section.
 
 Seeds are fresh on every run (issue 37): the first seed is drawn at random unless ``--seed-start`` gives it, and
@@ -42,6 +42,7 @@ from tests.conformance import (
     big_report,
     extender_harness,
     gang_report,
+    parts_report,
     profile_validation,
     timeline_report,
     timeline_run,
@@ -178,39 +179,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seed_start is None:
         args.seed_start = fresh_seed()
         print(f"seeds start at {args.seed_start} (drawn fresh; rerun this range with --seed-start {args.seed_start})")
+    failed = run_parts(args, parser, command.strip())
+    if not args.no_write:
+        parts_report.refresh(args.json.parent, args.doc)
+        print(f"wrote the table of the suite's parts in {args.doc}")
+    return failed
+
+
+def run_parts(args: argparse.Namespace, parser: argparse.ArgumentParser, command: str) -> int:
+    """The parts the arguments ask for (one ``--*-only`` part, or all of them); nonzero if one disagreed."""
     if args.extender_only:
-        return run_extender_scenarios(args, command.strip())
+        return run_extender_scenarios(args, command)
     if args.gang_only:
-        return run_gang_timelines(args, command.strip())
+        return run_gang_timelines(args, command)
     if args.big_only:
-        return run_big_clusters(args, command.strip())
+        return run_big_clusters(args, command)
     if args.timelines_only:
-        return timeline_run.run_default_timelines(args, command.strip())
+        return timeline_run.run_default_timelines(args, command)
     # The generated sections of the other comparisons, read before the scenario report rewrites the page.
     kept_timelines = timeline_report.current_section(args.doc)
     kept_gangs = gang_report.current_section(args.doc)
     kept_big = big_report.current_section(args.doc)
     kept_section = validation_report.current_section(args.doc)
     extender_section = extender_harness.current_section(args.doc)
-    failed = 0 if args.validation_only else run_scenarios(args, parser, command.strip())
+    failed = 0 if args.validation_only else run_scenarios(args, parser, command)
     if not args.validation_only and args.extender_scenarios > 0:
-        failed |= run_extender_scenarios(args, command.strip())
+        failed |= run_extender_scenarios(args, command)
     elif extender_section is not None and not args.no_write:
         extender_harness.put_section(extender_section, args.doc)  # the scenario report rewrote the page
     if args.validation_specs > 0:
-        failed |= run_validation(args, command.strip())
+        failed |= run_validation(args, command)
     elif kept_section is not None and not args.no_write:
         validation_report.put_section(kept_section, args.doc)  # the scenario report rewrote the page
     if not args.validation_only and args.gang_timelines > 0:
-        failed |= run_gang_timelines(args, command.strip())
+        failed |= run_gang_timelines(args, command)
     elif kept_gangs is not None and not args.no_write:
         gang_report.put_section(kept_gangs, args.doc)  # the scenario report rewrote the page
     if not args.validation_only and args.big_clusters > 0:
-        failed |= run_big_clusters(args, command.strip())
+        failed |= run_big_clusters(args, command)
     elif kept_big is not None and not args.no_write:
         big_report.put_section(kept_big, args.doc)  # the scenario report rewrote the page
     if not args.validation_only and args.timelines > 0:
-        failed |= timeline_run.run_default_timelines(args, command.strip())
+        failed |= timeline_run.run_default_timelines(args, command)
     elif kept_timelines is not None and not args.no_write:
         timeline_report.put_section(kept_timelines, args.doc)  # the scenario report rewrote the page
     return failed
@@ -235,8 +245,9 @@ def run_big_clusters(args: argparse.Namespace, command: str) -> int:
             print(f"big cluster {i + 1}/{args.big_clusters}: seed {seed} ({result.nodes} nodes) {profile.name}: "
                   f"{agree}/{len(result.pods)} agree in {result.seconds:.1f}s", flush=True)  # fmt: skip
     run = RunInfo.collect(
-        command=command, seed_start=seed_start, sizes="big", seconds=time.monotonic() - started, started=started_at
-    )
+        command=command, seed_start=seed_start, sizes="big", seconds=time.monotonic() - started, started=started_at,
+        seeds_fresh=args.big_seed_start is None,
+    )  # fmt: skip
     data = big_report.summary(rows, vars(run))
     if not args.no_write:
         path = big_report.write_json(data, args.json)
@@ -277,8 +288,9 @@ def run_gang_timelines(args: argparse.Namespace, command: str) -> int:
             if result.error:
                 print(f"  harness error: {result.error}", flush=True)
     run = RunInfo.collect(
-        command=command, seed_start=seed_start, sizes="-", seconds=time.monotonic() - started, started=started_at
-    )
+        command=command, seed_start=seed_start, sizes="-", seconds=time.monotonic() - started, started=started_at,
+        seeds_fresh=args.gang_seed_start is None,
+    )  # fmt: skip
     data = {**gang_summary(results), "switches": switches, "run": vars(run)}
     if not args.no_write:
         gang_report.write_json(data, results, args.json.parent / gang_report.GANG_JSON_PATH.name)

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from tests.conformance import parts_report
 from tests.conformance.devices import extended_devices_compared
 from tests.conformance.features import FEATURES, by_feature
 from tests.conformance.generator import PLUGINS
@@ -360,6 +361,9 @@ def write_markdown(
         "",
         f"**This run**: commit `{run['commit']}`, seeds {run['seeds']} ({_seed_origin(run)}), "
         f"{_duration(run['seconds'])} for the scenarios, started {run['date']}; `{run['command']}`.",
+        "",
+        parts_report.SECTION_START,
+        parts_report.SECTION_END,
         "",
         "## What is compared",
         "",
