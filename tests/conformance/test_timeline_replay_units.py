@@ -1,12 +1,16 @@
-"""timeline_replay.explain against a fake harness: a step agrees only when a replay of upstream reaches our states
-at every step up to it, and the first run's differences stay on record."""
+"""The harness's own judgement against fakes: timeline_replay.explain (a step agrees only when a replay of upstream
+reaches our states at every step up to it, and the first run's differences stay on record) and the node sync's
+probes (a probe judged before the last node arrived is replaced)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
-from tests.conformance import timeline_replay
+import pytest
+
+from tests.conformance import timeline_harness, timeline_replay
 from tests.conformance.gang_timelines import Step, Timeline
 from tests.conformance.timeline_harness import StepResult
 from tests.conformance.timeline_state import PodOutcome, State, compare
@@ -112,3 +116,54 @@ def test_no_replays_asked_leaves_upstream_alone() -> None:
     assert not timeline_replay.explain(_FakeHarness(upstream, replays=0), TIMELINE, step, OURS)  # type: ignore[arg-type]
     assert upstream.cleanups == 0
     assert step.problems
+
+
+class _ProbedCore:
+    """A side's API: each probe is judged once, against the nodes its scheduler held then (``counts`` in turn)."""
+
+    def __init__(self, counts: Sequence[int]) -> None:
+        self.counts = list(counts)
+        self.judged: dict[str, int] = {}
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+
+    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        self.created.append(name)
+        self.judged[name] = self.counts.pop(0) if len(self.counts) > 1 else self.counts[0]
+
+    def read_namespaced_pod(self, name: str, namespace: str) -> Any:
+        message = f"0/{self.judged[name]} nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+        condition = SimpleNamespace(type="PodScheduled", message=message)
+        return SimpleNamespace(status=SimpleNamespace(conditions=[condition]))
+
+    def delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: int) -> None:
+        self.deleted.append(name)
+
+
+def test_a_probe_judged_before_the_last_node_arrived_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Seen on seed 163272: upstream judged the probe between a step's second and third node (0/2), and a node that
+    # does not match the probe's selector never wakes it. A fresh probe reads the cache as it is now.
+    monkeypatch.setattr(timeline_harness, "PROBE_PATIENCE", 0.05)
+    monkeypatch.setattr(timeline_harness, "POLL", 0.01)
+    core = _ProbedCore([2, 3])
+    side = SimpleNamespace(name="upstream", core=core, ensure_namespace=lambda namespace: None, node_count=lambda: 3)
+    harness = timeline_harness.TimelineHarness.__new__(timeline_harness.TimelineHarness)
+    harness._probes = 0
+    harness._sync_nodes("ns", "p", [side])  # type: ignore[list-item]
+    assert core.created == ["probe-1", "probe-2"]
+    assert core.deleted == ["probe-1", "probe-2"]
+
+
+def test_a_scheduler_that_never_sees_the_nodes_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timeline_harness, "PROBE_PATIENCE", 0.02)
+    monkeypatch.setattr(timeline_harness, "POLL", 0.01)
+    monkeypatch.setattr(timeline_harness, "SYNC_TIMEOUT", 0.1)
+    core = _ProbedCore([2])
+    side = SimpleNamespace(name="ours", core=core, ensure_namespace=lambda namespace: None, node_count=lambda: 3)
+    harness = timeline_harness.TimelineHarness.__new__(timeline_harness.TimelineHarness)
+    harness._probes = 0
+    with pytest.raises(TimeoutError, match="ours's scheduler did not see the cluster's nodes"):
+        harness._sync_nodes("ns", "p", [side])  # type: ignore[list-item]
+    assert len(core.created) >= 2
+    assert core.deleted == core.created

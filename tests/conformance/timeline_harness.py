@@ -121,6 +121,10 @@ POLL = 0.25
 LOG_LIMIT = 50 * 2**20
 PODGROUPS = ("scheduling.k8s.io", "v1alpha2", "podgroups")
 PROBE_SELECTOR = {"conformance.kopf-scheduler.io/probe": "nowhere"}
+#: Seconds a probe may take to read the cluster's node count before a fresh probe replaces it.
+PROBE_PATIENCE = 5.0
+#: Seconds until the schedulers must hold the cluster's nodes (through fresh probes).
+SYNC_TIMEOUT = 60.0
 
 Log = Callable[[str], None]
 
@@ -586,33 +590,41 @@ class TimelineHarness:
 
     def _sync_nodes(self, namespace: str, profile: str, sides: Sequence[Side]) -> None:
         """Wait until the schedulers of ``sides`` hold exactly their cluster's nodes in their caches: a probe pod
-        that fits nowhere must be told ``0/N nodes are available`` with N the cluster's node count."""
-        self._probes += 1
-        name = f"probe-{self._probes}"
-        probe = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "labels": {"probe": "true"}},
-            "spec": {
-                "schedulerName": profile,
-                "terminationGracePeriodSeconds": 0,
-                "nodeSelector": PROBE_SELECTOR,
-                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-            },
-        }
-        for side in sides:
-            side.ensure_namespace(namespace)
-            side.core.create_namespaced_pod(namespace, probe)
-        try:
-            for side in sides:
-                self._wait_probe(side, namespace, name)
-        finally:
-            for side in sides:
-                with contextlib.suppress(ApiException):
-                    side.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        that fits nowhere must be told ``0/N nodes are available`` with N the cluster's node count.
 
-    def _wait_probe(self, side: Side, namespace: str, name: str) -> None:
-        deadline = time.monotonic() + 30
+        A probe is judged once against the nodes the scheduler holds at that moment; a node added a moment later
+        does not wake it (its node selector matches no node, so the queueing hint skips it), and its message keeps
+        the old count until the five-minute flush. So a probe that does not read right within
+        :data:`PROBE_PATIENCE` seconds is replaced by a fresh one (seen: upstream judged a probe between the second
+        and third node of a step, 0/2 for good)."""
+        deadline = time.monotonic() + SYNC_TIMEOUT
+        waiting = list(sides)
+        said: dict[str, str] = {}
+        while waiting:
+            self._probes += 1
+            name = f"probe-{self._probes}"
+            for side in waiting:
+                side.ensure_namespace(namespace)
+                side.core.create_namespaced_pod(namespace, _probe(name, profile))
+            try:
+                for side in list(waiting):
+                    message = self._probe_message(side, namespace, name)
+                    if message is None:
+                        waiting.remove(side)
+                    else:
+                        said[side.name] = message
+            finally:
+                for side in sides:
+                    with contextlib.suppress(ApiException):
+                        side.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            if waiting and time.monotonic() > deadline:
+                names = ", ".join(side.name for side in waiting)
+                raise TimeoutError(f"{names}'s scheduler did not see the cluster's nodes: probes say {said}")
+
+    def _probe_message(self, side: Side, namespace: str, name: str) -> str | None:
+        """None once the probe reads ``0/N nodes are available`` (N: the cluster's nodes); else, after
+        :data:`PROBE_PATIENCE` seconds, what it read."""
+        deadline = time.monotonic() + PROBE_PATIENCE
         message = ""
         while time.monotonic() < deadline:
             want = f"0/{side.node_count()} nodes are available"
@@ -621,9 +633,24 @@ class TimelineHarness:
                 if cond.type == "PodScheduled":
                     message = cond.message or ""
             if message.startswith(want):
-                return
+                return None
             time.sleep(POLL)
-        raise TimeoutError(f"{side.name}'s scheduler did not see the cluster's nodes: probe says {message!r}")
+        return message
+
+
+def _probe(name: str, profile: str) -> dict[str, Any]:
+    """A pod that fits no node (:data:`PROBE_SELECTOR`), for ``profile``'s scheduler to judge."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"probe": "true"}},
+        "spec": {
+            "schedulerName": profile,
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": PROBE_SELECTOR,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
 
 
 def summary(results: Sequence[TimelineResult]) -> dict[str, Any]:
