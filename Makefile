@@ -63,11 +63,11 @@ help:
 	@echo "               bench/results/soak.json (46 min on 2 CPUs)"
 	@echo "make conformance  differential run vs kube-scheduler v1.36.3, its four parts one after the other (~2 h on"
 	@echo "                  2 cores), on fresh seeds each run (printed and recorded; --help says how to replay one):"
-	@echo "  conformance-scenarios  100 scenarios pod by pod, 12 with an HTTP extender, 400 profile specs (~55 min;"
+	@echo "  conformance-scenarios  100 scenarios pod by pod, 12 with an HTTP extender, 400 profile specs (~56 min;"
 	@echo "                         CONFORMANCE_SCENARIOS, CONFORMANCE_EXTENDER_SCENARIOS, CONFORMANCE_VALIDATION_SPECS)"
-	@echo "  conformance-timelines  80 multi-step timelines of the default profile (~40 min; CONFORMANCE_TIMELINES)"
-	@echo "  conformance-gangs      24 gang timelines, the four workload-aware gates on (~35 min; CONFORMANCE_GANG_TIMELINES)"
-	@echo "  conformance-big        10 clusters of 1000-5000 nodes, sampling exact (~10 min; CONFORMANCE_BIG_CLUSTERS)"
+	@echo "  conformance-timelines  80 multi-step timelines of the default profile (~25 min; CONFORMANCE_TIMELINES)"
+	@echo "  conformance-gangs      24 gang timelines, the four workload-aware gates on (~30 min; CONFORMANCE_GANG_TIMELINES)"
+	@echo "  conformance-big        10 clusters of 1000-5000 nodes, sampling exact (~6-10 min; CONFORMANCE_BIG_CLUSTERS)"
 	@echo "                  docs/conformance.md + bench/results/conformance*.json + profile-validation.json"
 
 $(VENV_STAMP): pyproject.toml $(CONSTRAINTS)
