@@ -474,6 +474,11 @@ def write_markdown(
         )
     lines += ["", _not_exercised("Features", [name for name, row in data["by_feature"].items() if not row["pods"]])]
     lines += [
+        "A pod with `spec.nodeName` preset is an assigned pod to kube-scheduler: it never enters the queue, so",
+        "NodeName cannot be decisive in v1.36.3; its pods are compared as left alone on their node",
+        "(`tests/conformance/coverage.py`).",
+    ]
+    lines += [
         "",
         "### Per profile",
         "",
