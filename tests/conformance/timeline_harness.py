@@ -574,7 +574,7 @@ class TimelineHarness:
             if now > deadline:
                 raise TimeoutError(
                     f"the state of {namespace} did not settle within {SETTLE_TIMEOUT:.0f}s; last changes: "
-                    + ", ".join(f"{name} {changes[:3]}" for name, changes in changing.items())
+                    + ", ".join(f"{name} {recent[:3]}" for name, recent in changing.items())
                 )
             for side in sides:
                 if not side.alive():
@@ -603,18 +603,19 @@ class TimelineHarness:
         while waiting:
             self._probes += 1
             name = f"probe-{self._probes}"
-            for side in waiting:
+            probed = list(waiting)
+            for side in probed:
                 side.ensure_namespace(namespace)
                 side.core.create_namespaced_pod(namespace, _probe(name, profile))
             try:
-                for side in list(waiting):
+                for side in probed:
                     message = self._probe_message(side, namespace, name)
                     if message is None:
                         waiting.remove(side)
                     else:
                         said[side.name] = message
             finally:
-                for side in sides:
+                for side in probed:
                     with contextlib.suppress(ApiException):
                         side.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
             if waiting and time.monotonic() > deadline:
