@@ -113,6 +113,23 @@ def pod_latencies(created: dict[str, float], bound: dict[str, float], *, not_bef
     return [t - max(created.get(uid, not_before), not_before) for uid, t in bound.items()]
 
 
+def whole_run_throughput(row: dict[str, Any]) -> float:
+    """Pods bound per second from the scheduler's process start to its last bind (``startup_s`` +
+    ``duration_s``), NaN without both.
+
+    Why beside scheduler_perf's throughput: that one starts at the first bind, so whatever a scheduler does
+    with a backlog before it binds anything is not counted. For most workloads that is informer sync (about a
+    second on either side); for the gang workloads it is kube-scheduler's queue admitting the gangs, 20-26 s
+    of its CPU with the API server idle (docs/benchmarks.md, "Gangs: where kube-scheduler's start-up goes").
+    """
+    startup, duration = row.get("startup_s"), row.get("duration_s")
+    bound = row.get("bound", row.get("pods"))
+    if startup is None or duration is None or not bound:
+        return math.nan
+    elapsed = float(startup) + float(duration)
+    return float(bound) / elapsed if elapsed > 0 else math.nan
+
+
 #: Fields of a per-run row that are summarised (median over repetitions) in the summary rows.
 NUMERIC_FIELDS = (
     "throughput_avg",
@@ -131,8 +148,9 @@ NUMERIC_FIELDS = (
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (workload, nodes, pods, scheduler): the median of each numeric field over repetitions.
 
-    Also carries ``reps``, ``throughput_min``/``throughput_max`` (the spread of the averages) and
-    ``complete`` (every repetition bound every pod). Order follows first appearance in ``rows``.
+    Also carries ``reps``, ``throughput_min``/``throughput_max`` (the spread of the averages),
+    ``whole_run_avg`` (the median of :func:`whole_run_throughput`) and ``complete`` (every repetition bound
+    every pod). Order follows first appearance in ``rows``.
     """
     groups: dict[tuple[str, int, int, str], list[dict[str, Any]]] = {}
     for row in rows:
@@ -147,6 +165,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         averages = [float(r["throughput_avg"]) for r in group if not math.isnan(float(r["throughput_avg"]))]
         summary["throughput_min"] = min(averages) if averages else math.nan
         summary["throughput_max"] = max(averages) if averages else math.nan
+        whole = [w for w in map(whole_run_throughput, group) if not math.isnan(w)]
+        summary["whole_run_avg"] = statistics.median(whole) if whole else math.nan
         summary["reps"] = len(group)
         summary["complete"] = all(bool(r.get("complete")) for r in group)
         out.append(summary)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench._e2e_report import per_pod_targets, render_section, targets
+from bench._e2e_report import gang_targets, per_pod_targets, render_section, targets
 from bench._e2e_stats import (
     ThroughputSampler,
     latency_percentiles_ms,
@@ -25,6 +25,7 @@ from bench._e2e_stats import (
     ratio,
     samples_from_bind_times,
     summarize,
+    whole_run_throughput,
 )
 
 
@@ -218,7 +219,7 @@ def test_per_pod_targets_judge_each_of_issue_15s_targets() -> None:
 def test_section_has_ratio_row_against_the_ceiling() -> None:
     section = render_section(_results(kopf_avg=240.0, kopf_rss=450.0), "../bench/results/x.png")
     row = next(line for line in section.splitlines() if line.startswith("| SchedulingBasic | 5000"))
-    assert "| **0.80×** | 0.25× | 0.20× |" in row
+    assert "| **0.80×** | 0.25× | 0.20× | 1.00× |" in row  # the same start-up and first → last bind
     assert section.startswith("<!-- e2e-benchmark:begin")
     assert section.rstrip().endswith("<!-- e2e-benchmark:end -->")
 
@@ -542,3 +543,32 @@ def test_each_run_deletes_its_podgroups_of_either_api() -> None:
         ("PATCH", f"{path}/gang-00000", {"metadata": {"finalizers": None}}),
         ("DELETE", path, None),
     ]
+
+
+def test_whole_run_throughput_counts_from_process_start_to_last_bind() -> None:
+    assert whole_run_throughput({"bound": 4000, "pods": 4000, "startup_s": 22.0, "duration_s": 18.0}) == 100.0
+    assert whole_run_throughput({"bound": 3000, "pods": 4000, "startup_s": 10.0, "duration_s": 20.0}) == 100.0
+    assert math.isnan(whole_run_throughput({"bound": 0, "startup_s": None, "duration_s": None}))
+
+
+def _gang_rows(kube: tuple[float, float, float], kopf: tuple[float, float, float]) -> list[dict[str, object]]:
+    """One repetition per side: (throughput, start-up, first → last bind) of 4000 gang members."""
+    gangs = {"workload": "GangScheduling", "workload_id": "gangs", "nodes": 1000, "pods": 4000, "bound": 4000}
+    return [
+        _row(name, 1, avg, 130.0, startup_s=startup, duration_s=duration, **gangs)
+        for name, (avg, startup, duration) in (("kube-scheduler", kube), ("kopf-scheduler", kopf))
+    ]
+
+
+def test_gang_targets_judge_scheduler_perf_throughput_and_show_the_whole_run() -> None:
+    rows = _gang_rows(kube=(200.0, 20.0, 20.0), kopf=(280.0, 2.0, 14.0))
+    text = gang_targets({"rows": rows, "summary": summarize(rows)})
+    assert text.startswith("- GangScheduling 1000n/4000p ≥ 1.5× kube-scheduler's throughput: 1.40× (280 vs 200 pods/s")
+    assert "— **missed**. From process start to last bind: 2.50× (250 vs 100 pods/s; start-up 2.0 vs 20.0 s)." in text
+    rows = _gang_rows(kube=(180.0, 20.0, 22.0), kopf=(290.0, 2.0, 14.0))
+    assert "— **met**." in gang_targets({"rows": rows, "summary": summarize(rows)})
+
+
+def test_gang_targets_need_both_schedulers() -> None:
+    rows = _gang_rows(kube=(200.0, 20.0, 20.0), kopf=(280.0, 2.0, 14.0))[1:]
+    assert gang_targets({"rows": rows, "summary": summarize(rows)}) == ""
