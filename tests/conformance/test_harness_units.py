@@ -445,6 +445,33 @@ def test_summary_and_markdown(tmp_path: Path) -> None:
     assert "Features no pod of this run exercised: scheduling gates, spec.nodeName," in text
 
 
+def test_summary_names_the_preempting_pods_ours_did_not_bind_on_their_nominated_node(tmp_path: Path) -> None:
+    def preempting(name: str, final_node: str | None, terminating: list[str]) -> PodResult:
+        result = _pod(1, True, ["DefaultPreemption"])
+        result.name = name
+        result.upstream = Decision("unschedulable", nominated="a", terminating_victims=terminating)
+        result.ours = Decision("unschedulable", nominated="a", final_node=final_node)
+        return result
+
+    pods = [preempting("went", "a", []), preempting("held", None, ["ns/v"])]
+    run = RunInfo("python -m tests.conformance", 1, "small", 2.0, "2026-01-01 00:00 UTC", "abc", "test machine")
+    data = summary([ScenarioResult(1, "small", DEFAULT_PROFILE.name, 3, 1, pods, 1.0)], [DEFAULT_PROFILE], run)
+    assert (data["checks"]["preempting"], data["checks"]["ours_bound_on_nominated_node"]) == (2, 1)
+    assert data["not_on_nominated_node"] == [
+        {
+            "seed": 1,
+            "profile": DEFAULT_PROFILE.name,
+            "pod": "ns/held",
+            "nominated": "a",
+            "final_node": None,
+            "upstream_terminating_victims": ["ns/v"],
+        }
+    ]
+    path = tmp_path / "conformance.md"
+    write_markdown(data, [], [ProfileDef(DEFAULT_PROFILE.name, {}, "built-in")], path)
+    assert "(not expected in the 1 with a victim already terminating, which never goes;" in path.read_text()
+
+
 def test_summary_counts_the_devices_of_extended_resource_claims_apart(tmp_path: Path) -> None:
     from tests.conformance import devices
 
