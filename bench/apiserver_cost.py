@@ -5,10 +5,11 @@ own (etcd + kube-apiserver v1.36.3), creates ``requests`` pods, and times the AP
 ``/proc``) over ``requests`` calls of each kind, one connection, one call at a time:
 
 * the nomination write of ``pods/status`` as a strategic-merge patch (what kube-scheduler and we send) and as a
-  JSON merge patch, each with the answer in JSON and in protobuf;
+  JSON merge patch, each with the answer in JSON and in protobuf, and as a PUT of the whole pod (listed first);
 * the same merge patch with one JSON watcher, then one protobuf watcher, of all pods open (the encoding of each
   event for a watcher);
-* a ``pods/binding`` POST and an ``events.k8s.io/v1`` Event POST (the other two writes of a bound pod).
+* a ``pods/binding`` POST and an ``events.k8s.io/v1`` Event POST (the other two writes of a bound pod), each with
+  the answer in JSON and in protobuf.
 
 Why: the gang benchmark is bound by the API server's CPU on two cores (docs/benchmarks.md, "Gangs and
 Coscheduling on a quiet machine"); before changing how we write, this says what a change of patch type or
@@ -38,6 +39,8 @@ RESULTS = Path(__file__).parent / "results" / "apiserver-cost.json"
 TICKS = os.sysconf("SC_CLK_TCK")
 JSON_TYPE = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
+#: What a client that cannot read protobuf errors would ask for: protobuf where the server has it, else JSON.
+PROTOBUF_OR_JSON = f"{PROTOBUF}, application/json"
 PROTOBUF_WATCH = "application/vnd.kubernetes.protobuf;stream=watch"
 STRATEGIC = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -173,25 +176,48 @@ class Probe:
         for kind, kind_name in ((STRATEGIC, "strategic merge"), (MERGE, "merge patch")):
             for accept, accept_name in ((JSON_TYPE, "JSON"), (PROTOBUF, "protobuf")):
                 self.measure(f"nomination, {kind_name}, {accept_name} answer", self.nominations(pods, kind, accept))
+        self.measure("nomination, PUT of the whole pod, JSON answer", self.replacements(pods))
         for watch, watch_name in ((JSON_TYPE, "JSON"), (PROTOBUF_WATCH, "protobuf")):
             label = f"nomination, strategic merge, + one {watch_name} watcher"
             self.measure(label, self.nominations(pods, STRATEGIC, JSON_TYPE), watch)
-        fresh = self.create_pods(f"b{round_index}-")
-        self.measure("binding POST", lambda index: self._bind(fresh[index]))
-        self.measure("Event POST (events.k8s.io/v1)", lambda index: self._record(fresh[index], round_index))
+        for accept, accept_name in ((JSON_TYPE, "JSON"), (PROTOBUF_OR_JSON, "protobuf")):
+            self.bound_pod_writes(self.create_pods(f"b{round_index}-{accept_name.lower()}-"), round_index, accept)
 
-    def _bind(self, pod: str) -> None:
+    def bound_pod_writes(self, fresh: list[str], round_index: int, accept: str) -> None:
+        """A Binding of each of ``fresh``, then its Event, the answers asked for in ``accept``."""
+        suffix = "" if accept == JSON_TYPE else ", protobuf answer"
+        self.measure(f"binding POST{suffix}", lambda index: self._bind(fresh[index], accept))
+        self.measure(
+            f"Event POST (events.k8s.io/v1){suffix}", lambda index: self._record(fresh[index], round_index, accept)
+        )
+
+    def replacements(self, pods: list[str]) -> Callable[[int], None]:
+        """The nomination as a PUT of ``pods/status`` with the whole pod as last read (a LIST before the phase,
+        as a scheduler has each pod in its cache)."""
+        self.rounds += 1
+        node = f"node-{self.rounds}"
+        listed = json.loads(self.connection.call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods"))
+        current = {item["metadata"]["name"]: item for item in listed["items"]}
+
+        def send(index: int) -> None:
+            pod = current[pods[index]]
+            pod["status"]["nominatedNodeName"] = node
+            self.connection.call("PUT", f"/api/v1/namespaces/{NAMESPACE}/pods/{pods[index]}/status", pod)
+
+        return send
+
+    def _bind(self, pod: str, accept: str = JSON_TYPE) -> None:
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": pod},
             "target": {"kind": "Node", "name": "node-1"},
         }
-        self.connection.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/binding", body)
+        self.connection.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/binding", body, accept=accept)
 
-    def _record(self, pod: str, round_index: int) -> None:
+    def _record(self, pod: str, round_index: int, accept: str = JSON_TYPE) -> None:
         path = f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events"
-        self.connection.call("POST", path, _event(pod, round_index))
+        self.connection.call("POST", path, _event(pod, round_index), accept=accept)
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
