@@ -119,7 +119,7 @@ def whole_run_throughput(row: dict[str, Any]) -> float:
 
     Why beside scheduler_perf's throughput: that one starts at the first bind, so whatever a scheduler does
     with a backlog before it binds anything is not counted. For most workloads that is informer sync (about a
-    second on either side); for the gang workloads it is kube-scheduler's queue admitting the gangs, 20-26 s
+    second on either side); for the gang workloads it is kube-scheduler's queue admitting the gangs, 23-30 s
     of its CPU with the API server idle (docs/benchmarks.md, "Gangs: where kube-scheduler's start-up goes").
     """
     startup, duration = row.get("startup_s"), row.get("duration_s")

@@ -5,7 +5,8 @@ own (etcd + kube-apiserver v1.36.3), creates ``requests`` pods, and times the AP
 ``/proc``) over ``requests`` calls of each kind, one connection, one call at a time:
 
 * the nomination write of ``pods/status`` as a strategic-merge patch (what kube-scheduler and we send) and as a
-  JSON merge patch, each with the answer in JSON and in protobuf, and as a PUT of the whole pod (listed first);
+  JSON merge patch, each with the answer in JSON and in protobuf, and as a PUT of the whole pod (as LISTed just
+  before);
 * the same merge patch with one JSON watcher, then one protobuf watcher, of all pods open (the encoding of each
   event for a watcher);
 * a ``pods/binding`` POST and an ``events.k8s.io/v1`` Event POST (the other two writes of a bound pod), each with
@@ -91,6 +92,10 @@ def _watch(cluster: LocalCluster, accept: str, stop: threading.Event, received: 
         pass  # the control plane stopped under it
 
 
+def _status_path(pod: str) -> str:
+    return f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/status"
+
+
 def _pod(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -162,12 +167,16 @@ class Probe:
             flush=True,
         )
 
-    def nominations(self, pods: list[str], kind: str, accept: str) -> Callable[[int], None]:
+    def _next_node(self) -> str:
+        """A nominated node name new to this phase, so that every write of the phase changes the pod."""
         self.rounds += 1
-        node = f"node-{self.rounds}"  # a new value each phase, so every patch changes the pod
+        return f"node-{self.rounds}"
+
+    def nominations(self, pods: list[str], kind: str, accept: str) -> Callable[[int], None]:
+        node = self._next_node()
 
         def send(index: int) -> None:
-            path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pods[index]}/status"
+            path = _status_path(pods[index])
             self.connection.call("PATCH", path, {"status": {"nominatedNodeName": node}}, kind=kind, accept=accept)
 
         return send
@@ -194,15 +203,14 @@ class Probe:
     def replacements(self, pods: list[str]) -> Callable[[int], None]:
         """The nomination as a PUT of ``pods/status`` with the whole pod as last read (a LIST before the phase,
         as a scheduler has each pod in its cache)."""
-        self.rounds += 1
-        node = f"node-{self.rounds}"
+        node = self._next_node()
         listed = json.loads(self.connection.call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods"))
         current = {item["metadata"]["name"]: item for item in listed["items"]}
 
         def send(index: int) -> None:
             pod = current[pods[index]]
             pod["status"]["nominatedNodeName"] = node
-            self.connection.call("PUT", f"/api/v1/namespaces/{NAMESPACE}/pods/{pods[index]}/status", pod)
+            self.connection.call("PUT", _status_path(pods[index]), pod)
 
         return send
 
