@@ -25,7 +25,9 @@ section 5):
   (= upstream's defaults). Repetitions interleave the schedulers (kube, kopf, ceiling, kube, kopf, ...) so
   slow drifts of the shared machine's load hit all of them alike.
 * **The ceiling**: ``bench/_e2e_ceiling.py`` binds the same pods round-robin with no filtering or scoring
-  (asyncio + aiohttp, 64 requests in flight): how fast this API server accepts Bindings.
+  (asyncio + aiohttp, 64 requests in flight): how fast this API server accepts Bindings. For the gang workloads
+  it makes every write the two gang schedulers make (3.0 per pod: nominations, PodGroupScheduled, Bindings,
+  Events; ``--gangs``), each gang in one rack, still deciding nothing.
 * **Measurements**: a watch in this harness on the run's namespace. SchedulingThroughput exactly as
   scheduler_perf computes it (:mod:`bench._e2e_stats`): 1 s ticks from the moment the scheduler process is
   spawned, counting pods whose ``spec.nodeName`` went from empty to set; average, p50, p90, p99 in pods/s.
@@ -832,6 +834,14 @@ def kube_scheduler_config(workload: Workload | None = None) -> dict[str, Any]:
     }
 
 
+def ceiling_gang_args(workload: Workload | None) -> list[str]:
+    """The ceiling's flags for a gang workload: a gang scheduler's writes (``--gangs``), each gang in one rack when
+    the workload keeps gangs to racks."""
+    if workload is None or not workload.gang_size:
+        return []
+    return ["--gangs", *(["--topology-key", RACK_KEY] if workload.topology else [])]
+
+
 def scheduler_name(scheduler: str, workload: Workload) -> str:
     """The pods' ``schedulerName``: kopf-scheduler's gang workloads have their own SchedulerProfiles."""
     if scheduler == KOPF and workload.gang_size:
@@ -895,6 +905,7 @@ class Runner:
                     SCHEDULER_NAMES[CEILING],
                     "--concurrency",
                     str(self.config.ceiling_concurrency),
+                    *ceiling_gang_args(self.workload),
                 ],
                 cwd=REPO_ROOT,
                 stdin=subprocess.DEVNULL,
