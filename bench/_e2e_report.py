@@ -356,9 +356,23 @@ def gang_targets(results: dict[str, Any]) -> str:
             f"{_fmt(_num(kube['throughput_max']))}) — {verdict}. From process start to last bind: "
             f"{_ratio_text(ratio(_whole_run(kopf), _whole_run(kube)))} ({_fmt(_whole_run(kopf))} vs "
             f"{_fmt(_whole_run(kube))} pods/s; start-up {_fmt(_num(kopf['startup_s']), 1)} vs "
-            f"{_fmt(_num(kube['startup_s']), 1)} s)."
+            f"{_fmt(_num(kube['startup_s']), 1)} s).{_against_ceiling(kube, kopf, index.get((key, CEILING)))}"
         )
     return "\n".join(out)
+
+
+def _against_ceiling(kube: dict[str, Any], kopf: dict[str, Any], ceiling: dict[str, Any] | None) -> str:
+    """Both schedulers against the gang ceiling (the same writes, no decisions) and the bound it sets on the
+    target's ratio on this machine; "" when the ceiling did not run."""
+    top = _num(ceiling["throughput_avg"]) if ceiling else math.nan
+    if not top > 0:
+        return ""
+    kopf_avg, kube_avg = _num(kopf["throughput_avg"]), _num(kube["throughput_avg"])
+    return (
+        f" Against the write ceiling ({_fmt(top)} pods/s: the same writes, no decisions): kopf "
+        f"{_ratio_text(ratio(kopf_avg, top))}, kube {_ratio_text(ratio(kube_avg, top))}, so the ratio's bound here is "
+        f"{_ratio_text(ratio(top, kube_avg))}."
+    )
 
 
 def render_section(results: dict[str, Any], png_rel: str) -> str:

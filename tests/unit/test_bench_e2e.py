@@ -569,6 +569,18 @@ def test_gang_targets_judge_scheduler_perf_throughput_and_show_the_whole_run() -
     assert "— **met**." in gang_targets({"rows": rows, "summary": summarize(rows)})
 
 
+def test_gang_targets_set_both_schedulers_against_the_write_ceiling_when_it_ran() -> None:
+    rows = _gang_rows(kube=(110.0, 40.0, 36.0), kopf=(180.0, 2.5, 22.0))
+    assert "ceiling" not in gang_targets({"rows": rows, "summary": summarize(rows)})
+    gangs = {"workload": "GangScheduling", "workload_id": "gangs", "nodes": 1000, "pods": 4000, "bound": 4000}
+    rows.append(_row("ceiling", 1, 200.0, 125.0, startup_s=2.0, duration_s=20.0, **gangs))
+    text = gang_targets({"rows": rows, "summary": summarize(rows)})
+    assert text.endswith(
+        "Against the write ceiling (200 pods/s: the same writes, no decisions): kopf 0.90×, kube 0.55×, so the "
+        "ratio's bound here is 1.82×."
+    )
+
+
 def test_gang_targets_need_both_schedulers() -> None:
     rows = _gang_rows(kube=(200.0, 20.0, 20.0), kopf=(280.0, 2.0, 14.0))[1:]
     assert gang_targets({"rows": rows, "summary": summarize(rows)}) == ""
