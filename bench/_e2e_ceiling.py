@@ -14,8 +14,12 @@ gates and ours write the same: docs/benchmarks.md), still deciding nothing: for 
 (events.k8s.io/v1) for each member: 3.0 writes per pod, sent through kopf-scheduler's own client (its keep-alive
 connections and request bodies), so that they cost this machine what ours cost. A gang's members go round-robin
 over the nodes of one value of ``--topology-key`` (one rack), so it passes the topology-constrained workload's
-check too. For gangs, where the writes beyond the Binding are most of the API server's work, this is the ceiling a
-scheduler can reach: what is left between it and ours is our own work.
+check too. It also holds the watches every gang scheduler holds while it binds (all pods, and the v1alpha2 PodGroups
+where they are served), from the resourceVersion of its LIST, reading and decoding each event and doing nothing
+with it: the API server encodes every pod write once more for such a watcher (≈ 0.3 ms of its CPU per event, the
+write probe in docs/benchmarks.md), and a scheduler cannot learn of pods or see its Bindings land without it. For
+gangs, where the writes beyond the Binding are most of the API server's work, this is the ceiling a scheduler can
+reach: what is left between it and ours is our own work.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from urllib.parse import quote
 import aiohttp
 import yaml
 
+from kopf_scheduler.json_codec import loads
 from kopf_scheduler.kube.client import APIError, KubeClient
 from kopf_scheduler.kube.events import event_body
 from kopf_scheduler.kube.kubeconfig import load_credentials
@@ -54,17 +59,47 @@ def load_kubeconfig(path: Path) -> tuple[str, dict[str, str], ssl.SSLContext]:
 
 
 async def list_all(session: aiohttp.ClientSession, url: str, params: dict[str, str]) -> list[dict[str, Any]]:
+    items, _ = await list_with_version(session, url, params)
+    return items
+
+
+async def list_with_version(
+    session: aiohttp.ClientSession, url: str, params: dict[str, str]
+) -> tuple[list[dict[str, Any]], str]:
+    """Every item of a paged LIST, and the resourceVersion of its first page (where a watch of it starts)."""
     items: list[dict[str, Any]] = []
     query = {"limit": "1000", **params}
+    version = ""
     while True:
         async with session.get(url, params=query) as resp:
             resp.raise_for_status()
             page = await resp.json()
         items.extend(page.get("items") or ())
-        token = (page.get("metadata") or {}).get("continue")
+        metadata = page.get("metadata") or {}
+        version = version or metadata.get("resourceVersion", "")
+        token = metadata.get("continue")
         if not token:
-            return items
+            return items, version
         query["continue"] = token
+
+
+#: The collections every gang scheduler watches while it binds (the v1alpha2 PodGroups only where served).
+GANG_WATCHES = ("/api/v1/pods", "/apis/scheduling.k8s.io/v1alpha2/podgroups")
+
+
+async def follow(session: aiohttp.ClientSession, url: str, resource_version: str, seen: list[int]) -> None:
+    """Watch ``url`` from ``resource_version`` until cancelled, decoding every event (counted in ``seen[0]``) and
+    doing nothing with it; a collection the API server does not serve (404) is not followed."""
+    params = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true"}
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+    async with session.get(url, params=params, timeout=timeout) as resp:
+        if resp.status == 404:
+            return
+        resp.raise_for_status()
+        async for line in resp.content:
+            if line.strip():
+                loads(line)
+                seen[0] += 1
 
 
 async def run(
@@ -80,26 +115,36 @@ async def run(
     connector = aiohttp.TCPConnector(ssl=ctx, limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
         nodes = await list_all(session, f"{server}/api/v1/nodes", {})
-        pods = await list_all(
+        pods, version = await list_with_version(
             session,
             f"{server}/api/v1/namespaces/{quote(namespace)}/pods",
             {"fieldSelector": f"spec.schedulerName={scheduler_name},spec.nodeName="},
         )
-        if gangs:
-            writer = GangWriter(kubeconfig, namespace, scheduler_name, concurrency)
-            try:
-                await write_gangs(writer, pods, nodes, concurrency, topology_key)
-            finally:
-                await writer.close()
-            failures = writer.failures
-        else:
-            failures = await bind_all(
-                session, server, namespace, pods, [n["metadata"]["name"] for n in nodes], concurrency
-            )
-    print(f"ceiling: bound {len(pods) - failures}/{len(pods)} pods onto {len(nodes)} nodes", flush=True)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
+        seen = [0]  # a gang scheduler's watches (the module's docstring); the plain ceiling holds none
+        paths = GANG_WATCHES if gangs else ()
+        watches = [asyncio.create_task(follow(session, f"{server}{path}", version, seen)) for path in paths]
+        try:
+            if gangs:
+                writer = GangWriter(kubeconfig, namespace, scheduler_name, concurrency)
+                try:
+                    await write_gangs(writer, pods, nodes, concurrency, topology_key)
+                finally:
+                    await writer.close()
+                failures = writer.failures
+            else:
+                failures = await bind_all(
+                    session, server, namespace, pods, [n["metadata"]["name"] for n in nodes], concurrency
+                )
+            print(f"ceiling: bound {len(pods) - failures}/{len(pods)} pods onto {len(nodes)} nodes", flush=True)
+            stop = asyncio.Event()
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+            await stop.wait()
+        finally:
+            for watch in watches:
+                watch.cancel()
+            await asyncio.gather(*watches, return_exceptions=True)
+    if gangs:
+        print(f"ceiling: {seen[0]} watch events decoded", flush=True)
     return 0 if failures == 0 else 1
 
 

@@ -1,16 +1,22 @@
-"""The end-to-end benchmark's ceiling binder in its gang mode: the writes a gang scheduler makes, per gang, no more.
+"""The end-to-end benchmark's ceiling binder in its gang mode: the writes a gang scheduler makes, per gang, no more,
+and the watches it holds meanwhile.
 
 The API server is replaced by a recording writer: what matters here is which writes the ceiling makes for which
-pods and nodes (the gang workloads' 3.0 writes per pod, each gang on the nodes of one rack), not how they travel.
+pods and nodes (the gang workloads' 3.0 writes per pod, each gang on the nodes of one rack), not how they travel;
+and by a small HTTP server for the watch, whose events the ceiling must read from its LIST's version on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from typing import Any
 
-from bench._e2e_ceiling import domains_of, gangs_of, write_gangs
+import aiohttp
+from aiohttp import web
+
+from bench._e2e_ceiling import GANG_WATCHES, domains_of, follow, gangs_of, write_gangs
 from bench._e2e_gangs import GANG_SIZE, RACK_KEY, rack_of
 from bench.e2e import DEFAULT_WORKLOADS, ceiling_gang_args
 
@@ -98,3 +104,56 @@ def test_the_harness_asks_the_ceiling_for_gang_writes_only_in_gang_workloads() -
     assert ceiling_gang_args(by_id["basic-5000"]) == []
     assert ceiling_gang_args(by_id["gangs"]) == ["--gangs"]
     assert ceiling_gang_args(by_id["gangs-topology"]) == ["--gangs", "--topology-key", RACK_KEY]
+
+
+def _served_watch(events: list[dict[str, Any]], closing: asyncio.Event) -> tuple[web.Application, list[dict[str, str]]]:
+    """An HTTP server answering a watch of pods with ``events`` (one JSON line each, then the stream stays open
+    until ``closing``) and 404 to anything else; records the query of every watch asked for."""
+    asked: list[dict[str, str]] = []
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        asked.append(dict(request.query))
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for event in events:
+            await response.write(json.dumps(event).encode() + b"\n")
+        await closing.wait()  # a watch stays open until the client goes
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", pods)
+    return app, asked
+
+
+def test_follow_decodes_every_event_from_the_lists_version_and_skips_what_is_not_served() -> None:
+    events = [{"type": "MODIFIED", "object": {"metadata": {"name": f"p{i}"}}} for i in range(5)]
+    seen = [0]
+    asked: list[dict[str, str]] = []
+
+    async def scenario() -> None:
+        closing = asyncio.Event()
+        app, queries = _served_watch(events, closing)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        server = f"http://127.0.0.1:{port}"
+        try:
+            async with aiohttp.ClientSession() as session:
+                await follow(session, f"{server}{GANG_WATCHES[1]}", "42", seen)  # not served: returns at once
+                watch = asyncio.create_task(follow(session, f"{server}{GANG_WATCHES[0]}", "42", seen))
+                for _ in range(200):
+                    if seen[0] == len(events):
+                        break
+                    await asyncio.sleep(0.01)
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
+        finally:
+            closing.set()
+            await runner.cleanup()
+        asked.extend(queries)
+
+    asyncio.run(scenario())
+    assert seen == [5]
+    assert asked == [{"watch": "1", "resourceVersion": "42", "allowWatchBookmarks": "true"}]

@@ -576,8 +576,8 @@ def test_gang_targets_set_both_schedulers_against_the_write_ceiling_when_it_ran(
     rows.append(_row("ceiling", 1, 200.0, 125.0, startup_s=2.0, duration_s=20.0, **gangs))
     text = gang_targets({"rows": rows, "summary": summarize(rows)})
     assert text.endswith(
-        "Against the write ceiling (200 pods/s: the same writes, no decisions): kopf 0.90×, kube 0.55×, so the "
-        "ratio's bound here is 1.82×."
+        "Against the write ceiling (200 pods/s: the same writes and watches, no decisions): kopf 0.90×, kube 0.55×, "
+        "so the ratio's bound here is 1.82×."
     )
 
 
