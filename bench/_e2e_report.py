@@ -457,6 +457,7 @@ def render_section(results: dict[str, Any], png_rel: str) -> str:
         "",
         f"- Machine: {meta['nproc']} CPUs ({meta['cpu_model']}), {meta['ram_gib']} GiB RAM, Linux {meta['kernel']}; "
         "shared with other engineers' test runs (load average before each run is in the JSON).",
+        *_pinning_text(meta),
         f"- kube-scheduler / kube-apiserver: {meta['kube_scheduler']} / {meta['kube_apiserver']}; {etcd}",
         f"- kopf-scheduler {meta['kopf_scheduler']}; kopf {meta['kopf']}; "
         f"aiohttp {meta['aiohttp']}; Python {meta['python']}",
@@ -464,6 +465,21 @@ def render_section(results: dict[str, Any], png_rel: str) -> str:
         END,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _pinning_text(meta: dict[str, Any]) -> list[str]:
+    """The CPUs the control plane and the schedulers were pinned to, when they were (``bench/_e2e_pinning.py``)."""
+    pinning = meta.get("cpu_pinning")
+    if not pinning:
+        return []
+
+    def cpus(key: str) -> str:
+        return ",".join(str(cpu) for cpu in pinning.get(key) or ()) or "not pinned"
+
+    return [
+        f"- CPU pinning: etcd and kube-apiserver on CPUs {cpus('apiserver_cpus')}, the scheduler under test on "
+        f"CPUs {cpus('scheduler_cpus')}."
+    ]
 
 
 def write_doc_section(results: dict[str, Any], doc_path: Path, png: Path) -> None:

@@ -127,6 +127,7 @@ from bench._e2e_gangs import (
     with_coscheduling_group,
     with_scheduling_group,
 )
+from bench._e2e_pinning import parse_cpus, pin_process
 from bench._e2e_stats import ThroughputSampler, latency_percentiles_ms, pod_latencies, summarize
 from bench._machine_lock import refuse_if_busy
 from tools.localcluster import REPO_ROOT, LocalCluster, _child_preexec, default_bin_dir
@@ -571,6 +572,9 @@ class Config:
     - ``BENCH_PROFILE`` (unset): a ``py-spy`` executable; kopf-scheduler runs are then recorded with
       ``py-spy record --format raw`` (collapsed stacks) into ``<log dir>/profiles/``. Profiling slows
       the process down: never combine it with runs whose numbers are published.
+    - ``BENCH_APISERVER_CPUS``, ``BENCH_SCHEDULER_CPUS`` (unset): CPUs as ``taskset -c`` names them (``0-1``):
+      etcd and kube-apiserver pinned to the first, each scheduler under test (the ceiling too) to the second
+      (``bench/_e2e_pinning.py``; recorded in the results' ``meta``). Unset, nothing is pinned.
     """
 
     reps: int = 3
@@ -581,6 +585,8 @@ class Config:
     doc_path: Path | None = DOC_PATH
     ceiling_concurrency: int = 64
     profiler: str = ""
+    apiserver_cpus: frozenset[int] = frozenset()
+    scheduler_cpus: frozenset[int] = frozenset()
     log_dir: Path = Path(tempfile.gettempdir())
     merge: bool = False
 
@@ -620,6 +626,8 @@ class Config:
             doc_path=DOC_PATH if doc is None else (Path(doc) if doc else None),
             ceiling_concurrency=_env_int("BENCH_CEILING_CONCURRENCY", 64),
             profiler=profiler,
+            apiserver_cpus=parse_cpus(os.environ.get("BENCH_APISERVER_CPUS", "")),
+            scheduler_cpus=parse_cpus(os.environ.get("BENCH_SCHEDULER_CPUS", "")),
             merge=os.environ.get("BENCH_MERGE", "") not in ("", "0"),
         )
 
@@ -1198,6 +1206,8 @@ async def run_one(
     requests_before = await scrape_requests(api.get_text)
     spawn = time.monotonic()
     runner.start()
+    if config.scheduler_cpus:
+        pin_process(runner.pid, config.scheduler_cpus)
     if hooks is not None:
         hooks.spawned(runner, spawn)
     profiler = _start_profiler(config, runner, namespace)
@@ -1345,6 +1355,19 @@ def _run_text(args: Sequence[str]) -> str:
         return ""
 
 
+def pin_control_plane(cluster: LocalCluster, config: Config) -> dict[str, Any]:
+    """Pin etcd and kube-apiserver to ``BENCH_APISERVER_CPUS``; the pinning, for the results' ``meta`` (nothing
+    when neither side is pinned)."""
+    if not (config.apiserver_cpus or config.scheduler_cpus):
+        return {}
+    if config.apiserver_cpus:
+        for name in ("etcd", "kube-apiserver"):
+            pin_process(cluster.components[name].pid, config.apiserver_cpus)
+    pinning = {"apiserver_cpus": sorted(config.apiserver_cpus), "scheduler_cpus": sorted(config.scheduler_cpus)}
+    print(f"cpu pinning: {pinning}", flush=True)
+    return {"cpu_pinning": pinning}
+
+
 def machine_facts() -> dict[str, Any]:
     model = ""
     with open("/proc/cpuinfo") as f:
@@ -1445,6 +1468,7 @@ async def run_all(config: Config) -> dict[str, Any]:
     started = time.monotonic()
     cluster = LocalCluster("light", unlimited=True, apiserver_args=["--delete-collection-workers=4", "--event-ttl=10m"])
     with cluster:
+        facts.update(pin_control_plane(cluster, config))
         api = Api(cluster)
         try:
             if KOPF in config.schedulers:
