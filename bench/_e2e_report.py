@@ -246,7 +246,10 @@ def measured_at(meta: dict[str, Any], workload_id: str) -> dict[str, Any]:
     merged = meta.get("merged") or {}  # results files written before per-workload provenance
     if workload_id in (merged.get("kept_workloads") or ()):
         return {"commit": merged["kept_commit"], "date": merged["kept_date"], "runtime_s": merged.get("kept_runtime_s")}
-    return {"commit": meta.get("commit"), "date": meta.get("date"), "runtime_s": meta.get("runtime_s")}
+    record = {"commit": meta.get("commit"), "date": meta.get("date"), "runtime_s": meta.get("runtime_s")}
+    if meta.get("cpu_pinning"):  # kept with the workload, so a merge does not lend it to the workloads it kept
+        record["cpu_pinning"] = meta["cpu_pinning"]
+    return record
 
 
 def _workload_ids(results: dict[str, Any]) -> list[str]:
@@ -457,7 +460,7 @@ def render_section(results: dict[str, Any], png_rel: str) -> str:
         "",
         f"- Machine: {meta['nproc']} CPUs ({meta['cpu_model']}), {meta['ram_gib']} GiB RAM, Linux {meta['kernel']}; "
         "shared with other engineers' test runs (load average before each run is in the JSON).",
-        *_pinning_text(meta),
+        *_pinning_text(results),
         f"- kube-scheduler / kube-apiserver: {meta['kube_scheduler']} / {meta['kube_apiserver']}; {etcd}",
         f"- kopf-scheduler {meta['kopf_scheduler']}; kopf {meta['kopf']}; "
         f"aiohttp {meta['aiohttp']}; Python {meta['python']}",
@@ -467,19 +470,26 @@ def render_section(results: dict[str, Any], png_rel: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pinning_text(meta: dict[str, Any]) -> list[str]:
-    """The CPUs the control plane and the schedulers were pinned to, when they were (``bench/_e2e_pinning.py``)."""
-    pinning = meta.get("cpu_pinning")
-    if not pinning:
-        return []
-
-    def cpus(key: str) -> str:
-        return ",".join(str(cpu) for cpu in pinning.get(key) or ()) or "not pinned"
-
+def _pinning_text(results: dict[str, Any]) -> list[str]:
+    """The CPUs the control plane and the schedulers were pinned to, for the workloads measured so
+    (``bench/_e2e_pinning.py``); they are named unless every workload was pinned alike."""
+    workloads = _workload_ids(results)
+    by_pinning: dict[tuple[str, str], list[str]] = {}
+    for wid in workloads:
+        pinning = measured_at(results["meta"], wid).get("cpu_pinning")
+        if pinning:
+            key = (_cpu_list(pinning.get("apiserver_cpus")), _cpu_list(pinning.get("scheduler_cpus")))
+            by_pinning.setdefault(key, []).append(wid)
+    everywhere = len(by_pinning) == 1 and len(next(iter(by_pinning.values()))) == len(workloads)
     return [
-        f"- CPU pinning: etcd and kube-apiserver on CPUs {cpus('apiserver_cpus')}, the scheduler under test on "
-        f"CPUs {cpus('scheduler_cpus')}."
+        f"- CPU pinning{'' if everywhere else ' (' + ', '.join(wids) + ')'}: etcd and kube-apiserver on CPUs "
+        f"{apiserver}, the scheduler under test on CPUs {scheduler}."
+        for (apiserver, scheduler), wids in by_pinning.items()
     ]
+
+
+def _cpu_list(cpus: list[int] | None) -> str:
+    return ",".join(str(cpu) for cpu in cpus or ()) or "not pinned"
 
 
 def write_doc_section(results: dict[str, Any], doc_path: Path, png: Path) -> None:

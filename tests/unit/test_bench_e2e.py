@@ -238,6 +238,23 @@ def test_merge_reads_back_a_row_without_throughput_as_written() -> None:
     assert [r["workload_id"] for r in merged["rows"]] == ["topology-spread", "basic-5000"]
 
 
+def test_a_merged_report_names_only_the_workloads_measured_pinned() -> None:
+    from bench._e2e_report import _pinning_text
+    from bench.e2e import merge_results
+
+    spread = {"workload": "PodTopologySpread", "workload_id": "topology-spread"}
+    previous = {"meta": {"commit": "aaa"}, "rows": [_row("kube-scheduler", 1, 50.0, 200.0, **spread)], "timelines": {}}
+    pinning = {"apiserver_cpus": [0, 1], "scheduler_cpus": [2, 3]}
+    new_rows = [_row("kube-scheduler", 1, 300.0, 290.0)]
+    pinned_run = {"meta": {"commit": "bbb", "cpu_pinning": pinning}, "rows": new_rows, "timelines": {}}
+    merged = merge_results(previous, pinned_run)
+    assert _pinning_text(merged) == [
+        "- CPU pinning (basic-5000): etcd and kube-apiserver on CPUs 0,1, the scheduler under test on CPUs 2,3."
+    ]
+    remeasured = {"meta": {"commit": "ccc"}, "rows": new_rows, "timelines": {}}
+    assert _pinning_text(merge_results(merged, remeasured)) == []  # measured again unpinned: said no more
+
+
 def test_merge_replaces_rerun_workloads_and_keeps_the_others() -> None:
     from bench.e2e import merge_results
 

@@ -54,7 +54,9 @@ def test_the_harness_reads_the_pinning_from_the_environment(monkeypatch: pytest.
 
 
 def test_the_report_says_the_pinning_only_when_there_was_one() -> None:
-    assert _pinning_text({}) == []
-    assert _pinning_text({"cpu_pinning": {"apiserver_cpus": [0, 1], "scheduler_cpus": []}}) == [
+    rows = [{"workload_id": "gangs"}]
+    assert _pinning_text({"meta": {}, "rows": rows}) == []
+    pinned = {"cpu_pinning": {"apiserver_cpus": [0, 1], "scheduler_cpus": []}}
+    assert _pinning_text({"meta": pinned, "rows": rows}) == [
         "- CPU pinning: etcd and kube-apiserver on CPUs 0,1, the scheduler under test on CPUs not pinned."
     ]
